@@ -1,0 +1,161 @@
+"""Derived figures: overhead against the direct baseline, and the pass/fail targets.
+
+Overhead of a target = its latency percentile at concurrency 1 minus the same
+percentile measured directly against the upstream, for the same mode and latency.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from bench.matrix import BASELINE_CONCURRENCY, DIRECT, CellResult, mode_name
+from bench.procstat import Memory
+
+MIN_THROUGHPUT_RATIO = 0.75
+MAX_CPU_RATIO = 1.5
+MAX_P50_OVERHEAD_MS = 1.0
+MAX_RSS_MIB = 100.0
+LOAD_CONCURRENCY = 64
+STRESS_CONCURRENCY = 256
+STRESS_LATENCY_MS = 50
+_MODES = (False, True)
+
+Status = Literal["PASS", "FAIL", "SKIP"]
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Latency a target adds over the direct baseline at concurrency 1, in ms."""
+
+    target: str
+    mode: str
+    latency_ms: int
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class Check:
+    """One performance target and whether the run met it."""
+
+    name: str
+    status: Status
+    detail: str
+
+
+def _find(
+    results: Sequence[CellResult], target: str, stream: bool, latency_ms: int, concurrency: int
+) -> CellResult | None:
+    for result in results:
+        cell = result.cell
+        if (cell.target, cell.stream, cell.latency_ms, cell.concurrency) == (
+            target,
+            stream,
+            latency_ms,
+            concurrency,
+        ):
+            return result
+    return None
+
+
+def _difference(minuend: float | None, subtrahend: float | None) -> float | None:
+    if minuend is None or subtrahend is None:
+        return None
+    return minuend - subtrahend
+
+
+def overheads(results: Sequence[CellResult]) -> list[Overhead]:
+    """Return the overhead of every non-direct cell at concurrency 1 that has a baseline."""
+    found: list[Overhead] = []
+    for result in results:
+        cell = result.cell
+        if cell.target == DIRECT or cell.concurrency != BASELINE_CONCURRENCY:
+            continue
+        direct = _find(results, DIRECT, cell.stream, cell.latency_ms, BASELINE_CONCURRENCY)
+        if direct is None:
+            continue
+        p50_ms = _difference(result.p50_ms, direct.p50_ms)
+        p99_ms = _difference(result.p99_ms, direct.p99_ms)
+        if p50_ms is not None and p99_ms is not None:
+            found.append(Overhead(cell.target, cell.mode, cell.latency_ms, p50_ms, p99_ms))
+    return found
+
+
+def _throughput_check(results: Sequence[CellResult], stream: bool) -> Check:
+    name = f"throughput >= {MIN_THROUGHPUT_RATIO:.0%} of passthrough (c={LOAD_CONCURRENCY}, "
+    name += f"0 ms, {mode_name(stream)})"
+    gateway = _find(results, "gateway", stream, 0, LOAD_CONCURRENCY)
+    passthrough = _find(results, "passthrough", stream, 0, LOAD_CONCURRENCY)
+    if gateway is None or passthrough is None or passthrough.requests_per_s == 0:
+        return Check(name, "SKIP", "not measured")
+    ratio = gateway.requests_per_s / passthrough.requests_per_s
+    detail = (
+        f"gateway {gateway.requests_per_s:.0f} req/s vs passthrough "
+        f"{passthrough.requests_per_s:.0f} req/s = {ratio:.0%}"
+    )
+    return Check(name, "PASS" if ratio >= MIN_THROUGHPUT_RATIO else "FAIL", detail)
+
+
+def _cpu_check(results: Sequence[CellResult], stream: bool) -> Check:
+    name = f"CPU/request <= {MAX_CPU_RATIO}x passthrough (c={LOAD_CONCURRENCY}, 0 ms, "
+    name += f"{mode_name(stream)})"
+    gateway = _find(results, "gateway", stream, 0, LOAD_CONCURRENCY)
+    passthrough = _find(results, "passthrough", stream, 0, LOAD_CONCURRENCY)
+    if gateway is None or passthrough is None or not passthrough.cpu_ms_per_request:
+        return Check(name, "SKIP", "not measured")
+    if gateway.cpu_ms_per_request is None:
+        return Check(name, "FAIL", "gateway completed no request")
+    ratio = gateway.cpu_ms_per_request / passthrough.cpu_ms_per_request
+    detail = (
+        f"gateway {gateway.cpu_ms_per_request:.3f} ms vs passthrough "
+        f"{passthrough.cpu_ms_per_request:.3f} ms = {ratio:.2f}x"
+    )
+    return Check(name, "PASS" if ratio <= MAX_CPU_RATIO else "FAIL", detail)
+
+
+def _overhead_check(found: Sequence[Overhead], stream: bool) -> Check:
+    name = f"p50 overhead <= {MAX_P50_OVERHEAD_MS} ms (c=1, 0 ms, {mode_name(stream)})"
+    by_target = {o.target: o for o in found if o.latency_ms == 0 and o.mode == mode_name(stream)}
+    gateway = by_target.get("gateway")
+    passthrough = by_target.get("passthrough")
+    floor = f"; passthrough {passthrough.p50_ms:.3f} ms" if passthrough else ""
+    if gateway is None:
+        return Check(name, "SKIP", "not measured" + floor)
+    detail = f"gateway {gateway.p50_ms:.3f} ms{floor}"
+    return Check(name, "PASS" if gateway.p50_ms <= MAX_P50_OVERHEAD_MS else "FAIL", detail)
+
+
+def _error_check(results: Sequence[CellResult], stream: bool) -> Check:
+    kind = "streams" if stream else "requests"
+    name = f"zero errors, {STRESS_CONCURRENCY} concurrent {kind}, {STRESS_LATENCY_MS} ms upstream"
+    gateway = _find(results, "gateway", stream, STRESS_LATENCY_MS, STRESS_CONCURRENCY)
+    if gateway is None:
+        return Check(name, "SKIP", "not measured")
+    if gateway.requests == 0:
+        return Check(name, "FAIL", "gateway completed no request")
+    detail = f"{gateway.error_count} errors in {gateway.requests + gateway.error_count} requests"
+    if gateway.errors:
+        detail += f" {gateway.errors}"
+    return Check(name, "PASS" if gateway.error_count == 0 else "FAIL", detail)
+
+
+def _rss_check(memory: Mapping[str, Memory]) -> Check:
+    name = f"gateway RSS <= {MAX_RSS_MIB:.0f} MiB after the run"
+    gateway = memory.get("gateway")
+    if gateway is None:
+        return Check(name, "SKIP", "not measured")
+    detail = f"{gateway.rss_mib:.1f} MiB (peak {gateway.peak_rss_mib:.1f} MiB)"
+    return Check(name, "PASS" if gateway.rss_mib <= MAX_RSS_MIB else "FAIL", detail)
+
+
+def checks(
+    results: Sequence[CellResult], found: Sequence[Overhead], memory: Mapping[str, Memory]
+) -> list[Check]:
+    """Evaluate every target; a check whose cells were not run is ``SKIP``."""
+    return [
+        *(_throughput_check(results, stream) for stream in _MODES),
+        *(_cpu_check(results, stream) for stream in _MODES),
+        *(_overhead_check(found, stream) for stream in _MODES),
+        *(_error_check(results, stream) for stream in _MODES),
+        _rss_check(memory),
+    ]

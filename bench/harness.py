@@ -1,0 +1,92 @@
+"""One benchmark run: start the servers, measure the matrix, stop everything.
+
+All child processes and the scratch directory (gateway config, server logs) belong to
+one :class:`contextlib.ExitStack`, so they are cleaned up however the run ends.
+"""
+
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from bench import aio, procstat
+from bench.analysis import checks, overheads
+from bench.matrix import DIRECT, TARGETS, CellResult, Settings, plan, run_matrix
+from bench.report import BenchReport, table_row
+from bench.targets import Server, start_gateway, start_passthrough, start_upstream
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to measure: the matrix axes, the per-cell settings and the gateway command."""
+
+    targets: tuple[str, ...]
+    modes: tuple[bool, ...]
+    latencies_ms: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    settings: Settings
+    gateway_command: str
+
+
+def run_benchmark(options: Options, progress: Callable[[str], None]) -> BenchReport:
+    """Run the benchmark described by ``options``; ``progress`` receives one line per step.
+
+    Raises ``processes.HarnessError`` when a server does not come up.
+    """
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="crossway-bench-")))
+        return aio.run(_measure(stack, scratch, options, progress))
+
+
+async def _start_servers(
+    stack: ExitStack, scratch: Path, options: Options, progress: Callable[[str], None]
+) -> dict[str, Server]:
+    progress("starting the mock upstream")
+    upstream = await start_upstream(stack, scratch)
+    servers = {DIRECT: upstream}
+    if "passthrough" in options.targets:
+        progress("starting the passthrough")
+        servers["passthrough"] = await start_passthrough(stack, scratch, upstream)
+    if "gateway" in options.targets:
+        progress("starting the gateway")
+        servers["gateway"] = await start_gateway(stack, scratch, upstream, options.gateway_command)
+    return servers
+
+
+async def _measure(
+    stack: ExitStack, scratch: Path, options: Options, progress: Callable[[str], None]
+) -> BenchReport:
+    servers = await _start_servers(stack, scratch, options, progress)
+    cells = plan(options.targets, options.modes, options.latencies_ms, options.concurrencies)
+    done: list[CellResult] = []
+
+    def report_cell(result: CellResult) -> None:
+        done.append(result)
+        progress(f"[{len(done)}/{len(cells)}] {table_row(result)}")
+
+    results = await run_matrix(cells, servers, servers[DIRECT], options.settings, report_cell)
+    memory = {name: procstat.memory(servers[name].pid) for name in TARGETS if name in servers}
+    found = overheads(results)
+    return BenchReport(
+        environment=_environment(),
+        settings=options.settings,
+        cells=results,
+        overheads=found,
+        memory=memory,
+        checks=checks(results, found, memory),
+    )
+
+
+def _environment() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "aiohttp": metadata.version("aiohttp"),
+        "loop": "uvloop" if aio.using_uvloop() else "asyncio",
+        "cpus": str(os.cpu_count()),
+        "platform": sys.platform,
+    }

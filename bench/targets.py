@@ -1,0 +1,111 @@
+"""How each benchmarked server is launched, configured and addressed.
+
+Three servers take part: the mock upstream (also the "direct" baseline), the minimal
+passthrough and the Crossway gateway. All listen on 127.0.0.1 only.
+"""
+
+import shlex
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from bench.processes import free_port, spawn, wait_ready
+
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CHAT_PATH = "/v1/chat/completions"
+DEFAULT_GATEWAY_CMD = (
+    "{python} -m proxy serve --config {config} --host 127.0.0.1 --port {port} --workers 1"
+)
+_READY_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server: its name, root PID, port and chat-completions URL."""
+
+    name: str
+    pid: int
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def chat_url(self) -> str:
+        """The URL load is sent to."""
+        return self.base_url + CHAT_PATH
+
+
+def gateway_config_yaml(port: int, upstream_port: int) -> str:
+    """Return the gateway config: one worker, no access log, one OpenAI provider, no plugins.
+
+    This is the single place to adjust if the gateway's config schema changes.
+    """
+    return (
+        f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: false}}\n"
+        "providers:\n"
+        f'  upstream: {{type: openai, base_url: "http://{HOST}:{upstream_port}/v1",'
+        ' api_key: "bench-key"}\n'
+        "plugins: []\n"
+    )
+
+
+async def start_upstream(stack: ExitStack, log_dir: Path) -> Server:
+    """Start the mock upstream (latency 0 ms) and wait until it answers."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.upstream", "--host", HOST, "--port", str(port)]
+    child = spawn(stack, "upstream", argv, REPO_ROOT, log_dir)
+    await wait_ready(child, f"http://{HOST}:{port}/health", _READY_TIMEOUT_S)
+    return Server(name="upstream", pid=child.pid, port=port)
+
+
+async def start_passthrough(stack: ExitStack, log_dir: Path, upstream: Server) -> Server:
+    """Start the minimal passthrough in front of ``upstream`` and wait until it answers."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.passthrough",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--upstream",
+        upstream.base_url,
+    ]
+    child = spawn(stack, "passthrough", argv, REPO_ROOT, log_dir)
+    await wait_ready(child, f"http://{HOST}:{port}/health", _READY_TIMEOUT_S)
+    return Server(name="passthrough", pid=child.pid, port=port)
+
+
+async def start_gateway(
+    stack: ExitStack, log_dir: Path, upstream: Server, command_template: str
+) -> Server:
+    """Start the gateway with :func:`gateway_config_yaml` and wait for ``/health/ready``.
+
+    ``command_template`` is split like a shell command line; ``{python}``, ``{config}``
+    and ``{port}`` in it are replaced by the interpreter, config file path and port.
+    """
+    port = free_port()
+    config_path = log_dir / "gateway.yaml"
+    config_path.write_text(gateway_config_yaml(port, upstream.port))
+    values = {"python": sys.executable, "config": str(config_path), "port": str(port)}
+    argv = [token.format(**values) for token in shlex.split(command_template)]
+    child = spawn(stack, "gateway", argv, REPO_ROOT, log_dir)
+    await wait_ready(child, f"http://{HOST}:{port}/health/ready", _READY_TIMEOUT_S)
+    return Server(name="gateway", pid=child.pid, port=port)
+
+
+async def set_upstream_latency(
+    session: aiohttp.ClientSession, upstream: Server, latency_ms: int
+) -> None:
+    """Set the mock upstream's artificial latency before the first byte."""
+    url = f"{upstream.base_url}/bench/latency"
+    async with session.post(url, params={"ms": str(latency_ms)}) as response:
+        response.raise_for_status()

@@ -1,0 +1,9 @@
+"""Crossway's built-in plugins, one module each, loadable by name from the YAML ``plugins:`` list.
+
+``BUILTINS`` maps each name to its ``module:Class``; the loader imports only what a config uses,
+so an unused plugin costs nothing.
+"""
+
+BUILTINS: dict[str, str] = {
+    "headers": "plugins.headers:HeadersPlugin",
+}

@@ -1,0 +1,3 @@
+"""Crossway: a fast, small, safe LLM gateway."""
+
+__version__ = "0.1.0"

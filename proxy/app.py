@@ -1,0 +1,403 @@
+"""The aiohttp application: routes, the request pipeline, health, models and metrics endpoints.
+
+Every dialect route runs the same pipeline: read the body (size and time bounded), decode it
+with the dialect, resolve the model, run the plugin chain on the current snapshot, and answer in
+the dialect — as one JSON body, or as an SSE stream whose chunks are flushed as they arrive.
+A failure before the first byte is an error response in the dialect's shape; after it, an
+in-band error frame and no end marker. Each request is counted in the metrics and logged as one
+access line. This is the only module that knows every piece.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from plugins import BUILTINS
+from proxy.canonical import Call, Reply, Usage
+from proxy.config import ConfigError, GatewayConfig, load_config
+from proxy.dialects import all_dialects
+from proxy.dialects.base import Dialect
+from proxy.dialects.openai_chat import error_json
+from proxy.errors import (
+    GatewayError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    RequestTimeout,
+)
+from proxy.logs import make_logger
+from proxy.metrics import CONTENT_TYPE, Metrics, status_class
+from proxy.runtime import Blueprint, Runtime, Snapshot
+
+RUNTIME = web.AppKey("runtime", Runtime)
+METRICS = web.AppKey("metrics", Metrics)
+LOGGER = web.AppKey("logger", structlog.typing.FilteringBoundLogger)
+
+CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
+_MAX_REQUEST_ID = 128
+_SSE_HEADERS = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
+_JSON = "application/json"
+
+
+def create_app(
+    config_path: str | Path,
+    *,
+    config: GatewayConfig | None = None,
+    log_stream: Any = None,
+) -> web.Application:
+    """The gateway application for the config file at ``config_path``.
+
+    ``config`` may be passed when already loaded (it must come from that file: reloads re-read
+    the file). Raises :class:`ConfigError` if the config is invalid.
+    """
+    config_path = Path(config_path)
+    config = config or load_config(config_path)
+    blueprint = Blueprint(config, BUILTINS)
+    metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
+    logger = make_logger(blueprint.redactor, level=config.server.log_level, stream=log_stream)
+    app = web.Application(client_max_size=config.server.max_body_bytes)
+    app[METRICS] = metrics
+    app[LOGGER] = logger
+
+    def on_upstream_error(provider: str, error: GatewayError) -> None:
+        metrics.upstream_errors(provider, error.kind).inc()
+
+    async def start(app: web.Application) -> None:
+        snapshot = Snapshot(blueprint, on_upstream_error)
+        app[RUNTIME] = Runtime(config_path, snapshot, BUILTINS, on_upstream_error)
+        _export_readiness(metrics, snapshot)
+        _install_reload_signal(app)
+
+    async def stop(app: web.Application) -> None:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        await app[RUNTIME].close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    for dialect in all_dialects():
+        handler = _dialect_handler(dialect, app, config)
+        for path in dialect.paths:
+            app.router.add_post(path, handler)
+    for prefix in ("/v1", ""):
+        app.router.add_get(f"{prefix}/models", _models)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/health/live", _live)
+    app.router.add_get("/health/ready", _ready)
+    app.router.add_route("*", "/{tail:.*}", _fallback)
+    return app
+
+
+def reload_runtime(app: web.Application) -> bool:
+    """Reload the config file; on error keep serving the old one. Returns whether it worked."""
+    runtime, metrics, logger = app[RUNTIME], app[METRICS], app[LOGGER]
+    try:
+        snapshot = runtime.reload()
+    except ConfigError as exc:
+        metrics.config_reloads("error").inc()
+        logger.error("config_reload_failed", path=str(runtime.config_path), errors=exc.errors)
+        return False
+    metrics.config_reloads("ok").inc()
+    _export_readiness(metrics, snapshot)
+    logger.info("config_reloaded", path=str(runtime.config_path))
+    return True
+
+
+def _install_reload_signal(app: web.Application) -> None:
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_runtime, app)
+    except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+        return
+
+
+def _export_readiness(metrics: Metrics, snapshot: Snapshot) -> None:
+    for name, provider in snapshot.providers.items():
+        metrics.provider_ready(name).set(1 if provider.ready else 0)
+
+
+def _request_id(request: web.Request) -> str:
+    """The client's ``x-request-id`` if it is sane, else a fresh one."""
+    given = request.headers.get("x-request-id")
+    if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
+        return given
+    return uuid.uuid4().hex
+
+
+async def _read_body(request: web.Request, config: GatewayConfig) -> bytes:
+    limit = config.server.max_body_bytes
+    length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+    try:
+        async with asyncio.timeout(config.server.body_read_timeout):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit") from None
+    except TimeoutError:
+        raise RequestTimeout("the request body was not received in time") from None
+
+
+class _Outcome:
+    """What one request did, for its metrics and access line."""
+
+    __slots__ = ("error", "model", "provider", "status", "usage")
+
+    def __init__(self) -> None:
+        self.status = 500
+        self.model = "none"
+        self.provider = "none"
+        self.usage: Usage | None = None
+        self.error: GatewayError | None = None
+
+
+def _dialect_handler(dialect: Dialect, app: web.Application, config: GatewayConfig) -> Any:
+    """The request pipeline for one dialect (see the module docstring)."""
+    metrics = app[METRICS]
+    logger = app[LOGGER]
+    in_flight = metrics.in_flight(dialect.name)
+    name = dialect.name
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
+        request_id = _request_id(request)
+        snapshot = app[RUNTIME].snapshot
+        snapshot.enter()
+        in_flight.inc()
+        outcome = _Outcome()
+        call: Call | None = None
+        try:
+            try:
+                body = await _read_body(request, snapshot.config)
+                call = dialect.decode(body, request.headers, request_id, start)
+                call.deployments = snapshot.router.resolve(call.model)
+                outcome.model = metrics.model_label(call.model)
+                reply = await snapshot.chain(call)
+            except GatewayError as error:
+                return _error_response(dialect, error, request_id, outcome)
+            except Exception:
+                logger.exception("unhandled_error", request_id=request_id, dialect=name)
+                return _error_response(
+                    dialect, InternalError("internal gateway error"), request_id, outcome
+                )
+            outcome.provider = reply.provider
+            if reply.stream is not None:
+                return await _stream(request, dialect, call, reply, request_id, outcome)
+            return _whole(dialect, call, reply, request_id, outcome)
+        except asyncio.CancelledError:
+            outcome.status = CLIENT_CLOSED
+            raise
+        finally:
+            snapshot.leave()
+            in_flight.dec()
+            _observe(metrics, name, call, outcome, start)
+            if snapshot.config.server.access_log or outcome.status >= 500:
+                _access_log(logger, name, call, outcome, start, request_id)
+
+    return handle
+
+
+def _reply_headers(reply: Reply, request_id: str) -> dict[str, str]:
+    headers = {
+        "x-request-id": request_id,
+        "x-crossway-provider": reply.provider,
+        "x-crossway-model": f"{reply.provider}/{reply.model}",
+    }
+    if reply.headers:
+        headers.update(reply.headers)
+    return headers
+
+
+def _whole(
+    dialect: Dialect, call: Call, reply: Reply, request_id: str, outcome: _Outcome
+) -> web.Response:
+    assert reply.response is not None
+    outcome.usage = reply.response.usage
+    body = dialect.encode_response(call, reply)
+    outcome.status = 200
+    return web.Response(
+        body=body, content_type=_JSON, headers=_reply_headers(reply, request_id)
+    )
+
+
+async def _stream(
+    request: web.Request,
+    dialect: Dialect,
+    call: Call,
+    reply: Reply,
+    request_id: str,
+    outcome: _Outcome,
+) -> web.StreamResponse:
+    stream = reply.stream
+    assert stream is not None
+    encoder = dialect.stream_encoder(call, reply)
+    response = web.StreamResponse(headers={**_SSE_HEADERS, **_reply_headers(reply, request_id)})
+    timings = call.timings
+    outcome.status = 200
+    try:
+        await response.prepare(request)
+        async for chunk in stream:
+            if chunk.usage is not None:
+                outcome.usage = chunk.usage
+            data = encoder.chunk(chunk)
+            if data:
+                if timings.first_token is None:
+                    timings.first_token = time.perf_counter() - timings.start
+                await response.write(data)
+        await response.write(encoder.end())
+    except GatewayError as error:
+        outcome.error = error
+        outcome.status = error.status
+        await response.write(encoder.error(error))
+    except ConnectionResetError:
+        outcome.status = CLIENT_CLOSED
+        return response
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    await response.write_eof()
+    return response
+
+
+def _error_response(
+    dialect: Dialect, error: GatewayError, request_id: str, outcome: _Outcome
+) -> web.Response:
+    outcome.status = error.status
+    outcome.error = error
+    if error.provider is not None:
+        outcome.provider = error.provider
+    headers = error.response_headers()
+    headers["x-request-id"] = request_id
+    return web.Response(
+        status=error.status,
+        body=dialect.encode_error(error, request_id),
+        content_type=_JSON,
+        headers=headers,
+    )
+
+
+def _observe(
+    metrics: Metrics, dialect: str, call: Call | None, outcome: _Outcome, start: float
+) -> None:
+    total = time.perf_counter() - start
+    provider = outcome.provider
+    metrics.requests(dialect, outcome.model, provider, status_class(outcome.status)).inc()
+    metrics.request_duration(dialect, outcome.model, provider).observe(total)
+    if call is None:
+        metrics.overhead(dialect).observe(total)
+        return
+    timings = call.timings
+    metrics.overhead(dialect).observe(max(total - timings.upstream_wait, 0.0))
+    if provider != "none":
+        metrics.upstream_duration(provider).observe(timings.upstream_wait)
+    if timings.first_token is not None:
+        metrics.time_to_first_token(dialect, outcome.model, provider).observe(timings.first_token)
+    if outcome.usage is not None:
+        metrics.record_tokens(outcome.model, provider, outcome.usage)
+
+
+def _access_log(
+    logger: Any,
+    dialect: str,
+    call: Call | None,
+    outcome: _Outcome,
+    start: float,
+    request_id: str,
+) -> None:
+    total = time.perf_counter() - start
+    fields: dict[str, Any] = {
+        "request_id": request_id,
+        "dialect": dialect,
+        "model": call.model if call is not None else None,
+        "provider": outcome.provider,
+        "status": outcome.status,
+        "duration_ms": round(total * 1000, 3),
+    }
+    if call is not None:
+        timings = call.timings
+        fields["upstream_ms"] = round(timings.upstream_wait * 1000, 3)
+        fields["overhead_ms"] = round((total - timings.upstream_wait) * 1000, 3)
+        fields["stream"] = call.stream
+        if timings.first_token is not None:
+            fields["ttft_ms"] = round(timings.first_token * 1000, 3)
+    usage = outcome.usage
+    if usage is not None:
+        fields["input_tokens"] = usage.prompt_tokens
+        fields["output_tokens"] = usage.completion_tokens
+    error = outcome.error
+    if error is not None:
+        fields["error_code"] = error.code
+        fields["error"] = error.message
+    logger.info("request", **fields)
+
+
+async def _models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: the aliases and direct targets that can be routed right now."""
+    snapshot = request.app[RUNTIME].snapshot
+    router = snapshot.router
+    data: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for alias, deployments in router.aliases().items():
+        ready = [d for d in deployments if router.is_ready(d.provider)]
+        if not ready:
+            continue
+        entries = [(alias, "crossway")] + [(d.target, d.provider) for d in ready]
+        for model_id, owner in entries:
+            if model_id not in seen:
+                seen.add(model_id)
+                data.append(
+                    {"id": model_id, "object": "model", "created": 0, "owned_by": owner}
+                )
+    return web.json_response({"object": "list", "data": data})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: Prometheus exposition."""
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"content-type": CONTENT_TYPE})
+
+
+async def _live(request: web.Request) -> web.Response:
+    """``GET /health/live``: the process serves HTTP."""
+    return web.json_response({"status": "ok"})
+
+
+async def _ready(request: web.Request) -> web.Response:
+    """``GET /health/ready``: a config is loaded and at least one provider is ready (else 503)."""
+    snapshot = request.app[RUNTIME].snapshot
+    providers = {name: p.ready for name, p in snapshot.providers.items()}
+    ready = snapshot.ready
+    return web.json_response(
+        {"status": "ready" if ready else "not_ready", "providers": providers},
+        status=200 if ready else 503,
+    )
+
+
+async def _fallback(request: web.Request) -> web.Response:
+    """Unknown routes (404) and known routes with the wrong method (405), as OpenAI errors."""
+    error: GatewayError
+    if _is_known_path(request):
+        error = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+    else:
+        error = NotFound(f"no route for {request.method} {request.path}")
+    return web.Response(status=error.status, body=error_json(error), content_type=_JSON)
+
+
+def _is_known_path(request: web.Request) -> bool:
+    for resource in request.app.router.resources():
+        info = resource.get_info()
+        if info.get("path") == request.path:
+            return True
+    return False

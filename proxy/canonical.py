@@ -1,0 +1,348 @@
+"""Canonical request, reply and stream types: the one language every part of the gateway speaks.
+
+Dialects decode client bytes into a :class:`Call` and encode a :class:`Reply` back; providers turn a
+:class:`Call` into an upstream request and an upstream answer into a :class:`Response` or a stream
+of :class:`Chunk`; plugins read and wrap both. The shapes follow OpenAI chat completions (the
+lingua franca), so that an OpenAI-compatible round trip is a straight copy, except for token usage,
+which is normalised into disjoint buckets (:class:`Usage`) so that cost is exact whatever a
+provider reports.
+
+This module imports nothing else of the project.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages and content
+# ---------------------------------------------------------------------------------------------
+
+
+class TextPart(Struct, tag="text", tag_field="type", omit_defaults=True):
+    """A text content part."""
+
+    text: str
+
+
+class ImageURL(Struct, omit_defaults=True):
+    """An image reference: an http(s) URL or a ``data:`` URL with base64 bytes."""
+
+    url: str
+    detail: str | UnsetType = UNSET
+
+
+class ImagePart(Struct, tag="image_url", tag_field="type", omit_defaults=True):
+    """An image content part."""
+
+    image_url: ImageURL
+
+
+class InputAudio(Struct):
+    """Base64 audio input."""
+
+    data: str
+    format: str
+
+
+class AudioPart(Struct, tag="input_audio", tag_field="type", omit_defaults=True):
+    """An audio content part."""
+
+    input_audio: InputAudio
+
+
+class FilePart(Struct, tag="file", tag_field="type", omit_defaults=True):
+    """A file content part (kept opaque: ``file_id`` / ``file_data`` / ``filename``)."""
+
+    file: dict[str, Any]
+
+
+class RefusalPart(Struct, tag="refusal", tag_field="type", omit_defaults=True):
+    """A refusal content part (assistant messages only)."""
+
+    refusal: str
+
+
+ContentPart = TextPart | ImagePart | AudioPart | FilePart | RefusalPart
+
+
+class FunctionCall(Struct, omit_defaults=True):
+    """The function a tool call invokes; ``arguments`` is JSON text as the model produced it."""
+
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(Struct, omit_defaults=True):
+    """A complete tool call made by the model."""
+
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+class Message(Struct):
+    """One conversation turn. ``content`` is text, a list of parts, or null (tool-call turns).
+
+    ``content`` is always encoded (as ``null`` when absent, as OpenAI does); every other optional
+    field only when set.
+    """
+
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | UnsetType = UNSET
+    tool_calls: list[ToolCall] | UnsetType = UNSET
+    tool_call_id: str | UnsetType = UNSET
+    refusal: str | None | UnsetType = UNSET
+    reasoning_content: str | None | UnsetType = UNSET
+
+    def text(self) -> str:
+        """The message's text: the string content, or its text parts joined; ``""`` if none."""
+        content = self.content
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        return "".join(part.text for part in content if isinstance(part, TextPart))
+
+
+class FunctionDefinition(Struct, omit_defaults=True):
+    """A callable function offered to the model; ``parameters`` is a JSON Schema object."""
+
+    name: str
+    description: str | UnsetType = UNSET
+    parameters: dict[str, Any] | UnsetType = UNSET
+    strict: bool | None | UnsetType = UNSET
+
+
+class Tool(Struct, omit_defaults=True):
+    """A tool offered to the model (only function tools are routed through the gateway)."""
+
+    function: FunctionDefinition
+    type: Literal["function"] = "function"
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage
+# ---------------------------------------------------------------------------------------------
+
+
+class Usage(Struct, omit_defaults=True):
+    """Token usage in disjoint buckets: their sum is everything the provider billed.
+
+    ``input`` excludes cache reads and writes; ``output`` excludes ``reasoning``. Providers fill
+    these from their own counts (e.g. OpenAI's ``prompt_tokens`` includes cached tokens, Anthropic's
+    ``input_tokens`` does not), so a price per bucket gives an exact cost whatever the provider.
+    ``cost_usd`` is set only when the provider itself reported the cost.
+    """
+
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Input tokens as OpenAI counts them (cache reads and writes included)."""
+        return self.input + self.cache_read + self.cache_write
+
+    @property
+    def completion_tokens(self) -> int:
+        """Output tokens as OpenAI counts them (reasoning included)."""
+        return self.output + self.reasoning
+
+    @property
+    def total_tokens(self) -> int:
+        """Every token billed."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# The call
+# ---------------------------------------------------------------------------------------------
+
+
+class Params(Struct, omit_defaults=True):
+    """Generation parameters understood by the gateway; each is absent (UNSET) unless given.
+
+    Bounds are checked when a dialect decodes them (a 400 naming the field). Fields a dialect
+    does not know are kept raw in :attr:`Call.extra` and passed to providers that accept them.
+    """
+
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None | UnsetType = UNSET
+    top_p: Annotated[float, Meta(ge=0, le=1)] | None | UnsetType = UNSET
+    max_tokens: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
+    max_completion_tokens: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
+    n: Annotated[int, Meta(ge=1, le=128)] | None | UnsetType = UNSET
+    stop: str | list[str] | None | UnsetType = UNSET
+    seed: int | None | UnsetType = UNSET
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None | UnsetType = UNSET
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None | UnsetType = UNSET
+    logit_bias: dict[str, float] | None | UnsetType = UNSET
+    logprobs: bool | None | UnsetType = UNSET
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None | UnsetType = UNSET
+    user: str | UnsetType = UNSET
+    tools: list[Tool] | None | UnsetType = UNSET
+    tool_choice: str | dict[str, Any] | None | UnsetType = UNSET
+    parallel_tool_calls: bool | None | UnsetType = UNSET
+    response_format: dict[str, Any] | None | UnsetType = UNSET
+    reasoning_effort: str | None | UnsetType = UNSET
+
+
+class Deployment(Struct, frozen=True):
+    """One place a model can be served: a provider instance and the model name it knows.
+
+    ``weight`` steers weighted load balancing among the deployments of one alias.
+    """
+
+    provider: str
+    model: str
+    weight: float = 1.0
+
+    @property
+    def target(self) -> str:
+        """``provider/model``: how clients address this deployment directly."""
+        return f"{self.provider}/{self.model}"
+
+
+class Timings(Struct):
+    """Clocks of one request, in seconds (``time.perf_counter``).
+
+    ``upstream_wait`` accumulates the time spent waiting on upstreams (every attempt, and every
+    chunk of a stream), so the gateway's own overhead is ``total - upstream_wait``.
+    ``first_token`` is the delay from the request's start to the first streamed token, if any.
+    """
+
+    start: float
+    upstream_wait: float = 0.0
+    first_token: float | None = None
+
+
+class Call(Struct):
+    """One client request in canonical form, passed explicitly through the plugin chain.
+
+    A Call is owned by one request; plugins may change it in place or pass a
+    :func:`msgspec.structs.replace` copy to ``next``. ``model`` is what the client asked for (an
+    alias or ``provider/model``); ``deployments`` are the candidates the router resolved for it,
+    and ``deployment`` is the one a plugin chose (the upstream picks by weight if none did).
+    ``extra`` holds request fields the dialect did not model, as raw JSON, to pass through.
+    ``options`` holds gateway controls a dialect carried in the body (fallbacks, retry, …), keyed
+    by the name of the option, for the plugins that honour them.
+    """
+
+    request_id: str
+    dialect: str
+    model: str
+    messages: list[Message]
+    stream: bool = False
+    include_usage: bool = False
+    params: Params = msgspec.field(default_factory=Params)
+    extra: dict[str, Raw] = msgspec.field(default_factory=dict)
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    client_headers: Mapping[str, str] = msgspec.field(default_factory=dict)
+    upstream_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    deployments: list[Deployment] = msgspec.field(default_factory=list)
+    deployment: Deployment | None = None
+    timings: Timings = msgspec.field(default_factory=lambda: Timings(start=time.perf_counter()))
+
+
+# ---------------------------------------------------------------------------------------------
+# The reply
+# ---------------------------------------------------------------------------------------------
+
+
+class Choice(Struct):
+    """One generated alternative of a whole response (``finish_reason``/``logprobs`` always encoded)."""
+
+    index: int
+    message: Message
+    finish_reason: FinishReason | None = None
+    logprobs: dict[str, Any] | None = None
+
+
+class Response(Struct, omit_defaults=True):
+    """A whole (non-streamed) completion."""
+
+    id: str
+    model: str
+    choices: list[Choice]
+    created: int = 0
+    usage: Usage | None = None
+    system_fingerprint: str | None | UnsetType = UNSET
+    service_tier: str | None | UnsetType = UNSET
+
+
+class ToolCallDelta(Struct, omit_defaults=True):
+    """A fragment of a streamed tool call; ``id`` and the function name come in its first one."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    function: FunctionCallDelta | UnsetType = UNSET
+
+
+class FunctionCallDelta(Struct, omit_defaults=True):
+    """A fragment of a streamed function call: the name once, then ``arguments`` text pieces."""
+
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class Delta(Struct, omit_defaults=True):
+    """What one chunk adds to one choice."""
+
+    role: Role | UnsetType = UNSET
+    content: str | None | UnsetType = UNSET
+    reasoning_content: str | None | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
+    refusal: str | None | UnsetType = UNSET
+
+
+class ChunkChoice(Struct):
+    """One choice's part of a chunk (``finish_reason``/``logprobs`` always encoded)."""
+
+    index: int
+    delta: Delta
+    finish_reason: FinishReason | None = None
+    logprobs: dict[str, Any] | None = None
+
+
+class Chunk(Struct, omit_defaults=True):
+    """One event of a streamed completion; the last one usually carries ``usage``."""
+
+    id: str
+    model: str
+    choices: list[ChunkChoice]
+    created: int = 0
+    usage: Usage | None = None
+    system_fingerprint: str | None | UnsetType = UNSET
+
+
+class Reply(Struct):
+    """What the chain returns: a whole :class:`Response`, or a stream of :class:`Chunk`.
+
+    Exactly one of ``response`` and ``stream`` is set. A stream returned by the upstream is
+    *primed*: its first chunk has already arrived, so any failure before the first byte reaches
+    the client surfaces as an exception from ``await next(call)`` (where retry and fallback can act),
+    and a failure while iterating is a mid-stream failure. Whoever stops iterating early must
+    ``aclose()`` the stream to free the upstream connection. ``provider`` / ``model`` name the
+    deployment that served; ``headers`` are extra response headers for the client.
+    """
+
+    provider: str
+    model: str
+    response: Response | None = None
+    stream: AsyncIterator[Chunk] | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+

@@ -1,0 +1,93 @@
+"""The ``crossway`` command: ``serve``, ``check`` and ``--version``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from proxy import __version__
+
+DEFAULT_CONFIG = os.environ.get("CROSSWAY_CONFIG", "config/gateway.yaml")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crossway", description="Crossway: a fast, small, safe LLM gateway."
+    )
+    parser.add_argument("--version", action="version", version=f"crossway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG), help="YAML config")
+    serve.add_argument("--host", help="listen address (default: server.host)")
+    serve.add_argument("--port", type=int, help="listen port (default: server.port)")
+    serve.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
+    check = commands.add_parser("check", help="validate a config and print what it resolves to")
+    check.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG), help="YAML config")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    from proxy.config import ConfigError
+
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return check(args.config, sys.stdout)
+        from proxy.server import ServeOptions, serve
+
+        if args.workers is not None and args.workers < 1:
+            print("crossway: --workers must be at least 1", file=sys.stderr)
+            return 2
+        serve(ServeOptions(args.config, host=args.host, port=args.port, workers=args.workers))
+    except ConfigError as exc:
+        _print_errors(args.config, exc.errors, sys.stderr)
+        return 1
+    return 0
+
+
+def check(config_path: Path, out: TextIO) -> int:
+    """Validate ``config_path`` and print its providers, models and plugin chain.
+
+    Raises :class:`proxy.config.ConfigError` if the config (or a plugin's options) is invalid.
+    """
+    from plugins import BUILTINS
+    from proxy.config import load_config
+    from proxy.runtime import Blueprint
+
+    blueprint = Blueprint(load_config(config_path), BUILTINS)
+    config = blueprint.config
+    server = config.server
+    print(f"config {config_path}: ok", file=out)
+    print(f"server: {server.host}:{server.port}, {server.workers} worker(s)", file=out)
+    print("providers:", file=out)
+    for name, provider in blueprint.providers.items():
+        state = "ready" if provider.ready else "NOT READY (missing credentials)"
+        print(f"  {name} ({type(provider.config).__struct_config__.tag}): {state}", file=out)
+    print("models:", file=out)
+    if not config.models:
+        print("  (none: address models as provider/model)", file=out)
+    for alias, deployments in blueprint.router.aliases().items():
+        targets = ", ".join(
+            f"{d.target} (weight {d.weight:g}"
+            + ("" if blueprint.router.is_ready(d.provider) else ", not ready")
+            + ")"
+            for d in deployments
+        )
+        print(f"  {alias} -> {targets}", file=out)
+    print("plugin chain (outermost first):", file=out)
+    if not config.plugins:
+        print("  (empty)", file=out)
+    for spec, plugin in zip(config.plugins, blueprint.plugins, strict=True):
+        print(f"  {spec.ref}: {type(plugin).__module__}.{type(plugin).__name__}", file=out)
+    return 0
+
+
+def _print_errors(config_path: Path, errors: Sequence[str], out: TextIO) -> None:
+    print(f"config {config_path}: {len(errors)} error(s)", file=out)
+    for error in errors:
+        print(f"  {error}", file=out)

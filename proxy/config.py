@@ -1,0 +1,260 @@
+"""The gateway's YAML configuration: shape, environment expansion, validation.
+
+Loading is two-stage. :func:`load_config` reads YAML, expands ``${VAR}`` / ``${VAR:-default}``
+in string values, and decodes every section into frozen msgspec Structs that forbid unknown keys;
+it then checks what types cannot express (a deployment naming an unknown provider). It reports
+*every* error it finds, each with its path (``$.providers.openai.timeouts.connect``), by raising
+:class:`ConfigError`. Expanded values are never echoed in errors: they may be secrets.
+Building the runtime from a valid config (providers, plugins) is :mod:`proxy.runtime`'s job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+import yaml
+from msgspec import Meta, Struct
+
+from proxy.providers import PROVIDER_TYPES
+from proxy.providers.base import ProviderConfig
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_MSGSPEC_PATH = re.compile(r"`\$([^`]*)`")
+
+_T = TypeVar("_T")
+
+Port = Annotated[int, Meta(ge=0, le=65535)]
+PositiveSeconds = Annotated[float, Meta(gt=0)]
+
+
+class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """How the gateway listens, and its per-request limits.
+
+    ``max_body_bytes`` larger bodies get 413. ``body_read_timeout`` seconds to receive a request
+    body (a slow client gets 408). ``shutdown_timeout`` seconds in-flight requests get to finish
+    on SIGTERM. ``access_log`` one JSON line per request on stdout.
+    """
+
+    host: str = "127.0.0.1"
+    port: Port = 4000
+    workers: Annotated[int, Meta(ge=1, le=256)] = 1
+    max_body_bytes: Annotated[int, Meta(ge=1024)] = 10 * 1024 * 1024
+    body_read_timeout: PositiveSeconds = 30.0
+    shutdown_timeout: PositiveSeconds = 30.0
+    access_log: bool = True
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class MetricsConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Prometheus export. ``max_model_labels`` bounds the distinct ``model`` label values; past
+    it, further models are counted under ``other`` so a client cannot explode cardinality."""
+
+    enabled: bool = True
+    max_model_labels: Annotated[int, Meta(ge=1)] = 200
+
+
+class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """One deployment of a model alias: ``provider/model`` and its load-balancing weight."""
+
+    target: str
+    weight: Annotated[float, Meta(gt=0)] = 1.0
+
+
+class PluginSpec(Struct, frozen=True):
+    """A plugin entry as written: a built-in name or ``module:Class``, its options, its path."""
+
+    ref: str
+    options: dict[str, Any]
+    path: str
+
+
+class GatewayConfig(Struct, frozen=True):
+    """The whole, validated configuration."""
+
+    server: ServerConfig = ServerConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
+    models: dict[str, tuple[DeploymentConfig, ...]] = msgspec.field(default_factory=dict)
+    plugins: tuple[PluginSpec, ...] = ()
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; ``errors`` lists every problem, each with its path."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {e}" for e in errors))
+        self.errors = errors
+
+
+_TOP_LEVEL = frozenset({"server", "metrics", "providers", "models", "plugins"})
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read, expand and validate the YAML file at ``path``. Raises :class:`ConfigError`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"cannot read {path}: {exc.strerror}"]) from None
+    return parse_config(text, environ)
+
+
+def parse_config(text: str, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Validate YAML ``text`` as a gateway config. Raises :class:`ConfigError`."""
+    try:
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {exc}"]) from None
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise ConfigError(["$: the config must be a mapping"])
+    errors: list[str] = []
+    tree = _expand(tree, "$", os.environ if environ is None else environ, errors)
+    for key in tree:
+        if key not in _TOP_LEVEL:
+            errors.append(f"$.{key}: unknown key (expected one of {', '.join(sorted(_TOP_LEVEL))})")
+    server = _convert(tree.get("server", {}), ServerConfig, "$.server", errors)
+    metrics = _convert(tree.get("metrics", {}), MetricsConfig, "$.metrics", errors)
+    providers = _providers(tree.get("providers", {}), errors)
+    models = _models(tree.get("models", {}), providers, errors)
+    plugins = _plugins(tree.get("plugins", []), errors)
+    if errors or server is None or metrics is None:
+        raise ConfigError(errors)
+    return GatewayConfig(
+        server=server, metrics=metrics, providers=providers, models=models, plugins=plugins
+    )
+
+
+def _expand(node: Any, path: str, environ: Mapping[str, str], errors: list[str]) -> Any:
+    """Expand environment references in every string value below ``node``."""
+    if isinstance(node, str):
+        if "${" not in node:
+            return node
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            value = environ.get(name)
+            if value is None or (value == "" and default is not None):
+                if default is None:
+                    errors.append(f"{path}: environment variable {name} is not set")
+                    return ""
+                return default
+            return value
+
+        return _ENV_REF.sub(substitute, node)
+    if isinstance(node, dict):
+        return {key: _expand(value, f"{path}.{key}", environ, errors) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_expand(value, f"{path}[{i}]", environ, errors) for i, value in enumerate(node)]
+    return node
+
+
+def _convert(node: Any, target: type[_T], path: str, errors: list[str]) -> _T | None:
+    """Decode ``node`` as ``target``; on failure record the error at its full path, give None."""
+    try:
+        return msgspec.convert(node, target, strict=False)
+    except msgspec.ValidationError as exc:
+        errors.append(_with_path(str(exc), path))
+        return None
+
+
+def _with_path(message: str, prefix: str) -> str:
+    """Rewrite msgspec's ``... - at `$.x` `` into ``$prefix.x: ...``."""
+    match = _MSGSPEC_PATH.search(message)
+    if match is None:
+        return f"{prefix}: {message}"
+    detail = message[: match.start()].removesuffix(" - at ").strip()
+    return f"{prefix}{match.group(1)}: {detail}"
+
+
+def _mapping(node: Any, path: str, errors: list[str]) -> dict[str, Any]:
+    if node is None:
+        return {}
+    if not isinstance(node, dict):
+        errors.append(f"{path}: expected a mapping")
+        return {}
+    return node
+
+
+def _providers(node: Any, errors: list[str]) -> dict[str, ProviderConfig]:
+    providers: dict[str, ProviderConfig] = {}
+    types = ", ".join(PROVIDER_TYPES)
+    for name, spec in _mapping(node, "$.providers", errors).items():
+        path = f"$.providers.{name}"
+        if not isinstance(name, str) or not name or "/" in name:
+            errors.append(f"{path}: a provider name must be a non-empty string without '/'")
+            continue
+        if not isinstance(spec, dict) or spec.get("type") not in PROVIDER_TYPES:
+            errors.append(f"{path}.type: expected one of {types}")
+            continue
+        config_type = PROVIDER_TYPES[spec["type"]].config
+        config = _convert(spec, config_type, path, errors)
+        if config is not None:
+            providers[name] = config
+    return providers
+
+
+def _models(
+    node: Any, providers: Mapping[str, ProviderConfig], errors: list[str]
+) -> dict[str, tuple[DeploymentConfig, ...]]:
+    models: dict[str, tuple[DeploymentConfig, ...]] = {}
+    for alias, deployments in _mapping(node, "$.models", errors).items():
+        path = f"$.models.{alias}"
+        if isinstance(deployments, dict):
+            deployments = [deployments]
+        if not isinstance(deployments, list) or not deployments:
+            errors.append(f"{path}: expected a non-empty list of deployments")
+            continue
+        converted = []
+        for i, deployment in enumerate(deployments):
+            item = _convert(deployment, DeploymentConfig, f"{path}[{i}]", errors)
+            if item is None:
+                continue
+            provider, _, model = item.target.partition("/")
+            if not model:
+                errors.append(f"{path}[{i}].target: expected 'provider/model'")
+            elif provider not in providers:
+                errors.append(f"{path}[{i}].target: unknown provider {provider!r}")
+            converted.append(item)
+        models[str(alias)] = tuple(converted)
+    return models
+
+
+def _plugins(node: Any, errors: list[str]) -> tuple[PluginSpec, ...]:
+    if node is None:
+        return ()
+    if not isinstance(node, list):
+        errors.append("$.plugins: expected a list")
+        return ()
+    return tuple(_plugin_entries(node, errors))
+
+
+def _plugin_entries(node: list[Any], errors: list[str]) -> Iterator[PluginSpec]:
+    for i, entry in enumerate(node):
+        path = f"$.plugins[{i}]"
+        if isinstance(entry, str):
+            yield PluginSpec(ref=entry, options={}, path=path)
+        elif isinstance(entry, dict) and "plugin" in entry:
+            extra = set(entry) - {"plugin", "options"}
+            if extra:
+                errors.append(f"{path}: unknown key {sorted(extra)[0]!r}")
+            options = entry.get("options") or {}
+            if not isinstance(entry["plugin"], str) or not isinstance(options, dict):
+                errors.append(f"{path}: expected {{plugin: 'module:Class', options: {{...}}}}")
+                continue
+            yield PluginSpec(ref=entry["plugin"], options=options, path=f"{path}.options")
+        elif isinstance(entry, dict) and len(entry) == 1:
+            (name, options), = entry.items()
+            if options is None:
+                options = {}
+            if not isinstance(options, dict):
+                errors.append(f"{path}.{name}: expected a mapping of options")
+                continue
+            yield PluginSpec(ref=str(name), options=options, path=f"{path}.{name}")
+        else:
+            errors.append(f"{path}: expected a built-in name, {{name: options}} or {{plugin: ...}}")

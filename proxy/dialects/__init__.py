@@ -1,0 +1,16 @@
+"""The dialect registry: every client wire format the gateway serves.
+
+Adding a dialect is adding one module implementing :class:`~proxy.dialects.base.Dialect` and
+one entry here; the app routes its paths and the conformance tests pick it up.
+"""
+
+from __future__ import annotations
+
+from proxy.dialects.base import Dialect
+from proxy.dialects.openai_chat import OpenAIChatDialect
+from proxy.dialects.openai_completions import OpenAICompletionsDialect
+
+
+def all_dialects() -> tuple[Dialect, ...]:
+    """One instance of every registered dialect."""
+    return (OpenAIChatDialect(), OpenAICompletionsDialect())

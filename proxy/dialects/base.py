@@ -1,0 +1,88 @@
+"""The dialect interface: how one client wire format maps to and from the canonical types.
+
+A dialect only translates. It decodes request bytes into a :class:`~proxy.canonical.Call`
+(gateway options it carries in the body go to ``Call.options``), encodes a whole reply, encodes a
+stream chunk by chunk in its own SSE framing, and encodes errors in its own error JSON. It never
+retries, caches, counts or does I/O, and it imports only the canonical types and the errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Protocol
+
+import msgspec
+
+from proxy.canonical import Call, Chunk, Reply
+from proxy.errors import BadRequest, GatewayError
+
+_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
+
+
+class StreamEncoder(Protocol):
+    """Encodes one reply stream; holds whatever per-stream state the framing needs."""
+
+    def chunk(self, chunk: Chunk) -> bytes:
+        """The bytes for one canonical chunk (``b""`` when it maps to nothing)."""
+        ...
+
+    def end(self) -> bytes:
+        """The bytes that close a stream that completed normally."""
+        ...
+
+    def error(self, error: GatewayError) -> bytes:
+        """The in-band error frame for a failure after the stream started (no end marker)."""
+        ...
+
+
+class Dialect(Protocol):
+    """A client wire format. ``paths`` are the routes it serves (POST)."""
+
+    name: str
+    paths: tuple[str, ...]
+
+    def decode(self, body: bytes, headers: Mapping[str, str], request_id: str, start: float) -> Call:
+        """The canonical call for a request body; ``start`` is its ``perf_counter`` arrival time.
+
+        Raises :class:`~proxy.errors.BadRequest` naming the offending field.
+        """
+        ...
+
+    def encode_response(self, call: Call, reply: Reply) -> bytes:
+        """The JSON body for a whole (non-streamed) reply."""
+        ...
+
+    def stream_encoder(self, call: Call, reply: Reply) -> StreamEncoder:
+        """A fresh encoder for one streamed reply."""
+        ...
+
+    def encode_error(self, error: GatewayError, request_id: str) -> bytes:
+        """The JSON body for ``error`` (its status and headers are the error's own)."""
+        ...
+
+
+def bad_request(exc: msgspec.DecodeError) -> BadRequest:
+    """A 400 for a msgspec decode/validation failure, naming the field it happened at.
+
+    ``Expected `int`, got `str` - at `$.max_tokens``` becomes message
+    ``Invalid request: Expected `int`, got `str` at 'max_tokens'`` with ``param="max_tokens"``.
+    """
+    text = str(exc)
+    match = _PATH.search(text)
+    if match is None:
+        missing = _MISSING.search(text)
+        if missing is not None:
+            return BadRequest(f"Invalid request: {text}", param=missing.group(1))
+        if isinstance(exc, msgspec.ValidationError):
+            return BadRequest(f"Invalid request: {text}")
+        return BadRequest(f"Invalid JSON body: {text}", code="invalid_json")
+    param = match.group(1)
+    detail = text[: match.start()]
+    missing = _MISSING.search(detail)
+    if missing is not None:
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+    if not param:
+        return BadRequest(f"Invalid request: {detail}")
+    return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)

@@ -1,0 +1,234 @@
+"""OpenAI chat completions — ``POST /v1/chat/completions`` — the lingua franca.
+
+The canonical types are shaped after this format, so decoding is one typed msgspec pass for the
+envelope and one for the generation parameters; request fields the gateway does not model are
+kept raw and passed to the provider. Credentials a client might smuggle in the body
+(``api_key``, ``api_base``, ``base_url``) are dropped: a client never chooses where or as whom the
+gateway connects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Annotated
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from proxy.canonical import Call, Choice, Chunk, ChunkChoice, Message, Params, Reply, Timings, Usage
+from proxy.dialects.base import bad_request
+from proxy.errors import BadRequest, GatewayError
+from proxy.sse import encode_data_frame
+
+NEVER_FORWARDED = frozenset({"api_key", "api_base", "base_url"})
+
+
+class _StreamOptions(Struct):
+    include_usage: bool = False
+
+
+class _Envelope(Struct):
+    model: str
+    messages: Annotated[list[Message], Meta(min_length=1)]
+    stream: bool | None = False
+    stream_options: _StreamOptions | None = None
+
+
+_KNOWN_FIELDS = frozenset(_Envelope.__struct_fields__) | frozenset(Params.__struct_fields__)
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_PARAMS = msgspec.json.Decoder(Params)
+_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ENCODER = msgspec.json.Encoder()
+
+
+class _PromptDetails(Struct):
+    cached_tokens: int
+
+
+class _CompletionDetails(Struct):
+    reasoning_tokens: int
+
+
+class OpenAIUsage(Struct):
+    """OpenAI's usage object, built from the canonical buckets."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: _PromptDetails
+    completion_tokens_details: _CompletionDetails
+
+    @classmethod
+    def of(cls, usage: Usage) -> OpenAIUsage:
+        """OpenAI counts cache reads/writes inside prompt tokens, reasoning inside completion."""
+        return cls(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+            prompt_tokens_details=_PromptDetails(cached_tokens=usage.cache_read),
+            completion_tokens_details=_CompletionDetails(reasoning_tokens=usage.reasoning),
+        )
+
+
+class _Response(Struct, omit_defaults=True):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: OpenAIUsage | None = None
+    system_fingerprint: str | None | UnsetType = UNSET
+    service_tier: str | None | UnsetType = UNSET
+
+
+class _Chunk(Struct, omit_defaults=True):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: OpenAIUsage | None = None
+    system_fingerprint: str | None | UnsetType = UNSET
+
+
+class _ErrorBody(Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class _ErrorEnvelope(Struct):
+    error: _ErrorBody
+
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+def decode_extra(body: bytes, known: frozenset[str]) -> dict[str, msgspec.Raw]:
+    """Top-level fields of ``body`` outside ``known`` (minus credentials), as raw JSON."""
+    fields = _FIELDS.decode(body)
+    if len(fields) <= len(known) and fields.keys() <= known:
+        return {}
+    return {
+        key: value
+        for key, value in fields.items()
+        if key not in known and key not in NEVER_FORWARDED
+    }
+
+
+def error_json(error: GatewayError) -> bytes:
+    """``{"error": {message, type, param, code}}``: OpenAI's error body."""
+    return _ENCODER.encode(
+        _ErrorEnvelope(
+            _ErrorBody(message=error.message, type=error.type, param=error.param, code=error.code)
+        )
+    )
+
+
+class OpenAIChatDialect:
+    """See the module docstring."""
+
+    name = "openai"
+    paths = ("/v1/chat/completions", "/chat/completions")
+
+    def decode(self, body: bytes, headers: Mapping[str, str], request_id: str, start: float) -> Call:
+        """See :meth:`proxy.dialects.base.Dialect.decode`."""
+        try:
+            envelope = _ENVELOPE.decode(body)
+            params = _PARAMS.decode(body)
+            extra = decode_extra(body, _KNOWN_FIELDS)
+        except msgspec.DecodeError as exc:
+            raise bad_request(exc) from None
+        if not envelope.model:
+            raise BadRequest("you must provide a model parameter", param="model")
+        stream_options = envelope.stream_options
+        return Call(
+            request_id=request_id,
+            dialect=self.name,
+            model=envelope.model,
+            messages=envelope.messages,
+            stream=bool(envelope.stream),
+            include_usage=stream_options is not None and stream_options.include_usage,
+            params=params,
+            extra=extra,
+            client_headers=headers,
+            timings=Timings(start=start),
+        )
+
+    def encode_response(self, call: Call, reply: Reply) -> bytes:
+        """See :meth:`proxy.dialects.base.Dialect.encode_response`."""
+        response = reply.response
+        assert response is not None
+        for choice in response.choices:
+            _complete_message(choice.message)
+        return _ENCODER.encode(
+            _Response(
+                id=response.id,
+                object="chat.completion",
+                created=response.created or int(time.time()),
+                model=response.model,
+                choices=response.choices,
+                usage=OpenAIUsage.of(response.usage) if response.usage is not None else None,
+                system_fingerprint=response.system_fingerprint,
+                service_tier=response.service_tier,
+            )
+        )
+
+    def stream_encoder(self, call: Call, reply: Reply) -> ChatStreamEncoder:
+        """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
+        return ChatStreamEncoder(include_usage=call.include_usage)
+
+    def encode_error(self, error: GatewayError, request_id: str) -> bytes:
+        """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
+        return error_json(error)
+
+
+class ChatStreamEncoder:
+    """``data: {chat.completion.chunk}`` frames, ``data: [DONE]`` at the end.
+
+    The usage-only chunk is sent only when the client asked for it (``include_usage``); the
+    gateway always asks upstreams for usage, for its own accounting.
+    """
+
+    __slots__ = ("_created", "_include_usage")
+
+    def __init__(self, *, include_usage: bool) -> None:
+        self._include_usage = include_usage
+        self._created = int(time.time())
+
+    def chunk(self, chunk: Chunk) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
+        usage = chunk.usage
+        if usage is not None and not self._include_usage:
+            if not chunk.choices:
+                return b""
+            usage = None
+        return encode_data_frame(
+            _ENCODER.encode(
+                _Chunk(
+                    id=chunk.id,
+                    object="chat.completion.chunk",
+                    created=chunk.created or self._created,
+                    model=chunk.model,
+                    choices=chunk.choices,
+                    usage=OpenAIUsage.of(usage) if usage is not None else None,
+                    system_fingerprint=chunk.system_fingerprint,
+                )
+            )
+        )
+
+    def end(self) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.end`."""
+        return DONE_FRAME
+
+    def error(self, error: GatewayError) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.error`."""
+        return encode_data_frame(error_json(error))
+
+
+def _complete_message(message: Message) -> None:
+    """OpenAI always sends ``refusal`` on response messages (null when there is none)."""
+    if message.refusal is UNSET:
+        message.refusal = None

@@ -1,0 +1,244 @@
+"""OpenAI legacy completions — ``POST /v1/completions`` — served through chat models.
+
+The prompt becomes one user message; the answer's text comes back as ``choices[].text``.
+``max_tokens`` defaults to 16 as in OpenAI's API. ``echo`` prepends the prompt to the text.
+``logprobs`` (an integer here) asks for that many top log-probabilities upstream; they are not
+translated back into the legacy shape (``logprobs`` is null in the answer). Not supported, with a
+clear 400: several prompts in one request, token-array prompts, ``suffix``, ``best_of`` > 1.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from proxy.canonical import Call, Chunk, Message, Params, Reply, Timings
+from proxy.dialects.base import bad_request
+from proxy.dialects.openai_chat import DONE_FRAME, OpenAIUsage, decode_extra, error_json
+from proxy.errors import BadRequest, GatewayError
+from proxy.sse import encode_data_frame
+
+DEFAULT_MAX_TOKENS = 16
+
+LegacyFinish = Literal["stop", "length", "content_filter"]
+
+
+class _StreamOptions(Struct):
+    include_usage: bool = False
+
+
+class _Envelope(Struct):
+    model: str
+    prompt: str | list[str | int | list[int]] | None = None
+    stream: bool | None = False
+    stream_options: _StreamOptions | None = None
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: Annotated[int, Meta(ge=1)] | None = None
+    logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
+
+
+class _LegacyParams(Struct, omit_defaults=True):
+    """The chat parameters that keep their meaning in the legacy API."""
+
+    temperature: float | None | UnsetType = UNSET
+    top_p: float | None | UnsetType = UNSET
+    max_tokens: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
+    n: Annotated[int, Meta(ge=1, le=128)] | None | UnsetType = UNSET
+    stop: str | list[str] | None | UnsetType = UNSET
+    seed: int | None | UnsetType = UNSET
+    presence_penalty: float | None | UnsetType = UNSET
+    frequency_penalty: float | None | UnsetType = UNSET
+    logit_bias: dict[str, float] | None | UnsetType = UNSET
+    user: str | UnsetType = UNSET
+
+
+_KNOWN_FIELDS = frozenset(_Envelope.__struct_fields__) | frozenset(_LegacyParams.__struct_fields__)
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_PARAMS = msgspec.json.Decoder(_LegacyParams)
+_ENCODER = msgspec.json.Encoder()
+
+
+class _Choice(Struct):
+    text: str
+    index: int
+    logprobs: None
+    finish_reason: LegacyFinish | None
+
+
+class _Completion(Struct, omit_defaults=True):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[_Choice]
+    usage: OpenAIUsage | None = None
+    system_fingerprint: str | None | UnsetType = UNSET
+
+
+def legacy_finish(reason: str | None) -> LegacyFinish | None:
+    """Chat finish reasons in the legacy vocabulary (a tool call counts as a stop)."""
+    if reason is None or reason in ("length", "content_filter"):
+        return reason  # type: ignore[return-value]
+    return "stop"
+
+
+def prompt_text(prompt: str | list[str | int | list[int]] | None) -> str:
+    """The single text prompt of a legacy request. Raises :class:`BadRequest` otherwise."""
+    if isinstance(prompt, str):
+        return prompt
+    if prompt is None:
+        raise BadRequest("you must provide a prompt", param="prompt")
+    if len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0]
+    if prompt and all(isinstance(p, str) for p in prompt):
+        raise BadRequest(
+            "several prompts in one request are not supported: send one request per prompt",
+            param="prompt",
+        )
+    raise BadRequest("token-array prompts are not supported: send text", param="prompt")
+
+
+def legacy_params(params: _LegacyParams, logprobs: int | None) -> Params:
+    """Canonical parameters for a legacy request (``max_tokens`` defaulting to 16)."""
+    max_tokens = params.max_tokens if params.max_tokens is not UNSET else DEFAULT_MAX_TOKENS
+    return Params(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_tokens=max_tokens,
+        n=params.n,
+        stop=params.stop,
+        seed=params.seed,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
+        logit_bias=params.logit_bias,
+        user=params.user,
+        logprobs=True if logprobs else UNSET,
+        top_logprobs=logprobs if logprobs else UNSET,
+    )
+
+
+class OpenAICompletionsDialect:
+    """See the module docstring."""
+
+    name = "openai_completions"
+    paths = ("/v1/completions", "/completions")
+
+    def decode(self, body: bytes, headers: Mapping[str, str], request_id: str, start: float) -> Call:
+        """See :meth:`proxy.dialects.base.Dialect.decode`."""
+        try:
+            envelope = _ENVELOPE.decode(body)
+            params = _PARAMS.decode(body)
+            extra = decode_extra(body, _KNOWN_FIELDS)
+        except msgspec.DecodeError as exc:
+            raise bad_request(exc) from None
+        if not envelope.model:
+            raise BadRequest("you must provide a model parameter", param="model")
+        if envelope.suffix:
+            raise BadRequest("suffix is not supported by chat models", param="suffix")
+        if envelope.best_of not in (None, 1):
+            raise BadRequest("best_of is not supported by chat models", param="best_of")
+        text = prompt_text(envelope.prompt)
+        options = envelope.stream_options
+        return Call(
+            request_id=request_id,
+            dialect=self.name,
+            model=envelope.model,
+            messages=[Message(role="user", content=text)],
+            stream=bool(envelope.stream),
+            include_usage=options is not None and options.include_usage,
+            params=legacy_params(params, envelope.logprobs),
+            extra=extra,
+            options={"echo": text} if envelope.echo else {},
+            client_headers=headers,
+            timings=Timings(start=start),
+        )
+
+    def encode_response(self, call: Call, reply: Reply) -> bytes:
+        """See :meth:`proxy.dialects.base.Dialect.encode_response`."""
+        response = reply.response
+        assert response is not None
+        echo = call.options.get("echo", "")
+        return _ENCODER.encode(
+            _Completion(
+                id=response.id,
+                object="text_completion",
+                created=response.created or int(time.time()),
+                model=response.model,
+                choices=[
+                    _Choice(
+                        text=echo + choice.message.text(),
+                        index=choice.index,
+                        logprobs=None,
+                        finish_reason=legacy_finish(choice.finish_reason),
+                    )
+                    for choice in response.choices
+                ],
+                usage=OpenAIUsage.of(response.usage) if response.usage is not None else None,
+                system_fingerprint=response.system_fingerprint,
+            )
+        )
+
+    def stream_encoder(self, call: Call, reply: Reply) -> CompletionStreamEncoder:
+        """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
+        return CompletionStreamEncoder(
+            include_usage=call.include_usage, echo=call.options.get("echo", "")
+        )
+
+    def encode_error(self, error: GatewayError, request_id: str) -> bytes:
+        """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
+        return error_json(error)
+
+
+class CompletionStreamEncoder:
+    """``data: {text_completion}`` frames with text deltas, ``data: [DONE]`` at the end."""
+
+    __slots__ = ("_created", "_echo", "_include_usage")
+
+    def __init__(self, *, include_usage: bool, echo: str = "") -> None:
+        self._include_usage = include_usage
+        self._echo = echo
+        self._created = int(time.time())
+
+    def chunk(self, chunk: Chunk) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
+        choices = []
+        for choice in chunk.choices:
+            text = choice.delta.content
+            finish = legacy_finish(choice.finish_reason)
+            if not text and finish is None:
+                continue
+            if self._echo and text:
+                text, self._echo = self._echo + text, ""
+            choices.append(
+                _Choice(
+                    text=text or "", index=choice.index, logprobs=None, finish_reason=finish
+                )
+            )
+        usage = chunk.usage if self._include_usage else None
+        if not choices and usage is None:
+            return b""
+        return encode_data_frame(
+            _ENCODER.encode(
+                _Completion(
+                    id=chunk.id,
+                    object="text_completion",
+                    created=chunk.created or self._created,
+                    model=chunk.model,
+                    choices=choices,
+                    usage=OpenAIUsage.of(usage) if usage is not None else None,
+                )
+            )
+        )
+
+    def end(self) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.end`."""
+        return DONE_FRAME
+
+    def error(self, error: GatewayError) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.error`."""
+        return encode_data_frame(error_json(error))

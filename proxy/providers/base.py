@@ -1,0 +1,134 @@
+"""The provider interface: what every upstream family implements, and what they share.
+
+A provider is pure translation and does no I/O of its own. An HTTP provider
+(:class:`HttpProvider`) turns a canonical call into an :class:`HttpRequest`, and the upstream's
+bytes back into canonical values; the shared transport does the sending. A local provider
+(:class:`LocalProvider`, e.g. ``mock``) answers in-process. Either way the upstream layer applies
+the same clocks (:class:`Timeouts`) and the same stream priming.
+
+Providers import only the canonical types, the errors and this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Annotated, Protocol, runtime_checkable
+
+import msgspec
+from msgspec import Meta, Struct
+
+from proxy.canonical import Call, Chunk, Response
+from proxy.errors import UpstreamError
+
+Seconds = Annotated[float, Meta(gt=0)]
+
+
+class Timeouts(Struct, frozen=True, forbid_unknown_fields=True):
+    """The five clocks of one upstream call, in seconds. Expiry of any is a 504.
+
+    - ``connect``: establishing a TCP/TLS connection.
+    - ``pool_acquire``: waiting for a free pooled connection when ``max_connections`` are busy.
+    - ``first_byte``: from sending the request to the response headers and, for a stream, its first
+      event. For a non-streamed call this is the whole generation time, hence the long default.
+    - ``idle``: between two stream events, and while reading a whole body.
+    - ``total``: the whole call, body or stream included.
+    """
+
+    connect: Seconds = 5.0
+    pool_acquire: Seconds = 10.0
+    first_byte: Seconds = 120.0
+    idle: Seconds = 60.0
+    total: Seconds = 600.0
+
+
+class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field="type"):
+    """Settings every provider has. Each provider type subclasses this with a ``tag``."""
+
+    timeouts: Timeouts = Timeouts()
+    max_connections: Annotated[int, Meta(ge=1, le=65536)] = 1024
+
+
+class HttpRequest(Struct):
+    """An upstream request, ready to send: ``body`` is the encoded JSON."""
+
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@runtime_checkable
+class HttpProvider(Protocol):
+    """An upstream reached over HTTP. Every method is pure and must not block.
+
+    ``ready`` is False when the provider lacks what it needs (e.g. an empty API key); the router
+    never sends to a provider that is not ready. ``secrets`` are the credential values to redact
+    from anything the gateway shows or logs.
+    """
+
+    name: str
+    config: ProviderConfig
+    ready: bool
+    secrets: tuple[str, ...]
+
+    def build_request(self, call: Call, model: str) -> HttpRequest:
+        """The upstream request for ``call`` sent to upstream ``model``.
+
+        Raises :class:`proxy.errors.BadRequest` if the call cannot be expressed for this provider.
+        """
+        ...
+
+    def parse_response(self, body: bytes, model: str) -> Response:
+        """The canonical response from a 2xx body. Raises :class:`UpstreamError` if malformed."""
+        ...
+
+    def parse_event(self, event: str, data: bytes) -> Chunk | None:
+        """The canonical chunk from one stream event, or None for events that carry none.
+
+        Raises :class:`StreamEnd` at the provider's end-of-stream marker and
+        :class:`UpstreamError` for an in-band error event.
+        """
+        ...
+
+    def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
+        """The gateway error for a non-2xx upstream answer (its message already sanitised)."""
+        ...
+
+
+@runtime_checkable
+class LocalProvider(Protocol):
+    """An upstream answered in-process (the ``mock`` provider)."""
+
+    name: str
+    config: ProviderConfig
+    ready: bool
+    secrets: tuple[str, ...]
+
+    async def complete(self, call: Call, model: str) -> Response | AsyncIterator[Chunk]:
+        """A whole response, or (for ``call.stream``) an async iterator of chunks.
+
+        Raises :class:`UpstreamError` (or a subclass) to simulate an upstream failure, before or
+        during the stream.
+        """
+        ...
+
+
+Provider = HttpProvider | LocalProvider
+
+
+class StreamEnd(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by :meth:`HttpProvider.parse_event` at the upstream's end-of-stream marker."""
+
+
+def merge_json_objects(*objects: bytes) -> bytes:
+    """Concatenate JSON object texts with disjoint keys into one object text.
+
+    Each argument must be an encoded JSON object (``{...}``); empty objects are skipped. This lets
+    a provider encode typed Structs and raw pass-through fields without a dict round trip.
+    """
+    members = [obj[1:-1] for obj in objects if len(obj) > 2]
+    return b"{" + b",".join(members) + b"}"
+
+
+def encode_raw_fields(fields: Mapping[str, msgspec.Raw]) -> bytes:
+    """Encode pass-through fields (already JSON) as one object text."""
+    return msgspec.json.encode(fields) if fields else b"{}"

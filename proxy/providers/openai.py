@@ -1,0 +1,258 @@
+"""The OpenAI-compatible provider: OpenAI itself and any server that speaks its chat API.
+
+Translation is nearly a copy, because the canonical types are shaped after OpenAI chat. What it
+adds: the Bearer key and configured headers, the upstream model name, ``stream_options.include_usage``
+on every stream (so that the gateway always learns token usage), request fields the gateway does
+not model passed through verbatim, and usage normalised into disjoint buckets (OpenAI's
+``prompt_tokens`` includes cached tokens; ``completion_tokens`` includes reasoning tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from proxy.canonical import Call, Choice, Chunk, ChunkChoice, Message, Response, Usage
+from proxy.errors import (
+    ContentPolicyViolation,
+    ContextWindowExceeded,
+    UpstreamError,
+    upstream_error_for_status,
+)
+from proxy.providers.base import (
+    HttpRequest,
+    ProviderConfig,
+    StreamEnd,
+    encode_raw_fields,
+    merge_json_objects,
+)
+
+
+class OpenAIConfig(ProviderConfig, tag="openai", frozen=True, forbid_unknown_fields=True):
+    """An OpenAI-compatible upstream.
+
+    ``api_key`` absent means the upstream needs no key (a local vLLM or Ollama); present but empty
+    means a key is needed and missing, so the provider is not ready. ``headers`` are sent with
+    every request. ``stream_usage`` asks for usage on streams; turn it off only for a server that
+    rejects ``stream_options``.
+    """
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key: str | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    stream_usage: bool = True
+
+
+class _StreamOptions(Struct):
+    include_usage: bool
+
+
+class _RequestHead(Struct, omit_defaults=True):
+    model: str
+    messages: list[Message]
+    stream: bool = False
+    stream_options: _StreamOptions | None = None
+
+
+class _PromptDetails(Struct):
+    cached_tokens: int | None = 0
+
+
+class _CompletionDetails(Struct):
+    reasoning_tokens: int | None = 0
+
+
+class _WireUsage(Struct):
+    prompt_tokens: int | None = 0
+    completion_tokens: int | None = 0
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+    cost: float | None = None
+
+    def canonical(self) -> Usage:
+        cached = (self.prompt_tokens_details and self.prompt_tokens_details.cached_tokens) or 0
+        reasoning = (
+            self.completion_tokens_details and self.completion_tokens_details.reasoning_tokens
+        ) or 0
+        prompt = self.prompt_tokens or 0
+        completion = self.completion_tokens or 0
+        return Usage(
+            input=max(prompt - cached, 0),
+            cache_read=cached,
+            output=max(completion - reasoning, 0),
+            reasoning=reasoning,
+            cost_usd=self.cost,
+        )
+
+
+class _WireResponse(Struct):
+    choices: list[Choice]
+    id: str = ""
+    model: str = ""
+    created: int = 0
+    usage: _WireUsage | None = None
+    system_fingerprint: str | None | UnsetType = UNSET
+    service_tier: str | None | UnsetType = UNSET
+
+
+class _WireError(Struct):
+    message: str = ""
+    type: str | None = None
+    code: str | int | None = None
+    param: str | None = None
+
+
+class _WireChunk(Struct):
+    id: str = ""
+    model: str = ""
+    created: int = 0
+    choices: list[ChunkChoice] = msgspec.field(default_factory=list)
+    usage: _WireUsage | None = None
+    system_fingerprint: str | None | UnsetType = UNSET
+    error: _WireError | None = None
+
+
+class _ErrorEnvelope(Struct):
+    error: _WireError | str | None = None
+    message: str | None = None
+
+
+_RESPONSE_DECODER = msgspec.json.Decoder(_WireResponse)
+_CHUNK_DECODER = msgspec.json.Decoder(_WireChunk)
+_ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
+_ENCODER = msgspec.json.Encoder()
+_DONE = b"[DONE]"
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+_POLICY_CODES = frozenset({"content_policy_violation", "content_filter"})
+
+
+class OpenAIProvider:
+    """Pure translation between canonical calls and an OpenAI-compatible chat API."""
+
+    def __init__(self, name: str, config: OpenAIConfig) -> None:
+        self.name = name
+        self.config = config
+        self.ready = config.api_key is None or bool(config.api_key)
+        self.secrets: tuple[str, ...] = (config.api_key,) if config.api_key else ()
+        self._url = config.base_url.rstrip("/") + "/chat/completions"
+        headers = {"content-type": "application/json", **config.headers}
+        if config.api_key:
+            headers["authorization"] = f"Bearer {config.api_key}"
+        self._headers = headers
+
+    def build_request(self, call: Call, model: str) -> HttpRequest:
+        """See :meth:`proxy.providers.base.HttpProvider.build_request`."""
+        stream_options = None
+        if call.stream and (self.config.stream_usage or call.include_usage):
+            stream_options = _StreamOptions(include_usage=True)
+        head = _RequestHead(
+            model=model, messages=call.messages, stream=call.stream, stream_options=stream_options
+        )
+        body = merge_json_objects(
+            _ENCODER.encode(head), _ENCODER.encode(call.params), encode_raw_fields(call.extra)
+        )
+        if call.upstream_headers:
+            # Plugin-set headers never override the provider's own credentials.
+            headers = {**call.upstream_headers, **self._headers}
+        else:
+            headers = self._headers
+        return HttpRequest(url=self._url, headers=headers, body=body)
+
+    def parse_response(self, body: bytes, model: str) -> Response:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""
+        try:
+            wire = _RESPONSE_DECODER.decode(body)
+        except msgspec.DecodeError as exc:
+            raise UpstreamError(
+                f"upstream sent a malformed response: {exc}",
+                upstream_status=200,
+                provider=self.name,
+            ) from None
+        return Response(
+            id=wire.id,
+            model=wire.model or model,
+            choices=wire.choices,
+            created=wire.created,
+            usage=wire.usage.canonical() if wire.usage is not None else None,
+            system_fingerprint=wire.system_fingerprint,
+            service_tier=wire.service_tier,
+        )
+
+    def parse_event(self, event: str, data: bytes) -> Chunk | None:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_event`."""
+        if data == _DONE:
+            raise StreamEnd
+        try:
+            wire = _CHUNK_DECODER.decode(data)
+        except msgspec.DecodeError as exc:
+            raise UpstreamError(
+                f"upstream sent a malformed stream event: {exc}",
+                upstream_status=200,
+                provider=self.name,
+            ) from None
+        if wire.error is not None:
+            raise self._classify(
+                500, wire.error.message, _code_text(wire.error.code), retry_after=None
+            )
+        return Chunk(
+            id=wire.id,
+            model=wire.model,
+            choices=wire.choices,
+            created=wire.created,
+            usage=wire.usage.canonical() if wire.usage is not None else None,
+            system_fingerprint=wire.system_fingerprint,
+        )
+
+    def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_error`."""
+        message, code = _error_text(body)
+        return self._classify(status, message, code, retry_after=_retry_after(headers))
+
+    def _classify(
+        self, status: int, message: str, code: str | None, *, retry_after: float | None
+    ) -> UpstreamError:
+        message = message or f"upstream answered HTTP {status}"
+        if code in _CONTEXT_CODES:
+            return ContextWindowExceeded(
+                message, upstream_status=status, status=400, provider=self.name, code=code
+            )
+        if code in _POLICY_CODES:
+            return ContentPolicyViolation(
+                message, upstream_status=status, status=400, provider=self.name, code=code
+            )
+        return upstream_error_for_status(
+            status, message, provider=self.name, retry_after=retry_after, code=code
+        )
+
+
+def _code_text(code: str | int | None) -> str | None:
+    return None if code is None else str(code)
+
+
+def _error_text(body: bytes) -> tuple[str, str | None]:
+    """The message and code of an OpenAI-style error body; raw text if it is not JSON."""
+    try:
+        envelope = _ERROR_DECODER.decode(body)
+    except msgspec.DecodeError:
+        return body[:500].decode("utf-8", "replace").strip(), None
+    error: Any = envelope.error
+    if isinstance(error, _WireError):
+        return error.message, _code_text(error.code)
+    if isinstance(error, str):
+        return error, None
+    return envelope.message or "", None
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds; dates ignored)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return max(float(value) * scale, 0.0)
+            except ValueError:
+                continue
+    return None

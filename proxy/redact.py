@@ -1,0 +1,84 @@
+"""Secret redaction for everything the gateway shows or logs.
+
+A :class:`Redactor` knows the configured credential values (provider keys) and the shapes of
+common API keys; :meth:`Redactor.text` replaces either with ``[REDACTED]``. It is applied to
+upstream error messages before they become client-visible, and is the first log processor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+MASK = "[REDACTED]"
+
+# Shapes of credentials worth catching even when the gateway did not configure them (a client's
+# own key echoed back by an upstream, a key in an exception message).
+_KEY_SHAPES = (
+    r"\bsk-[A-Za-z0-9_\-]{12,}",  # OpenAI, Anthropic (sk-ant-…), OpenRouter (sk-or-…), DeepSeek
+    r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google
+    r"\bgsk_[A-Za-z0-9]{20,}",  # Groq
+    r"\bxai-[A-Za-z0-9]{20,}",  # xAI
+    r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key id
+    r"\b[Bb]earer\s+[A-Za-z0-9._~+/\-]{8,}=*",  # any bearer token
+)
+_SENSITIVE_KEYS = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "password",
+        "secret",
+        "token",
+        "access_token",
+    }
+)
+_MIN_SECRET_LENGTH = 6
+
+
+class Redactor:
+    """Replaces known secret values and credential-shaped strings. Immutable after creation."""
+
+    __slots__ = ("_pattern",)
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        literals = sorted(
+            {s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH}, key=len, reverse=True
+        )
+        alternatives = [re.escape(s) for s in literals] + list(_KEY_SHAPES)
+        self._pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
+
+    def text(self, value: str) -> str:
+        """``value`` with every secret replaced by ``[REDACTED]``."""
+        return self._pattern.sub(MASK, value)
+
+    def value(self, value: Any) -> Any:
+        """Redact strings inside ``value`` (nested dicts, lists and tuples included)."""
+        if isinstance(value, str):
+            return self._pattern.sub(MASK, value)
+        if isinstance(value, dict):
+            return {
+                k: MASK if _is_sensitive(k) else self.value(v) for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return type(value)(self.value(v) for v in value)
+        return value
+
+    def __call__(
+        self, logger: object, method: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        """A structlog processor: redact every value of the event dict."""
+        for key, value in event.items():
+            if _is_sensitive(key):
+                event[key] = MASK
+            elif isinstance(value, str | dict | list | tuple):
+                event[key] = self.value(value)
+        return event
+
+
+def _is_sensitive(key: object) -> bool:
+    return isinstance(key, str) and key.lower() in _SENSITIVE_KEYS

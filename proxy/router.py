@@ -1,0 +1,71 @@
+"""Model addressing: from what a client asks for to the deployments that can serve it.
+
+A client names a model by alias (a key of ``models:``) or directly as ``provider/model``. Aliases
+win when a name is both. Only deployments whose provider is ready are candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from proxy.canonical import Deployment
+from proxy.config import DeploymentConfig
+from proxy.errors import ModelNotFound, NoReadyDeployment
+
+
+class Router:
+    """Resolves model names; immutable, built once per runtime snapshot."""
+
+    def __init__(
+        self,
+        aliases: Mapping[str, tuple[DeploymentConfig, ...]],
+        ready: Mapping[str, bool],
+    ) -> None:
+        """``aliases`` from the config; ``ready`` maps every provider name to its readiness."""
+        self._ready = dict(ready)
+        self._all: dict[str, tuple[Deployment, ...]] = {}
+        self._routable: dict[str, list[Deployment]] = {}
+        for alias, configs in aliases.items():
+            deployments = tuple(_deployment(c) for c in configs)
+            self._all[alias] = deployments
+            self._routable[alias] = [d for d in deployments if self._ready.get(d.provider)]
+
+    def resolve(self, model: str) -> list[Deployment]:
+        """The ready deployments for ``model`` (a fresh list the caller may reorder).
+
+        Raises :class:`ModelNotFound` for a name that is neither an alias nor ``provider/model``
+        with a configured provider, and :class:`NoReadyDeployment` when none is ready.
+        """
+        routable = self._routable.get(model)
+        if routable is not None:
+            if not routable:
+                raise NoReadyDeployment(
+                    f"model {model!r} has no ready deployment (check provider credentials)"
+                )
+            return routable.copy()
+        provider, _, upstream_model = model.partition("/")
+        ready = self._ready.get(provider)
+        if ready is None or not upstream_model:
+            raise ModelNotFound(
+                f"The model {model!r} does not exist: use a configured alias or "
+                "'provider/model' with a configured provider",
+                param="model",
+            )
+        if not ready:
+            raise NoReadyDeployment(
+                f"provider {provider!r} is not ready (check its credentials)", param="model"
+            )
+        return [Deployment(provider=provider, model=upstream_model)]
+
+    def aliases(self) -> dict[str, tuple[Deployment, ...]]:
+        """Every alias with all its deployments, ready or not."""
+        return dict(self._all)
+
+    def is_ready(self, provider: str) -> bool:
+        """Whether ``provider`` is configured and ready."""
+        return self._ready.get(provider, False)
+
+
+def _deployment(config: DeploymentConfig) -> Deployment:
+    provider, _, model = config.target.partition("/")
+    return Deployment(provider=provider, model=model, weight=config.weight)

@@ -1,0 +1,136 @@
+"""Runtime snapshots: everything built from one config, swapped atomically on reload.
+
+A :class:`Snapshot` holds the providers, router, plugin chain, transport and redactor of one
+config. Requests take the current snapshot when they start and keep it to the end, so a reload
+never changes a request midway. :class:`Runtime` owns the current snapshot; :meth:`Runtime.reload`
+builds a new one and swaps one reference, or keeps the old one serving if anything fails. A
+retired snapshot closes its sessions and plugins once its last request has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from proxy.chain import Next, Plugin, PluginLoadError, compose, load_plugins
+from proxy.config import ConfigError, GatewayConfig, load_config
+from proxy.errors import GatewayError
+from proxy.providers import build_provider
+from proxy.providers.base import LocalProvider, Provider
+from proxy.redact import Redactor
+from proxy.router import Router
+from proxy.transport import HttpTransport
+from proxy.upstream import Upstream
+
+ErrorHook = Callable[[str, GatewayError], None]
+
+
+class Blueprint:
+    """The parts of a snapshot that need no event loop: validated, ready to describe or build.
+
+    Raises :class:`ConfigError` if a plugin cannot be loaded.
+    """
+
+    def __init__(self, config: GatewayConfig, plugin_builtins: dict[str, str]) -> None:
+        self.config = config
+        self.providers: dict[str, Provider] = {
+            name: build_provider(name, provider_config)
+            for name, provider_config in config.providers.items()
+        }
+        self.router = Router(config.models, {n: p.ready for n, p in self.providers.items()})
+        secrets = [secret for p in self.providers.values() for secret in p.secrets]
+        self.redactor = Redactor(secrets)
+        try:
+            self.plugins: list[Plugin] = load_plugins(config.plugins, plugin_builtins)
+        except PluginLoadError as exc:
+            raise ConfigError(str(exc).splitlines()) from None
+
+
+class Snapshot:
+    """One config's live runtime. ``chain`` is the whole plugin chain ending at the upstream."""
+
+    def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
+        """Build the transport and chain. Must run inside the event loop."""
+        self.config = blueprint.config
+        self.providers = blueprint.providers
+        self.router = blueprint.router
+        self.redactor = blueprint.redactor
+        self.plugins = blueprint.plugins
+        http = {n: p for n, p in self.providers.items() if not isinstance(p, LocalProvider)}
+        self.transport = HttpTransport(http)  # type: ignore[arg-type]
+        upstream = Upstream(self.providers, self.transport, self.redactor, on_upstream_error)
+        self.chain: Next = compose(self.plugins, upstream)
+        self._active = 0
+        self._retired = False
+        self._closed: asyncio.Future[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """At least one provider can serve."""
+        return any(p.ready for p in self.providers.values())
+
+    def enter(self) -> None:
+        """A request starts on this snapshot."""
+        self._active += 1
+
+    def leave(self) -> None:
+        """A request on this snapshot finished; the last one out of a retired snapshot closes it."""
+        self._active -= 1
+        if self._retired and self._active == 0:
+            self._schedule_close()
+
+    def retire(self) -> None:
+        """No new request will start here; close once the in-flight ones are done."""
+        self._retired = True
+        if self._active == 0:
+            self._schedule_close()
+
+    async def close(self) -> None:
+        """Close sessions and plugins now (idempotent)."""
+        if self._closed is None:
+            self._schedule_close()
+        assert self._closed is not None
+        await self._closed
+
+    def _schedule_close(self) -> None:
+        if self._closed is None:
+            self._closed = asyncio.ensure_future(self._close())
+
+    async def _close(self) -> None:
+        await self.transport.close()
+        for plugin in self.plugins:
+            close = getattr(plugin, "close", None)
+            if close is not None:
+                await close()
+
+
+class Runtime:
+    """Owns the current snapshot of a config file and swaps it on reload."""
+
+    def __init__(
+        self,
+        config_path: Path,
+        snapshot: Snapshot,
+        plugin_builtins: dict[str, str],
+        on_upstream_error: ErrorHook,
+    ) -> None:
+        self.config_path = config_path
+        self.snapshot = snapshot
+        self._builtins = plugin_builtins
+        self._on_upstream_error = on_upstream_error
+
+    def reload(self) -> Snapshot:
+        """Load the config file again and swap in its snapshot.
+
+        Raises :class:`ConfigError` (the current snapshot stays) if the file is invalid.
+        """
+        blueprint = Blueprint(load_config(self.config_path), self._builtins)
+        fresh = Snapshot(blueprint, self._on_upstream_error)
+        previous, self.snapshot = self.snapshot, fresh
+        previous.retire()
+        return fresh
+
+    async def close(self) -> None:
+        """Close the current snapshot."""
+        await self.snapshot.close()

@@ -1,0 +1,148 @@
+"""Running the gateway: one process, or a supervisor and N workers sharing one port.
+
+With ``workers > 1`` the parent binds nothing itself: it starts N worker processes that each
+listen on the same host and port with ``SO_REUSEPORT`` (the kernel spreads connections), points
+prometheus-client's multiprocess mode at a private directory so ``/metrics`` on any worker shows
+the whole server, forwards SIGHUP (reload) and SIGTERM/SIGINT (graceful stop) to the workers, and
+restarts a worker that dies unexpectedly. uvloop is used when installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from proxy.metrics import MULTIPROC_ENV
+
+_RESTART_PAUSE = 1.0
+
+
+class ServeOptions:
+    """Where and how to serve; ``None`` fields fall back to the config's ``server`` section."""
+
+    def __init__(
+        self,
+        config_path: Path,
+        host: str | None = None,
+        port: int | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.config_path = config_path
+        self.host = host
+        self.port = port
+        self.workers = workers
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def serve(options: ServeOptions) -> None:
+    """Serve until SIGTERM/SIGINT. Raises :class:`proxy.config.ConfigError` on a bad config."""
+    from proxy.config import load_config
+
+    config = load_config(options.config_path)
+    workers = options.workers or config.server.workers
+    host = options.host or config.server.host
+    port = config.server.port if options.port is None else options.port
+    if workers == 1:
+        run_worker(options.config_path, host, port, reuse_port=False)
+        return
+    _supervise(options.config_path, host, port, workers)
+
+
+def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> None:
+    """Run one gateway process on ``host:port`` until SIGTERM/SIGINT."""
+    from aiohttp import web
+
+    from proxy.app import create_app
+    from proxy.config import load_config
+
+    config = load_config(config_path)
+    app = create_app(config_path, config=config)
+    web.run_app(
+        app,
+        host=host,
+        port=port,
+        reuse_port=reuse_port,
+        shutdown_timeout=config.server.shutdown_timeout,
+        handler_cancellation=True,
+        access_log=None,
+        print=None,
+        loop=new_event_loop(),
+    )
+
+
+def _worker_main(config_path: Path, host: str, port: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
+    run_worker(config_path, host, port, reuse_port=True)
+
+
+def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
+    metrics_dir = tempfile.mkdtemp(prefix="crossway-metrics-")
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    context = multiprocessing.get_context("spawn")
+    stopping = False
+
+    def start() -> multiprocessing.process.BaseProcess:
+        process = context.Process(
+            target=_worker_main, args=(config_path, host, port), daemon=False
+        )
+        process.start()
+        return process
+
+    workers = [start() for _ in range(count)]
+
+    def forward(signum: int) -> Callable[[int, FrameType | None], None]:
+        def handler(received: int, frame: FrameType | None) -> None:
+            nonlocal stopping
+            if signum != signal.SIGHUP:
+                stopping = True
+            for process in workers:
+                if process.pid is not None and process.is_alive():
+                    os.kill(process.pid, signal.SIGTERM if signum != signal.SIGHUP else signum)
+
+        return handler
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward(signum))
+    reaped: set[int | None] = set()
+    try:
+        while not (stopping and all(p.exitcode is not None for p in workers)):
+            multiprocessing.connection.wait([p.sentinel for p in workers], timeout=1.0)
+            for i, process in enumerate(workers):
+                if process.exitcode is None or process.pid in reaped:
+                    continue
+                reaped.add(process.pid)
+                _mark_dead(process.pid)
+                if not stopping:
+                    time.sleep(_RESTART_PAUSE)
+                    workers[i] = start()
+    finally:
+        for process in workers:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _mark_dead(pid: int | None) -> None:
+    if pid is None:
+        return
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid)

@@ -1,0 +1,127 @@
+"""The shared HTTP transport: one pooled aiohttp session per provider, and the I/O of a call.
+
+This is the only module that talks to upstreams. It enforces the connect and pool-acquire clocks
+(through aiohttp's connector timeouts); the first-byte, idle and total clocks are the upstream
+layer's, which wraps these coroutines. Network failures become
+:class:`~proxy.errors.UpstreamUnavailable`, connect expiry
+:class:`~proxy.errors.UpstreamTimeout`; non-2xx answers become the provider's classified error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import NoReturn
+
+import aiohttp
+
+from proxy.canonical import Chunk
+from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.providers.base import HttpProvider, HttpRequest, StreamEnd
+from proxy.sse import SSEDecoder
+
+USER_AGENT = "crossway"
+
+
+class HttpTransport:
+    """Owns the aiohttp sessions of one runtime snapshot; :meth:`close` releases them all."""
+
+    def __init__(self, providers: Mapping[str, HttpProvider]) -> None:
+        """Create one session per HTTP provider. Must run inside the event loop."""
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        for name, provider in providers.items():
+            timeouts = provider.config.timeouts
+            connector = aiohttp.TCPConnector(
+                limit=provider.config.max_connections,
+                limit_per_host=0,
+                ttl_dns_cache=300,
+                enable_cleanup_closed=True,
+            )
+            self._sessions[name] = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    connect=timeouts.pool_acquire + timeouts.connect,
+                    sock_connect=timeouts.connect,
+                ),
+                headers={"user-agent": USER_AGENT},
+                trust_env=False,
+                raise_for_status=False,
+            )
+
+    async def request(
+        self, provider: HttpProvider, request: HttpRequest
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """POST ``request`` and read the whole answer: ``(status, headers, body)``."""
+        try:
+            async with self._sessions[provider.name].post(
+                request.url, data=request.body, headers=request.headers
+            ) as response:
+                return response.status, response.headers, await response.read()
+        except aiohttp.ClientError as exc:
+            _raise_network_error(exc, provider.name)
+
+    async def open_stream(
+        self, provider: HttpProvider, request: HttpRequest
+    ) -> AsyncIterator[Chunk]:
+        """POST ``request`` and return its stream of canonical chunks.
+
+        A non-2xx answer is read and raised as the provider's error. The returned iterator
+        releases the connection when it ends or is closed (closing it early drops the
+        connection, which cancels the generation upstream).
+        """
+        try:
+            response = await self._sessions[provider.name].post(
+                request.url, data=request.body, headers=request.headers
+            )
+        except aiohttp.ClientError as exc:
+            _raise_network_error(exc, provider.name)
+        if response.status >= 300:
+            try:
+                body = await response.read()
+            except aiohttp.ClientError as exc:
+                _raise_network_error(exc, provider.name)
+            finally:
+                response.release()
+            raise provider.parse_error(response.status, response.headers, body)
+        return _chunks(provider, response)
+
+    async def close(self) -> None:
+        """Close every session (in-flight calls on them fail)."""
+        await asyncio.gather(*(session.close() for session in self._sessions.values()))
+
+
+async def _chunks(provider: HttpProvider, response: aiohttp.ClientResponse) -> AsyncIterator[Chunk]:
+    decoder = SSEDecoder()
+    parse = provider.parse_event
+    content = response.content
+    try:
+        while True:
+            data = await content.readany()
+            events = decoder.feed(data) if data else decoder.close()
+            for event in events:
+                try:
+                    chunk = parse(event.event, event.data)
+                except StreamEnd:
+                    return
+                if chunk is not None:
+                    yield chunk
+            if not data:
+                raise UpstreamUnavailable(
+                    "upstream closed the stream before its end marker", provider=provider.name
+                )
+    except aiohttp.ClientError as exc:
+        _raise_network_error(exc, provider.name)
+    finally:
+        response.release()
+
+
+def _raise_network_error(exc: aiohttp.ClientError, provider: str) -> NoReturn:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        raise UpstreamTimeout(
+            f"could not connect to provider {provider!r} in time", code="connect_timeout",
+            provider=provider,
+        ) from None
+    raise UpstreamUnavailable(
+        f"provider {provider!r} could not be reached ({type(exc).__name__})", provider=provider
+    ) from None

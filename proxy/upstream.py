@@ -1,0 +1,225 @@
+"""The innermost link of the chain: send a call to one deployment and return its reply.
+
+It picks the deployment (the one a plugin chose, else weighted-random among the candidates),
+runs the provider — over the shared transport, or in-process — under the provider's clocks, and
+returns a :class:`~proxy.canonical.Reply`. Streams come back *primed* (their first chunk has
+arrived), so every failure before the first byte is an exception from this call, where retry and
+fallback can act. Every upstream error is sanitised (no secret reaches a message) and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from proxy.canonical import Call, Chunk, Deployment, Reply, Response, Timings
+from proxy.errors import GatewayError, UpstreamTimeout
+from proxy.providers.base import HttpProvider, LocalProvider, Provider, Timeouts
+from proxy.redact import Redactor
+from proxy.transport import HttpTransport
+
+MAX_ERROR_MESSAGE = 1000
+
+ErrorHook = Callable[[str, GatewayError], None]
+
+
+class _Clocks:
+    """The first-byte, idle and total deadlines of one upstream call (event-loop time)."""
+
+    __slots__ = ("clock", "deadline", "idle", "loop", "total_deadline")
+
+    def __init__(self, timeouts: Timeouts) -> None:
+        self.loop = asyncio.get_running_loop()
+        now = self.loop.time()
+        self.idle = timeouts.idle
+        self.total_deadline = now + timeouts.total
+        if timeouts.first_byte < timeouts.total:
+            self.deadline, self.clock = now + timeouts.first_byte, "first_byte"
+        else:
+            self.deadline, self.clock = self.total_deadline, "total"
+
+    def next_is_idle(self) -> None:
+        """After a byte has arrived: the next wait is bounded by the idle clock."""
+        deadline = self.loop.time() + self.idle
+        if deadline < self.total_deadline:
+            self.deadline, self.clock = deadline, "idle"
+        else:
+            self.deadline, self.clock = self.total_deadline, "total"
+
+    def expired(self, provider: str) -> UpstreamTimeout:
+        """The error for the clock that just ran out."""
+        return UpstreamTimeout(
+            f"provider {provider!r} exceeded the {self.clock.replace('_', ' ')} timeout",
+            code=f"{self.clock}_timeout",
+            provider=provider,
+        )
+
+
+class UpstreamStream:
+    """A provider's chunk stream under the first-byte, idle and total clocks.
+
+    Time spent waiting on the provider is added to ``timings.upstream_wait``. Errors raised by the
+    provider stream are sanitised and counted through ``on_error`` before they propagate.
+    """
+
+    __slots__ = ("_clocks", "_first", "_inner", "_on_error", "_provider", "_timings")
+
+    def __init__(
+        self,
+        inner: AsyncIterator[Chunk],
+        clocks: _Clocks,
+        timings: Timings,
+        provider: str,
+        on_error: ErrorHook,
+    ) -> None:
+        self._inner = inner
+        self._clocks = clocks
+        self._timings = timings
+        self._provider = provider
+        self._on_error = on_error
+        self._first: Chunk | None = None
+
+    async def prime(self) -> None:
+        """Wait for the first chunk (under the first-byte clock) and hold it.
+
+        A failure here is the caller's to report: it happened before the reply existed.
+        """
+        self._first = await self._next(report=False)
+
+    def __aiter__(self) -> UpstreamStream:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        first = self._first
+        if first is not None:
+            self._first = None
+            return first
+        return await self._next(report=True)
+
+    async def _next(self, *, report: bool) -> Chunk:
+        clocks = self._clocks
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout_at(clocks.deadline):
+                chunk = await anext(self._inner)
+        except TimeoutError:
+            error = clocks.expired(self._provider)
+            if report:
+                self._on_error(self._provider, error)
+            raise error from None
+        except GatewayError as error:
+            if report:
+                self._on_error(self._provider, error)
+            raise
+        finally:
+            self._timings.upstream_wait += time.perf_counter() - started
+        clocks.next_is_idle()
+        return chunk
+
+    async def aclose(self) -> None:
+        """Stop the stream and free its upstream connection."""
+        aclose = getattr(self._inner, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class Upstream:
+    """The chain's innermost ``next``: ``await upstream(call) -> Reply``."""
+
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        transport: HttpTransport,
+        redactor: Redactor,
+        on_error: ErrorHook,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``on_error(provider, error)`` is told of every upstream failure (for metrics)."""
+        self._providers = dict(providers)
+        self._local_names = frozenset(
+            name for name, p in providers.items() if isinstance(p, LocalProvider)
+        )
+        self._transport = transport
+        self._redactor = redactor
+        self._on_error = on_error
+        self._rng = rng or random.Random()
+
+    async def __call__(self, call: Call) -> Reply:
+        """Send ``call`` to its deployment. Raises a sanitised :class:`GatewayError`."""
+        deployment = call.deployment or self._pick(call.deployments)
+        provider = self._providers[deployment.provider]
+        clocks = _Clocks(provider.config.timeouts)
+        try:
+            if deployment.provider in self._local_names:
+                result: Any = await self._local(provider, call, deployment, clocks)  # type: ignore[arg-type]
+            else:
+                result = await self._http(provider, call, deployment, clocks)  # type: ignore[arg-type]
+        except GatewayError as error:
+            self._fail(deployment.provider, error)
+            raise
+        if isinstance(result, Response):
+            return Reply(provider=deployment.provider, model=deployment.model, response=result)
+        return Reply(provider=deployment.provider, model=deployment.model, stream=result)
+
+    def _pick(self, deployments: list[Deployment]) -> Deployment:
+        if len(deployments) == 1:
+            return deployments[0]
+        weights = [d.weight for d in deployments]
+        return self._rng.choices(deployments, weights=weights)[0]
+
+    def _fail(self, provider: str, error: GatewayError) -> None:
+        """Sanitise ``error`` in place (no secrets, bounded length) and report it."""
+        clean = self._redactor.text(error.message)[:MAX_ERROR_MESSAGE]
+        error.message = clean
+        error.args = (clean,)
+        self._on_error(provider, error)
+
+    async def _local(
+        self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: _Clocks
+    ) -> Response | UpstreamStream:
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout_at(clocks.deadline):
+                result = await provider.complete(call, deployment.model)
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            call.timings.upstream_wait += time.perf_counter() - started
+        if isinstance(result, Response):
+            return result
+        return await self._primed(result, clocks, call, provider.name)
+
+    async def _http(
+        self, provider: HttpProvider, call: Call, deployment: Deployment, clocks: _Clocks
+    ) -> Response | UpstreamStream:
+        request = provider.build_request(call, deployment.model)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout_at(clocks.deadline):
+                if call.stream:
+                    chunks = await self._transport.open_stream(provider, request)
+                else:
+                    status, headers, body = await self._transport.request(provider, request)
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            call.timings.upstream_wait += time.perf_counter() - started
+        if call.stream:
+            return await self._primed(chunks, clocks, call, provider.name)
+        if status >= 300:
+            raise provider.parse_error(status, headers, body)
+        return provider.parse_response(body, deployment.model)
+
+    async def _primed(
+        self, chunks: AsyncIterator[Chunk], clocks: _Clocks, call: Call, provider: str
+    ) -> UpstreamStream:
+        stream = UpstreamStream(chunks, clocks, call.timings, provider, self._fail)
+        try:
+            await stream.prime()
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream
