@@ -1,0 +1,182 @@
+"""A real OpenAI-compatible upstream on 127.0.0.1 for end-to-end tests.
+
+Its behaviour is chosen by the requested model name:
+
+- ``gpt-test``: a normal answer (streamed word by word when asked), usage with cached and
+  reasoning tokens; with ``tools`` in the request it calls the first tool instead.
+- ``fail-<status>``: that status with an OpenAI error body that echoes the gateway's key
+  (as some upstreams do), so tests can prove it is sanitised; 429 carries ``retry-after: 2``.
+- ``slow-stream``: one chunk, then a chunk every 0.2 s for a long time (for disconnect tests).
+- ``hang``: never answers.
+- ``cut-stream``: two chunks, then the connection is dropped.
+
+Every request (body and headers) is recorded; ``closed_streams`` counts streams whose client
+went away before the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+ANSWER = "Hello from the fake upstream"
+USAGE = {
+    "prompt_tokens": 10,
+    "completion_tokens": 5,
+    "total_tokens": 15,
+    "prompt_tokens_details": {"cached_tokens": 4},
+    "completion_tokens_details": {"reasoning_tokens": 1},
+}
+
+
+class FakeOpenAI:
+    """State and handlers of the fake upstream."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.closed_streams = 0
+        self.stream_started = asyncio.Event()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        model = body["model"]
+        if model.startswith("fail-"):
+            return self._fail(int(model.removeprefix("fail-")), request)
+        if model == "hang":
+            await asyncio.Event().wait()
+        tool_call = _tool_call(body)
+        if body.get("stream"):
+            return await self._stream(request, body, model, tool_call)
+        message: dict[str, Any] = {"role": "assistant", "content": ANSWER, "refusal": None}
+        finish = "stop"
+        if tool_call is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [tool_call]}
+            finish = "tool_calls"
+        return web.json_response(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": 1_700_000_001,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+                ],
+                "usage": USAGE,
+                "system_fingerprint": "fp_fake",
+            }
+        )
+
+    def _fail(self, status: int, request: web.Request) -> web.Response:
+        key = request.headers.get("authorization", "").removeprefix("Bearer ")
+        headers = {"retry-after": "2"} if status == 429 else {}
+        code = "context_length_exceeded" if status == 413 else "upstream_code"
+        return web.json_response(
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {key}. Failure {status}.",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": code,
+                }
+            },
+            status=400 if status == 413 else status,
+            headers=headers,
+        )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        model: str,
+        tool_call: dict[str, Any] | None,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        deltas = _deltas(tool_call)
+        try:
+            for i, delta in enumerate(deltas):
+                if model == "cut-stream" and i == 2:
+                    request.transport.close()
+                    return response
+                await response.write(_frame(model, delta, None))
+                if model == "slow-stream":
+                    self.stream_started.set()
+                    await asyncio.sleep(0.2 if i else 0)
+            if model == "slow-stream":
+                for _ in range(300):
+                    await asyncio.sleep(0.2)
+                    await response.write(_frame(model, {"content": "."}, None))
+            finish = "tool_calls" if tool_call is not None else "stop"
+            await response.write(_frame(model, {}, finish))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage_chunk = _chunk(model, [], USAGE)
+                await response.write(b"data: " + json.dumps(usage_chunk).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.closed_streams += 1
+            raise
+        return response
+
+
+def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
+    tools = body.get("tools")
+    if not tools:
+        return None
+    name = tools[0]["function"]["name"]
+    return {
+        "id": "call_fake_1",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps({"city": "Paris", "days": 3})},
+    }
+
+
+def _deltas(tool_call: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if tool_call is None:
+        words = ANSWER.split(" ")
+        return [{"role": "assistant", "content": ""}] + [
+            {"content": w if i == 0 else " " + w} for i, w in enumerate(words)
+        ]
+    arguments = tool_call["function"]["arguments"]
+    pieces = [arguments[i : i + 5] for i in range(0, len(arguments), 5)]
+    first = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": tool_call["id"],
+                "type": "function",
+                "function": {"name": tool_call["function"]["name"], "arguments": ""},
+            }
+        ],
+    }
+    return [first] + [
+        {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]} for piece in pieces
+    ]
+
+
+def _chunk(model: str, choices: list[dict[str, Any]], usage: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_001,
+        "model": model,
+        "choices": choices,
+        "usage": usage,
+    }
+
+
+def _frame(model: str, delta: dict[str, Any], finish: str | None) -> bytes:
+    chunk = _chunk(model, [{"index": 0, "delta": delta, "finish_reason": finish}], None)
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"

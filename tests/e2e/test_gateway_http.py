@@ -1,0 +1,182 @@
+"""The gateway's HTTP behaviour with a raw client: framing, faults, limits, metrics and logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from tests.e2e.conftest import UPSTREAM_KEY, Running
+
+CHAT = "/v1/chat/completions"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+async def _post(gateway: Running, body: Any, path: str = CHAT, **kwargs: Any):
+    async with aiohttp.ClientSession() as session:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        async with session.post(gateway.url + path, data=data, **kwargs) as response:
+            return response.status, response.headers.copy(), await response.read()
+
+
+def _frames(raw: bytes) -> list[bytes]:
+    return [f.removeprefix(b"data: ") for f in raw.split(b"\n\n") if f]
+
+
+async def test_stream_cut_mid_way_ends_with_an_error_frame_and_no_done(gateway: Running) -> None:
+    status, headers, raw = await _post(
+        gateway, {"model": "up/cut-stream", "messages": HELLO, "stream": True}
+    )
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/event-stream")
+    frames = _frames(raw)
+    assert b"[DONE]" not in frames
+    last = json.loads(frames[-1])
+    assert last["error"]["code"] == "upstream_unavailable"
+    assert len(frames) == 3  # two content chunks, then the error frame
+
+
+async def test_mock_stream_cut_and_stall(gateway: Running) -> None:
+    _, _, raw = await _post(gateway, {"model": "mock/cut-3", "messages": HELLO, "stream": True})
+    frames = _frames(raw)
+    assert len(frames) == 4
+    assert json.loads(frames[-1])["error"]["code"] == "upstream_unavailable"
+
+
+async def test_failure_before_first_byte_is_a_plain_error_response(gateway: Running) -> None:
+    status, headers, raw = await _post(
+        gateway, {"model": "up/fail-500", "messages": HELLO, "stream": True}
+    )
+    assert status == 502
+    assert headers["Content-Type"].startswith("application/json")
+    assert json.loads(raw)["error"]["type"] == "api_error"
+    assert UPSTREAM_KEY not in raw.decode()
+
+
+async def test_upstream_first_byte_timeout_is_504(gateway: Running) -> None:
+    status, _, raw = await _post(gateway, {"model": "up/hang", "messages": HELLO, "stream": True})
+    assert status == 504
+    assert json.loads(raw)["error"]["code"] == "first_byte_timeout"
+
+
+async def test_client_disconnect_cancels_the_upstream_stream(gateway: Running) -> None:
+    fake = gateway.upstream
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(
+            gateway.url + CHAT,
+            json={"model": "up/slow-stream", "messages": HELLO, "stream": True},
+        )
+        assert response.status == 200
+        await response.content.readline()
+        response.close()  # the client goes away mid-stream
+    for _ in range(100):
+        if fake.closed_streams:
+            break
+        await asyncio.sleep(0.05)
+    assert fake.closed_streams == 1, "the upstream stream must be cancelled, not left running"
+
+
+async def test_malformed_json_is_400(gateway: Running) -> None:
+    status, _, raw = await _post(gateway, b'{"model": "chat", "messages": [')
+    assert status == 400
+    assert json.loads(raw)["error"]["code"] == "invalid_json"
+
+
+async def test_wrong_type_names_the_field(gateway: Running) -> None:
+    body = {"model": "chat", "messages": [{"role": "robot", "content": "x"}]}
+    status, _, raw = await _post(gateway, body)
+    assert status == 400
+    assert json.loads(raw)["error"]["param"] == "messages[0].role"
+    status, _, raw = await _post(gateway, {"model": "chat", "messages": HELLO, "n": "two"})
+    assert json.loads(raw)["error"]["param"] == "n"
+
+
+async def test_missing_field_names_the_field(gateway: Running) -> None:
+    status, _, raw = await _post(gateway, {"messages": HELLO})
+    assert status == 400
+    assert json.loads(raw)["error"]["param"] == "model"
+
+
+async def test_body_over_the_limit_is_413(gateway: Running) -> None:
+    big = {"model": "chat", "messages": [{"role": "user", "content": "x" * (11 * 1024 * 1024)}]}
+    status, _, raw = await _post(gateway, big)
+    assert status == 413
+    assert json.loads(raw)["error"]["code"] == "request_too_large"
+
+
+async def test_request_id_is_echoed_or_generated(gateway: Running) -> None:
+    body = {"model": "mock/x", "messages": HELLO}
+    _, headers, _ = await _post(gateway, body, headers={"x-request-id": "abc-123"})
+    assert headers["x-request-id"] == "abc-123"
+    _, headers, _ = await _post(gateway, body)
+    assert len(headers["x-request-id"]) == 32
+    line = [json.loads(x) for x in gateway.logs.getvalue().splitlines()][-2]
+    assert line["request_id"] == "abc-123"
+
+
+async def test_unknown_route_and_wrong_method(gateway: Running) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(gateway.url + "/v1/nothing") as response:
+            assert response.status == 404
+            assert (await response.json())["error"]["code"] == "not_found"
+        async with session.get(gateway.url + CHAT) as response:
+            assert response.status == 405
+
+
+async def test_routes_without_v1_prefix(gateway: Running) -> None:
+    status, _, _ = await _post(gateway, {"model": "mock/x", "messages": HELLO}, "/chat/completions")
+    assert status == 200
+    status, _, _ = await _post(gateway, {"model": "mock/x", "prompt": "hi"}, "/completions")
+    assert status == 200
+
+
+async def test_health(gateway: Running) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(gateway.url + "/health/live") as response:
+            assert response.status == 200
+        async with session.get(gateway.url + "/health/ready") as response:
+            assert response.status == 200
+            body = await response.json()
+    assert body["providers"] == {"up": True, "mock": True, "keyless": False}
+
+
+async def test_metrics_after_traffic(gateway: Running) -> None:
+    await _post(gateway, {"model": "chat", "messages": HELLO})
+    await _post(gateway, {"model": "chat", "messages": HELLO, "stream": True})
+    await _post(gateway, {"model": "up/fail-500", "messages": HELLO})
+    async with aiohttp.ClientSession() as session:
+        async with session.get(gateway.url + "/metrics") as response:
+            text = await response.text()
+    assert (
+        'crossway_requests_total{dialect="openai",model="chat",provider="up",status_class="2xx"} 2.0'
+        in text
+    )
+    assert 'crossway_tokens_total{kind="cache_read",model="chat",provider="up"} 8.0' in text
+    assert 'crossway_upstream_errors_total{provider="up",reason="upstream_server"} 1.0' in text
+    for name in (
+        "crossway_request_duration_seconds_bucket",
+        "crossway_upstream_duration_seconds_bucket",
+        "crossway_time_to_first_token_seconds_bucket",
+        "crossway_gateway_overhead_seconds_bucket",
+        "crossway_requests_in_flight",
+        'crossway_provider_ready{provider="keyless"} 0.0',
+    ):
+        assert name in text
+    assert UPSTREAM_KEY not in text
+    assert "client-key" not in text
+
+
+async def test_access_log_line(gateway: Running) -> None:
+    await _post(gateway, {"model": "chat", "messages": HELLO, "stream": True})
+    line = json.loads(gateway.logs.getvalue().splitlines()[-1])
+    assert line["event"] == "request"
+    assert line["status"] == 200
+    assert line["provider"] == "up"
+    assert line["model"] == "chat"
+    assert line["stream"] is True
+    assert line["input_tokens"] == 10
+    assert line["output_tokens"] == 5
+    for key in ("duration_ms", "upstream_ms", "overhead_ms", "ttft_ms", "timestamp", "level"):
+        assert key in line
