@@ -22,7 +22,7 @@ from aiohttp import web
 
 from plugins import BUILTINS
 from proxy.canonical import Call, Reply, Usage
-from proxy.config import ConfigError, GatewayConfig, load_config
+from proxy.config import ConfigError, GatewayConfig, ServerConfig
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect
 from proxy.dialects.openai_chat import error_json
@@ -36,11 +36,12 @@ from proxy.errors import (
 )
 from proxy.logs import make_logger
 from proxy.metrics import CONTENT_TYPE, Metrics, status_class
-from proxy.runtime import Blueprint, Runtime, Snapshot
+from proxy.runtime import Runtime, Snapshot, load_blueprint
 
 RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
 LOGGER = web.AppKey("logger", structlog.typing.FilteringBoundLogger)
+SERVER = web.AppKey("server", ServerConfig)
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
 _MAX_REQUEST_ID = 128
@@ -52,25 +53,21 @@ _SSE_HEADERS = {
 _JSON = "application/json"
 
 
-def create_app(
-    config_path: str | Path,
-    *,
-    config: GatewayConfig | None = None,
-    log_stream: Any = None,
-) -> web.Application:
-    """The gateway application for the config file at ``config_path``.
+def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Application:
+    """The gateway application for the config file at ``config_path`` (re-read on SIGHUP).
 
-    ``config`` may be passed when already loaded (it must come from that file: reloads re-read
-    the file). Raises :class:`ConfigError` if the config is invalid.
+    Logs go to ``log_stream`` (stdout by default). Raises :class:`ConfigError` if the config or
+    a plugin's options are invalid.
     """
     config_path = Path(config_path)
-    config = config or load_config(config_path)
-    blueprint = Blueprint(config, BUILTINS)
+    blueprint = load_blueprint(config_path, BUILTINS)
+    config = blueprint.config
     metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
     logger = make_logger(blueprint.redactor, level=config.server.log_level, stream=log_stream)
     app = web.Application(client_max_size=config.server.max_body_bytes)
     app[METRICS] = metrics
     app[LOGGER] = logger
+    app[SERVER] = config.server
 
     def on_upstream_error(provider: str, error: GatewayError) -> None:
         metrics.upstream_errors(provider, error.kind).inc()

@@ -56,10 +56,9 @@ def check(config_path: Path, out: TextIO) -> int:
     Raises :class:`proxy.config.ConfigError` if the config (or a plugin's options) is invalid.
     """
     from plugins import BUILTINS
-    from proxy.config import load_config
-    from proxy.runtime import Blueprint
+    from proxy.runtime import load_blueprint
 
-    blueprint = Blueprint(load_config(config_path), BUILTINS)
+    blueprint = load_blueprint(config_path, BUILTINS)
     config = blueprint.config
     server = config.server
     print(f"config {config_path}: ok", file=out)

@@ -84,11 +84,16 @@ class GatewayConfig(Struct, frozen=True):
 
 
 class ConfigError(Exception):
-    """The configuration is invalid; ``errors`` lists every problem, each with its path."""
+    """The configuration is invalid; ``errors`` lists every problem, each with its path.
 
-    def __init__(self, errors: list[str]) -> None:
+    ``plugins`` holds the plugin entries that did parse, so that a caller can validate them too
+    and report every error of a file at once.
+    """
+
+    def __init__(self, errors: list[str], plugins: tuple[PluginSpec, ...] = ()) -> None:
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {e}" for e in errors))
         self.errors = errors
+        self.plugins = plugins
 
 
 _TOP_LEVEL = frozenset({"server", "metrics", "providers", "models", "plugins"})
@@ -124,7 +129,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     models = _models(tree.get("models", {}), providers, errors)
     plugins = _plugins(tree.get("plugins", []), errors)
     if errors or server is None or metrics is None:
-        raise ConfigError(errors)
+        raise ConfigError(errors, plugins)
     return GatewayConfig(
         server=server, metrics=metrics, providers=providers, models=models, plugins=plugins
     )

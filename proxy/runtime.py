@@ -47,6 +47,22 @@ class Blueprint:
             raise ConfigError(str(exc).splitlines()) from None
 
 
+def load_blueprint(config_path: Path, plugin_builtins: dict[str, str]) -> Blueprint:
+    """Load and validate the config file and its plugins, reporting every error at once.
+
+    Raises :class:`ConfigError` listing config errors and plugin errors together.
+    """
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        try:
+            load_plugins(exc.plugins, plugin_builtins)
+        except PluginLoadError as plugin_errors:
+            raise ConfigError([*exc.errors, *str(plugin_errors).splitlines()]) from None
+        raise
+    return Blueprint(config, plugin_builtins)
+
+
 class Snapshot:
     """One config's live runtime. ``chain`` is the whole plugin chain ending at the upstream."""
 
@@ -125,7 +141,7 @@ class Runtime:
 
         Raises :class:`ConfigError` (the current snapshot stays) if the file is invalid.
         """
-        blueprint = Blueprint(load_config(self.config_path), self._builtins)
+        blueprint = load_blueprint(self.config_path, self._builtins)
         fresh = Snapshot(blueprint, self._on_upstream_error)
         previous, self.snapshot = self.snapshot, fresh
         previous.retire()

@@ -69,17 +69,15 @@ def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> 
     """Run one gateway process on ``host:port`` until SIGTERM/SIGINT."""
     from aiohttp import web
 
-    from proxy.app import create_app
-    from proxy.config import load_config
+    from proxy.app import SERVER, create_app
 
-    config = load_config(config_path)
-    app = create_app(config_path, config=config)
+    app = create_app(config_path)
     web.run_app(
         app,
         host=host,
         port=port,
         reuse_port=reuse_port,
-        shutdown_timeout=config.server.shutdown_timeout,
+        shutdown_timeout=app[SERVER].shutdown_timeout,
         handler_cancellation=True,
         access_log=None,
         print=None,

@@ -1,0 +1,157 @@
+"""The gateway as a real process: the CLI, SIGHUP reloads, and several workers on one port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proxy import __version__
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = """
+server: {{port: {port}, workers: {workers}, access_log: false}}
+providers:
+  mock: {{type: mock}}
+models:
+  {alias}: [{{target: mock/echo}}]
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _crossway(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _http(url: str, body: bytes | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, method="POST" if body else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def _wait_ready(url: str, deadline: float = 20.0) -> None:
+    stop = time.monotonic() + deadline
+    while time.monotonic() < stop:
+        try:
+            if _http(url + "/health/ready")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("gateway did not become ready")
+
+
+@pytest.fixture
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path, int]]:
+    workers = getattr(request, "param", 1)
+    port = _free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(CONFIG.format(port=port, workers=workers, alias="first"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url)
+        yield url, config, process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _chat(url: str, model: str) -> int:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    return _http(url + "/v1/chat/completions", body.encode())[0]
+
+
+def test_version() -> None:
+    result = _crossway("--version")
+    assert result.stdout.strip() == f"crossway {__version__}"
+
+
+def test_check_prints_the_resolved_config() -> None:
+    result = _crossway("check", "--config", "config/gateway.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "mock (mock): ready" in result.stdout
+    assert "headers: plugins.headers.HeadersPlugin" in result.stdout
+
+
+def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "server: {port: nope}\nproviders:\n  x: {type: openai, api_ky: 1}\n"
+        "models:\n  a: [{target: y/z}]\nplugins: [nothing]\n"
+    )
+    result = _crossway("check", "--config", str(bad))
+    assert result.returncode == 1
+    for path in ("$.server.port", "$.providers.x", "$.models.a[0].target", "$.plugins[0]"):
+        assert path in result.stderr
+
+
+def test_sighup_reloads_and_a_broken_file_keeps_the_old_config(
+    served: tuple[str, Path, int],
+) -> None:
+    url, config, pid = served
+    assert _chat(url, "first") == 200
+    port = url.rsplit(":", 1)[1]
+    config.write_text(CONFIG.format(port=port, workers=1, alias="second"))
+    os.kill(pid, signal.SIGHUP)
+    _eventually(lambda: _chat(url, "second") == 200)
+    assert _chat(url, "first") == 404
+    config.write_text("providers: [this is: broken")
+    os.kill(pid, signal.SIGHUP)
+    time.sleep(0.5)
+    assert _chat(url, "second") == 200, "a broken file must not stop serving"
+
+
+@pytest.mark.parametrize("served", [2], indirect=True)
+def test_workers_share_one_port_and_metrics(served: tuple[str, Path, int]) -> None:
+    url, _, _ = served
+    for _ in range(20):
+        assert _chat(url, "first") == 200
+    text = _http(url + "/metrics")[1]
+    line = next(
+        x for x in text.splitlines() if x.startswith("crossway_requests_total{") and "first" in x
+    )
+    assert float(line.rsplit(" ", 1)[1]) == 20.0, "every worker's requests are counted"
+
+
+def _eventually(condition, timeout: float = 10.0) -> None:
+    stop = time.monotonic() + timeout
+    while time.monotonic() < stop:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
