@@ -61,7 +61,7 @@ class HeadersPlugin:
         self._add = {name.lower(): value for name, value in options.add.items()}
         self._remove = tuple(name.lower() for name in options.remove)
 
-    async def __call__(self, call: Call, next: Next) -> Reply:  # noqa: A002 - the contract's name
+    async def __call__(self, call: Call, next: Next) -> Reply:
         """Set the upstream headers, then pass the call on unchanged otherwise."""
         headers = call.upstream_headers
         for name in self._remove:

@@ -223,9 +223,7 @@ def _whole(
     outcome.usage = reply.response.usage
     body = dialect.encode_response(call, reply)
     outcome.status = 200
-    return web.Response(
-        body=body, content_type=_JSON, headers=_reply_headers(reply, request_id)
-    )
+    return web.Response(body=body, content_type=_JSON, headers=_reply_headers(reply, request_id))
 
 
 async def _stream(
@@ -354,9 +352,7 @@ async def _models(request: web.Request) -> web.Response:
         for model_id, owner in entries:
             if model_id not in seen:
                 seen.add(model_id)
-                data.append(
-                    {"id": model_id, "object": "model", "created": 0, "owned_by": owner}
-                )
+                data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner})
     return web.json_response({"object": "list", "data": data})
 
 

@@ -102,8 +102,8 @@ class Message(Struct):
     name: str | UnsetType = UNSET
     tool_calls: list[ToolCall] | UnsetType = UNSET
     tool_call_id: str | UnsetType = UNSET
-    refusal: str | None | UnsetType = UNSET
-    reasoning_content: str | None | UnsetType = UNSET
+    refusal: str | UnsetType | None = UNSET
+    reasoning_content: str | UnsetType | None = UNSET
 
     def text(self) -> str:
         """The message's text: the string content, or its text parts joined; ``""`` if none."""
@@ -121,7 +121,7 @@ class FunctionDefinition(Struct, omit_defaults=True):
     name: str
     description: str | UnsetType = UNSET
     parameters: dict[str, Any] | UnsetType = UNSET
-    strict: bool | None | UnsetType = UNSET
+    strict: bool | UnsetType | None = UNSET
 
 
 class Tool(Struct, omit_defaults=True):
@@ -180,24 +180,24 @@ class Params(Struct, omit_defaults=True):
     does not know are kept raw in :attr:`Call.extra` and passed to providers that accept them.
     """
 
-    temperature: Annotated[float, Meta(ge=0, le=2)] | None | UnsetType = UNSET
-    top_p: Annotated[float, Meta(ge=0, le=1)] | None | UnsetType = UNSET
-    max_tokens: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
-    max_completion_tokens: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
-    n: Annotated[int, Meta(ge=1, le=128)] | None | UnsetType = UNSET
-    stop: str | list[str] | None | UnsetType = UNSET
-    seed: int | None | UnsetType = UNSET
-    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None | UnsetType = UNSET
-    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None | UnsetType = UNSET
-    logit_bias: dict[str, float] | None | UnsetType = UNSET
-    logprobs: bool | None | UnsetType = UNSET
-    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None | UnsetType = UNSET
+    temperature: Annotated[float, Meta(ge=0, le=2)] | UnsetType | None = UNSET
+    top_p: Annotated[float, Meta(ge=0, le=1)] | UnsetType | None = UNSET
+    max_tokens: Annotated[int, Meta(ge=1)] | UnsetType | None = UNSET
+    max_completion_tokens: Annotated[int, Meta(ge=1)] | UnsetType | None = UNSET
+    n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
+    stop: str | list[str] | UnsetType | None = UNSET
+    seed: int | UnsetType | None = UNSET
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
+    logit_bias: dict[str, float] | UnsetType | None = UNSET
+    logprobs: bool | UnsetType | None = UNSET
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | UnsetType | None = UNSET
     user: str | UnsetType = UNSET
-    tools: list[Tool] | None | UnsetType = UNSET
-    tool_choice: str | dict[str, Any] | None | UnsetType = UNSET
-    parallel_tool_calls: bool | None | UnsetType = UNSET
-    response_format: dict[str, Any] | None | UnsetType = UNSET
-    reasoning_effort: str | None | UnsetType = UNSET
+    tools: list[Tool] | UnsetType | None = UNSET
+    tool_choice: str | dict[str, Any] | UnsetType | None = UNSET
+    parallel_tool_calls: bool | UnsetType | None = UNSET
+    response_format: dict[str, Any] | UnsetType | None = UNSET
+    reasoning_effort: str | UnsetType | None = UNSET
 
 
 class Deployment(Struct, frozen=True):
@@ -263,7 +263,7 @@ class Call(Struct):
 
 
 class Choice(Struct):
-    """One generated alternative of a whole response (``finish_reason``/``logprobs`` always encoded)."""
+    """One alternative of a whole response (``finish_reason``, ``logprobs`` always encoded)."""
 
     index: int
     message: Message
@@ -279,8 +279,8 @@ class Response(Struct, omit_defaults=True):
     choices: list[Choice]
     created: int = 0
     usage: Usage | None = None
-    system_fingerprint: str | None | UnsetType = UNSET
-    service_tier: str | None | UnsetType = UNSET
+    system_fingerprint: str | UnsetType | None = UNSET
+    service_tier: str | UnsetType | None = UNSET
 
 
 class ToolCallDelta(Struct, omit_defaults=True):
@@ -303,10 +303,10 @@ class Delta(Struct, omit_defaults=True):
     """What one chunk adds to one choice."""
 
     role: Role | UnsetType = UNSET
-    content: str | None | UnsetType = UNSET
-    reasoning_content: str | None | UnsetType = UNSET
+    content: str | UnsetType | None = UNSET
+    reasoning_content: str | UnsetType | None = UNSET
     tool_calls: list[ToolCallDelta] | UnsetType = UNSET
-    refusal: str | None | UnsetType = UNSET
+    refusal: str | UnsetType | None = UNSET
 
 
 class ChunkChoice(Struct):
@@ -326,7 +326,7 @@ class Chunk(Struct, omit_defaults=True):
     choices: list[ChunkChoice]
     created: int = 0
     usage: Usage | None = None
-    system_fingerprint: str | None | UnsetType = UNSET
+    system_fingerprint: str | UnsetType | None = UNSET
 
 
 class Reply(Struct):
@@ -334,7 +334,7 @@ class Reply(Struct):
 
     Exactly one of ``response`` and ``stream`` is set. A stream returned by the upstream is
     *primed*: its first chunk has already arrived, so any failure before the first byte reaches
-    the client surfaces as an exception from ``await next(call)`` (where retry and fallback can act),
+    the client surfaces as an exception from ``await next(call)`` (where retry and fallback act),
     and a failure while iterating is a mid-stream failure. Whoever stops iterating early must
     ``aclose()`` the stream to free the upstream connection. ``provider`` / ``model`` name the
     deployment that served; ``headers`` are extra response headers for the client.
@@ -345,4 +345,3 @@ class Reply(Struct):
     response: Response | None = None
     stream: AsyncIterator[Chunk] | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
-

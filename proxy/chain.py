@@ -32,7 +32,7 @@ class Plugin(Protocol):
     """One link of the chain. Raising a :class:`proxy.errors.GatewayError` answers the client
     with that error; any other exception is a 500 that hides its details."""
 
-    async def __call__(self, call: Call, next: Next) -> Reply:  # noqa: A002 - the contract's name
+    async def __call__(self, call: Call, next: Next) -> Reply:
         """Handle ``call``, usually by awaiting ``next(call)`` once or more."""
         ...
 

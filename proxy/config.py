@@ -54,7 +54,6 @@ class MetricsConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """Prometheus export. ``max_model_labels`` bounds the distinct ``model`` label values; past
     it, further models are counted under ``other`` so a client cannot explode cardinality."""
 
-    enabled: bool = True
     max_model_labels: Annotated[int, Meta(ge=1)] = 200
 
 
@@ -153,7 +152,9 @@ def _expand(node: Any, path: str, environ: Mapping[str, str], errors: list[str])
 
         return _ENV_REF.sub(substitute, node)
     if isinstance(node, dict):
-        return {key: _expand(value, f"{path}.{key}", environ, errors) for key, value in node.items()}
+        return {
+            key: _expand(value, f"{path}.{key}", environ, errors) for key, value in node.items()
+        }
     if isinstance(node, list):
         return [_expand(value, f"{path}[{i}]", environ, errors) for i, value in enumerate(node)]
     return node
@@ -254,7 +255,7 @@ def _plugin_entries(node: list[Any], errors: list[str]) -> Iterator[PluginSpec]:
                 continue
             yield PluginSpec(ref=entry["plugin"], options=options, path=f"{path}.options")
         elif isinstance(entry, dict) and len(entry) == 1:
-            (name, options), = entry.items()
+            ((name, options),) = entry.items()
             if options is None:
                 options = {}
             if not isinstance(options, dict):

@@ -61,9 +61,7 @@ class Redactor:
         if isinstance(value, str):
             return self._pattern.sub(MASK, value)
         if isinstance(value, dict):
-            return {
-                k: MASK if _is_sensitive(k) else self.value(v) for k, v in value.items()
-            }
+            return {k: MASK if _is_sensitive(k) else self.value(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return type(value)(self.value(v) for v in value)
         return value

@@ -97,9 +97,7 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
     stopping = False
 
     def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(
-            target=_worker_main, args=(config_path, host, port), daemon=False
-        )
+        process = context.Process(target=_worker_main, args=(config_path, host, port), daemon=False)
         process.start()
         return process
 

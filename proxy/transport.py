@@ -119,7 +119,8 @@ async def _chunks(provider: HttpProvider, response: aiohttp.ClientResponse) -> A
 def _raise_network_error(exc: aiohttp.ClientError, provider: str) -> NoReturn:
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         raise UpstreamTimeout(
-            f"could not connect to provider {provider!r} in time", code="connect_timeout",
+            f"could not connect to provider {provider!r} in time",
+            code="connect_timeout",
             provider=provider,
         ) from None
     raise UpstreamUnavailable(

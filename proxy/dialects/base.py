@@ -43,7 +43,9 @@ class Dialect(Protocol):
     name: str
     paths: tuple[str, ...]
 
-    def decode(self, body: bytes, headers: Mapping[str, str], request_id: str, start: float) -> Call:
+    def decode(
+        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
+    ) -> Call:
         """The canonical call for a request body; ``start`` is its ``perf_counter`` arrival time.
 
         Raises :class:`~proxy.errors.BadRequest` naming the offending field.

@@ -78,8 +78,8 @@ class _Response(Struct, omit_defaults=True):
     model: str
     choices: list[Choice]
     usage: OpenAIUsage | None = None
-    system_fingerprint: str | None | UnsetType = UNSET
-    service_tier: str | None | UnsetType = UNSET
+    system_fingerprint: str | UnsetType | None = UNSET
+    service_tier: str | UnsetType | None = UNSET
 
 
 class _Chunk(Struct, omit_defaults=True):
@@ -89,7 +89,7 @@ class _Chunk(Struct, omit_defaults=True):
     model: str
     choices: list[ChunkChoice]
     usage: OpenAIUsage | None = None
-    system_fingerprint: str | None | UnsetType = UNSET
+    system_fingerprint: str | UnsetType | None = UNSET
 
 
 class _ErrorBody(Struct):
@@ -133,7 +133,9 @@ class OpenAIChatDialect:
     name = "openai"
     paths = ("/v1/chat/completions", "/chat/completions")
 
-    def decode(self, body: bytes, headers: Mapping[str, str], request_id: str, start: float) -> Call:
+    def decode(
+        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
+    ) -> Call:
         """See :meth:`proxy.dialects.base.Dialect.decode`."""
         try:
             envelope = _ENVELOPE.decode(body)

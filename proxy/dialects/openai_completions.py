@@ -45,15 +45,15 @@ class _Envelope(Struct):
 class _LegacyParams(Struct, omit_defaults=True):
     """The chat parameters that keep their meaning in the legacy API."""
 
-    temperature: float | None | UnsetType = UNSET
-    top_p: float | None | UnsetType = UNSET
-    max_tokens: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
-    n: Annotated[int, Meta(ge=1, le=128)] | None | UnsetType = UNSET
-    stop: str | list[str] | None | UnsetType = UNSET
-    seed: int | None | UnsetType = UNSET
-    presence_penalty: float | None | UnsetType = UNSET
-    frequency_penalty: float | None | UnsetType = UNSET
-    logit_bias: dict[str, float] | None | UnsetType = UNSET
+    temperature: float | UnsetType | None = UNSET
+    top_p: float | UnsetType | None = UNSET
+    max_tokens: Annotated[int, Meta(ge=1)] | UnsetType | None = UNSET
+    n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
+    stop: str | list[str] | UnsetType | None = UNSET
+    seed: int | UnsetType | None = UNSET
+    presence_penalty: float | UnsetType | None = UNSET
+    frequency_penalty: float | UnsetType | None = UNSET
+    logit_bias: dict[str, float] | UnsetType | None = UNSET
     user: str | UnsetType = UNSET
 
 
@@ -77,7 +77,7 @@ class _Completion(Struct, omit_defaults=True):
     model: str
     choices: list[_Choice]
     usage: OpenAIUsage | None = None
-    system_fingerprint: str | None | UnsetType = UNSET
+    system_fingerprint: str | UnsetType | None = UNSET
 
 
 def legacy_finish(reason: str | None) -> LegacyFinish | None:
@@ -128,7 +128,9 @@ class OpenAICompletionsDialect:
     name = "openai_completions"
     paths = ("/v1/completions", "/completions")
 
-    def decode(self, body: bytes, headers: Mapping[str, str], request_id: str, start: float) -> Call:
+    def decode(
+        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
+    ) -> Call:
         """See :meth:`proxy.dialects.base.Dialect.decode`."""
         try:
             envelope = _ENVELOPE.decode(body)
@@ -215,9 +217,7 @@ class CompletionStreamEncoder:
             if self._echo and text:
                 text, self._echo = self._echo + text, ""
             choices.append(
-                _Choice(
-                    text=text or "", index=choice.index, logprobs=None, finish_reason=finish
-                )
+                _Choice(text=text or "", index=choice.index, logprobs=None, finish_reason=finish)
             )
         usage = chunk.usage if self._include_usage else None
         if not choices and usage is None:

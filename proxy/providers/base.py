@@ -115,7 +115,7 @@ class LocalProvider(Protocol):
 Provider = HttpProvider | LocalProvider
 
 
-class StreamEnd(Exception):  # noqa: N818 - a control-flow signal, not an error
+class StreamEnd(Exception):
     """Raised by :meth:`HttpProvider.parse_event` at the upstream's end-of-stream marker."""
 
 

@@ -106,10 +106,7 @@ class MockProvider:
                 id=response_id,
                 model=model,
                 created=_CREATED,
-                choices=[
-                    Choice(index=i, message=message, finish_reason=finish)
-                    for i in range(n)
-                ],
+                choices=[Choice(index=i, message=message, finish_reason=finish) for i in range(n)],
                 usage=Usage(input=usage.input, output=usage.output * n),
             )
         return self._stream(response_id, model, message, finish, usage, plan)
@@ -225,9 +222,7 @@ def _deltas(message: Message) -> list[Delta]:
             ],
         )
         rest = [
-            Delta(
-                tool_calls=[ToolCallDelta(index=0, function=FunctionCallDelta(arguments=piece))]
-            )
+            Delta(tool_calls=[ToolCallDelta(index=0, function=FunctionCallDelta(arguments=piece))])
             for piece in pieces
         ]
         return [first, *rest]

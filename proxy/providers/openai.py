@@ -1,8 +1,8 @@
 """The OpenAI-compatible provider: OpenAI itself and any server that speaks its chat API.
 
 Translation is nearly a copy, because the canonical types are shaped after OpenAI chat. What it
-adds: the Bearer key and configured headers, the upstream model name, ``stream_options.include_usage``
-on every stream (so that the gateway always learns token usage), request fields the gateway does
+adds: the Bearer key and configured headers, the upstream model name,
+``stream_options.include_usage`` on every stream (so that the gateway always learns token usage), request fields the gateway does
 not model passed through verbatim, and usage normalised into disjoint buckets (OpenAI's
 ``prompt_tokens`` includes cached tokens; ``completion_tokens`` includes reasoning tokens).
 """
@@ -94,8 +94,8 @@ class _WireResponse(Struct):
     model: str = ""
     created: int = 0
     usage: _WireUsage | None = None
-    system_fingerprint: str | None | UnsetType = UNSET
-    service_tier: str | None | UnsetType = UNSET
+    system_fingerprint: str | UnsetType | None = UNSET
+    service_tier: str | UnsetType | None = UNSET
 
 
 class _WireError(Struct):
@@ -111,7 +111,7 @@ class _WireChunk(Struct):
     created: int = 0
     choices: list[ChunkChoice] = msgspec.field(default_factory=list)
     usage: _WireUsage | None = None
-    system_fingerprint: str | None | UnsetType = UNSET
+    system_fingerprint: str | UnsetType | None = UNSET
     error: _WireError | None = None
 
 

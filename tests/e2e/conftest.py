@@ -37,8 +37,9 @@ class Running:
 
 
 def gateway_config(upstream_url: str, extra: str = "") -> str:
-    return textwrap.dedent(
-        f"""
+    return (
+        textwrap.dedent(
+            f"""
         server: {{access_log: true}}
         providers:
           up:
@@ -54,7 +55,9 @@ def gateway_config(upstream_url: str, extra: str = "") -> str:
         plugins:
           - headers: {{forward: [x-trace-id]}}
         """
-    ) + extra
+        )
+        + extra
+    )
 
 
 async def start_site(app: web.Application) -> tuple[web.AppRunner, str]:
