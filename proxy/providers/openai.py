@@ -2,9 +2,10 @@
 
 Translation is nearly a copy, because the canonical types are shaped after OpenAI chat. What it
 adds: the Bearer key and configured headers, the upstream model name,
-``stream_options.include_usage`` on every stream (so that the gateway always learns token usage), request fields the gateway does
-not model passed through verbatim, and usage normalised into disjoint buckets (OpenAI's
-``prompt_tokens`` includes cached tokens; ``completion_tokens`` includes reasoning tokens).
+``stream_options.include_usage`` on every stream (so that the gateway always learns token
+usage), request fields the gateway does not model passed through verbatim, and usage
+normalised into disjoint buckets (OpenAI's ``prompt_tokens`` includes cached tokens;
+``completion_tokens`` includes reasoning tokens).
 """
 
 from __future__ import annotations
