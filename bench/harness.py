@@ -17,7 +17,7 @@ from pathlib import Path
 from bench import aio, procstat
 from bench.analysis import checks, overheads
 from bench.matrix import DIRECT, TARGETS, CellResult, Settings, plan, run_matrix
-from bench.report import BenchReport, table_row
+from bench.report import BenchReport, table_header, table_row
 from bench.targets import Server, start_gateway, start_passthrough, start_upstream
 
 
@@ -63,11 +63,13 @@ async def _measure(
 ) -> BenchReport:
     servers = await _start_servers(stack, scratch, options, progress)
     cells = plan(options.targets, options.modes, options.latencies_ms, options.concurrencies)
+    progress(f"measuring {len(cells)} cells")
+    progress(table_header())
     done: list[CellResult] = []
 
     def report_cell(result: CellResult) -> None:
         done.append(result)
-        progress(f"[{len(done)}/{len(cells)}] {table_row(result)}")
+        progress(f"{table_row(result)}  [{len(done)}/{len(cells)}]")
 
     results = await run_matrix(cells, servers, servers[DIRECT], options.settings, report_cell)
     memory = {name: procstat.memory(servers[name].pid) for name in TARGETS if name in servers}

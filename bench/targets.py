@@ -25,9 +25,8 @@ _READY_TIMEOUT_S = 20.0
 
 @dataclass(frozen=True)
 class Server:
-    """A running server: its name, root PID, port and chat-completions URL."""
+    """A running server: its root PID, port and chat-completions URL."""
 
-    name: str
     pid: int
     port: int
 
@@ -62,7 +61,7 @@ async def start_upstream(stack: ExitStack, log_dir: Path) -> Server:
     argv = [sys.executable, "-m", "bench.upstream", "--host", HOST, "--port", str(port)]
     child = spawn(stack, "upstream", argv, REPO_ROOT, log_dir)
     await wait_ready(child, f"http://{HOST}:{port}/health", _READY_TIMEOUT_S)
-    return Server(name="upstream", pid=child.pid, port=port)
+    return Server(pid=child.pid, port=port)
 
 
 async def start_passthrough(stack: ExitStack, log_dir: Path, upstream: Server) -> Server:
@@ -81,7 +80,7 @@ async def start_passthrough(stack: ExitStack, log_dir: Path, upstream: Server) -
     ]
     child = spawn(stack, "passthrough", argv, REPO_ROOT, log_dir)
     await wait_ready(child, f"http://{HOST}:{port}/health", _READY_TIMEOUT_S)
-    return Server(name="passthrough", pid=child.pid, port=port)
+    return Server(pid=child.pid, port=port)
 
 
 async def start_gateway(
@@ -99,7 +98,7 @@ async def start_gateway(
     argv = [token.format(**values) for token in shlex.split(command_template)]
     child = spawn(stack, "gateway", argv, REPO_ROOT, log_dir)
     await wait_ready(child, f"http://{HOST}:{port}/health/ready", _READY_TIMEOUT_S)
-    return Server(name="gateway", pid=child.pid, port=port)
+    return Server(pid=child.pid, port=port)
 
 
 async def set_upstream_latency(

@@ -11,20 +11,21 @@ access line. This is the only module that knows every piece.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import structlog
 from aiohttp import web
 
 from plugins import BUILTINS
-from proxy.canonical import Call, Reply, Usage
-from proxy.config import ConfigError, GatewayConfig, ServerConfig
+from proxy.canonical import Call, Chunk, Reply, Usage
+from proxy.config import ConfigError, GatewayConfig, ServerConfig, load_config
 from proxy.dialects import all_dialects
-from proxy.dialects.base import Dialect
+from proxy.dialects.base import Dialect, StreamEncoder
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import (
     GatewayError,
@@ -34,13 +35,11 @@ from proxy.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
-from proxy.logs import make_logger
 from proxy.metrics import CONTENT_TYPE, Metrics, status_class
-from proxy.runtime import Runtime, Snapshot, load_blueprint
+from proxy.runtime import Loader, Runtime, Snapshot
 
 RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
-LOGGER = web.AppKey("logger", structlog.typing.FilteringBoundLogger)
 SERVER = web.AppKey("server", ServerConfig)
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
@@ -57,16 +56,15 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     """The gateway application for the config file at ``config_path`` (re-read on SIGHUP).
 
     Logs go to ``log_stream`` (stdout by default). Raises :class:`ConfigError` if the config or
-    a plugin's options are invalid.
+    a plugin's options are invalid. The ``metrics`` section applies from the first load on.
     """
-    config_path = Path(config_path)
-    blueprint = load_blueprint(config_path, BUILTINS)
-    config = blueprint.config
+    config = load_config(Path(config_path))
     metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
-    logger = make_logger(blueprint.redactor, level=config.server.log_level, stream=log_stream)
+    loader = Loader(Path(config_path), BUILTINS, metrics, log_stream)
+    blueprint = loader.load()
+    config = blueprint.config
     app = web.Application(client_max_size=config.server.max_body_bytes)
     app[METRICS] = metrics
-    app[LOGGER] = logger
     app[SERVER] = config.server
 
     def on_upstream_error(provider: str, error: GatewayError) -> None:
@@ -74,18 +72,19 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
 
     async def start(app: web.Application) -> None:
         snapshot = Snapshot(blueprint, on_upstream_error)
-        app[RUNTIME] = Runtime(config_path, snapshot, BUILTINS, on_upstream_error)
+        app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
         _export_readiness(metrics, snapshot)
         _install_reload_signal(app)
 
     async def stop(app: web.Application) -> None:
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await app[RUNTIME].close()
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     for dialect in all_dialects():
-        handler = _dialect_handler(dialect, app, config)
+        handler = _dialect_handler(dialect, app)
         for path in dialect.paths:
             app.router.add_post(path, handler)
     for prefix in ("/v1", ""):
@@ -99,16 +98,17 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
 
 def reload_runtime(app: web.Application) -> bool:
     """Reload the config file; on error keep serving the old one. Returns whether it worked."""
-    runtime, metrics, logger = app[RUNTIME], app[METRICS], app[LOGGER]
+    runtime, metrics = app[RUNTIME], app[METRICS]
+    path = str(runtime.loader.config_path)
     try:
         snapshot = runtime.reload()
     except ConfigError as exc:
         metrics.config_reloads("error").inc()
-        logger.error("config_reload_failed", path=str(runtime.config_path), errors=exc.errors)
+        runtime.snapshot.logger.error("config_reload_failed", path=path, errors=exc.errors)
         return False
     metrics.config_reloads("ok").inc()
     _export_readiness(metrics, snapshot)
-    logger.info("config_reloaded", path=str(runtime.config_path))
+    snapshot.logger.info("config_reloaded", path=path)
     return True
 
 
@@ -159,10 +159,9 @@ class _Outcome:
         self.error: GatewayError | None = None
 
 
-def _dialect_handler(dialect: Dialect, app: web.Application, config: GatewayConfig) -> Any:
+def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
     """The request pipeline for one dialect (see the module docstring)."""
     metrics = app[METRICS]
-    logger = app[LOGGER]
     in_flight = metrics.in_flight(dialect.name)
     name = dialect.name
 
@@ -178,13 +177,13 @@ def _dialect_handler(dialect: Dialect, app: web.Application, config: GatewayConf
             try:
                 body = await _read_body(request, snapshot.config)
                 call = dialect.decode(body, request.headers, request_id, start)
-                call.deployments = snapshot.router.resolve(call.model)
+                call.deployments = snapshot.router.resolve(call.model, call.options.provider)
                 outcome.model = metrics.model_label(call.model)
                 reply = await snapshot.chain(call)
             except GatewayError as error:
                 return _error_response(dialect, error, request_id, outcome)
             except Exception:
-                logger.exception("unhandled_error", request_id=request_id, dialect=name)
+                snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
                 return _error_response(
                     dialect, InternalError("internal gateway error"), request_id, outcome
                 )
@@ -200,16 +199,17 @@ def _dialect_handler(dialect: Dialect, app: web.Application, config: GatewayConf
             in_flight.dec()
             _observe(metrics, name, call, outcome, start)
             if snapshot.config.server.access_log or outcome.status >= 500:
-                _access_log(logger, name, call, outcome, start, request_id)
+                _access_log(snapshot.logger, name, call, outcome, start, request_id)
 
     return handle
 
 
-def _reply_headers(reply: Reply, request_id: str) -> dict[str, str]:
+def _reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:
     headers = {
         "x-request-id": request_id,
         "x-crossway-provider": reply.provider,
         "x-crossway-model": f"{reply.provider}/{reply.model}",
+        **dialect.response_headers(call, reply),
     }
     if reply.headers:
         headers.update(reply.headers)
@@ -223,7 +223,9 @@ def _whole(
     outcome.usage = reply.response.usage
     body = dialect.encode_response(call, reply)
     outcome.status = 200
-    return web.Response(body=body, content_type=_JSON, headers=_reply_headers(reply, request_id))
+    return web.Response(
+        body=body, content_type=_JSON, headers=_reply_headers(dialect, call, reply, request_id)
+    )
 
 
 async def _stream(
@@ -237,12 +239,15 @@ async def _stream(
     stream = reply.stream
     assert stream is not None
     encoder = dialect.stream_encoder(call, reply)
-    response = web.StreamResponse(headers={**_SSE_HEADERS, **_reply_headers(reply, request_id)})
+    response = web.StreamResponse(
+        headers={**_SSE_HEADERS, **_reply_headers(dialect, call, reply, request_id)}
+    )
     timings = call.timings
     outcome.status = 200
+    chunks = stream if encoder.keepalive is None else _with_pings(stream, encoder, response)
     try:
         await response.prepare(request)
-        async for chunk in stream:
+        async for chunk in chunks:
             if chunk.usage is not None:
                 outcome.usage = chunk.usage
             data = encoder.chunk(chunk)
@@ -259,11 +264,39 @@ async def _stream(
         outcome.status = CLIENT_CLOSED
         return response
     finally:
+        if chunks is not stream:
+            await chunks.aclose()  # type: ignore[attr-defined]
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
     await response.write_eof()
     return response
+
+
+async def _with_pings(
+    stream: AsyncIterator[Chunk], encoder: StreamEncoder, response: web.StreamResponse
+) -> AsyncIterator[Chunk]:
+    """``stream``'s chunks, writing ``encoder.ping()`` whenever none came for a keep-alive period.
+
+    The pending read is never cancelled by a ping: it is awaited again after the ping is sent.
+    """
+    interval = encoder.keepalive
+    pending: asyncio.Future[Chunk] = asyncio.ensure_future(anext(stream))
+    try:
+        while True:
+            done, _ = await asyncio.wait((pending,), timeout=interval)
+            if not done:
+                await response.write(encoder.ping())
+                continue
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+            pending = asyncio.ensure_future(anext(stream))
+    finally:
+        if not pending.done():
+            pending.cancel()
 
 
 def _error_response(

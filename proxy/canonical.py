@@ -216,6 +216,56 @@ class Deployment(Struct, frozen=True):
         return f"{self.provider}/{self.model}"
 
 
+class RetryOptions(Struct, frozen=True):
+    """Per-request retry control: up to ``count`` retries on these upstream statuses."""
+
+    count: int = 3
+    on_codes: tuple[int, ...] = (429, 500, 502, 503, 504)
+
+
+class CacheOptions(Struct, frozen=True):
+    """Per-request cache control: entry lifetime in seconds and the match type."""
+
+    ttl: int = 1800
+    type: str = "exact_match"
+
+
+class WeightedTarget(Struct, frozen=True):
+    """A model (alias or ``provider/model``) with a load-balancing weight."""
+
+    model: str
+    weight: float = 1.0
+
+
+class GatewayOptions(Struct):
+    """Gateway controls a client sent with its request, for the plugins that honour them.
+
+    Every field is None when the client did not set it; plugins apply their configured limits
+    on top (a client never exceeds what the operator allows).
+
+    - ``fallbacks``: models (alias or ``provider/model``) to try in order after the primary fails.
+    - ``retry``: per-request retry policy.
+    - ``cache``: per-request cache policy; ``no_cache`` skips the cache for this request.
+    - ``load_balancer``: weighted models to pick the primary from.
+    - ``timeout``: seconds the whole call (all attempts) may take.
+    - ``provider``: pin the call to this provider.
+    - ``mask``: parts to mask in stored traces and logs (input, output, system, all).
+    - ``pii``: PII redaction requests (plugin-specific dicts).
+    - ``metadata``: who and which conversation (identity, thread, tags) — for logs, never labels.
+    """
+
+    fallbacks: list[str] | None = None
+    retry: RetryOptions | None = None
+    cache: CacheOptions | None = None
+    no_cache: bool = False
+    load_balancer: list[WeightedTarget] | None = None
+    timeout: float | None = None
+    provider: str | None = None
+    mask: frozenset[str] | None = None
+    pii: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] | None = None
+
+
 class Timings(Struct):
     """Clocks of one request, in seconds (``time.perf_counter``).
 
@@ -237,8 +287,9 @@ class Call(Struct):
     alias or ``provider/model``); ``deployments`` are the candidates the router resolved for it,
     and ``deployment`` is the one a plugin chose (the upstream picks by weight if none did).
     ``extra`` holds request fields the dialect did not model, as raw JSON, to pass through.
-    ``options`` holds gateway controls a dialect carried in the body (fallbacks, retry, …), keyed
-    by the name of the option, for the plugins that honour them.
+    ``options`` holds gateway controls a dialect carried in the body (fallbacks, retry, …) for
+    the plugins that honour them. ``dialect_state`` is private to the dialect that decoded the
+    call (what it needs again to encode the reply); nothing else reads it.
     """
 
     request_id: str
@@ -249,7 +300,8 @@ class Call(Struct):
     include_usage: bool = False
     params: Params = msgspec.field(default_factory=Params)
     extra: dict[str, Raw] = msgspec.field(default_factory=dict)
-    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    options: GatewayOptions = msgspec.field(default_factory=GatewayOptions)
+    dialect_state: dict[str, Any] = msgspec.field(default_factory=dict)
     client_headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     upstream_headers: dict[str, str] = msgspec.field(default_factory=dict)
     deployments: list[Deployment] = msgspec.field(default_factory=list)
@@ -337,7 +389,8 @@ class Reply(Struct):
     the client surfaces as an exception from ``await next(call)`` (where retry and fallback act),
     and a failure while iterating is a mid-stream failure. Whoever stops iterating early must
     ``aclose()`` the stream to free the upstream connection. ``provider`` / ``model`` name the
-    deployment that served; ``headers`` are extra response headers for the client.
+    deployment that served; ``headers`` are extra response headers for the client;
+    ``attempts`` counts the upstream calls made for this reply (retries and fallbacks included).
     """
 
     provider: str
@@ -345,3 +398,4 @@ class Reply(Struct):
     response: Response | None = None
     stream: AsyncIterator[Chunk] | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
+    attempts: int = 1

@@ -8,23 +8,44 @@ is the upstream call. An empty chain *is* the upstream call: it costs nothing.
 
 A plugin class may declare ``Options``, a msgspec Struct (``forbid_unknown_fields=True``
 recommended) that its YAML options are validated against at load; it is then built as
-``cls(options)``, otherwise as ``cls()`` and any option is an error. It may define
-``async def close()``, awaited when the runtime snapshot that owns it is retired.
+``cls(options)``, otherwise as ``cls()`` and any option is an error. A constructor that has a
+``context`` parameter also receives the :class:`PluginContext` (model resolution, metrics,
+logger). It may define ``async def close()``, awaited when the runtime snapshot that owns it is
+retired.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
+import structlog
 
-from proxy.canonical import Call, Reply
+from proxy.canonical import Call, Deployment, Reply
 from proxy.config import PluginSpec
+from proxy.metrics import Metrics
 
 Next = Callable[[Call], Awaitable[Reply]]
+
+
+class PluginContext:
+    """What the runtime offers plugins that need more than their options.
+
+    ``resolve(model, provider=None)`` is the router's: the ready deployments of an alias or a
+    ``provider/model`` (raising the same errors as for a client's model). ``metrics`` is the
+    process's :class:`proxy.metrics.Metrics`, ``logger`` its structlog logger.
+    """
+
+    def __init__(
+        self, resolve: Callable[..., list[Deployment]], metrics: Metrics, logger: Any
+    ) -> None:
+        self.resolve = resolve
+        self.metrics = metrics
+        self.logger = logger
 
 
 @runtime_checkable
@@ -49,17 +70,20 @@ def compose(plugins: Sequence[Plugin], upstream: Next) -> Next:
     return chain
 
 
-def load_plugins(specs: Sequence[PluginSpec], builtins: dict[str, str]) -> list[Plugin]:
+def load_plugins(
+    specs: Sequence[PluginSpec], builtins: dict[str, str], context: PluginContext | None = None
+) -> list[Plugin]:
     """Instantiate every entry; raises :class:`PluginLoadError` listing each bad one.
 
     ``builtins`` maps built-in names to ``module:Class`` references; any other reference must
-    itself be ``module:Class``.
+    itself be ``module:Class``. ``context`` is given to plugins that ask for it (when None, as
+    when only validating, such plugins are built with a context that resolves nothing).
     """
     plugins: list[Plugin] = []
     errors: list[str] = []
     for spec in specs:
         try:
-            plugins.append(_load(spec, builtins))
+            plugins.append(_load(spec, builtins, context))
         except PluginLoadError as exc:
             errors.append(str(exc))
     if errors:
@@ -67,7 +91,7 @@ def load_plugins(specs: Sequence[PluginSpec], builtins: dict[str, str]) -> list[
     return plugins
 
 
-def _load(spec: PluginSpec, builtins: dict[str, str]) -> Plugin:
+def _load(spec: PluginSpec, builtins: dict[str, str], context: PluginContext | None) -> Plugin:
     reference = builtins.get(spec.ref, spec.ref)
     module_name, _, class_name = reference.partition(":")
     if not class_name:
@@ -80,20 +104,37 @@ def _load(spec: PluginSpec, builtins: dict[str, str]) -> Plugin:
         cls: Any = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         raise PluginLoadError(f"{spec.path}: cannot import {reference!r}: {exc}") from None
+    arguments: list[Any] = []
     options_type = getattr(cls, "Options", None)
     if options_type is None:
         if spec.options:
             raise PluginLoadError(f"{spec.path}: plugin {spec.ref!r} takes no options")
-        plugin = cls()
     else:
         try:
-            options = msgspec.convert(spec.options, options_type, strict=False)
+            arguments.append(msgspec.convert(spec.options, options_type, strict=False))
         except msgspec.ValidationError as exc:
             raise PluginLoadError(f"{spec.path}: {exc}") from None
-        try:
-            plugin = cls(options)
-        except ValueError as exc:
-            raise PluginLoadError(f"{spec.path}: {exc}") from None
+    keywords: dict[str, Any] = {}
+    if _wants_context(cls):
+        keywords["context"] = context or _validation_context()
+    try:
+        plugin = cls(*arguments, **keywords)
+    except ValueError as exc:
+        raise PluginLoadError(f"{spec.path}: {exc}") from None
     if not isinstance(plugin, Plugin):
         raise PluginLoadError(f"{spec.path}: {reference!r} is not a plugin (no async __call__)")
     return plugin
+
+
+def _wants_context(cls: type) -> bool:
+    try:
+        return "context" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _validation_context() -> PluginContext:
+    def resolve(model: str, provider: str | None = None) -> list[Deployment]:
+        return []
+
+    return PluginContext(resolve, Metrics(), structlog.get_logger())

@@ -56,9 +56,10 @@ def check(config_path: Path, out: TextIO) -> int:
     Raises :class:`proxy.config.ConfigError` if the config (or a plugin's options) is invalid.
     """
     from plugins import BUILTINS
-    from proxy.runtime import load_blueprint
+    from proxy.metrics import Metrics
+    from proxy.runtime import Loader
 
-    blueprint = load_blueprint(config_path, BUILTINS)
+    blueprint = Loader(config_path, BUILTINS, Metrics(), sys.stderr).load()
     config = blueprint.config
     server = config.server
     print(f"config {config_path}: ok", file=out)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from proxy.canonical import Deployment
 from proxy.config import DeploymentConfig
-from proxy.errors import ModelNotFound, NoReadyDeployment
+from proxy.errors import BadRequest, ModelNotFound, NoReadyDeployment
 
 
 class Router:
@@ -20,9 +20,12 @@ class Router:
         self,
         aliases: Mapping[str, tuple[DeploymentConfig, ...]],
         ready: Mapping[str, bool],
+        default_models: Mapping[str, str] | None = None,
     ) -> None:
-        """``aliases`` from the config; ``ready`` maps every provider name to its readiness."""
+        """``aliases`` from the config; ``ready`` maps every provider name to its readiness;
+        ``default_models`` maps providers (in config order) to their default upstream model."""
         self._ready = dict(ready)
+        self._defaults = dict(default_models or {})
         self._all: dict[str, tuple[Deployment, ...]] = {}
         self._routable: dict[str, list[Deployment]] = {}
         for alias, configs in aliases.items():
@@ -30,12 +33,19 @@ class Router:
             self._all[alias] = deployments
             self._routable[alias] = [d for d in deployments if self._ready.get(d.provider)]
 
-    def resolve(self, model: str) -> list[Deployment]:
+    def resolve(self, model: str, provider: str | None = None) -> list[Deployment]:
         """The ready deployments for ``model`` (a fresh list the caller may reorder).
 
-        Raises :class:`ModelNotFound` for a name that is neither an alias nor ``provider/model``
-        with a configured provider, and :class:`NoReadyDeployment` when none is ready.
+        An empty ``model`` means the default model (of ``provider`` when given); ``provider``
+        pins the call to that provider's deployments. Raises :class:`ModelNotFound` for a name
+        that is neither an alias nor ``provider/model`` with a configured provider,
+        :class:`NoReadyDeployment` when none is ready, and :class:`BadRequest` when no default
+        model exists or the pin excludes every deployment.
         """
+        if not model:
+            return [self._default(provider)]
+        if provider is not None:
+            return self._pinned(model, provider)
         routable = self._routable.get(model)
         if routable is not None:
             if not routable:
@@ -56,6 +66,24 @@ class Router:
                 f"provider {provider!r} is not ready (check its credentials)", param="model"
             )
         return [Deployment(provider=provider, model=upstream_model)]
+
+    def _default(self, provider: str | None) -> Deployment:
+        for name, model in self._defaults.items():
+            if (provider is None or name == provider) and self._ready.get(name):
+                return Deployment(provider=name, model=model)
+        where = f"provider {provider!r}" if provider else "any ready provider"
+        raise BadRequest(f"no model given and {where} has no default_model", param="model")
+
+    def _pinned(self, model: str, provider: str) -> list[Deployment]:
+        if provider not in self._ready:
+            raise BadRequest(f"unknown provider {provider!r}", param="provider")
+        pinned = [d for d in self.resolve(model) if d.provider == provider]
+        if not pinned:
+            raise BadRequest(
+                f"model {model!r} has no ready deployment on provider {provider!r}",
+                param="provider",
+            )
+        return pinned
 
     def aliases(self) -> dict[str, tuple[Deployment, ...]]:
         """Every alias with all its deployments, ready or not."""

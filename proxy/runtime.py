@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
-from proxy.chain import Next, Plugin, PluginLoadError, compose, load_plugins
+from proxy.chain import Next, Plugin, PluginContext, PluginLoadError, compose, load_plugins
 from proxy.config import ConfigError, GatewayConfig, load_config
 from proxy.errors import GatewayError
+from proxy.logs import make_logger
+from proxy.metrics import Metrics
 from proxy.providers import build_provider
 from proxy.providers.base import LocalProvider, Provider
 from proxy.redact import Redactor
@@ -29,38 +32,67 @@ ErrorHook = Callable[[str, GatewayError], None]
 class Blueprint:
     """The parts of a snapshot that need no event loop: validated, ready to describe or build.
 
-    Raises :class:`ConfigError` if a plugin cannot be loaded.
+    Besides providers, router and plugins it holds the logger of this config (its redactor knows
+    this config's keys) and the plugin context. Raises :class:`ConfigError` if a plugin cannot be
+    loaded.
     """
 
-    def __init__(self, config: GatewayConfig, plugin_builtins: dict[str, str]) -> None:
+    def __init__(self, config: GatewayConfig, loader: Loader) -> None:
         self.config = config
         self.providers: dict[str, Provider] = {
             name: build_provider(name, provider_config)
             for name, provider_config in config.providers.items()
         }
-        self.router = Router(config.models, {n: p.ready for n, p in self.providers.items()})
+        self.router = Router(
+            config.models,
+            {name: provider.ready for name, provider in self.providers.items()},
+            {
+                name: provider_config.default_model
+                for name, provider_config in config.providers.items()
+                if provider_config.default_model
+            },
+        )
         secrets = [secret for p in self.providers.values() for secret in p.secrets]
         self.redactor = Redactor(secrets)
+        self.logger = make_logger(
+            self.redactor, level=config.server.log_level, stream=loader.log_stream
+        )
+        context = PluginContext(self.router.resolve, loader.metrics, self.logger)
         try:
-            self.plugins: list[Plugin] = load_plugins(config.plugins, plugin_builtins)
+            self.plugins: list[Plugin] = load_plugins(config.plugins, loader.builtins, context)
         except PluginLoadError as exc:
             raise ConfigError(str(exc).splitlines()) from None
 
 
-def load_blueprint(config_path: Path, plugin_builtins: dict[str, str]) -> Blueprint:
-    """Load and validate the config file and its plugins, reporting every error at once.
+class Loader:
+    """Loads one config file into blueprints, with what every snapshot of it shares."""
 
-    Raises :class:`ConfigError` listing config errors and plugin errors together.
-    """
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
+    def __init__(
+        self,
+        config_path: Path,
+        builtins: dict[str, str],
+        metrics: Metrics,
+        log_stream: IO[str] | None = None,
+    ) -> None:
+        self.config_path = config_path
+        self.builtins = builtins
+        self.metrics = metrics
+        self.log_stream = log_stream
+
+    def load(self) -> Blueprint:
+        """Read and validate the file and its plugins, reporting every error at once.
+
+        Raises :class:`ConfigError` listing config errors and plugin errors together.
+        """
         try:
-            load_plugins(exc.plugins, plugin_builtins)
-        except PluginLoadError as plugin_errors:
-            raise ConfigError([*exc.errors, *str(plugin_errors).splitlines()]) from None
-        raise
-    return Blueprint(config, plugin_builtins)
+            config = load_config(self.config_path)
+        except ConfigError as exc:
+            try:
+                load_plugins(exc.plugins, self.builtins)
+            except PluginLoadError as plugin_errors:
+                raise ConfigError([*exc.errors, *str(plugin_errors).splitlines()]) from None
+            raise
+        return Blueprint(config, self)
 
 
 class Snapshot:
@@ -72,6 +104,7 @@ class Snapshot:
         self.providers = blueprint.providers
         self.router = blueprint.router
         self.redactor = blueprint.redactor
+        self.logger = blueprint.logger
         self.plugins = blueprint.plugins
         http = {n: p for n, p in self.providers.items() if not isinstance(p, LocalProvider)}
         self.transport = HttpTransport(http)  # type: ignore[arg-type]
@@ -124,16 +157,9 @@ class Snapshot:
 class Runtime:
     """Owns the current snapshot of a config file and swaps it on reload."""
 
-    def __init__(
-        self,
-        config_path: Path,
-        snapshot: Snapshot,
-        plugin_builtins: dict[str, str],
-        on_upstream_error: ErrorHook,
-    ) -> None:
-        self.config_path = config_path
+    def __init__(self, loader: Loader, snapshot: Snapshot, on_upstream_error: ErrorHook) -> None:
+        self.loader = loader
         self.snapshot = snapshot
-        self._builtins = plugin_builtins
         self._on_upstream_error = on_upstream_error
 
     def reload(self) -> Snapshot:
@@ -141,8 +167,7 @@ class Runtime:
 
         Raises :class:`ConfigError` (the current snapshot stays) if the file is invalid.
         """
-        blueprint = load_blueprint(self.config_path, self._builtins)
-        fresh = Snapshot(blueprint, self._on_upstream_error)
+        fresh = Snapshot(self.loader.load(), self._on_upstream_error)
         previous, self.snapshot = self.snapshot, fresh
         previous.retire()
         return fresh

@@ -22,7 +22,17 @@ _MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
 class StreamEncoder(Protocol):
-    """Encodes one reply stream; holds whatever per-stream state the framing needs."""
+    """Encodes one reply stream; holds whatever per-stream state the framing needs.
+
+    ``keepalive`` is the idle interval in seconds after which the app sends :meth:`ping`
+    (None: the dialect has no keep-alive frames).
+    """
+
+    keepalive: float | None
+
+    def ping(self) -> bytes:
+        """A keep-alive frame, sent when no chunk came for ``keepalive`` seconds."""
+        ...
 
     def chunk(self, chunk: Chunk) -> bytes:
         """The bytes for one canonical chunk (``b""`` when it maps to nothing)."""
@@ -62,6 +72,10 @@ class Dialect(Protocol):
 
     def encode_error(self, error: GatewayError, request_id: str) -> bytes:
         """The JSON body for ``error`` (its status and headers are the error's own)."""
+        ...
+
+    def response_headers(self, call: Call, reply: Reply) -> dict[str, str]:
+        """Dialect-specific headers for a successful reply (e.g. Bifrost's ``x-bf-retries``)."""
         ...
 
 

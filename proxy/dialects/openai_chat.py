@@ -186,6 +186,10 @@ class OpenAIChatDialect:
         """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
         return error_json(error)
 
+    def response_headers(self, call: Call, reply: Reply) -> dict[str, str]:
+        """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
+        return {}
+
 
 class ChatStreamEncoder:
     """``data: {chat.completion.chunk}`` frames, ``data: [DONE]`` at the end.
@@ -195,6 +199,7 @@ class ChatStreamEncoder:
     """
 
     __slots__ = ("_created", "_include_usage")
+    keepalive = None
 
     def __init__(self, *, include_usage: bool) -> None:
         self._include_usage = include_usage
@@ -224,6 +229,10 @@ class ChatStreamEncoder:
     def end(self) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.end`."""
         return DONE_FRAME
+
+    def ping(self) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.ping` (unused: no keep-alive)."""
+        return b""
 
     def error(self, error: GatewayError) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.error`."""

@@ -155,7 +155,7 @@ class OpenAICompletionsDialect:
             include_usage=options is not None and options.include_usage,
             params=legacy_params(params, envelope.logprobs),
             extra=extra,
-            options={"echo": text} if envelope.echo else {},
+            dialect_state={"echo": text} if envelope.echo else {},
             client_headers=headers,
             timings=Timings(start=start),
         )
@@ -164,7 +164,7 @@ class OpenAICompletionsDialect:
         """See :meth:`proxy.dialects.base.Dialect.encode_response`."""
         response = reply.response
         assert response is not None
-        echo = call.options.get("echo", "")
+        echo = call.dialect_state.get("echo", "")
         return _ENCODER.encode(
             _Completion(
                 id=response.id,
@@ -188,18 +188,23 @@ class OpenAICompletionsDialect:
     def stream_encoder(self, call: Call, reply: Reply) -> CompletionStreamEncoder:
         """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
         return CompletionStreamEncoder(
-            include_usage=call.include_usage, echo=call.options.get("echo", "")
+            include_usage=call.include_usage, echo=call.dialect_state.get("echo", "")
         )
 
     def encode_error(self, error: GatewayError, request_id: str) -> bytes:
         """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
         return error_json(error)
 
+    def response_headers(self, call: Call, reply: Reply) -> dict[str, str]:
+        """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
+        return {}
+
 
 class CompletionStreamEncoder:
     """``data: {text_completion}`` frames with text deltas, ``data: [DONE]`` at the end."""
 
     __slots__ = ("_created", "_echo", "_include_usage")
+    keepalive = None
 
     def __init__(self, *, include_usage: bool, echo: str = "") -> None:
         self._include_usage = include_usage
@@ -238,6 +243,10 @@ class CompletionStreamEncoder:
     def end(self) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.end`."""
         return DONE_FRAME
+
+    def ping(self) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.ping` (unused: no keep-alive)."""
+        return b""
 
     def error(self, error: GatewayError) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.error`."""

@@ -42,8 +42,13 @@ class Timeouts(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field="type"):
-    """Settings every provider has. Each provider type subclasses this with a ``tag``."""
+    """Settings every provider has. Each provider type subclasses this with a ``tag``.
 
+    ``default_model`` is the upstream model used when a client names no model (a dialect that
+    allows that, such as Fabro): the first ready provider, in config order, that has one serves.
+    """
+
+    default_model: str | None = None
     timeouts: Timeouts = Timeouts()
     max_connections: Annotated[int, Meta(ge=1, le=65536)] = 1024
 

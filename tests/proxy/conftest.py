@@ -1,12 +1,21 @@
-"""Shared helpers for the unit tests under tests/proxy.
+"""Shared fixtures for the unit tests under tests/proxy."""
 
-``tests/`` goes on ``sys.path`` so that test modules can ``from schemas import validate``
-(the OpenAPI helper shared with the end-to-end tests).
-"""
+from __future__ import annotations
 
-import sys
-from pathlib import Path
+import pytest
 
-_TESTS_DIR = str(Path(__file__).resolve().parents[1])
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
+from proxy.canonical import Call, Message
+
+
+def make_call(text: str = "hello world", **fields) -> Call:
+    """A minimal canonical chat call with one user message."""
+    fields.setdefault("request_id", "req-1")
+    fields.setdefault("dialect", "openai")
+    fields.setdefault("model", "m")
+    fields.setdefault("messages", [Message(role="user", content=text)])
+    return Call(**fields)
+
+
+@pytest.fixture
+def call() -> Call:
+    return make_call()

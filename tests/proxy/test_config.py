@@ -270,7 +270,7 @@ def test_several_errors_are_reported_at_once():
     text = """
 bogus: 1
 server: {port: not-a-port}
-metrics: {enabled: maybe}
+metrics: {max_model_labels: 0}
 providers:
   a: {type: nonsense}
   b: {type: openai, api_kee: x}
@@ -284,7 +284,7 @@ plugins: [42]
     expected_prefixes = [
         "$.bogus: ",
         "$.server.port: ",
-        "$.metrics.enabled: ",
+        "$.metrics.max_model_labels: ",
         "$.providers.a.type: ",
         "$.providers.b",
         "$.models.m[0].target: ",
@@ -297,6 +297,13 @@ plugins: [42]
     for error in errors:
         assert error.startswith("$."), error
         assert f"  - {error}" in str(info.value)
+
+
+def test_config_error_keeps_the_plugin_entries_that_parsed():
+    with pytest.raises(ConfigError) as info:
+        parse_config("server: {port: x}\nplugins: [headers, 42, {headers: {add: {x-a: b}}}]", {})
+    assert [spec.ref for spec in info.value.plugins] == ["headers", "headers"]
+    assert info.value.plugins[1].path == "$.plugins[2].headers"
 
 
 def test_config_error_message_lists_every_error():
@@ -376,7 +383,7 @@ FAKE_KEY = "sk-test-FAKE0123456789abcdefghijkl"
     [
         "server: {port: '${SECRET}'}",
         "server: {workers: '${SECRET}'}",
-        "metrics: {enabled: '${SECRET}'}",
+        "metrics: {max_model_labels: '${SECRET}'}",
         "server: {log_level: '${SECRET}'}",
         "providers: {p: {type: '${SECRET}'}}",
         "providers: {p: {type: openai, stream_usage: '${SECRET}'}}",

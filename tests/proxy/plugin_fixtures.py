@@ -1,0 +1,53 @@
+"""Plugin classes that tests load by ``module:Class`` reference (``tests.proxy.plugin_fixtures``)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from proxy.canonical import Call, Reply
+from proxy.chain import Next
+
+MODULE = __name__
+
+
+class TaggingOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Options of :class:`TaggingPlugin`."""
+
+    tag: str
+    times: int = 1
+
+
+class TaggingPlugin:
+    """Appends its tag to ``call.options["tags"]`` ``times`` times, then calls ``next``."""
+
+    Options = TaggingOptions
+
+    def __init__(self, options: TaggingOptions) -> None:
+        if options.times < 0:
+            raise ValueError("times must not be negative")
+        self.options = options
+
+    async def __call__(self, call: Call, next: Next) -> Reply:
+        call.options.setdefault("tags", []).extend([self.options.tag] * self.options.times)
+        return await next(call)
+
+
+class PlainPlugin:
+    """A plugin without options."""
+
+    async def __call__(self, call: Call, next: Next) -> Reply:
+        return await next(call)
+
+
+class NotAPlugin:
+    """A class without ``__call__``."""
+
+
+class SyncCallable:
+    """A class whose ``__call__`` is not a coroutine function: not a plugin."""
+
+    def __call__(self, call: Call, next: Next) -> Reply:
+        raise AssertionError("never called")
+
+
+NOT_A_CLASS = 42

@@ -1,0 +1,228 @@
+"""proxy/redact.py (and its use as the first log processor in proxy/logs.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from proxy.logs import make_logger
+from proxy.redact import MASK, Redactor
+
+CONFIGURED = "prov-key-0123456789-configured"  # no known key shape: only caught as configured
+OPENAI_KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123"
+
+
+@pytest.fixture
+def redactor() -> Redactor:
+    return Redactor([CONFIGURED, OPENAI_KEY])
+
+
+# ---------------------------------------------------------------------------------------------
+# Redactor.text / Redactor.value
+# ---------------------------------------------------------------------------------------------
+
+
+def test_configured_secret_is_replaced(redactor: Redactor):
+    assert redactor.text(f"upstream said: bad key {CONFIGURED}!") == f"upstream said: bad key {MASK}!"
+
+
+def test_every_occurrence_is_replaced(redactor: Redactor):
+    assert redactor.text(f"{CONFIGURED}/{CONFIGURED}") == f"{MASK}/{MASK}"
+
+
+def test_unconfigured_secret_without_a_key_shape_is_kept():
+    assert Redactor().text(CONFIGURED) == CONFIGURED
+
+
+def test_secrets_that_are_too_short_or_empty_are_ignored():
+    redactor = Redactor(["", "abc", "12345"])
+    assert redactor.text("abc 12345 plain") == "abc 12345 plain"
+
+
+def test_longer_secret_wins_over_its_prefix():
+    redactor = Redactor(["secret-value", "secret-value-longer"])
+    assert redactor.text("x secret-value-longer y") == f"x {MASK} y"
+
+
+def test_special_characters_in_secrets_are_literal():
+    redactor = Redactor(["a.b*c+d?(e)"])
+    assert redactor.text("see a.b*c+d?(e) here, not aXbbc") == f"see {MASK} here, not aXbbc"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sk-abcdefghijklmnop1234",
+        "sk-proj-abc_DEF-ghi_JKL-mno",
+        "sk-ant-api03-abcdefghijklmnopqrstuv",
+        "sk-or-v1-0123456789abcdef0123",
+        "AIzaSyA1234567890abcdefghijklmnopqrstu",
+        "gsk_abcdefghijklmnopqrstuvwx",
+        "xai-abcdefghijklmnopqrstuvwx",
+        "AKIAABCDEFGHIJKLMNOP",
+    ],
+)
+def test_key_shapes_are_replaced(key: str):
+    assert Redactor().text(f"key={key} end") == f"key={MASK} end"
+    assert key not in Redactor().text(f"'{key}'")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: Bearer abc.def-ghi_jkl~mno+pqr/stu==",
+        "authorization: bearer 0123456789abcdef",
+        "header Bearer  eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+    ],
+)
+def test_bearer_tokens_are_replaced(text: str):
+    token = text.split()[-1]
+    redacted = Redactor().text(text)
+    assert token not in redacted
+    assert MASK in redacted
+
+
+def test_ordinary_text_is_untouched():
+    text = "sk- is a prefix; AIza too short; bearer of good news; task-force ok"
+    assert Redactor().text(text) == text
+
+
+def test_value_redacts_nested_structures(redactor: Redactor):
+    value = {
+        "message": f"failed with {CONFIGURED}",
+        "attempts": [{"error": f"401 for {OPENAI_KEY}"}, ("tuple", CONFIGURED)],
+        "count": 3,
+        "ok": None,
+    }
+    assert redactor.value(value) == {
+        "message": f"failed with {MASK}",
+        "attempts": [{"error": f"401 for {MASK}"}, ("tuple", MASK)],
+        "count": 3,
+        "ok": None,
+    }
+
+
+def test_value_keeps_container_types(redactor: Redactor):
+    assert isinstance(redactor.value((CONFIGURED,)), tuple)
+    assert isinstance(redactor.value([CONFIGURED]), list)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["api_key", "API_KEY", "Authorization", "authorization", "x-api-key", "X-Goog-Api-Key",
+     "password", "token", "access_token", "secret"],
+)
+def test_sensitive_keys_are_masked_whatever_their_value(key: str):
+    redacted = Redactor().value({key: "harmless-looking", "other": "kept", "n": {key: 1}})
+    assert redacted == {key: MASK, "other": "kept", "n": {key: MASK}}
+
+
+def test_processor_redacts_the_event_dict(redactor: Redactor):
+    event = {
+        "event": f"boom {CONFIGURED}",
+        "api_key": "whatever",
+        "headers": {"Authorization": f"Bearer {OPENAI_KEY}", "x-trace-id": "t1"},
+        "n": 5,
+    }
+    out = redactor(None, "info", event)
+    assert out == {
+        "event": f"boom {MASK}",
+        "api_key": MASK,
+        "headers": {"Authorization": MASK, "x-trace-id": "t1"},
+        "n": 5,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# As the first processor of the JSON logger
+# ---------------------------------------------------------------------------------------------
+
+
+def log_lines(stream: io.StringIO) -> list[dict]:
+    lines = [line for line in stream.getvalue().splitlines() if line]
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture
+def logged() -> tuple:
+    stream = io.StringIO()
+    return make_logger(Redactor([CONFIGURED, OPENAI_KEY]), stream=stream), stream
+
+
+def test_log_lines_are_json_with_level_timestamp_event(logged):
+    logger, stream = logged
+    logger.info("started", port=4000)
+    logger.warning("careful")
+    lines = log_lines(stream)
+    assert [line["event"] for line in lines] == ["started", "careful"]
+    assert [line["level"] for line in lines] == ["info", "warning"]
+    for line in lines:
+        assert isinstance(line["timestamp"], str)
+        assert line["timestamp"].endswith("Z")
+    assert lines[0]["port"] == 4000
+
+
+def test_lines_below_the_level_are_dropped():
+    stream = io.StringIO()
+    logger = make_logger(Redactor(), level="warning", stream=stream)
+    logger.info("quiet")
+    logger.debug("quieter")
+    logger.error("loud")
+    assert [line["event"] for line in log_lines(stream)] == ["loud"]
+
+
+def test_key_inside_a_string_never_reaches_the_stream(logged):
+    logger, stream = logged
+    logger.info(f"event mentions {CONFIGURED}", detail=f"upstream echoed {OPENAI_KEY}")
+    output = stream.getvalue()
+    assert CONFIGURED not in output
+    assert OPENAI_KEY not in output
+    (line,) = log_lines(stream)
+    assert line["detail"] == f"upstream echoed {MASK}"
+
+
+def test_key_inside_a_nested_dict_never_reaches_the_stream(logged):
+    logger, stream = logged
+    logger.info(
+        "request",
+        upstream={"headers": {"x-custom": CONFIGURED}, "errors": [f"bad {OPENAI_KEY}"]},
+        api_key=CONFIGURED,
+    )
+    output = stream.getvalue()
+    assert CONFIGURED not in output
+    assert OPENAI_KEY not in output
+    (line,) = log_lines(stream)
+    assert line["api_key"] == MASK
+    assert line["upstream"] == {"headers": {"x-custom": MASK}, "errors": [f"bad {MASK}"]}
+
+
+def test_key_inside_an_exception_message_never_reaches_the_stream(logged):
+    logger, stream = logged
+    try:
+        raise RuntimeError(f"upstream rejected key {CONFIGURED} and {OPENAI_KEY}")
+    except RuntimeError:
+        logger.exception("unhandled_error", request_id="r1")
+    output = stream.getvalue()
+    assert CONFIGURED not in output
+    assert OPENAI_KEY not in output
+    (line,) = log_lines(stream)
+    assert line["level"] == "error"
+    assert line["event"] == "unhandled_error"
+    assert "RuntimeError" in line["exception"]
+    assert MASK in line["exception"]
+
+
+def test_key_inside_an_exception_object_value_never_reaches_the_stream(logged):
+    # A non-string value (here an exception passed as a field) is rendered with repr(); its
+    # text must be redacted like any other.
+    logger, stream = logged
+    try:
+        raise ValueError(f"bad key {OPENAI_KEY}")
+    except ValueError as exc:
+        logger.error("upstream_failed", error=exc)
+    output = stream.getvalue()
+    assert OPENAI_KEY not in output
+    (line,) = log_lines(stream)
+    assert line["event"] == "upstream_failed"
