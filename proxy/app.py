@@ -245,6 +245,7 @@ async def _stream(
     timings = call.timings
     outcome.status = 200
     chunks = stream if encoder.keepalive is None else _with_pings(stream, encoder, response)
+    pending: list[bytes] = []
     try:
         await response.prepare(request)
         async for chunk in chunks:
@@ -254,12 +255,16 @@ async def _stream(
             if data:
                 if timings.first_token is None:
                     timings.first_token = time.perf_counter() - timings.start
-                await response.write(data)
-        await response.write(encoder.end())
+                pending.append(data)
+            # Chunks that arrived together leave together: one write per upstream read.
+            if pending and not getattr(chunks, "ready", 0):
+                await response.write(b"".join(pending) if len(pending) > 1 else pending[0])
+                pending.clear()
+        pending.append(encoder.end())
     except GatewayError as error:
         outcome.error = error
         outcome.status = error.status
-        await response.write(encoder.error(error))
+        pending.append(encoder.error(error))
     except ConnectionResetError:
         outcome.status = CLIENT_CLOSED
         return response
@@ -269,7 +274,11 @@ async def _stream(
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
-    await response.write_eof()
+    try:
+        await response.write(b"".join(pending))
+        await response.write_eof()
+    except ConnectionResetError:
+        outcome.status = CLIENT_CLOSED
     return response
 
 

@@ -63,8 +63,8 @@ class HttpTransport:
 
     async def open_stream(
         self, provider: HttpProvider, request: HttpRequest
-    ) -> AsyncIterator[Chunk]:
-        """POST ``request`` and return its stream of canonical chunks.
+    ) -> AsyncIterator[list[Chunk | None]]:
+        """POST ``request`` and return its stream of canonical chunks, one list per network read.
 
         A non-2xx answer is read and raised as the provider's error. The returned iterator
         releases the connection when it ends or is closed (closing it early drops the
@@ -91,21 +91,32 @@ class HttpTransport:
         await asyncio.gather(*(session.close() for session in self._sessions.values()))
 
 
-async def _chunks(provider: HttpProvider, response: aiohttp.ClientResponse) -> AsyncIterator[Chunk]:
+async def _chunks(
+    provider: HttpProvider, response: aiohttp.ClientResponse
+) -> AsyncIterator[list[Chunk | None]]:
+    """The chunks of an SSE body, batched by network read (empty batches are skipped).
+
+    The batch that carries the provider's end marker ends with ``None``, so the reader knows the
+    stream is complete without waiting for another read.
+    """
     decoder = SSEDecoder()
     parse = provider.parse_event
     content = response.content
     try:
         while True:
             data = await content.readany()
-            events = decoder.feed(data) if data else decoder.close()
-            for event in events:
+            batch: list[Chunk | None] = []
+            for event in decoder.feed(data) if data else decoder.close():
                 try:
                     chunk = parse(event.event, event.data)
                 except StreamEnd:
+                    batch.append(None)
+                    yield batch
                     return
                 if chunk is not None:
-                    yield chunk
+                    batch.append(chunk)
+            if batch:
+                yield batch
             if not data:
                 raise UpstreamUnavailable(
                     "upstream closed the stream before its end marker", provider=provider.name

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -61,15 +62,20 @@ class _Clocks:
 class UpstreamStream:
     """A provider's chunk stream under the first-byte, idle and total clocks.
 
-    Time spent waiting on the provider is added to ``timings.upstream_wait``. Errors raised by the
-    provider stream are sanitised and counted through ``on_error`` before they propagate.
+    The provider side may yield single chunks or lists of chunks (the HTTP transport yields one
+    list per network read, ending with ``None`` once the end marker was read); ``ready`` tells how
+    many items — chunks, and the end of the stream once known — can be taken without waiting, so
+    the app can coalesce them into one write. The clocks run per wait on the
+    provider, not per chunk. Time spent waiting is added to ``timings.upstream_wait``. Errors
+    raised by the provider stream are sanitised and counted through ``on_error`` before they
+    propagate.
     """
 
-    __slots__ = ("_clocks", "_first", "_inner", "_on_error", "_provider", "_timings")
+    __slots__ = ("_clocks", "_ended", "_inner", "_on_error", "_provider", "_ready", "_timings")
 
     def __init__(
         self,
-        inner: AsyncIterator[Chunk],
+        inner: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | None]],
         clocks: _Clocks,
         timings: Timings,
         provider: str,
@@ -80,31 +86,49 @@ class UpstreamStream:
         self._timings = timings
         self._provider = provider
         self._on_error = on_error
-        self._first: Chunk | None = None
+        self._ready: deque[Chunk] = deque()
+        self._ended = False
+
+    @property
+    def ready(self) -> int:
+        """Items (chunks, then the end) the next ``__anext__`` calls return without waiting."""
+        return len(self._ready) + self._ended
 
     async def prime(self) -> None:
         """Wait for the first chunk (under the first-byte clock) and hold it.
 
         A failure here is the caller's to report: it happened before the reply existed.
         """
-        self._first = await self._next(report=False)
+        await self._fill(report=False)
 
     def __aiter__(self) -> UpstreamStream:
         return self
 
     async def __anext__(self) -> Chunk:
-        first = self._first
-        if first is not None:
-            self._first = None
-            return first
-        return await self._next(report=True)
+        ready = self._ready
+        if not ready:
+            if self._ended:
+                raise StopAsyncIteration
+            await self._fill(report=True)
+        return ready.popleft()
 
-    async def _next(self, *, report: bool) -> Chunk:
+    async def _fill(self, *, report: bool) -> None:
+        """Wait until at least one chunk is ready; StopAsyncIteration at the end."""
         clocks = self._clocks
         started = time.perf_counter()
         try:
             async with asyncio.timeout_at(clocks.deadline):
-                chunk = await anext(self._inner)
+                while not self._ready:
+                    item = await anext(self._inner)
+                    if isinstance(item, list):
+                        if item and item[-1] is None:
+                            item.pop()
+                            self._ended = True
+                        self._ready.extend(item)
+                        if self._ended and not self._ready:
+                            raise StopAsyncIteration
+                    else:
+                        self._ready.append(item)
         except TimeoutError:
             error = clocks.expired(self._provider)
             if report:
@@ -117,7 +141,6 @@ class UpstreamStream:
         finally:
             self._timings.upstream_wait += time.perf_counter() - started
         clocks.next_is_idle()
-        return chunk
 
     async def aclose(self) -> None:
         """Stop the stream and free its upstream connection."""
@@ -214,7 +237,11 @@ class Upstream:
         return provider.parse_response(body, deployment.model)
 
     async def _primed(
-        self, chunks: AsyncIterator[Chunk], clocks: _Clocks, call: Call, provider: str
+        self,
+        chunks: AsyncIterator[Chunk] | AsyncIterator[list[Chunk]],
+        clocks: _Clocks,
+        call: Call,
+        provider: str,
     ) -> UpstreamStream:
         stream = UpstreamStream(chunks, clocks, call.timings, provider, self._fail)
         try:
