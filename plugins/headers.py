@@ -59,13 +59,14 @@ class HeadersPlugin:
             raise ValueError(f"these headers cannot be sent upstream by a plugin: {refused}")
         self._forward = tuple(name.lower() for name in options.forward)
         self._add = {name.lower(): value for name, value in options.add.items()}
-        self._remove = tuple(name.lower() for name in options.remove)
+        self._remove = frozenset(name.lower() for name in options.remove)
 
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Set the upstream headers, then pass the call on unchanged otherwise."""
         headers = call.upstream_headers
-        for name in self._remove:
-            headers.pop(name, None)
+        if self._remove:
+            for name in [n for n in headers if n.lower() in self._remove]:
+                del headers[name]
         for name in self._forward:
             value = call.client_headers.get(name)
             if value is not None:

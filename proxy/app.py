@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import time
 import uuid
@@ -124,12 +125,21 @@ def _export_readiness(metrics: Metrics, snapshot: Snapshot) -> None:
         metrics.provider_ready(name).set(1 if provider.ready else 0)
 
 
-def _request_id(request: web.Request) -> str:
-    """The client's ``x-request-id`` if it is sane, else a fresh one."""
-    given = request.headers.get("x-request-id")
-    if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
-        return given
-    return uuid.uuid4().hex
+class _RequestIds:
+    """Fresh request ids: a random per-process prefix and a counter (unique, cheap, not secret)."""
+
+    __slots__ = ("_counter", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._counter = itertools.count(1)
+
+    def __call__(self, request: web.Request) -> str:
+        """The client's ``x-request-id`` if it is sane, else a fresh one (32 hex digits)."""
+        given = request.headers.get("x-request-id")
+        if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
+            return given
+        return f"{self._prefix}{next(self._counter):016x}"
 
 
 async def _read_body(request: web.Request, config: GatewayConfig) -> bytes:
@@ -138,6 +148,8 @@ async def _read_body(request: web.Request, config: GatewayConfig) -> bytes:
     if length is not None and length > limit:
         raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     try:
+        if request.content.is_eof():  # already fully received: nothing to wait for
+            return await request.read()
         async with asyncio.timeout(config.server.body_read_timeout):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -164,10 +176,11 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
     metrics = app[METRICS]
     in_flight = metrics.in_flight(dialect.name)
     name = dialect.name
+    request_ids = _RequestIds()
 
     async def handle(request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
-        request_id = _request_id(request)
+        request_id = request_ids(request)
         snapshot = app[RUNTIME].snapshot
         snapshot.enter()
         in_flight.inc()

@@ -75,14 +75,14 @@ class RefusalPart(Struct, tag="refusal", tag_field="type", omit_defaults=True):
 ContentPart = TextPart | ImagePart | AudioPart | FilePart | RefusalPart
 
 
-class FunctionCall(Struct, omit_defaults=True):
+class FunctionCall(Struct):
     """The function a tool call invokes; ``arguments`` is JSON text as the model produced it."""
 
     name: str
     arguments: str = ""
 
 
-class ToolCall(Struct, omit_defaults=True):
+class ToolCall(Struct):
     """A complete tool call made by the model."""
 
     id: str
@@ -124,7 +124,7 @@ class FunctionDefinition(Struct, omit_defaults=True):
     strict: bool | UnsetType | None = UNSET
 
 
-class Tool(Struct, omit_defaults=True):
+class Tool(Struct):
     """A tool offered to the model (only function tools are routed through the gateway)."""
 
     function: FunctionDefinition
@@ -362,10 +362,14 @@ class Delta(Struct, omit_defaults=True):
 
 
 class ChunkChoice(Struct):
-    """One choice's part of a chunk (``finish_reason``/``logprobs`` always encoded)."""
+    """One choice's part of a chunk (``finish_reason``/``logprobs`` always encoded).
+
+    ``delta`` defaults to empty: some upstreams (Azure's content-filter annotations) send a
+    choice without one.
+    """
 
     index: int
-    delta: Delta
+    delta: Delta = msgspec.field(default_factory=Delta)
     finish_reason: FinishReason | None = None
     logprobs: dict[str, Any] | None = None
 

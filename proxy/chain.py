@@ -121,7 +121,7 @@ def _load(spec: PluginSpec, builtins: dict[str, str], context: PluginContext | N
         plugin = cls(*arguments, **keywords)
     except ValueError as exc:
         raise PluginLoadError(f"{spec.path}: {exc}") from None
-    if not isinstance(plugin, Plugin):
+    if not isinstance(plugin, Plugin) or not inspect.iscoroutinefunction(type(plugin).__call__):
         raise PluginLoadError(f"{spec.path}: {reference!r} is not a plugin (no async __call__)")
     return plugin
 

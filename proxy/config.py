@@ -22,6 +22,7 @@ from msgspec import Meta, Struct
 
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
+from proxy.redact import Redactor
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MSGSPEC_PATH = re.compile(r"`\$([^`]*)`")
@@ -118,7 +119,8 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     if not isinstance(tree, dict):
         raise ConfigError(["$: the config must be a mapping"])
     errors: list[str] = []
-    tree = _expand(tree, "$", os.environ if environ is None else environ, errors)
+    substituted: list[str] = []
+    tree = _expand(tree, "$", os.environ if environ is None else environ, errors, substituted)
     for key in tree:
         if key not in _TOP_LEVEL:
             errors.append(f"$.{key}: unknown key (expected one of {', '.join(sorted(_TOP_LEVEL))})")
@@ -128,14 +130,21 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     models = _models(tree.get("models", {}), providers, errors)
     plugins = _plugins(tree.get("plugins", []), errors)
     if errors or server is None or metrics is None:
-        raise ConfigError(errors, plugins)
+        # An error may quote a value; values that came from the environment may be secrets.
+        redactor = Redactor(substituted)
+        raise ConfigError([redactor.text(error) for error in errors], plugins)
     return GatewayConfig(
         server=server, metrics=metrics, providers=providers, models=models, plugins=plugins
     )
 
 
-def _expand(node: Any, path: str, environ: Mapping[str, str], errors: list[str]) -> Any:
-    """Expand environment references in every string value below ``node``."""
+def _expand(
+    node: Any, path: str, environ: Mapping[str, str], errors: list[str], substituted: list[str]
+) -> Any:
+    """Expand environment references in every string value below ``node``.
+
+    Every value taken from the environment is recorded in ``substituted`` (to be redacted).
+    """
     if isinstance(node, str):
         if "${" not in node:
             return node
@@ -148,15 +157,20 @@ def _expand(node: Any, path: str, environ: Mapping[str, str], errors: list[str])
                     errors.append(f"{path}: environment variable {name} is not set")
                     return ""
                 return default
+            substituted.append(value)
             return value
 
         return _ENV_REF.sub(substitute, node)
     if isinstance(node, dict):
         return {
-            key: _expand(value, f"{path}.{key}", environ, errors) for key, value in node.items()
+            key: _expand(value, f"{path}.{key}", environ, errors, substituted)
+            for key, value in node.items()
         }
     if isinstance(node, list):
-        return [_expand(value, f"{path}[{i}]", environ, errors) for i, value in enumerate(node)]
+        return [
+            _expand(value, f"{path}[{i}]", environ, errors, substituted)
+            for i, value in enumerate(node)
+        ]
     return node
 
 

@@ -13,6 +13,7 @@ This module imports nothing else of the project.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 ErrorKind = Literal[
@@ -46,6 +47,8 @@ class GatewayError(Exception):
     type: ClassVar[str] = "api_error"
     default_code: ClassVar[str] = "internal_error"
     kind: ClassVar[ErrorKind] = "internal"
+    attempts: int = 1
+    """Upstream calls made before this error was raised; retry and fallback set the total."""
 
     def __init__(
         self,
@@ -72,7 +75,7 @@ class GatewayError(Exception):
         """Headers that go with this error in any dialect."""
         headers: dict[str, str] = {}
         if self.retry_after is not None:
-            headers["Retry-After"] = str(max(0, round(self.retry_after)))
+            headers["Retry-After"] = str(max(0, math.ceil(self.retry_after)))
         if self.should_retry is not None:
             headers["x-should-retry"] = "true" if self.should_retry else "false"
         return headers
@@ -245,6 +248,12 @@ class UpstreamTimeout(GatewayError):
     type = "api_error"
     default_code = "upstream_timeout"
     kind = "timeout"
+
+
+class DeadlineExceeded(UpstreamTimeout):
+    """The request's deadline (all attempts included) passed before an answer (504)."""
+
+    default_code = "deadline_exceeded"
 
 
 class InternalError(GatewayError):

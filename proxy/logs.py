@@ -23,6 +23,8 @@ _LEVELS = {
     "error": logging.ERROR,
 }
 
+_PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
+
 
 def _default(value: Any) -> str:
     return repr(value)
@@ -39,8 +41,13 @@ def make_logger(
     encoder = msgspec.json.Encoder(enc_hook=_default)
 
     def redact(logger: object, method: str, event: Any) -> Any:
-        # Tracebacks become text first so that they are redacted like every other value.
-        return redactor(logger, method, structlog.processors.format_exc_info(logger, method, event))
+        # Tracebacks and arbitrary objects become text first, so that they are redacted like
+        # every other value.
+        event = structlog.processors.format_exc_info(logger, method, event)
+        for key, value in event.items():
+            if not isinstance(value, _PLAIN):
+                event[key] = repr(value)
+        return redactor(logger, method, event)
 
     def render(logger: object, method: str, event: dict[str, Any]) -> str:
         return encoder.encode(event).decode()

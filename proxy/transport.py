@@ -16,8 +16,8 @@ from typing import NoReturn
 import aiohttp
 
 from proxy.canonical import Chunk
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable
-from proxy.providers.base import HttpProvider, HttpRequest, StreamEnd
+from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from proxy.providers.base import HttpProvider, HttpRequest, StreamEnd, StreamParser
 from proxy.sse import SSEDecoder
 
 USER_AGENT = "crossway"
@@ -97,10 +97,13 @@ async def _chunks(
     """The chunks of an SSE body, batched by network read (empty batches are skipped).
 
     The batch that carries the provider's end marker ends with ``None``, so the reader knows the
-    stream is complete without waiting for another read.
+    stream is complete without waiting for another read. A provider with a ``stream_parser()``
+    gets one parser per stream, which also judges a body that ends without an end marker.
     """
     decoder = SSEDecoder()
-    parse = provider.parse_event
+    make_parser = getattr(provider, "stream_parser", None)
+    parser: StreamParser | None = make_parser() if make_parser is not None else None
+    parse = parser.parse_event if parser is not None else provider.parse_event
     content = response.content
     try:
         while True:
@@ -113,14 +116,22 @@ async def _chunks(
                     batch.append(None)
                     yield batch
                     return
+                except UpstreamError:
+                    if batch:  # what arrived before the in-band error still reaches the client
+                        yield batch
+                    raise
                 if chunk is not None:
                     batch.append(chunk)
             if batch:
                 yield batch
             if not data:
-                raise UpstreamUnavailable(
-                    "upstream closed the stream before its end marker", provider=provider.name
-                )
+                if parser is None:
+                    raise UpstreamUnavailable(
+                        "upstream closed the stream before its end marker", provider=provider.name
+                    )
+                last = parser.end()
+                yield [None] if last is None else [last, None]
+                return
     except aiohttp.ClientError as exc:
         _raise_network_error(exc, provider.name)
     finally:

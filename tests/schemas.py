@@ -75,3 +75,50 @@ def _validator(schema_name: str) -> jsonschema.Draft202012Validator:
 def validate(schema_name: str, instance: dict) -> None:
     """Raise :class:`jsonschema.ValidationError` unless ``instance`` conforms to the schema."""
     _validator(schema_name).validate(instance)
+
+
+@functools.cache
+def _spec_validator(spec_file: str, schema_name: str) -> jsonschema.Draft202012Validator:
+    path = SPECS_DIR / spec_file
+    document = _allow_null(json.loads(path.read_text(encoding="utf-8")))
+    if schema_name not in document.get("components", {}).get("schemas", {}):
+        raise KeyError(f"no schema {schema_name!r} in {spec_file}")
+    uri = f"urn:crossway:{spec_file}"
+    resource = Resource(contents=document, specification=DRAFT202012)
+    schema = {"$ref": f"{uri}#/components/schemas/{schema_name}"}
+    return jsonschema.Draft202012Validator(schema, registry=Registry().with_resource(uri, resource))
+
+
+def validate_in(spec_file: str, schema_name: str, instance: dict) -> None:
+    """Like :func:`validate`, against ``#/components/schemas/<schema_name>`` of ``spec_file``
+    (a file name in the specs directory, e.g. ``anthropic-messages.openapi.json``)."""
+    _spec_validator(spec_file, schema_name).validate(instance)
+
+
+@functools.cache
+def _spec_registry(spec_file: str) -> Registry:
+    document = _allow_null(json.loads((SPECS_DIR / spec_file).read_text(encoding="utf-8")))
+    resource = Resource(contents=document, specification=DRAFT202012)
+    return Registry().with_resource(f"urn:crossway:{spec_file}", resource)
+
+
+def _anchor_refs(node: Any, uri: str) -> Any:
+    """A copy of ``node`` whose document-local ``$ref``s (``#/...``) point into ``uri``."""
+    if isinstance(node, list):
+        return [_anchor_refs(item, uri) for item in node]
+    if not isinstance(node, dict):
+        return node
+    anchored = {key: _anchor_refs(value, uri) for key, value in node.items()}
+    ref = anchored.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        anchored["$ref"] = uri + ref
+    return anchored
+
+
+def validate_schema(spec_file: str, schema: dict, instance: Any) -> None:
+    """Validate ``instance`` against an ad-hoc ``schema`` (a dict) whose ``#/components/...``
+    references resolve in ``spec_file`` — for shapes a spec implies but does not name (e.g. a
+    stream frame derived from its response schema). ``nullable: true`` is honoured as above."""
+    uri = f"urn:crossway:{spec_file}"
+    anchored = _anchor_refs(_allow_null(schema), uri)
+    jsonschema.Draft202012Validator(anchored, registry=_spec_registry(spec_file)).validate(instance)

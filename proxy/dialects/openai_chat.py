@@ -5,6 +5,14 @@ envelope and one for the generation parameters; request fields the gateway does 
 kept raw and passed to the provider. Credentials a client might smuggle in the body
 (``api_key``, ``api_base``, ``base_url``) are dropped: a client never chooses where or as whom the
 gateway connects.
+
+Bifrost's chat route is this same format plus ``fallbacks``: a list of models (``provider/model``
+or an alias) to try in order when the primary fails. It is accepted here, carried on
+``Call.options.fallbacks`` for the fallback plugin, and never sent upstream. Bifrost's
+``extra_fields`` are deliberately *not* added to chat responses: OpenAI SDKs ignore unknown
+fields, but schema-strict OpenAI clients reject them, and this route must stay a drop-in for
+OpenAI first. Bifrost clients that need ``extra_fields`` use ``/v1/text/completions``; the serving
+provider is in the ``x-crossway-provider`` header on every route.
 """
 
 from __future__ import annotations
@@ -16,7 +24,18 @@ from typing import Annotated
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.canonical import Call, Choice, Chunk, ChunkChoice, Message, Params, Reply, Timings, Usage
+from proxy.canonical import (
+    Call,
+    Choice,
+    Chunk,
+    ChunkChoice,
+    GatewayOptions,
+    Message,
+    Params,
+    Reply,
+    Timings,
+    Usage,
+)
 from proxy.dialects.base import bad_request
 from proxy.errors import BadRequest, GatewayError
 from proxy.sse import encode_data_frame
@@ -33,9 +52,13 @@ class _Envelope(Struct):
     messages: Annotated[list[Message], Meta(min_length=1)]
     stream: bool | None = False
     stream_options: _StreamOptions | None = None
+    fallbacks: list[Annotated[str, Meta(min_length=1)]] | None = None
 
 
 _KNOWN_FIELDS = frozenset(_Envelope.__struct_fields__) | frozenset(Params.__struct_fields__)
+_CANONICAL_FIELDS = frozenset({"model", "messages", "stream", "stream_options"}) | frozenset(
+    Params.__struct_fields__
+)
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _PARAMS = msgspec.json.Decoder(Params)
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -107,14 +130,19 @@ DONE_FRAME = b"data: [DONE]\n\n"
 
 
 def decode_extra(body: bytes, known: frozenset[str]) -> dict[str, msgspec.Raw]:
-    """Top-level fields of ``body`` outside ``known`` (minus credentials), as raw JSON."""
+    """Top-level fields of ``body`` outside ``known`` as raw JSON, to pass through.
+
+    Credentials are dropped, and so is any key the canonical request itself encodes (model,
+    messages, stream, every :class:`Params` field), so that an upstream body never has a key
+    twice whatever the dialect.
+    """
     fields = _FIELDS.decode(body)
     if len(fields) <= len(known) and fields.keys() <= known:
         return {}
     return {
         key: value
         for key, value in fields.items()
-        if key not in known and key not in NEVER_FORWARDED
+        if key not in known and key not in NEVER_FORWARDED and key not in _CANONICAL_FIELDS
     }
 
 
@@ -155,6 +183,7 @@ class OpenAIChatDialect:
             include_usage=stream_options is not None and stream_options.include_usage,
             params=params,
             extra=extra,
+            options=GatewayOptions(fallbacks=envelope.fallbacks or None),
             client_headers=headers,
             timings=Timings(start=start),
         )

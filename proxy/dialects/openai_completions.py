@@ -5,12 +5,17 @@ The prompt becomes one user message; the answer's text comes back as ``choices[]
 ``logprobs`` (an integer here) asks for that many top log-probabilities upstream; they are not
 translated back into the legacy shape (``logprobs`` is null in the answer). Not supported, with a
 clear 400: several prompts in one request, token-array prompts, ``suffix``, ``best_of`` > 1.
+Sampling parameters are bounded as in OpenAI's API (``temperature`` 0 to 2, ``top_p`` 0 to 1,
+penalties -2 to 2, at most 4 ``stop`` sequences); a value outside is a 400 naming the field.
+
+The request envelope, parameter decoding, response and stream encoding are public so that other
+legacy-completion dialects (orq's router) reuse them with their own controls and error JSON.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Literal
 
 import msgspec
@@ -31,7 +36,9 @@ class _StreamOptions(Struct):
     include_usage: bool = False
 
 
-class _Envelope(Struct):
+class CompletionEnvelope(Struct):
+    """The legacy request fields that are not generation parameters (subclass to add more)."""
+
     model: str
     prompt: str | list[str | int | list[int]] | None = None
     stream: bool | None = False
@@ -42,25 +49,29 @@ class _Envelope(Struct):
     logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
 
 
-class _LegacyParams(Struct, omit_defaults=True):
-    """The chat parameters that keep their meaning in the legacy API."""
+class LegacyParams(Struct, omit_defaults=True):
+    """The chat parameters that keep their meaning in the legacy API, with OpenAI's bounds."""
 
-    temperature: float | UnsetType | None = UNSET
-    top_p: float | UnsetType | None = UNSET
+    temperature: Annotated[float, Meta(ge=0, le=2)] | UnsetType | None = UNSET
+    top_p: Annotated[float, Meta(ge=0, le=1)] | UnsetType | None = UNSET
     max_tokens: Annotated[int, Meta(ge=1)] | UnsetType | None = UNSET
     n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
-    stop: str | list[str] | UnsetType | None = UNSET
+    stop: str | Annotated[list[str], Meta(max_length=4)] | UnsetType | None = UNSET
     seed: int | UnsetType | None = UNSET
-    presence_penalty: float | UnsetType | None = UNSET
-    frequency_penalty: float | UnsetType | None = UNSET
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
     logit_bias: dict[str, float] | UnsetType | None = UNSET
     user: str | UnsetType = UNSET
 
 
-_KNOWN_FIELDS = frozenset(_Envelope.__struct_fields__) | frozenset(_LegacyParams.__struct_fields__)
-_ENVELOPE = msgspec.json.Decoder(_Envelope)
-_PARAMS = msgspec.json.Decoder(_LegacyParams)
+LEGACY_FIELDS = frozenset(CompletionEnvelope.__struct_fields__) | frozenset(
+    LegacyParams.__struct_fields__
+)
+LEGACY_PARAMS = msgspec.json.Decoder(LegacyParams)
+_ENVELOPE = msgspec.json.Decoder(CompletionEnvelope)
 _ENCODER = msgspec.json.Encoder()
+
+ErrorBody = Callable[[GatewayError], bytes]
 
 
 class _Choice(Struct):
@@ -103,7 +114,22 @@ def prompt_text(prompt: str | list[str | int | list[int]] | None) -> str:
     raise BadRequest("token-array prompts are not supported: send text", param="prompt")
 
 
-def legacy_params(params: _LegacyParams, logprobs: int | None) -> Params:
+def legacy_prompt(envelope: CompletionEnvelope) -> str:
+    """The prompt text of a legacy request, after the checks every legacy dialect shares.
+
+    Raises :class:`BadRequest` for an empty model, ``suffix``, ``best_of`` > 1, and any prompt
+    :func:`prompt_text` refuses.
+    """
+    if not envelope.model:
+        raise BadRequest("you must provide a model parameter", param="model")
+    if envelope.suffix:
+        raise BadRequest("suffix is not supported by chat models", param="suffix")
+    if envelope.best_of not in (None, 1):
+        raise BadRequest("best_of is not supported by chat models", param="best_of")
+    return prompt_text(envelope.prompt)
+
+
+def legacy_params(params: LegacyParams, logprobs: int | None) -> Params:
     """Canonical parameters for a legacy request (``max_tokens`` defaulting to 16)."""
     max_tokens = params.max_tokens if params.max_tokens is not UNSET else DEFAULT_MAX_TOKENS
     return Params(
@@ -134,17 +160,11 @@ class OpenAICompletionsDialect:
         """See :meth:`proxy.dialects.base.Dialect.decode`."""
         try:
             envelope = _ENVELOPE.decode(body)
-            params = _PARAMS.decode(body)
-            extra = decode_extra(body, _KNOWN_FIELDS)
+            params = LEGACY_PARAMS.decode(body)
+            extra = decode_extra(body, LEGACY_FIELDS)
         except msgspec.DecodeError as exc:
             raise bad_request(exc) from None
-        if not envelope.model:
-            raise BadRequest("you must provide a model parameter", param="model")
-        if envelope.suffix:
-            raise BadRequest("suffix is not supported by chat models", param="suffix")
-        if envelope.best_of not in (None, 1):
-            raise BadRequest("best_of is not supported by chat models", param="best_of")
-        text = prompt_text(envelope.prompt)
+        text = legacy_prompt(envelope)
         options = envelope.stream_options
         return Call(
             request_id=request_id,
@@ -162,28 +182,7 @@ class OpenAICompletionsDialect:
 
     def encode_response(self, call: Call, reply: Reply) -> bytes:
         """See :meth:`proxy.dialects.base.Dialect.encode_response`."""
-        response = reply.response
-        assert response is not None
-        echo = call.dialect_state.get("echo", "")
-        return _ENCODER.encode(
-            _Completion(
-                id=response.id,
-                object="text_completion",
-                created=response.created or int(time.time()),
-                model=response.model,
-                choices=[
-                    _Choice(
-                        text=echo + choice.message.text(),
-                        index=choice.index,
-                        logprobs=None,
-                        finish_reason=legacy_finish(choice.finish_reason),
-                    )
-                    for choice in response.choices
-                ],
-                usage=OpenAIUsage.of(response.usage) if response.usage is not None else None,
-                system_fingerprint=response.system_fingerprint,
-            )
-        )
+        return encode_completion(call, reply)
 
     def stream_encoder(self, call: Call, reply: Reply) -> CompletionStreamEncoder:
         """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
@@ -200,15 +199,47 @@ class OpenAICompletionsDialect:
         return {}
 
 
-class CompletionStreamEncoder:
-    """``data: {text_completion}`` frames with text deltas, ``data: [DONE]`` at the end."""
+def encode_completion(call: Call, reply: Reply) -> bytes:
+    """The ``text_completion`` JSON for a whole reply (the prompt prepended when echoing)."""
+    response = reply.response
+    assert response is not None
+    echo = call.dialect_state.get("echo", "")
+    return _ENCODER.encode(
+        _Completion(
+            id=response.id,
+            object="text_completion",
+            created=response.created or int(time.time()),
+            model=response.model,
+            choices=[
+                _Choice(
+                    text=echo + choice.message.text(),
+                    index=choice.index,
+                    logprobs=None,
+                    finish_reason=legacy_finish(choice.finish_reason),
+                )
+                for choice in response.choices
+            ],
+            usage=OpenAIUsage.of(response.usage) if response.usage is not None else None,
+            system_fingerprint=response.system_fingerprint,
+        )
+    )
 
-    __slots__ = ("_created", "_echo", "_include_usage")
+
+class CompletionStreamEncoder:
+    """``data: {text_completion}`` frames with text deltas, ``data: [DONE]`` at the end.
+
+    ``error_body`` renders the in-band error frame's JSON (OpenAI's error body by default).
+    """
+
+    __slots__ = ("_created", "_echo", "_error_body", "_include_usage")
     keepalive = None
 
-    def __init__(self, *, include_usage: bool, echo: str = "") -> None:
+    def __init__(
+        self, *, include_usage: bool, echo: str = "", error_body: ErrorBody = error_json
+    ) -> None:
         self._include_usage = include_usage
         self._echo = echo
+        self._error_body = error_body
         self._created = int(time.time())
 
     def chunk(self, chunk: Chunk) -> bytes:
@@ -219,8 +250,8 @@ class CompletionStreamEncoder:
             finish = legacy_finish(choice.finish_reason)
             if not text and finish is None:
                 continue
-            if self._echo and text:
-                text, self._echo = self._echo + text, ""
+            if self._echo:
+                text, self._echo = self._echo + (text or ""), ""
             choices.append(
                 _Choice(text=text or "", index=choice.index, logprobs=None, finish_reason=finish)
             )
@@ -250,4 +281,4 @@ class CompletionStreamEncoder:
 
     def error(self, error: GatewayError) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.error`."""
-        return encode_data_frame(error_json(error))
+        return encode_data_frame(self._error_body(error))

@@ -68,6 +68,11 @@ class HttpProvider(Protocol):
     ``ready`` is False when the provider lacks what it needs (e.g. an empty API key); the router
     never sends to a provider that is not ready. ``secrets`` are the credential values to redact
     from anything the gateway shows or logs.
+
+    Optional: a provider whose stream events cannot be translated one at a time (they refer to
+    earlier events, or the stream has no end marker) also defines
+    ``stream_parser() -> StreamParser``; the transport then makes one parser per stream and uses
+    it instead of :meth:`parse_event` (see :class:`StreamParser`).
     """
 
     name: str
@@ -122,6 +127,39 @@ Provider = HttpProvider | LocalProvider
 
 class StreamEnd(Exception):
     """Raised by :meth:`HttpProvider.parse_event` at the upstream's end-of-stream marker."""
+
+
+class StreamParser(Protocol):
+    """The translation state of one upstream stream, from ``HttpProvider.stream_parser()``.
+
+    A fresh parser is made for every stream and sees its events in order, so it may keep state
+    between them (which content block a tool-call argument fragment belongs to, the usage
+    announced at the start, whether the upstream said it had finished).
+    """
+
+    def parse_event(self, event: str, data: bytes) -> Chunk | None:
+        """As :meth:`HttpProvider.parse_event`, for the next event of this stream."""
+        ...
+
+    def end(self) -> Chunk | None:
+        """The upstream body ended without :class:`StreamEnd`: a last chunk to yield, or None.
+
+        Raises :class:`UpstreamError` (typically :class:`~proxy.errors.UpstreamUnavailable`) if
+        the events so far show the stream was cut short.
+        """
+        ...
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds; HTTP dates ignored)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return max(float(value) * scale, 0.0)
+            except ValueError:
+                continue
+    return None
 
 
 def merge_json_objects(*objects: bytes) -> bytes:

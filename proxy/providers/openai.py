@@ -5,7 +5,9 @@ adds: the Bearer key and configured headers, the upstream model name,
 ``stream_options.include_usage`` on every stream (so that the gateway always learns token
 usage), request fields the gateway does not model passed through verbatim, and usage
 normalised into disjoint buckets (OpenAI's ``prompt_tokens`` includes cached tokens;
-``completion_tokens`` includes reasoning tokens).
+``completion_tokens`` includes reasoning tokens). With a ``preset`` (see
+:mod:`proxy.providers.presets`) the same provider reaches a named vendor: its base URL by default,
+and each request adapted to the fields that vendor accepts.
 """
 
 from __future__ import annotations
@@ -30,18 +32,25 @@ from proxy.providers.base import (
     encode_raw_fields,
     merge_json_objects,
 )
+from proxy.providers.presets import PRESETS, PresetName, adapt
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 class OpenAIConfig(ProviderConfig, tag="openai", frozen=True, forbid_unknown_fields=True):
     """An OpenAI-compatible upstream.
 
-    ``api_key`` absent means the upstream needs no key (a local vLLM or Ollama); present but empty
-    means a key is needed and missing, so the provider is not ready. ``headers`` are sent with
-    every request. ``stream_usage`` asks for usage on streams; turn it off only for a server that
-    rejects ``stream_options``.
+    ``preset`` names a known vendor (:data:`proxy.providers.presets.PRESETS`): ``base_url``
+    defaults to the vendor's, and requests are adapted to its quirks. Without a preset
+    ``base_url`` defaults to OpenAI's. ``api_key`` absent means the upstream needs no key (a local
+    vLLM or Ollama) — unless the preset is a hosted vendor, which always needs one; present but
+    empty means a key is needed and missing. Either way a missing key makes the provider not
+    ready. ``headers`` are sent with every request. ``stream_usage`` asks for usage on streams;
+    turn it off only for a server that rejects ``stream_options`` (the presets know theirs).
     """
 
-    base_url: str = "https://api.openai.com/v1"
+    base_url: str | None = None
+    preset: PresetName | None = None
     api_key: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     stream_usage: bool = True
@@ -136,30 +145,49 @@ class OpenAIProvider:
     def __init__(self, name: str, config: OpenAIConfig) -> None:
         self.name = name
         self.config = config
-        self.ready = config.api_key is None or bool(config.api_key)
+        preset = PRESETS[config.preset] if config.preset is not None else None
+        if config.api_key is None:
+            self.ready = preset is None or not preset.key_required
+        else:
+            self.ready = bool(config.api_key)
         self.secrets: tuple[str, ...] = (config.api_key,) if config.api_key else ()
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._quirks = preset if preset is not None and preset.adapts_requests else None
+        self._stream_options = preset is None or preset.stream_options
+        base_url = config.base_url or (preset.base_url if preset is not None else DEFAULT_BASE_URL)
+        self._url = base_url.rstrip("/") + "/chat/completions"
         headers = {"content-type": "application/json", **config.headers}
         if config.api_key:
             headers["authorization"] = f"Bearer {config.api_key}"
         self._headers = headers
+        self._header_names = frozenset(name.lower() for name in headers)
 
     def build_request(self, call: Call, model: str) -> HttpRequest:
         """See :meth:`proxy.providers.base.HttpProvider.build_request`."""
         stream_options = None
-        if call.stream and (self.config.stream_usage or call.include_usage):
+        if (
+            call.stream
+            and self._stream_options
+            and (self.config.stream_usage or call.include_usage)
+        ):
             stream_options = _StreamOptions(include_usage=True)
+        messages, params, extra = call.messages, call.params, call.extra
+        if self._quirks is not None:
+            messages, params, extra = adapt(self._quirks, call, model)
         head = _RequestHead(
-            model=model, messages=call.messages, stream=call.stream, stream_options=stream_options
+            model=model, messages=messages, stream=call.stream, stream_options=stream_options
         )
         body = merge_json_objects(
-            _ENCODER.encode(head), _ENCODER.encode(call.params), encode_raw_fields(call.extra)
+            _ENCODER.encode(head), _ENCODER.encode(params), encode_raw_fields(extra)
         )
+        headers = self._headers
         if call.upstream_headers:
-            # Plugin-set headers never override the provider's own credentials.
-            headers = {**call.upstream_headers, **self._headers}
-        else:
-            headers = self._headers
+            # Plugin-set headers never override the provider's own (credentials, content type),
+            # whatever their case.
+            own = self._header_names
+            headers = {
+                **{k: v for k, v in call.upstream_headers.items() if k.lower() not in own},
+                **headers,
+            }
         return HttpRequest(url=self._url, headers=headers, body=body)
 
     def parse_response(self, body: bytes, model: str) -> Response:

@@ -1,11 +1,11 @@
-"""Plugin classes that tests load by ``module:Class`` reference (``tests.proxy.plugin_fixtures``)."""
+"""Plugin classes that tests load by ``module:Class`` (``tests.proxy.plugin_fixtures:Name``)."""
 
 from __future__ import annotations
 
 import msgspec
 
 from proxy.canonical import Call, Reply
-from proxy.chain import Next
+from proxy.chain import Next, PluginContext
 
 MODULE = __name__
 
@@ -18,7 +18,7 @@ class TaggingOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class TaggingPlugin:
-    """Appends its tag to ``call.options["tags"]`` ``times`` times, then calls ``next``."""
+    """Appends its tag ``times`` times to the ``x-tags`` upstream header, then calls ``next``."""
 
     Options = TaggingOptions
 
@@ -28,7 +28,8 @@ class TaggingPlugin:
         self.options = options
 
     async def __call__(self, call: Call, next: Next) -> Reply:
-        call.options.setdefault("tags", []).extend([self.options.tag] * self.options.times)
+        tags = [t for t in call.upstream_headers.get("x-tags", "").split(",") if t]
+        call.upstream_headers["x-tags"] = ",".join(tags + [self.options.tag] * self.options.times)
         return await next(call)
 
 
@@ -51,3 +52,13 @@ class SyncCallable:
 
 
 NOT_A_CLASS = 42
+
+
+class ContextPlugin:
+    """A plugin whose constructor asks for the runtime's :class:`PluginContext`."""
+
+    def __init__(self, *, context: PluginContext) -> None:
+        self.context = context
+
+    async def __call__(self, call: Call, next: Next) -> Reply:
+        return await next(call)

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
+import structlog
 
 from plugins import BUILTINS
 from plugins.headers import HeadersPlugin
@@ -15,19 +16,24 @@ from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
+    Deployment,
     Message,
     Reply,
     Response,
 )
-from proxy.chain import PluginLoadError, compose, load_plugins
+from proxy.chain import PluginContext, PluginLoadError, compose, load_plugins
 from proxy.config import PluginSpec, parse_config
 from proxy.errors import UpstreamOverloaded
+from proxy.metrics import Metrics
 from tests.proxy import plugin_fixtures as fx
 
 
 def make_call(**fields) -> Call:
     return Call(
-        request_id="r", dialect="openai", model="m", messages=[Message(role="user", content="hi")],
+        request_id="r",
+        dialect="openai",
+        model="m",
+        messages=[Message(role="user", content="hi")],
         **fields,
     )
 
@@ -47,7 +53,6 @@ class Recorder:
 
     async def __call__(self, call: Call, next) -> Reply:
         self.log.append(f"{self.name}>")
-        call.options.setdefault("path", []).append(self.name)
         reply = await next(call)
         self.log.append(f"<{self.name}")
         return reply
@@ -63,12 +68,12 @@ async def test_compose_runs_plugins_outermost_first():
 
     async def upstream(call: Call) -> Reply:
         log.append("upstream")
-        return text_reply(",".join(call.options["path"]))
+        return text_reply(",".join(entry for entry in log if entry.endswith(">")))
 
     chain = compose([Recorder("a", log), Recorder("b", log), Recorder("c", log)], upstream)
     reply = await chain(make_call())
     assert log == ["a>", "b>", "c>", "upstream", "<c", "<b", "<a"]
-    assert reply.response.choices[0].message.content == "a,b,c"
+    assert reply.response.choices[0].message.content == "a>,b>,c>"
 
 
 def test_empty_chain_is_the_upstream_itself():
@@ -241,7 +246,7 @@ async def test_loaded_plugins_compose_in_config_order():
     seen: list[list[str]] = []
 
     async def upstream(call: Call) -> Reply:
-        seen.append(list(call.options["tags"]))
+        seen.append(call.upstream_headers["x-tags"].split(","))
         return text_reply()
 
     await compose(load_plugins(specs(text), BUILTINS), upstream)(make_call())
@@ -337,3 +342,21 @@ def test_every_bad_entry_is_reported():
 
 def test_no_plugins():
     assert load_plugins((), BUILTINS) == []
+
+
+def test_plugin_asking_for_context_receives_the_given_one():
+    def resolve(model: str, provider: str | None = None) -> list[Deployment]:
+        return [Deployment(provider="p", model=model)]
+
+    context = PluginContext(resolve, Metrics(), structlog.get_logger())
+    (plugin,) = load_plugins(
+        specs(f"plugins: [{{plugin: '{fx.MODULE}:ContextPlugin'}}]"), BUILTINS, context
+    )
+    assert isinstance(plugin, fx.ContextPlugin)
+    assert plugin.context is context
+
+
+def test_plugin_asking_for_context_gets_a_validation_context_when_none_is_given():
+    (plugin,) = load_plugins(specs(f"plugins: [{{plugin: '{fx.MODULE}:ContextPlugin'}}]"), BUILTINS)
+    assert isinstance(plugin.context, PluginContext)
+    assert plugin.context.resolve("anything") == []

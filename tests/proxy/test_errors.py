@@ -70,12 +70,8 @@ def test_response_headers():
     assert e.GatewayError("m", retry_after=2.0).response_headers() == {"Retry-After": "2"}
     assert e.GatewayError("m", retry_after=0).response_headers() == {"Retry-After": "0"}
     assert e.GatewayError("m", retry_after=-5).response_headers() == {"Retry-After": "0"}
-    assert e.GatewayError("m", should_retry=True).response_headers() == {
-        "x-should-retry": "true"
-    }
-    assert e.GatewayError("m", should_retry=False).response_headers() == {
-        "x-should-retry": "false"
-    }
+    assert e.GatewayError("m", should_retry=True).response_headers() == {"x-should-retry": "true"}
+    assert e.GatewayError("m", should_retry=False).response_headers() == {"x-should-retry": "false"}
     assert e.GatewayError("m", retry_after=30, should_retry=True).response_headers() == {
         "Retry-After": "30",
         "x-should-retry": "true",

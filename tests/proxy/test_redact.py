@@ -25,7 +25,9 @@ def redactor() -> Redactor:
 
 
 def test_configured_secret_is_replaced(redactor: Redactor):
-    assert redactor.text(f"upstream said: bad key {CONFIGURED}!") == f"upstream said: bad key {MASK}!"
+    assert (
+        redactor.text(f"upstream said: bad key {CONFIGURED}!") == f"upstream said: bad key {MASK}!"
+    )
 
 
 def test_every_occurrence_is_replaced(redactor: Redactor):
@@ -111,8 +113,18 @@ def test_value_keeps_container_types(redactor: Redactor):
 
 @pytest.mark.parametrize(
     "key",
-    ["api_key", "API_KEY", "Authorization", "authorization", "x-api-key", "X-Goog-Api-Key",
-     "password", "token", "access_token", "secret"],
+    [
+        "api_key",
+        "API_KEY",
+        "Authorization",
+        "authorization",
+        "x-api-key",
+        "X-Goog-Api-Key",
+        "password",
+        "token",
+        "access_token",
+        "secret",
+    ],
 )
 def test_sensitive_keys_are_masked_whatever_their_value(key: str):
     redacted = Redactor().value({key: "harmless-looking", "other": "kept", "n": {key: 1}})
