@@ -259,18 +259,20 @@ async def _stream(
     outcome.status = 200
     chunks = stream if encoder.keepalive is None else _with_pings(stream, encoder, response)
     pending: list[bytes] = []
+    # An UpstreamStream hands over the chunks that arrived together: they leave in one write.
+    take_ready = getattr(chunks, "take_ready", None)
     try:
         await response.prepare(request)
-        async for chunk in chunks:
-            if chunk.usage is not None:
-                outcome.usage = chunk.usage
-            data = encoder.chunk(chunk)
-            if data:
+        async for first in chunks:
+            for chunk in (first,) if take_ready is None else (first, *take_ready()):
+                if chunk.usage is not None:
+                    outcome.usage = chunk.usage
+                data = encoder.chunk(chunk)
+                if data:
+                    pending.append(data)
+            if pending and not (take_ready is not None and chunks.ended):  # type: ignore[attr-defined]
                 if timings.first_token is None:
                     timings.first_token = time.perf_counter() - timings.start
-                pending.append(data)
-            # Chunks that arrived together leave together: one write per upstream read.
-            if pending and not getattr(chunks, "ready", 0):
                 await response.write(b"".join(pending) if len(pending) > 1 else pending[0])
                 pending.clear()
         pending.append(encoder.end())
@@ -288,6 +290,8 @@ async def _stream(
         if aclose is not None:
             await aclose()
     try:
+        if timings.first_token is None:
+            timings.first_token = time.perf_counter() - timings.start
         await response.write(b"".join(pending))
         await response.write_eof()
     except ConnectionResetError:

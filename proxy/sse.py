@@ -30,6 +30,10 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume ``chunk`` and return the events it completes (possibly none)."""
+        if not self._pending and not self._data and chunk.endswith(b"\n\n"):
+            events = _simple_frames(chunk)
+            if events is not None:
+                return events
         buffer = self._pending + chunk if self._pending else chunk
         if b"\r" in buffer:
             # A CR at the very end may be the first half of a CRLF split across two feeds.
@@ -61,6 +65,19 @@ class SSEDecoder:
         events = self.feed(b"\n\n") if (self._pending or self._data) else []
         self._pending = b""
         return events
+
+
+def _simple_frames(chunk: bytes) -> list[SSEEvent] | None:
+    """The fast path for whole ``data: …\n\n`` frames (what LLM APIs send): their events, or
+    None if any frame is not that simple (the general parser then handles the chunk)."""
+    if b"\r" in chunk:
+        return None
+    events: list[SSEEvent] = []
+    for frame in chunk[:-2].split(b"\n\n"):
+        if not frame.startswith(b"data: ") or b"\n" in frame:
+            return None
+        events.append(SSEEvent("", frame[6:]))
+    return events
 
 
 def encode_data_frame(data: bytes) -> bytes:

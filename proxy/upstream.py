@@ -63,12 +63,12 @@ class UpstreamStream:
     """A provider's chunk stream under the first-byte, idle and total clocks.
 
     The provider side may yield single chunks or lists of chunks (the HTTP transport yields one
-    list per network read, ending with ``None`` once the end marker was read); ``ready`` tells how
-    many items — chunks, and the end of the stream once known — can be taken without waiting, so
-    the app can coalesce them into one write. The clocks run per wait on the
-    provider, not per chunk. Time spent waiting is added to ``timings.upstream_wait``. Errors
-    raised by the provider stream are sanitised and counted through ``on_error`` before they
-    propagate.
+    list per network read, ending with ``None`` once the end marker was read). Besides async
+    iteration, :meth:`take_ready` hands over the chunks that arrived together without awaiting,
+    and :attr:`ended` tells whether more can come, so the app writes them in one go. The clocks
+    run per wait on the provider, not per chunk. Time spent waiting is added to
+    ``timings.upstream_wait``. Errors raised by the provider stream are sanitised and counted
+    through ``on_error`` before they propagate.
     """
 
     __slots__ = ("_clocks", "_ended", "_inner", "_on_error", "_provider", "_ready", "_timings")
@@ -90,9 +90,15 @@ class UpstreamStream:
         self._ended = False
 
     @property
-    def ready(self) -> int:
-        """Items (chunks, then the end) the next ``__anext__`` calls return without waiting."""
-        return len(self._ready) + self._ended
+    def ended(self) -> bool:
+        """The end marker has arrived: no chunk will come beyond those already received."""
+        return self._ended
+
+    def take_ready(self) -> list[Chunk]:
+        """Every chunk already received, without waiting (possibly none)."""
+        ready = list(self._ready)
+        self._ready.clear()
+        return ready
 
     async def prime(self) -> None:
         """Wait for the first chunk (under the first-byte clock) and hold it.
