@@ -48,6 +48,7 @@ def gateway_config(upstream_url: str, extra: str = "") -> str:
             api_key: "{UPSTREAM_KEY}"
             timeouts: {{first_byte: 2, idle: 1, total: 8}}
           mock: {{type: mock}}
+          mockfast: {{type: mock, timeouts: {{first_byte: 0.5, idle: 0.3, total: 3}}}}
           keyless: {{type: openai, base_url: "http://127.0.0.1:9/v1", api_key: ""}}
         models:
           chat: [{{target: up/gpt-test}}]

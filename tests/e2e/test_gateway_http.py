@@ -139,7 +139,7 @@ async def test_health(gateway: Running) -> None:
         async with session.get(gateway.url + "/health/ready") as response:
             assert response.status == 200
             body = await response.json()
-    assert body["providers"] == {"up": True, "mock": True, "keyless": False}
+    assert body["providers"] == {"up": True, "mock": True, "mockfast": True, "keyless": False}
 
 
 async def test_metrics_after_traffic(gateway: Running) -> None:
@@ -177,3 +177,39 @@ async def test_access_log_line(gateway: Running) -> None:
     assert line["output_tokens"] == 5
     for key in ("duration_ms", "upstream_ms", "overhead_ms", "ttft_ms", "timestamp", "level"):
         assert key in line
+
+
+async def test_mock_fault_models_through_the_gateway(gateway: Running) -> None:
+    status, _, raw = await _post(gateway, {"model": "mockfast/hang", "messages": HELLO})
+    assert (status, json.loads(raw)["error"]["code"]) == (504, "first_byte_timeout")
+    body = {"model": "mockfast/stall-2", "messages": HELLO, "stream": True}
+    status, _, raw = await _post(gateway, body)
+    frames = _frames(raw)
+    assert status == 200
+    assert json.loads(frames[-1])["error"]["code"] == "idle_timeout"
+    assert len(frames) == 3, "two chunks, then the idle clock's in-band error"
+    status, headers, raw = await _post(gateway, {"model": "mock/error-429", "messages": HELLO})
+    assert (status, headers["Retry-After"]) == (429, "1")
+    status, _, raw = await _post(gateway, {"model": "mockfast/slow-100", "messages": HELLO})
+    assert status == 200
+    status, _, raw = await _post(gateway, {"model": "mock/cut-1", "messages": HELLO})
+    assert (status, json.loads(raw)["error"]["code"]) == (502, "upstream_unavailable")
+
+
+async def test_mock_tools_and_truncation(gateway: Running) -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+    body = {"model": "mock/tools", "messages": HELLO, "tools": [tool]}
+    _, _, raw = await _post(gateway, body)
+    message = json.loads(raw)["choices"][0]["message"]
+    assert message["tool_calls"][0]["function"] == {"name": "lookup", "arguments": '{"q":"hello"}'}
+    assert message["tool_calls"][0]["type"] == "function"
+    body = {"model": "mock/x", "messages": HELLO, "max_tokens": 3}
+    _, _, raw = await _post(gateway, body)
+    choice = json.loads(raw)["choices"][0]
+    assert (choice["finish_reason"], len(choice["message"]["content"].split())) == ("length", 3)
