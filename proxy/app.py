@@ -328,14 +328,16 @@ async def _with_pings(
 def _error_response(
     dialect: Dialect, error: GatewayError, request_id: str, outcome: _Outcome
 ) -> web.Response:
-    outcome.status = error.status
+    status = dialect.error_status(error)
+    outcome.status = status
     outcome.error = error
     if error.provider is not None:
         outcome.provider = error.provider
     headers = error.response_headers()
+    headers.update(dialect.error_headers(error, request_id))
     headers["x-request-id"] = request_id
     return web.Response(
-        status=error.status,
+        status=status,
         body=dialect.encode_error(error, request_id),
         content_type=_JSON,
         headers=headers,

@@ -6,11 +6,22 @@ one entry here; the app routes its paths and the conformance tests pick it up.
 
 from __future__ import annotations
 
+from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Dialect
+from proxy.dialects.bifrost import BifrostDialect
+from proxy.dialects.fabro import FabroDialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.dialects.openai_completions import OpenAICompletionsDialect
+from proxy.dialects.orq import OrqDialect
 
 
 def all_dialects() -> tuple[Dialect, ...]:
     """One instance of every registered dialect."""
-    return (OpenAIChatDialect(), OpenAICompletionsDialect())
+    return (
+        OpenAIChatDialect(),
+        OpenAICompletionsDialect(),
+        BifrostDialect(),
+        OrqDialect(),
+        FabroDialect(),
+        AnthropicDialect(),
+    )

@@ -78,6 +78,14 @@ class Dialect(Protocol):
         """Dialect-specific headers for a successful reply (e.g. Bifrost's ``x-bf-retries``)."""
         ...
 
+    def error_status(self, error: GatewayError) -> int:
+        """The HTTP status this dialect answers ``error`` with (usually ``error.status``)."""
+        ...
+
+    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
+        """Dialect-specific headers for an error answer (beyond Retry-After, x-request-id)."""
+        ...
+
 
 def bad_request(exc: msgspec.DecodeError) -> BadRequest:
     """A 400 for a msgspec decode/validation failure, naming the field it happened at.

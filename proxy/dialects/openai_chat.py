@@ -219,6 +219,14 @@ class OpenAIChatDialect:
         """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
         return {}
 
+    def error_status(self, error: GatewayError) -> int:
+        """See :meth:`proxy.dialects.base.Dialect.error_status`: the error's own."""
+        return error.status
+
+    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
+        """See :meth:`proxy.dialects.base.Dialect.error_headers`: none."""
+        return {}
+
 
 class ChatStreamEncoder:
     """``data: {chat.completion.chunk}`` frames, ``data: [DONE]`` at the end.

@@ -198,6 +198,14 @@ class OpenAICompletionsDialect:
         """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
         return {}
 
+    def error_status(self, error: GatewayError) -> int:
+        """See :meth:`proxy.dialects.base.Dialect.error_status`: the error's own."""
+        return error.status
+
+    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
+        """See :meth:`proxy.dialects.base.Dialect.error_headers`: none."""
+        return {}
+
 
 def encode_completion(call: Call, reply: Reply) -> bytes:
     """The ``text_completion`` JSON for a whole reply (the prompt prepended when echoing)."""
