@@ -183,6 +183,55 @@ class Metrics:
                 registry=r,
             )
         )
+        self.retries = _Children(
+            Counter(
+                "crossway_retries",
+                "Upstream calls retried, by the reason (error kind) of the failed attempt.",
+                ["reason"],
+                registry=r,
+            )
+        )
+        self.retries_denied = _Children(
+            Counter(
+                "crossway_retries_denied",
+                "Retries not made although the failure was retriable, by cause (budget, wait).",
+                ["cause"],
+                registry=r,
+            )
+        )
+        self.fallbacks = _Children(
+            Counter(
+                "crossway_fallbacks",
+                "Fallbacks from a failed model to the next one (labels through model_label).",
+                ["from_model", "to_model"],
+                registry=r,
+            )
+        )
+        self.deployment_healthy = _Children(
+            Gauge(
+                "crossway_deployment_healthy",
+                "1 while a deployment is routable, 0 while it is ejected after failures.",
+                ["provider", "model"],
+                registry=r,
+                multiprocess_mode="livemin",
+            )
+        )
+        self.deployment_ejections = _Children(
+            Counter(
+                "crossway_deployment_ejections",
+                "Times a deployment was ejected for a cooldown after consecutive failures.",
+                ["provider", "model"],
+                registry=r,
+            )
+        )
+        self.store_degraded = _Children(
+            Counter(
+                "crossway_store_degraded",
+                "Decisions taken without the state store because it was unavailable, by use.",
+                ["use"],
+                registry=r,
+            )
+        )
 
     def record_tokens(self, model: str, provider: str, usage: Usage) -> None:
         """Count ``usage`` into the token counter, one kind per disjoint bucket."""

@@ -44,6 +44,8 @@ class Router:
         """
         if not model:
             return [self._default(provider)]
+        if not model.isprintable():
+            raise BadRequest("the model name contains control characters", param="model")
         if provider is not None:
             return self._pinned(model, provider)
         routable = self._routable.get(model)

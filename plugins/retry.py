@@ -1,0 +1,266 @@
+"""``retry``: call the next link again when an attempt fails in a way another attempt may fix.
+
+What is retried: an upstream answer whose HTTP status is in ``on_status`` (default 429, 500, 502,
+503, 504), a connection failure (``on_connection_error``) and an expired upstream clock
+(``on_timeout``). Never a 400, 401, 403 or 404 (refused in ``on_status`` at load), never a
+context-window or content-policy refusal, never the gateway's own errors (its rate limits, a
+deployment that is not ready), never an upstream that said ``x-should-retry: false``, and never
+after the first byte reached the client: a stream comes back primed, so a failure while it is
+being read is a mid-stream failure that the app turns into an in-band error event.
+
+When: exponential backoff with full jitter (a uniform draw in ``[0, min(backoff_cap,
+backoff_base * 2**n)]`` before the n-th retry, n from 0). A ``Retry-After`` hint is waited
+exactly, up to ``max_retry_after`` seconds; beyond it, the target is not retried and the error
+is raised so that the fallback plugin can try another model. When the failed attempt's
+deployments span several providers, the retry goes to another provider instead (without
+waiting for the hint, which is the failing provider's).
+
+How long: ``deadline`` (seconds from the request's arrival, all attempts and waits included)
+and a client's ``timeout`` option, whichever is shorter. When it passes mid-attempt the attempt
+is cancelled and the client gets a 504 ``deadline_exceeded`` at once; a wait that would end
+after it is not started (the attempt's own error is raised instead). A stream's deadline ends
+when its first chunk arrives; the provider's idle and total clocks bound the rest. The deadline
+is absolute, so a retry plugin inside a fallback shares one deadline across every model tried.
+
+How many: ``retries`` per request by default; a client's ``retry`` option may ask for up to
+``max_retries`` and narrow (never widen) ``on_status``. A retry budget bounds the extra load a
+provider outage can cause: over a sliding ``budget_window`` (seconds), retries may not exceed
+``budget_ratio`` of the requests seen, with ``budget_min`` always allowed. When the budget is
+spent the attempt's error is raised and ``crossway_retries_denied_total{cause="budget"}`` counts
+it. The budget is in-process, per plugin instance.
+
+The reply's ``attempts`` counts every upstream call made, and header ``x-crossway-attempts``
+shows it. Recommended chain order: ``fallback`` → ``retry`` → ``balance`` (outermost first), so
+that a retry may pick another deployment and a fallback acts only once retries are spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from proxy.canonical import Call, Reply, RetryOptions
+from proxy.chain import Next, PluginContext
+from proxy.errors import DeadlineExceeded, GatewayError, UpstreamError
+
+Sleep = Callable[[float], Awaitable[None]]
+Clock = Callable[[], float]
+
+_NEVER_RETRIED = frozenset({400, 401, 403, 404})
+_NEVER_RETRIED_KINDS = frozenset(
+    {"bad_request", "auth", "permission", "not_found", "context_window", "content_policy"}
+)
+ATTEMPTS_HEADER = "x-crossway-attempts"
+
+
+class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """See the module docstring. Durations are seconds."""
+
+    retries: Annotated[int, Meta(ge=0, le=10)] = 2
+    max_retries: Annotated[int, Meta(ge=0, le=10)] = 5
+    on_status: tuple[int, ...] = (429, 500, 502, 503, 504)
+    on_connection_error: bool = True
+    on_timeout: bool = True
+    backoff_base: Annotated[float, Meta(ge=0)] = 0.5
+    backoff_cap: Annotated[float, Meta(ge=0)] = 8.0
+    max_retry_after: Annotated[float, Meta(ge=0)] = 10.0
+    deadline: Annotated[float, Meta(gt=0)] | None = None
+    budget_ratio: Annotated[float, Meta(ge=0, le=10)] = 0.2
+    budget_min: Annotated[int, Meta(ge=0)] = 3
+    budget_window: Annotated[float, Meta(gt=0)] = 10.0
+
+
+class RetryBudget:
+    """Retries allowed over a sliding window: at most ``ratio * requests``, ``minimum`` always.
+
+    The window is kept as ``buckets`` slots of ``window / buckets`` seconds on ``clock``, so
+    the counts cover between ``window * (1 - 1/buckets)`` and ``window`` seconds of history.
+    """
+
+    def __init__(
+        self, ratio: float, minimum: int, window: float, clock: Clock, buckets: int = 10
+    ) -> None:
+        self._ratio = ratio
+        self._minimum = minimum
+        self._slot = window / buckets
+        self._buckets = buckets
+        self._clock = clock
+        self._counts: deque[list[int]] = deque()  # [slot number, requests, retries], oldest first
+
+    def record_request(self) -> None:
+        """Count one request (call this once per request, before any retry)."""
+        self._current()[1] += 1
+
+    def try_spend(self) -> bool:
+        """Take one retry from the budget; False (and nothing taken) when it is spent."""
+        current = self._current()
+        requests = sum(counts[1] for counts in self._counts)
+        retries = sum(counts[2] for counts in self._counts)
+        if retries >= max(self._minimum, self._ratio * requests):
+            return False
+        current[2] += 1
+        return True
+
+    def _current(self) -> list[int]:
+        slot = int(self._clock() // self._slot)
+        counts = self._counts
+        while counts and counts[0][0] <= slot - self._buckets:
+            counts.popleft()
+        if not counts or counts[-1][0] != slot:
+            counts.append([slot, 0, 0])
+        return counts[-1]
+
+
+class RetryPlugin:
+    """Retries failed attempts of the next link; see the module docstring.
+
+    ``sleep``, ``rng`` and ``clock`` (the budget's, in seconds) are injectable for tests.
+    """
+
+    Options = RetryConfig
+
+    def __init__(
+        self,
+        options: RetryConfig,
+        context: PluginContext,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        refused = sorted(set(options.on_status) & _NEVER_RETRIED)
+        if refused:
+            raise ValueError(f"on_status: these statuses are never retried: {refused}")
+        outside = sorted(s for s in options.on_status if not 400 <= s <= 599)
+        if outside:
+            raise ValueError(f"on_status: not error statuses: {outside}")
+        if options.retries > options.max_retries:
+            raise ValueError("retries must not exceed max_retries")
+        self._options = options
+        self._statuses = frozenset(options.on_status)
+        self._metrics = context.metrics
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._budget = RetryBudget(
+            options.budget_ratio, options.budget_min, options.budget_window, clock
+        )
+
+    async def __call__(self, call: Call, next: Next) -> Reply:
+        """Call ``next`` until it answers, the error is final, or retries/deadline run out.
+
+        Raises the last attempt's error (its ``attempts`` set to the calls made), or
+        :class:`DeadlineExceeded` when the deadline passes during an attempt.
+        """
+        self._budget.record_request()
+        retries, statuses = self._policy(call.options.retry)
+        limit = self._deadline(call)
+        run = _Run(retries, statuses)
+        if limit is None:
+            return await self._attempts(call, next, run, None)
+        remaining = limit - (time.perf_counter() - call.timings.start)
+        if remaining <= 0:
+            raise _deadline_error(0)
+        scope = asyncio.timeout(remaining)
+        try:
+            async with scope:
+                return await self._attempts(call, next, run, time.perf_counter() + remaining)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise _deadline_error(run.attempts + run.pending) from None
+
+    def _policy(self, requested: RetryOptions | None) -> tuple[int, frozenset[int]]:
+        if requested is None:
+            return self._options.retries, self._statuses
+        count = min(max(requested.count, 0), self._options.max_retries)
+        return count, self._statuses.intersection(requested.on_codes)
+
+    def _deadline(self, call: Call) -> float | None:
+        limits = [t for t in (self._options.deadline, call.options.timeout) if t is not None]
+        return min(limits) if limits else None
+
+    async def _attempts(self, call: Call, next: Next, run: _Run, ends: float | None) -> Reply:
+        current = call
+        while True:
+            run.pending = 1
+            try:
+                reply = await next(current)
+            except GatewayError as error:
+                run.pending = 0
+                run.attempts += error.attempts
+                error.attempts = run.attempts
+                if run.retried >= run.retries or not self._retriable(error, run.statuses):
+                    raise
+                elsewhere = _other_providers(current, error)
+                delay = self._delay(error, run.retried, switching=elsewhere is not current)
+                if delay is None or (ends is not None and time.perf_counter() + delay >= ends):
+                    self._metrics.retries_denied("wait").inc()
+                    raise
+                if not self._budget.try_spend():
+                    self._metrics.retries_denied("budget").inc()
+                    raise
+                self._metrics.retries(error.kind).inc()
+                run.retried += 1
+                if delay:
+                    await self._sleep(delay)
+                current = elsewhere
+                continue
+            reply.attempts += run.attempts
+            reply.headers[ATTEMPTS_HEADER] = str(reply.attempts)
+            return reply
+
+    def _retriable(self, error: GatewayError, statuses: frozenset[int]) -> bool:
+        if error.kind in _NEVER_RETRIED_KINDS or error.should_retry is False:
+            return False
+        if isinstance(error, UpstreamError):
+            return error.upstream_status in statuses
+        if error.kind == "connection":
+            return self._options.on_connection_error
+        if error.kind == "timeout":
+            return self._options.on_timeout
+        return False
+
+    def _delay(self, error: GatewayError, retried: int, *, switching: bool) -> float | None:
+        """Seconds to wait before the next attempt; None when the hint is beyond the cap."""
+        hint = error.retry_after
+        if hint is not None and not switching:
+            return hint if hint <= self._options.max_retry_after else None
+        options = self._options
+        return self._rng.uniform(0, min(options.backoff_cap, options.backoff_base * 2**retried))
+
+
+class _Run:
+    """The counters of one request's attempts (``pending`` is 1 while an attempt is running)."""
+
+    __slots__ = ("attempts", "pending", "retried", "retries", "statuses")
+
+    def __init__(self, retries: int, statuses: frozenset[int]) -> None:
+        self.retries = retries
+        self.statuses = statuses
+        self.attempts = 0
+        self.pending = 0
+        self.retried = 0
+
+
+def _other_providers(call: Call, error: GatewayError) -> Call:
+    """``call`` narrowed to deployments on providers other than the one that failed, if any."""
+    failed = error.provider
+    if failed is None or call.deployment is not None or len(call.deployments) < 2:
+        return call
+    others = [d for d in call.deployments if d.provider != failed]
+    if not others or len(others) == len(call.deployments):
+        return call
+    return msgspec.structs.replace(call, deployments=others)
+
+
+def _deadline_error(attempts: int) -> DeadlineExceeded:
+    error = DeadlineExceeded("the request's deadline passed before an upstream answered")
+    error.attempts = attempts
+    return error

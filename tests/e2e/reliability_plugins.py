@@ -1,0 +1,38 @@
+"""Test-only subclasses of the reliability plugins, loaded by ``module:Class`` from a test config.
+
+They are the built-in plugins with their injectable parts fixed for deterministic end-to-end
+tests: waits are recorded instead of slept, clocks are :class:`~tests.faults.FakeClock` objects a
+test can advance (and share with the fault upstream), and random choices are seeded. A test
+reaches the instances through the running app's snapshot (``app[RUNTIME].snapshot.plugins``).
+"""
+
+from __future__ import annotations
+
+import random
+
+from plugins.balance import BalanceConfig, BalancePlugin
+from plugins.retry import RetryConfig, RetryPlugin
+from proxy.chain import PluginContext
+from tests.faults import FakeClock
+
+
+class RecordingRetry(RetryPlugin):
+    """``retry`` whose waits are recorded in ``delays`` (not slept); budget on ``clock``."""
+
+    def __init__(self, options: RetryConfig, context: PluginContext) -> None:
+        self.delays: list[float] = []
+        self.clock = FakeClock()
+        super().__init__(
+            options, context, sleep=self._record, rng=random.Random(5), clock=self.clock
+        )
+
+    async def _record(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+class ClockedBalance(BalancePlugin):
+    """``balance`` on ``clock`` (health cooldowns, limit windows, latency) with a seeded RNG."""
+
+    def __init__(self, options: BalanceConfig, context: PluginContext) -> None:
+        self.clock = FakeClock()
+        super().__init__(options, context, clock=self.clock, rng=random.Random(5))

@@ -1,0 +1,300 @@
+"""plugins/balance.py: strategies, ejection in routing, limits, request targets, streams."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import msgspec
+import pytest
+
+from plugins.balance import BalanceConfig, BalancePlugin
+from proxy.canonical import Call, Deployment, GatewayOptions, Message, WeightedTarget
+from proxy.chain import PluginLoadError, compose, load_plugins
+from proxy.config import PluginSpec
+from proxy.errors import GatewayError, NoReadyDeployment, RateLimited
+from proxy.metrics import Metrics
+from proxy.store import MemoryStore, StoreUnavailable
+from tests.faults import FakeClock
+from tests.plugins.scripted import ScriptedUpstream, context, drain, fail, router, sample
+
+MODELS: dict = {
+    "trio": ["p/a", "p/b", "q/dead"],
+    "weighted": [("p/a", 3.0), ("p/b", 1.0)],
+    "pair": ["p/a", "p/b"],
+    "solo": ["q/dead"],
+    "x": ["p/x1", "p/x2"],
+    "y": ["q/y"],
+}
+
+
+class Harness:
+    def __init__(self, seed: int = 1, store=None, **options) -> None:
+        self.clock = FakeClock()
+        self.metrics = Metrics()
+        self.resolver = router(MODELS, providers=("p", "q"))
+        self.upstream = ScriptedUpstream(self.clock)
+        self.plugin = BalancePlugin(
+            msgspec.convert(options, BalanceConfig),
+            context(self.resolver, metrics=self.metrics),
+            store=store if store is not None else MemoryStore(self.clock),
+            clock=self.clock,
+            rng=random.Random(seed),
+        )
+        self.chain = compose([self.plugin], self.upstream)
+
+    def call(self, model: str = "trio", **fields) -> Call:
+        fields.setdefault("deployments", self.resolver.resolve(model))
+        return Call(
+            request_id="r",
+            dialect="openai",
+            model=model,
+            messages=[Message("user", "hi")],
+            **fields,
+        )
+
+    async def send(self, model: str = "trio", **fields):
+        try:
+            return await self.chain(self.call(model, **fields))
+        except GatewayError as error:
+            return error
+
+    async def spread(self, n: int, model: str = "trio") -> collections.Counter[str]:
+        before = len(self.upstream.calls)
+        for _ in range(n):
+            await self.send(model)
+        return collections.Counter(self.upstream.targets()[before:])
+
+
+async def test_weighted_is_the_default_and_follows_weights():
+    h = Harness()
+    counts = await h.spread(400, "weighted")
+    assert set(counts) == {"p/a", "p/b"}
+    assert 260 <= counts["p/a"] <= 340
+
+
+async def test_the_choice_is_set_on_a_copy_of_the_call():
+    h = Harness()
+    call = h.call()
+    reply = await h.chain(call)
+    assert call.deployment is None
+    sent = h.upstream.calls[0]
+    assert sent.deployment is not None
+    assert (reply.provider, reply.model) == (sent.deployment.provider, sent.deployment.model)
+    assert sent.timings is call.timings
+
+
+async def test_a_deployment_chosen_earlier_in_the_chain_is_respected():
+    h = Harness()
+    await h.send(deployment=Deployment("q", "dead"))
+    assert h.upstream.targets() == ["q/dead"]
+
+
+async def test_least_busy_avoids_deployments_with_streams_in_flight():
+    h = Harness(strategy="least-busy")
+    first = await h.chain(h.call("pair", stream=True))
+    second = await h.chain(h.call("pair", stream=True))
+    assert {first.model, second.model} == {"a", "b"}
+    await first.stream.aclose()
+    third = await h.chain(h.call("pair", stream=True))
+    assert third.model == first.model
+    texts: list[str] = []
+    await drain(second.stream, texts)
+    assert texts == ["one", "two", "three", "four"]
+    await third.stream.aclose()
+    await third.stream.aclose()  # closing twice releases once
+    assert all(s.in_flight == 0 for s in h.plugin._stats.values())
+
+
+async def test_latency_sends_a_small_share_to_a_ten_times_slower_deployment():
+    h = Harness(strategy="latency", seed=7)
+    h.upstream.latency.update({"p/a": 0.02, "p/b": 0.02, "q/dead": 0.2})
+    counts = await h.spread(300)
+    assert counts["q/dead"] < 300 * 0.05
+    assert counts["p/a"] > 100
+    assert counts["p/b"] > 100
+
+
+async def test_latency_penalises_fast_failures():
+    h = Harness(strategy="latency", seed=7, health={"failures": 0})
+    h.upstream.latency.update({"p/a": 0.02, "p/b": 0.02, "q/dead": 0.001})
+    h.upstream.script("q/dead", then=fail(503, provider="q"))
+    counts = await h.spread(300)
+    assert counts["q/dead"] < 300 * 0.05
+
+
+async def test_latency_estimates_decay_so_an_idle_deployment_is_tried_again():
+    h = Harness(strategy="latency", seed=7)
+    h.upstream.latency.update({"p/a": 0.02, "p/b": 0.02, "q/dead": 0.2})
+    await h.send(deployment=Deployment("q", "dead"))  # measured slow
+    assert "q/dead" not in await h.spread(50)
+    h.clock.advance(60)  # six decay periods without a sample from the slow one
+    counts = await h.spread(20)
+    assert counts["q/dead"] >= 1
+
+
+async def test_an_ejected_deployment_gets_nothing_until_its_cooldown_ends():
+    h = Harness(health={"failures": 5, "cooldown": 30})
+    h.upstream.script("q/dead", then=fail(503, provider="q"))
+    while h.upstream.targets().count("q/dead") < 5:
+        await h.send()
+    assert "q/dead" not in await h.spread(100)
+    labels = {"provider": "q", "model": "dead"}
+    assert sample(h.metrics, "crossway_deployment_healthy", **labels) == 0
+    assert sample(h.metrics, "crossway_deployment_ejections_total", **labels) == 1
+    h.clock.advance(29)
+    assert "q/dead" not in await h.spread(100)
+    h.clock.advance(1)
+    assert "q/dead" in await h.spread(30)
+
+
+async def test_a_single_deployment_cools_down_and_fails_fast():
+    h = Harness(health={"failures": 3, "cooldown": 30})
+    h.upstream.script("q/dead", then=fail(503, provider="q"))
+    for _ in range(3):
+        await h.send("solo")
+    error = await h.send("solo")
+    assert isinstance(error, NoReadyDeployment)
+    assert error.status == 503
+    assert error.attempts == 0
+    assert error.retry_after == pytest.approx(30)
+    assert len(h.upstream.calls) == 3
+    h.clock.advance(30)
+    await h.send("solo")
+    assert len(h.upstream.calls) == 4
+
+
+async def test_when_every_one_of_several_is_ejected_the_balancer_still_routes():
+    h = Harness(health={"failures": 1})
+    for target in ("p/a", "p/b"):
+        h.upstream.script(target, fail(503, provider="p"))
+        await h.send(target)  # a single-candidate call ejects it
+    assert isinstance(await h.send("p/a"), NoReadyDeployment)
+    reply = await h.send("pair")
+    assert reply.model in {"a", "b"}
+
+
+async def test_other_errors_reset_the_count_and_rate_limits_do_not_count():
+    h = Harness(health={"failures": 3})
+    h.upstream.script(
+        "q/dead",
+        fail(503, provider="q"),
+        fail(503, provider="q"),
+        fail(400, provider="q"),
+        fail(503, provider="q"),
+        fail(503, provider="q"),
+        fail(429, provider="q"),
+        fail(429, provider="q"),
+        fail(429, provider="q"),
+    )
+    for _ in range(8):
+        await h.send("solo")
+    assert len(h.upstream.calls) == 8
+    await h.send("solo")
+    assert len(h.upstream.calls) == 9
+
+
+async def test_rpm_limits_skip_a_deployment_until_the_window_ends():
+    h = Harness(limits={"p/a": {"rpm": 2}, "p/b": {"rpm": 3}})
+    h.clock.now = 6000.0  # the start of a minute window
+    counts = await h.spread(5, "pair")
+    assert counts == collections.Counter({"p/a": 2, "p/b": 3})
+    h.clock.advance(15)
+    error = await h.send("pair")
+    assert isinstance(error, RateLimited)
+    assert error.status == 429
+    assert error.attempts == 0
+    assert error.retry_after == pytest.approx(45)
+    h.clock.advance(45)
+    assert sum((await h.spread(5, "pair")).values()) == 5
+
+
+async def test_tpm_counts_tokens_of_whole_and_streamed_replies():
+    h = Harness(limits={"p/a": {"tpm": 20}})  # each reply uses 15 tokens
+    h.clock.now = 6000.0
+    streamed = await h.chain(h.call("p/a", stream=True))
+    assert not isinstance(await h.send("p/a"), GatewayError)  # 15 tokens counted
+    await drain(streamed.stream, [])  # the stream's usage is counted when it ends: 30
+    assert isinstance(await h.send("p/a"), RateLimited)
+    h.clock.advance(60)
+    assert not isinstance(await h.send("p/a"), GatewayError)
+
+
+async def test_request_targets_choose_among_their_models_by_weight():
+    h = Harness()
+    options = GatewayOptions(load_balancer=[WeightedTarget("x", 0.9), WeightedTarget("y", 0.1)])
+    for _ in range(200):
+        await h.send("trio", options=options)
+    counts = collections.Counter(h.upstream.targets())
+    assert set(counts) == {"p/x1", "p/x2", "q/y"}
+    assert counts["q/y"] < 40
+    assert counts["p/x1"] + counts["p/x2"] > 160
+
+
+async def test_request_targets_can_be_refused_and_unknown_ones_are_ignored():
+    h = Harness(request_targets=False)
+    await h.send("solo", options=GatewayOptions(load_balancer=[WeightedTarget("x")]))
+    h2 = Harness()
+    await h2.send("solo", options=GatewayOptions(load_balancer=[WeightedTarget("nope")]))
+    assert h.upstream.targets() == h2.upstream.targets() == ["q/dead"]
+
+
+class FailingStore(MemoryStore):
+    async def get(self, key: str):
+        raise StoreUnavailable("down")
+
+    async def ttl(self, key: str):
+        raise StoreUnavailable("down")
+
+    async def incr(self, key: str, amount: int = 1, *, ttl=None):
+        raise StoreUnavailable("down")
+
+    async def delete(self, key: str):
+        raise StoreUnavailable("down")
+
+
+async def test_without_the_store_every_deployment_is_routable():
+    h = Harness(store=FailingStore(), limits={"p/a": {"rpm": 1}})
+    h.upstream.script("q/dead", then=fail(503, provider="q"))
+    counts = await h.spread(60)
+    assert counts["q/dead"] > 5
+    assert counts["p/a"] > 5
+    assert sample(h.metrics, "crossway_store_degraded_total", use="balance") > 0
+
+
+async def test_the_tracked_stream_forwards_readiness():
+    h = Harness(strategy="least-busy")
+
+    class Ready:
+        ready = 3
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            raise StopAsyncIteration
+
+    async def upstream(call: Call):
+        reply = await h.upstream(call)
+        reply.stream = Ready()
+        return reply
+
+    reply = await compose([h.plugin], upstream)(h.call("pair", stream=True))
+    assert reply.stream.ready == 3
+    await drain(reply.stream, [])
+    assert all(s.in_flight == 0 for s in h.plugin._stats.values())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"limits": {"gpt-4o": {"rpm": 1}}}, "is not 'provider/model'"),
+        ({"strategy": "fastest"}, "Invalid enum value 'fastest'"),
+        ({"limits": {"p/a": {"rpm": 0}}}, "Expected `int` >= 1"),
+        ({"health": {"failure": 3}}, "unknown field"),
+    ],
+)
+def test_bad_options_are_load_errors(options: dict, message: str):
+    spec = PluginSpec(ref="balance", options=options, path="$.plugins[0].balance")
+    with pytest.raises(PluginLoadError, match=message):
+        load_plugins([spec], {"balance": "plugins.balance:BalancePlugin"})

@@ -1,0 +1,249 @@
+"""plugins/fallback.py: which failures move on, to which model, and what the reply says."""
+
+from __future__ import annotations
+
+import pytest
+
+from plugins.fallback import FallbackConfig, FallbackPlugin
+from proxy.canonical import Call, GatewayOptions, Message, WeightedTarget
+from proxy.chain import PluginLoadError, compose, load_plugins
+from proxy.config import PluginSpec
+from proxy.errors import (
+    BadRequest,
+    ContentPolicyViolation,
+    ContextWindowExceeded,
+    DeadlineExceeded,
+    GatewayError,
+    NoReadyDeployment,
+    UpstreamUnavailable,
+)
+from proxy.metrics import Metrics
+from tests.plugins.scripted import ScriptedUpstream, context, fail, router, sample
+
+MODELS: dict = {
+    "primary": ["p/primary-model"],
+    "backup": ["q/backup-model"],
+    "second": ["q/second-model"],
+    "large": ["q/large-model"],
+    "lenient": ["q/lenient-model"],
+    "offline": ["down/model"],
+}
+
+
+def make_call(model: str = "primary", **fields) -> Call:
+    resolver = router(MODELS, not_ready=("down",), providers=("p", "q"))
+    fields.setdefault("deployments", resolver.resolve(model))
+    return Call(
+        request_id="r", dialect="openai", model=model, messages=[Message("user", "hi")], **fields
+    )
+
+
+class Harness:
+    def __init__(self, **options) -> None:
+        self.metrics = Metrics()
+        self.upstream = ScriptedUpstream()
+        resolver = router(MODELS, not_ready=("down",), providers=("p", "q"))
+        self.plugin = FallbackPlugin(
+            FallbackConfig(**options), context(resolver, metrics=self.metrics)
+        )
+        self.chain = compose([self.plugin], self.upstream)
+
+    async def error(self, call: Call) -> GatewayError:
+        with pytest.raises(GatewayError) as caught:
+            await self.chain(call)
+        return caught.value
+
+
+async def test_primary_down_the_chain_answers_and_says_which_model_served():
+    h = Harness(chains={"primary": ("backup",)})
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    reply = await h.chain(make_call())
+    assert (reply.provider, reply.model) == ("q", "backup-model")
+    assert reply.headers["x-crossway-fallback"] == "backup"
+    assert reply.headers["x-crossway-attempts"] == "2"
+    assert reply.attempts == 2
+    fallback_call = h.upstream.calls[1]
+    assert fallback_call.model == "backup"
+    assert [d.target for d in fallback_call.deployments] == ["q/backup-model"]
+    labels = {"from_model": "primary", "to_model": "backup"}
+    assert sample(h.metrics, "crossway_fallbacks_total", **labels) == 1
+
+
+async def test_a_primary_success_has_no_fallback_header():
+    h = Harness(chains={"primary": ("backup",)})
+    reply = await h.chain(make_call())
+    assert "x-crossway-fallback" not in reply.headers
+    assert reply.headers["x-crossway-attempts"] == "1"
+
+
+async def test_the_chain_is_followed_in_order_and_attempts_add_up():
+    h = Harness(chains={"primary": ("backup", "second")})
+    h.upstream.script("p/primary-model", then=fail(429, provider="p"))
+    h.upstream.script("q/backup-model", then=lambda: UpstreamUnavailable("down", provider="q"))
+    failed = fail(500, provider="q")()
+    failed.attempts = 3  # as a retry plugin inside would report
+
+    h.upstream.script("q/second-model", lambda: failed)
+    error = await h.error(make_call())
+    assert error is failed
+    assert error.attempts == 5
+    assert h.upstream.targets() == ["p/primary-model", "q/backup-model", "q/second-model"]
+
+
+async def test_request_fallbacks_replace_the_configured_chain_up_to_the_limit():
+    h = Harness(chains={"primary": ("backup",)}, max_request_fallbacks=2)
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    h.upstream.script("q/second-model", then=fail(503, provider="q"))
+    h.upstream.script("q/large-model", then=fail(503, provider="q"))
+    options = GatewayOptions(fallbacks=["second", "large", "lenient"])
+    await h.error(make_call(options=options))
+    assert h.upstream.targets() == ["p/primary-model", "q/second-model", "q/large-model"]
+
+
+async def test_request_fallbacks_can_be_refused_by_the_operator():
+    h = Harness(chains={"primary": ("backup",)}, request_fallbacks=False)
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    reply = await h.chain(make_call(options=GatewayOptions(fallbacks=["second"])))
+    assert reply.headers["x-crossway-fallback"] == "backup"
+
+
+async def test_direct_provider_model_targets_work_as_fallbacks():
+    h = Harness()
+    h.upstream.script("p/primary-model", then=fail(502, provider="p"))
+    reply = await h.chain(make_call(options=GatewayOptions(fallbacks=["q/anything"])))
+    assert (reply.provider, reply.model) == ("q", "anything")
+    assert reply.headers["x-crossway-fallback"] == "q/anything"
+
+
+async def test_unresolvable_fallbacks_are_skipped_and_the_last_real_error_raised():
+    h = Harness()
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    options = GatewayOptions(fallbacks=["nope", "offline", "zz/x"])
+    error = await h.error(make_call(options=options))
+    assert error.status == 503
+    assert error.provider == "p"
+    assert len(h.upstream.calls) == 1
+
+
+async def test_a_model_is_never_tried_twice():
+    h = Harness(chains={"primary": ("primary", "backup", "primary")})
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    h.upstream.script("q/backup-model", then=fail(503, provider="q"))
+    await h.error(make_call())
+    assert h.upstream.targets() == ["p/primary-model", "q/backup-model"]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        fail(429, provider="p"),
+        fail(500, provider="p"),
+        fail(503, provider="p"),
+        fail(401, provider="p"),
+        lambda: UpstreamUnavailable("reset", provider="p"),
+        lambda: NoReadyDeployment("cooling down"),
+    ],
+)
+async def test_default_kinds_fall_back(failure):
+    h = Harness(chains={"primary": ("backup",)})
+    h.upstream.script("p/primary-model", failure)
+    assert (await h.chain(make_call())).provider == "q"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        fail(400, provider="p"),
+        fail(404, provider="p"),
+        lambda: BadRequest("bad"),
+        lambda: DeadlineExceeded("late"),
+    ],
+)
+async def test_final_errors_do_not_fall_back(failure):
+    h = Harness(chains={"primary": ("backup",)})
+    h.upstream.script("p/primary-model", failure)
+    await h.error(make_call())
+    assert len(h.upstream.calls) == 1
+
+
+async def test_on_kinds_is_configurable():
+    h = Harness(chains={"primary": ("backup",)}, on_kinds=("overloaded",))
+    h.upstream.script("p/primary-model", fail(429, provider="p"), fail(503, provider="p"))
+    await h.error(make_call())
+    assert (await h.chain(make_call())).provider == "q"
+
+
+async def test_context_window_overflow_goes_to_the_larger_model_only():
+    h = Harness(chains={"primary": ("backup",)}, on_context_window={"primary": "large"})
+    overflow = ContextWindowExceeded("too long", upstream_status=400, provider="p")
+    h.upstream.script("p/primary-model", lambda: overflow)
+    reply = await h.chain(make_call())
+    assert reply.headers["x-crossway-fallback"] == "large"
+
+    h.upstream.script("p/primary-model", lambda: overflow)
+    h.upstream.script("q/large-model", lambda: overflow)
+    assert await h.error(make_call()) is overflow
+    assert "q/backup-model" not in h.upstream.targets()
+
+
+async def test_content_policy_goes_to_its_model_and_is_final_without_one():
+    h = Harness(on_content_policy={"primary": "lenient"})
+    refusal = ContentPolicyViolation("refused", upstream_status=400, provider="p")
+    h.upstream.script("p/primary-model", lambda: refusal)
+    assert (await h.chain(make_call())).headers["x-crossway-fallback"] == "lenient"
+
+    h = Harness(chains={"primary": ("backup",)})
+    h.upstream.script("p/primary-model", lambda: refusal)
+    assert await h.error(make_call()) is refusal
+
+
+async def test_a_fallback_drops_the_primary_choices_but_keeps_the_rest():
+    h = Harness(chains={"primary": ("backup",)})
+    h.upstream.script("p/primary-model", fail(503, provider="p"))
+    primary = make_call(
+        options=GatewayOptions(
+            provider="p", load_balancer=[WeightedTarget("primary")], timeout=9.0
+        ),
+    )
+    primary.deployment = primary.deployments[0]
+    await h.chain(primary)
+    second = h.upstream.calls[1]
+    assert second.deployment is None
+    assert second.options.provider is None
+    assert second.options.load_balancer is None
+    assert second.options.timeout == 9.0
+    assert second.timings is primary.timings
+    assert primary.model == "primary"
+    assert primary.options.provider == "p"
+
+
+async def test_a_failure_mid_stream_is_not_a_fallback():
+    h = Harness(chains={"primary": ("backup",)})
+    h.upstream.script("p/primary-model", ("cut", 1))
+    reply = await h.chain(make_call(stream=True))
+    assert reply.stream is not None
+    assert (await anext(reply.stream)).choices[0].delta.content == "one"
+    with pytest.raises(UpstreamUnavailable):
+        await anext(reply.stream)
+    assert h.upstream.targets() == ["p/primary-model"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"chains": {"primary": ["nope"]}}, "'nope' is not a configured model"),
+        ({"on_context_window": {"primary": "zz/x"}}, "'zz/x' is not a configured model"),
+        ({"on_kinds": ["oops"]}, "Invalid enum value 'oops'"),
+        ({"chain": {}}, "unknown field"),
+    ],
+)
+def test_bad_options_are_load_errors(options: dict, message: str):
+    resolver = router(MODELS, not_ready=("down",), providers=("p", "q"))
+    spec = PluginSpec(ref="fallback", options=options, path="$.plugins[0].fallback")
+    with pytest.raises(PluginLoadError, match=message):
+        load_plugins([spec], {"fallback": "plugins.fallback:FallbackPlugin"}, context(resolver))
+
+
+def test_a_model_without_a_ready_provider_is_a_valid_fallback():
+    resolver = router(MODELS, not_ready=("down",), providers=("p", "q"))
+    FallbackPlugin(FallbackConfig(chains={"primary": ("offline",)}), context(resolver))

@@ -1,0 +1,342 @@
+"""plugins/retry.py: what is retried, how long it waits, the deadline, the budget, the options."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from plugins.retry import RetryBudget, RetryConfig, RetryPlugin
+from proxy.canonical import Call, Deployment, GatewayOptions, Message, RetryOptions, Timings
+from proxy.chain import PluginLoadError, compose, load_plugins
+from proxy.config import PluginSpec
+from proxy.errors import (
+    ContentPolicyViolation,
+    ContextWindowExceeded,
+    DeadlineExceeded,
+    GatewayError,
+    NoReadyDeployment,
+    RateLimited,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from proxy.metrics import Metrics
+from tests.faults import FakeClock
+from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, sample
+
+TARGET = "p/m"
+
+
+def make_call(**fields) -> Call:
+    fields.setdefault("deployments", [Deployment("p", "m")])
+    return Call(
+        request_id="r", dialect="openai", model="alias", messages=[Message("user", "hi")], **fields
+    )
+
+
+class Harness:
+    """A retry plugin over a scripted upstream, with recorded sleeps."""
+
+    def __init__(self, metrics: Metrics | None = None, **options) -> None:
+        options.setdefault("backoff_base", 0.1)
+        options.setdefault("backoff_cap", 1.0)
+        self.metrics = metrics or Metrics()
+        self.delays: list[float] = []
+        self.clock = FakeClock()
+        self.upstream = ScriptedUpstream()
+        self.plugin = RetryPlugin(
+            RetryConfig(**options),
+            context(metrics=self.metrics),
+            sleep=self._sleep,
+            rng=random.Random(3),
+            clock=self.clock,
+        )
+        self.chain = compose([self.plugin], self.upstream)
+
+    async def _sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+    async def run(self, call: Call | None = None):
+        return await self.chain(call or make_call())
+
+    async def error(self, call: Call | None = None) -> GatewayError:
+        with pytest.raises(GatewayError) as caught:
+            await self.run(call)
+        return caught.value
+
+
+async def test_a_503_is_answered_by_the_retry():
+    h = Harness()
+    h.upstream.script(TARGET, fail(503))
+    reply = await h.run()
+    assert reply.response is not None
+    assert reply.attempts == 2
+    assert reply.headers["x-crossway-attempts"] == "2"
+    assert len(h.upstream.calls) == 2
+    assert len(h.delays) == 1
+    assert 0 <= h.delays[0] <= 0.1
+    assert sample(h.metrics, "crossway_retries_total", reason="overloaded") == 1
+
+
+async def test_a_first_attempt_success_reports_one_attempt():
+    h = Harness()
+    reply = await h.run()
+    assert reply.attempts == 1
+    assert reply.headers["x-crossway-attempts"] == "1"
+    assert h.delays == []
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+async def test_default_statuses_are_retried(status: int):
+    h = Harness()
+    h.upstream.script(TARGET, fail(status))
+    assert (await h.run()).attempts == 2
+
+
+async def test_retry_after_is_waited_exactly():
+    h = Harness()
+    h.upstream.script(TARGET, fail(429, retry_after=1.0))
+    reply = await h.run()
+    assert reply.attempts == 2
+    assert h.delays == [1.0]
+
+
+async def test_retry_after_beyond_the_cap_is_not_retried_so_fallback_can_act():
+    h = Harness(max_retry_after=10)
+    h.upstream.script(TARGET, fail(429, retry_after=30.0))
+    error = await h.error()
+    assert error.status == 429
+    assert error.attempts == 1
+    assert len(h.upstream.calls) == 1
+    assert h.delays == []
+    assert sample(h.metrics, "crossway_retries_denied_total", cause="wait") == 1
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422])
+async def test_client_errors_are_never_retried(status: int):
+    h = Harness()
+    h.upstream.script(TARGET, fail(status), then=fail(status))
+    error = await h.error()
+    assert len(h.upstream.calls) == 1
+    assert error.attempts == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        lambda: ContextWindowExceeded("too long", upstream_status=400, provider="p"),
+        lambda: ContentPolicyViolation("refused", upstream_status=400, provider="p"),
+        lambda: NoReadyDeployment("cooling down"),
+        lambda: RateLimited("gateway limit"),
+    ],
+)
+async def test_refusals_and_gateway_errors_are_never_retried(error):
+    h = Harness()
+    h.upstream.script(TARGET, error)
+    await h.error()
+    assert len(h.upstream.calls) == 1
+
+
+async def test_a_context_window_error_is_not_retried_even_if_its_status_is_listed():
+    h = Harness(on_status=(503,))
+    error = ContextWindowExceeded("too long", upstream_status=503, provider="p")
+    h.upstream.script(TARGET, lambda: error)
+    await h.error()
+    assert len(h.upstream.calls) == 1
+
+
+async def test_should_retry_false_is_honoured():
+    def refuse():
+        error = fail(503)()
+        error.should_retry = False
+        return error
+
+    h = Harness()
+    h.upstream.script(TARGET, refuse)
+    await h.error()
+    assert len(h.upstream.calls) == 1
+
+
+async def test_connection_errors_and_timeouts_are_retried_unless_disabled():
+    h = Harness()
+    h.upstream.script(
+        TARGET,
+        lambda: UpstreamUnavailable("reset", provider="p"),
+        lambda: UpstreamTimeout("slow", code="first_byte_timeout", provider="p"),
+    )
+    assert (await h.run()).attempts == 3
+
+    h = Harness(on_connection_error=False, on_timeout=False)
+    h.upstream.script(TARGET, lambda: UpstreamUnavailable("reset", provider="p"))
+    await h.error()
+    h.upstream.script(TARGET, lambda: UpstreamTimeout("slow", provider="p"))
+    await h.error()
+    assert len(h.upstream.calls) == 2
+
+
+async def test_exhausted_retries_raise_the_last_error_with_every_attempt_counted():
+    h = Harness(retries=2)
+    h.upstream.script(TARGET, then=fail(502))
+    error = await h.error()
+    assert error.upstream_status == 502
+    assert error.attempts == 3
+    assert len(h.upstream.calls) == 3
+
+
+async def test_backoff_is_exponential_with_full_jitter():
+    h = Harness(retries=5, max_retries=5, backoff_base=0.1, backoff_cap=0.5, budget_min=5)
+    h.upstream.script(TARGET, then=fail(503))
+    await h.error()
+    rng = random.Random(3)
+    expected = [rng.uniform(0, min(0.5, 0.1 * 2**n)) for n in range(5)]
+    assert h.delays == pytest.approx(expected)
+    assert all(d <= bound for d, bound in zip(h.delays, [0.1, 0.2, 0.4, 0.5, 0.5], strict=True))
+
+
+async def test_client_retry_count_is_capped_by_the_operator():
+    h = Harness(retries=1, max_retries=3)
+    h.upstream.script(TARGET, then=fail(503))
+    options = GatewayOptions(retry=RetryOptions(count=5))
+    error = await h.error(make_call(options=options))
+    assert error.attempts == 4  # 1 + max_retries
+
+    h = Harness(retries=1, max_retries=3)
+    h.upstream.script(TARGET, then=fail(503))
+    error = await h.error(make_call(options=GatewayOptions(retry=RetryOptions(count=0))))
+    assert error.attempts == 1
+
+
+async def test_client_codes_narrow_but_never_widen_the_operator_statuses():
+    h = Harness()
+    h.upstream.script(TARGET, fail(503))
+    narrowed = GatewayOptions(retry=RetryOptions(count=2, on_codes=(429,)))
+    await h.error(make_call(options=narrowed))
+    assert len(h.upstream.calls) == 1
+
+    h = Harness()
+    h.upstream.script(TARGET, fail(400))
+    widened = GatewayOptions(retry=RetryOptions(count=2, on_codes=(400, 503)))
+    await h.error(make_call(options=widened))
+    assert len(h.upstream.calls) == 1
+
+
+async def test_a_retry_goes_to_another_provider_without_waiting_for_the_hint():
+    h = Harness()
+    h.upstream.script("a/m", fail(429, provider="a", retry_after=5.0))
+    reply = await h.run(make_call(deployments=[Deployment("a", "m"), Deployment("b", "m")]))
+    assert reply.provider == "b"
+    seen = [[d.target for d in call.deployments] for call in h.upstream.calls]
+    assert seen == [["a/m", "b/m"], ["b/m"]]
+    assert h.delays[0] <= 0.1  # the backoff, not the 5 s hint of the provider left behind
+
+
+async def test_a_pinned_deployment_is_retried_in_place():
+    h = Harness()
+    h.upstream.script("a/m", fail(503, provider="a"))
+    deployments = [Deployment("a", "m"), Deployment("b", "m")]
+    reply = await h.run(make_call(deployments=deployments, deployment=deployments[0]))
+    assert reply.provider == "a"
+    assert h.upstream.targets() == ["a/m", "a/m"]
+
+
+async def test_a_failure_before_the_first_chunk_is_retried_but_never_one_mid_stream():
+    h = Harness()
+    h.upstream.script(TARGET, fail(503), cut(2))
+    reply = await h.run(make_call(stream=True))
+    assert reply.attempts == 2
+    assert reply.stream is not None
+    received: list[str] = []
+    with pytest.raises(UpstreamUnavailable):
+        await drain(reply.stream, received)
+    assert received == ["one", "two"]
+    assert len(h.upstream.calls) == 2
+
+
+async def test_the_deadline_cuts_a_hanging_attempt():
+    h = Harness(deadline=0.2)
+
+    async def hang(call: Call):
+        await asyncio.Event().wait()
+
+    chain = compose([h.plugin], hang)
+    started = time.perf_counter()
+    with pytest.raises(DeadlineExceeded) as caught:
+        await chain(make_call())
+    assert time.perf_counter() - started < 2
+    assert caught.value.status == 504
+    assert caught.value.code == "deadline_exceeded"
+    assert caught.value.attempts == 1
+
+
+async def test_the_client_timeout_applies_when_shorter_than_the_deadline():
+    h = Harness(deadline=60)
+
+    async def hang(call: Call):
+        await asyncio.Event().wait()
+
+    chain = compose([h.plugin], hang)
+    with pytest.raises(DeadlineExceeded):
+        await chain(make_call(options=GatewayOptions(timeout=0.1)))
+
+
+async def test_the_deadline_counts_from_the_request_arrival():
+    h = Harness(deadline=5)
+    old = make_call(timings=Timings(start=time.perf_counter() - 10))
+    error = await h.error(old)
+    assert isinstance(error, DeadlineExceeded)
+    assert error.attempts == 0
+    assert h.upstream.calls == []
+
+
+async def test_a_wait_past_the_deadline_is_not_started():
+    h = Harness(deadline=5, max_retry_after=30)
+    h.upstream.script(TARGET, fail(429, retry_after=20.0))
+    error = await h.error()
+    assert error.status == 429
+    assert h.delays == []
+    assert sample(h.metrics, "crossway_retries_denied_total", cause="wait") == 1
+
+
+def test_budget_allows_the_minimum_then_a_ratio_of_recent_requests():
+    clock = FakeClock()
+    budget = RetryBudget(ratio=0.2, minimum=3, window=10, clock=clock)
+    for _ in range(5):
+        budget.record_request()
+    assert [budget.try_spend() for _ in range(4)] == [True, True, True, False]
+    for _ in range(15):
+        budget.record_request()
+    assert budget.try_spend()  # 20 requests: 4 retries allowed
+    assert not budget.try_spend()
+    clock.advance(10)  # the window slid past every count
+    assert [budget.try_spend() for _ in range(4)] == [True, True, True, False]
+
+
+async def test_the_budget_caps_retries_during_a_full_outage():
+    h = Harness(retries=3, budget_ratio=0.2, budget_min=3)
+    h.upstream.script(TARGET, then=fail(503))
+    for _ in range(20):
+        await h.error()
+    # Without a budget 20 requests would make 80 attempts.
+    assert len(h.upstream.calls) == 20 + 4
+    assert sample(h.metrics, "crossway_retries_denied_total", cause="budget") == 19
+    h.clock.advance(10)  # a fresh window has its minimum again
+    assert (await h.error()).attempts == 4
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"on_status": [400, 503]}, "never retried: [400]"),
+        ({"on_status": [404]}, "never retried: [404]"),
+        ({"on_status": [200]}, "not error statuses: [200]"),
+        ({"retries": 4, "max_retries": 3}, "must not exceed"),
+        ({"deadline": 0}, "Expected `float` > 0"),
+        ({"retrys": 2}, "unknown field"),
+    ],
+)
+def test_bad_options_are_load_errors(options: dict, message: str):
+    spec = PluginSpec(ref="retry", options=options, path="$.plugins[0].retry")
+    with pytest.raises(PluginLoadError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_plugins([spec], {"retry": "plugins.retry:RetryPlugin"})

@@ -1,0 +1,111 @@
+"""proxy/store.py: the memory backend keeps Redis semantics for keys, counters and expiry."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.store import MemoryStore
+from tests.faults import FakeClock
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore(clock)
+
+
+async def test_set_get_delete(store: MemoryStore):
+    assert await store.get("k") is None
+    await store.set("k", b"v")
+    assert await store.get("k") == b"v"
+    await store.set("k", b"w")
+    assert await store.get("k") == b"w"
+    await store.delete("k")
+    await store.delete("k")
+    assert await store.get("k") is None
+
+
+async def test_keys_expire_on_the_clock(store: MemoryStore, clock: FakeClock):
+    await store.set("k", b"v", ttl=10)
+    assert await store.ttl("k") == pytest.approx(10)
+    clock.advance(9.5)
+    assert await store.get("k") == b"v"
+    assert await store.ttl("k") == pytest.approx(0.5)
+    clock.advance(0.5)
+    assert await store.get("k") is None
+    assert await store.ttl("k") is None
+
+
+async def test_set_replaces_the_expiry(store: MemoryStore, clock: FakeClock):
+    await store.set("k", b"v", ttl=1)
+    await store.set("k", b"v")
+    clock.advance(5)
+    assert await store.get("k") == b"v"
+    assert await store.ttl("k") is None
+
+
+async def test_incr_creates_counts_and_reads_as_text(store: MemoryStore):
+    assert await store.incr("c") == 1
+    assert await store.incr("c", 5) == 6
+    assert await store.incr("c", -2) == 4
+    assert await store.get("c") == b"4"
+
+
+async def test_incr_ttl_applies_only_when_the_counter_is_created(
+    store: MemoryStore, clock: FakeClock
+):
+    await store.incr("window", ttl=60)
+    clock.advance(50)
+    await store.incr("window", ttl=60)  # a fixed window: the expiry does not move
+    assert await store.ttl("window") == pytest.approx(10)
+    clock.advance(10)
+    assert await store.get("window") is None
+    assert await store.incr("window", ttl=60) == 1
+
+
+async def test_incr_accepts_integer_text_and_refuses_other_values(store: MemoryStore):
+    await store.set("n", b"41")
+    assert await store.incr("n") == 42
+    await store.set("s", b"abc")
+    with pytest.raises(ValueError, match="integer"):
+        await store.incr("s")
+
+
+async def test_ttl_must_be_positive(store: MemoryStore):
+    with pytest.raises(ValueError, match="positive"):
+        await store.set("k", b"v", ttl=0)
+    with pytest.raises(ValueError, match="positive"):
+        await store.incr("k", ttl=-1)
+
+
+async def test_expired_keys_are_swept_in_bulk(clock: FakeClock):
+    store = MemoryStore(clock, sweep_every=4)
+    for i in range(3):
+        await store.set(f"old{i}", b"v", ttl=1)
+    clock.advance(2)
+    assert len(store) == 3  # expired, not yet swept
+    await store.set("new", b"v")  # the 4th write sweeps
+    assert len(store) == 1
+    assert await store.get("new") == b"v"
+
+
+async def test_max_keys_evicts_the_oldest_written(clock: FakeClock):
+    store = MemoryStore(clock, max_keys=2)
+    await store.set("a", b"1")
+    await store.set("b", b"2")
+    await store.set("a", b"3")  # rewriting makes "a" the newest
+    await store.set("c", b"4")
+    assert await store.get("b") is None
+    assert await store.get("a") == b"3"
+    assert await store.get("c") == b"4"
+
+
+def test_bounds_are_validated():
+    with pytest.raises(ValueError, match="at least 1"):
+        MemoryStore(max_keys=0)
+    with pytest.raises(ValueError, match="at least 1"):
+        MemoryStore(sweep_every=0)
