@@ -233,6 +233,10 @@ class Metrics:
             )
         )
 
+        # Series that alerts watch with increase() exist from the start, at 0.
+        for result in ("ok", "error"):
+            self.config_reloads(result)
+
     def record_tokens(self, model: str, provider: str, usage: Usage) -> None:
         """Count ``usage`` into the token counter, one kind per disjoint bucket."""
         for kind, count in (

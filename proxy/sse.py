@@ -30,7 +30,7 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume ``chunk`` and return the events it completes (possibly none)."""
-        if not self._pending and not self._data and chunk.endswith(b"\n\n"):
+        if not (self._pending or self._data or self._event) and chunk.endswith(b"\n\n"):
             events = _simple_frames(chunk)
             if events is not None:
                 return events
