@@ -17,7 +17,13 @@ import aiohttp
 
 from proxy.canonical import Chunk
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from proxy.providers.base import HttpProvider, HttpRequest, StreamEnd, StreamParser
+from proxy.providers.base import (
+    HttpProvider,
+    HttpRequest,
+    StreamDecoder,
+    StreamEnd,
+    StreamParser,
+)
 from proxy.sse import SSEDecoder
 
 USER_AGENT = "crossway"
@@ -94,13 +100,16 @@ class HttpTransport:
 async def _chunks(
     provider: HttpProvider, response: aiohttp.ClientResponse
 ) -> AsyncIterator[list[Chunk | None]]:
-    """The chunks of an SSE body, batched by network read (empty batches are skipped).
+    """The chunks of a stream body, batched by network read (empty batches are skipped).
 
     The batch that carries the provider's end marker ends with ``None``, so the reader knows the
     stream is complete without waiting for another read. A provider with a ``stream_parser()``
-    gets one parser per stream, which also judges a body that ends without an end marker.
+    gets one parser per stream, which also judges a body that ends without an end marker. A
+    provider whose streams are not SSE has a ``stream_decoder()``: one decoder per stream frames
+    its body instead of :class:`SSEDecoder`.
     """
-    decoder = SSEDecoder()
+    make_decoder = getattr(provider, "stream_decoder", None)
+    decoder: StreamDecoder = make_decoder() if make_decoder is not None else SSEDecoder()
     make_parser = getattr(provider, "stream_parser", None)
     parser: StreamParser | None = make_parser() if make_parser is not None else None
     parse = parser.parse_event if parser is not None else provider.parse_event

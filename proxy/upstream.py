@@ -71,7 +71,16 @@ class UpstreamStream:
     through ``on_error`` before they propagate.
     """
 
-    __slots__ = ("_clocks", "_ended", "_inner", "_on_error", "_provider", "_ready", "_timings")
+    __slots__ = (
+        "_clocks",
+        "_ended",
+        "_inner",
+        "_model",
+        "_on_error",
+        "_provider",
+        "_ready",
+        "_timings",
+    )
 
     def __init__(
         self,
@@ -80,8 +89,11 @@ class UpstreamStream:
         timings: Timings,
         provider: str,
         on_error: ErrorHook,
+        model: str = "",
     ) -> None:
+        """``model`` names chunks whose provider's wire format does not (e.g. Bedrock's)."""
         self._inner = inner
+        self._model = model
         self._clocks = clocks
         self._timings = timings
         self._provider = provider
@@ -130,6 +142,9 @@ class UpstreamStream:
                         if item and item[-1] is None:
                             item.pop()
                             self._ended = True
+                        if item and not item[0].model:  # the wire format does not name it
+                            for chunk in item:
+                                chunk.model = self._model
                         self._ready.extend(item)
                         if self._ended and not self._ready:
                             raise StopAsyncIteration
@@ -219,7 +234,7 @@ class Upstream:
             call.timings.upstream_wait += time.perf_counter() - started
         if isinstance(result, Response):
             return result
-        return await self._primed(result, clocks, call, provider.name)
+        return await self._primed(result, clocks, call, deployment)
 
     async def _http(
         self, provider: HttpProvider, call: Call, deployment: Deployment, clocks: _Clocks
@@ -237,7 +252,7 @@ class Upstream:
         finally:
             call.timings.upstream_wait += time.perf_counter() - started
         if call.stream:
-            return await self._primed(chunks, clocks, call, provider.name)
+            return await self._primed(chunks, clocks, call, deployment)
         if status >= 300:
             raise provider.parse_error(status, headers, body)
         return provider.parse_response(body, deployment.model)
@@ -247,9 +262,11 @@ class Upstream:
         chunks: AsyncIterator[Chunk] | AsyncIterator[list[Chunk]],
         clocks: _Clocks,
         call: Call,
-        provider: str,
+        deployment: Deployment,
     ) -> UpstreamStream:
-        stream = UpstreamStream(chunks, clocks, call.timings, provider, self._fail)
+        stream = UpstreamStream(
+            chunks, clocks, call.timings, deployment.provider, self._fail, deployment.model
+        )
         try:
             await stream.prime()
         except BaseException:

@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from proxy.providers.anthropic import AnthropicConfig, AnthropicProvider
+from proxy.providers.azure import AzureConfig, AzureProvider
 from proxy.providers.base import Provider, ProviderConfig
+from proxy.providers.bedrock import BedrockConfig, BedrockProvider
+from proxy.providers.gemini import GeminiConfig, GeminiProvider
 from proxy.providers.mock import MockConfig, MockProvider
 from proxy.providers.openai import OpenAIConfig, OpenAIProvider
 
@@ -26,6 +30,10 @@ class ProviderType(NamedTuple):
 PROVIDER_TYPES: dict[str, ProviderType] = {
     "openai": ProviderType(OpenAIConfig, OpenAIProvider),
     "mock": ProviderType(MockConfig, MockProvider),
+    "azure": ProviderType(AzureConfig, AzureProvider),
+    "bedrock": ProviderType(BedrockConfig, BedrockProvider),
+    "anthropic": ProviderType(AnthropicConfig, AnthropicProvider),
+    "gemini": ProviderType(GeminiConfig, GeminiProvider),
 }
 
 

@@ -11,7 +11,7 @@ Providers import only the canonical types, the errors and this module.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Annotated, Protocol, runtime_checkable
 
 import msgspec
@@ -72,7 +72,9 @@ class HttpProvider(Protocol):
     Optional: a provider whose stream events cannot be translated one at a time (they refer to
     earlier events, or the stream has no end marker) also defines
     ``stream_parser() -> StreamParser``; the transport then makes one parser per stream and uses
-    it instead of :meth:`parse_event` (see :class:`StreamParser`).
+    it instead of :meth:`parse_event` (see :class:`StreamParser`). A provider whose streams are
+    not server-sent events defines ``stream_decoder() -> StreamDecoder``; the transport then
+    frames each stream's body with a fresh decoder instead of the SSE one.
     """
 
     name: str
@@ -147,6 +149,32 @@ class StreamParser(Protocol):
         Raises :class:`UpstreamError` (typically :class:`~proxy.errors.UpstreamUnavailable`) if
         the events so far show the stream was cut short.
         """
+        ...
+
+
+class StreamEvent(Protocol):
+    """One framed stream event: its name (``""`` when unnamed) and its data."""
+
+    @property
+    def event(self) -> str: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+
+class StreamDecoder(Protocol):
+    """The framing of one upstream stream body, from ``HttpProvider.stream_decoder()``.
+
+    Fed the body in whatever pieces the network delivers; yields the same events for any split.
+    Raises :class:`UpstreamError` for bytes that cannot be framed.
+    """
+
+    def feed(self, data: bytes) -> Sequence[StreamEvent]:
+        """The events that ``data`` completes (possibly none)."""
+        ...
+
+    def close(self) -> Sequence[StreamEvent]:
+        """At the end of the body: the events still held, or an error if it ended mid-event."""
         ...
 
 

@@ -244,13 +244,15 @@ class OpenAIProvider:
         self, status: int, message: str, code: str | None, *, retry_after: float | None
     ) -> UpstreamError:
         message = message or f"upstream answered HTTP {status}"
+        # Context-window and content-policy errors carry the gateway's code whatever the
+        # vendor's spelling (Azure's ``content_filter``), so clients can rely on it.
         if code in _CONTEXT_CODES:
             return ContextWindowExceeded(
-                message, upstream_status=status, status=400, provider=self.name, code=code
+                message, upstream_status=status, status=400, provider=self.name
             )
         if code in _POLICY_CODES:
             return ContentPolicyViolation(
-                message, upstream_status=status, status=400, provider=self.name, code=code
+                message, upstream_status=status, status=400, provider=self.name
             )
         return upstream_error_for_status(
             status, message, provider=self.name, retry_after=retry_after, code=code

@@ -1,0 +1,115 @@
+"""Azure OpenAI: OpenAI's chat API behind Azure's URLs, credentials and model deployments.
+
+The request and response bodies are OpenAI's, so translation is the OpenAI provider's (this
+module composes one). What differs:
+
+- the URL: ``{endpoint}/openai/deployments/{deployment}/chat/completions?api-version=…``, where
+  the deployment is the configured one for the requested model (``deployments: {model: name}``)
+  or, by default, the model name itself (the body's ``model`` names the deployment too);
+- the credential: an ``api-key`` header, or a Microsoft Entra ID bearer token
+  (``azure_ad_token``; it expires, typically after an hour — refresh it by reloading the config);
+- streams: Azure opens a stream with an event that carries only prompt content-filter results
+  (no choices), and in its asynchronous filter mode interleaves events that only annotate
+  choices (no delta). Such events carry nothing for the client and are skipped, so the first
+  chunk the gateway sees is the first real one;
+- errors: a request refused by Azure's content filter (``code: content_filter``) is a
+  :class:`~proxy.errors.ContentPolicyViolation`, as OpenAI's own policy errors are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import quote
+
+import msgspec
+
+from proxy.canonical import Call, Chunk, Delta, Response
+from proxy.errors import UpstreamError
+from proxy.providers.base import HttpRequest, ProviderConfig
+from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+
+DEFAULT_API_VERSION = "2024-10-21"
+"""The latest generally available data-plane inference version (it supports ``stream_options``)."""
+
+_EMPTY_DELTA = Delta()
+
+
+class AzureConfig(
+    ProviderConfig, tag="azure", frozen=True, forbid_unknown_fields=True, kw_only=True
+):
+    """An Azure OpenAI resource.
+
+    ``endpoint`` is the resource URL (``https://NAME.openai.azure.com``). Exactly one credential:
+    ``api_key`` (sent as ``api-key``) or ``azure_ad_token`` (sent as a Bearer token); an empty one
+    makes the provider not ready. ``deployments`` maps a model name (as clients and the
+    ``models:`` table address it) to its Azure deployment name; a model without an entry is
+    taken to be deployed under its own name. ``api_version`` defaults to
+    :data:`DEFAULT_API_VERSION`. ``headers`` and ``stream_usage`` are as for ``openai``.
+    """
+
+    endpoint: str
+    api_key: str | None = None
+    azure_ad_token: str | None = None
+    api_version: str = DEFAULT_API_VERSION
+    deployments: dict[str, str] = msgspec.field(default_factory=dict)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    stream_usage: bool = True
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None and self.azure_ad_token is not None:
+            raise ValueError("set either api_key or azure_ad_token, not both")
+        if self.api_key is None and self.azure_ad_token is None:
+            raise ValueError("api_key or azure_ad_token is required")
+
+
+class AzureProvider:
+    """Pure translation for Azure OpenAI; see the module docstring."""
+
+    def __init__(self, name: str, config: AzureConfig) -> None:
+        self.name = name
+        self.config = config
+        credential = config.api_key if config.api_key is not None else config.azure_ad_token
+        self.ready = bool(credential)
+        self.secrets: tuple[str, ...] = (credential,) if credential else ()
+        headers = dict(config.headers)
+        if config.api_key:
+            headers["api-key"] = config.api_key
+        elif config.azure_ad_token:
+            headers["authorization"] = f"Bearer {config.azure_ad_token}"
+        self._openai = OpenAIProvider(
+            name,
+            OpenAIConfig(
+                base_url=config.endpoint, headers=headers, stream_usage=config.stream_usage
+            ),
+        )
+        self._base = config.endpoint.rstrip("/") + "/openai/deployments/"
+        self._query = "/chat/completions?api-version=" + quote(config.api_version, safe="")
+
+    def deployment(self, model: str) -> str:
+        """The Azure deployment that serves ``model``."""
+        return self.config.deployments.get(model, model)
+
+    def build_request(self, call: Call, model: str) -> HttpRequest:
+        """See :meth:`proxy.providers.base.HttpProvider.build_request`."""
+        deployment = self.deployment(model)
+        request = self._openai.build_request(call, deployment)
+        request.url = self._base + quote(deployment, safe="") + self._query
+        return request
+
+    def parse_response(self, body: bytes, model: str) -> Response:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""
+        return self._openai.parse_response(body, model)
+
+    def parse_event(self, event: str, data: bytes) -> Chunk | None:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_event`; annotations give None."""
+        chunk = self._openai.parse_event(event, data)
+        if chunk is None or chunk.usage is not None:
+            return chunk
+        for choice in chunk.choices:
+            if choice.delta != _EMPTY_DELTA or choice.finish_reason is not None:
+                return chunk
+        return None
+
+    def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_error`."""
+        return self._openai.parse_error(status, headers, body)

@@ -1,0 +1,801 @@
+"""Amazon Bedrock through the Converse API: ``POST /model/{modelId}/converse`` and
+``/converse-stream``, signed with AWS Signature Version 4.
+
+Requests: system and developer messages become ``system`` blocks; the conversation becomes
+alternating ``user``/``assistant`` turns of content blocks (consecutive same-role messages, and
+tool results, which Bedrock carries in user turns, are merged); images must be ``data:`` URLs
+(sent as bytes) or ``s3://`` URLs; tool calls and results become ``toolUse``/``toolResult``
+blocks; ``max_tokens``, ``temperature``, ``top_p`` and ``stop`` go to ``inferenceConfig``; tools
+and ``tool_choice`` (``auto``, ``required`` → ``any``, a named function → ``tool``, ``none`` →
+no tools offered) go to ``toolConfig``. Converse's own top-level fields
+(``additionalModelRequestFields`` — e.g. a model's thinking settings —, ``guardrailConfig``, …)
+pass through from the client's request verbatim. Parameters Converse has no place for (seed,
+penalties, logprobs, logit_bias, user, response_format, reasoning_effort, parallel_tool_calls)
+are dropped; ``n`` above 1 is a 400.
+
+Responses and streams: text, tool calls and reasoning text become the canonical message or
+deltas; stop reasons map to finish reasons (``guardrail_intervened`` and ``content_filtered`` →
+``content_filter``); usage fills the disjoint buckets directly (Bedrock's ``inputTokens``
+excludes cache reads and writes). Streams are AWS event-stream frames, decoded per stream
+(:meth:`BedrockProvider.stream_decoder`) and translated per stream
+(:meth:`BedrockProvider.stream_parser`: a tool call's index counts tool calls, not content
+blocks). A stream is complete at its ``metadata`` event; one that ends earlier was cut.
+
+Errors: AWS error types (the ``x-amzn-ErrorType`` header, or the stream's exception events)
+are classified — throttling → rate limited, service unavailable / model not ready →
+overloaded, bad or expired credentials → upstream auth, a ``ValidationException`` about input
+length → context window, about content filters → content policy.
+
+Credentials and region come from the config, else from the standard AWS environment variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION`` or
+``AWS_DEFAULT_REGION``), read once when the provider is built (a reload reads them again).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+import msgspec
+from msgspec import UNSET, Struct
+
+from proxy.canonical import (
+    Call,
+    Choice,
+    Chunk,
+    ChunkChoice,
+    Delta,
+    FinishReason,
+    FunctionCall,
+    FunctionCallDelta,
+    ImagePart,
+    Message,
+    RefusalPart,
+    Response,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from proxy.errors import (
+    BadRequest,
+    ContentPolicyViolation,
+    ContextWindowExceeded,
+    UpstreamAuthError,
+    UpstreamClientError,
+    UpstreamError,
+    UpstreamOverloaded,
+    UpstreamRateLimited,
+    UpstreamUnavailable,
+    upstream_error_for_status,
+)
+from proxy.providers.base import HttpRequest, ProviderConfig, retry_after_seconds
+from proxy.providers.eventstream import EventStreamDecoder, EventStreamError
+from proxy.providers.sigv4 import Credentials, sign_headers
+
+SIGNING_SERVICE = "bedrock"
+PASS_THROUGH = frozenset(
+    {
+        "additionalModelRequestFields",
+        "additionalModelResponseFieldPaths",
+        "guardrailConfig",
+        "performanceConfig",
+        "promptVariables",
+        "requestMetadata",
+    }
+)
+"""Converse request fields a client may send as extra fields; they are passed on verbatim."""
+
+
+class BedrockConfig(ProviderConfig, tag="bedrock", frozen=True, forbid_unknown_fields=True):
+    """Amazon Bedrock (Converse API).
+
+    ``region`` defaults to ``AWS_REGION`` (then ``AWS_DEFAULT_REGION``). The access key is
+    ``access_key_id`` + ``secret_access_key`` (+ ``session_token`` for temporary credentials);
+    when the config names no access key, all three come from ``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY`` and ``AWS_SESSION_TOKEN``. Without a region and a complete key
+    the provider is not ready. ``endpoint_url`` replaces
+    ``https://bedrock-runtime.{region}.amazonaws.com`` (a VPC endpoint, a test server).
+    ``headers`` are sent (and signed) with every request.
+    """
+
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    endpoint_url: str | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wire shapes (responses and stream events; requests are built as plain JSON values)
+# ---------------------------------------------------------------------------------------------
+
+
+class _WireUsage(Struct, rename="camel"):
+    input_tokens: int | None = 0
+    output_tokens: int | None = 0
+    cache_read_input_tokens: int | None = 0
+    cache_write_input_tokens: int | None = 0
+
+    def canonical(self) -> Usage:
+        return Usage(
+            input=self.input_tokens or 0,
+            cache_read=self.cache_read_input_tokens or 0,
+            cache_write=self.cache_write_input_tokens or 0,
+            output=self.output_tokens or 0,
+        )
+
+
+class _ToolUse(Struct, rename="camel"):
+    tool_use_id: str
+    name: str
+    input: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+class _ReasoningText(Struct):
+    text: str = ""
+
+
+class _Reasoning(Struct, rename="camel"):
+    reasoning_text: _ReasoningText | None = None
+
+
+class _Block(Struct, rename="camel"):
+    text: str | None = None
+    tool_use: _ToolUse | None = None
+    reasoning_content: _Reasoning | None = None
+
+
+class _OutputMessage(Struct):
+    content: list[_Block] = msgspec.field(default_factory=list)
+
+
+class _Output(Struct):
+    message: _OutputMessage | None = None
+
+
+class _WireResponse(Struct, rename="camel"):
+    output: _Output
+    stop_reason: str = "end_turn"
+    usage: _WireUsage | None = None
+
+
+class _ToolStart(Struct, rename="camel"):
+    tool_use_id: str
+    name: str
+
+
+class _Start(Struct, rename="camel"):
+    tool_use: _ToolStart | None = None
+
+
+class _BlockStart(Struct, rename="camel"):
+    content_block_index: int = 0
+    start: _Start | None = None
+
+
+class _ToolInput(Struct):
+    input: str = ""
+
+
+class _ReasoningDelta(Struct):
+    text: str | None = None
+
+
+class _DeltaBody(Struct, rename="camel"):
+    text: str | None = None
+    tool_use: _ToolInput | None = None
+    reasoning_content: _ReasoningDelta | None = None
+
+
+class _BlockDelta(Struct, rename="camel"):
+    delta: _DeltaBody
+    content_block_index: int = 0
+
+
+class _MessageStop(Struct, rename="camel"):
+    stop_reason: str = "end_turn"
+
+
+class _Metadata(Struct):
+    usage: _WireUsage | None = None
+
+
+class _ErrorBody(Struct):
+    message: str | None = None
+    Message: str | None = None
+    kind: str | None = msgspec.field(default=None, name="__type")
+
+
+_RESPONSE = msgspec.json.Decoder(_WireResponse)
+_BLOCK_START = msgspec.json.Decoder(_BlockStart)
+_BLOCK_DELTA = msgspec.json.Decoder(_BlockDelta)
+_MESSAGE_STOP = msgspec.json.Decoder(_MessageStop)
+_METADATA = msgspec.json.Decoder(_Metadata)
+_ERROR = msgspec.json.Decoder(_ErrorBody)
+_ENCODER = msgspec.json.Encoder()
+
+_FINISH: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "guardrail_intervened": "content_filter",
+    "content_filtered": "content_filter",
+}
+_SIGNING_HEADERS = frozenset(
+    {"authorization", "host", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+)
+_IMAGE_FORMATS = {"png": "png", "jpeg": "jpeg", "jpg": "jpeg", "gif": "gif", "webp": "webp"}
+_EXCEPTION_PREFIX = "exception:"
+_CONTEXT_MARKERS = (
+    "too long",
+    "context length",
+    "context window",
+    "maximum context",
+    "too many input tokens",
+    "input tokens exceed",
+)
+_POLICY_MARKERS = ("content filter", "blocked by", "guardrail")
+_AUTH_ERRORS = frozenset(
+    {
+        "accessdeniedexception",
+        "unrecognizedclientexception",
+        "invalidsignatureexception",
+        "incompletesignatureexception",
+        "expiredtokenexception",
+        "missingauthenticationtokenexception",
+    }
+)
+_OVERLOAD_ERRORS = frozenset({"serviceunavailableexception", "modelnotreadyexception"})
+_SERVER_ERRORS = frozenset(
+    {
+        "internalserverexception",
+        "modelstreamerrorexception",
+        "modelerrorexception",
+        "modeltimeoutexception",
+    }
+)
+_STREAM_EXCEPTION_STATUS = {
+    "throttlingexception": 429,
+    "validationexception": 400,
+    "serviceunavailableexception": 503,
+    "modelstreamerrorexception": 424,
+    "internalserverexception": 500,
+}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class BedrockProvider:
+    """Pure translation for Bedrock Converse; see the module docstring.
+
+    ``environ`` (default: the process environment) supplies what the config leaves out, read
+    once here; ``clock`` gives the signing time.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: BedrockConfig,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.name = name
+        self.config = config
+        region = config.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
+        if config.access_key_id is not None:
+            credentials = Credentials(
+                config.access_key_id, config.secret_access_key or "", config.session_token
+            )
+        else:
+            credentials = Credentials(
+                env.get("AWS_ACCESS_KEY_ID", ""),
+                env.get("AWS_SECRET_ACCESS_KEY", ""),
+                env.get("AWS_SESSION_TOKEN") or None,
+            )
+        self.ready = bool(region and credentials.access_key_id and credentials.secret_access_key)
+        self.secrets: tuple[str, ...] = tuple(
+            secret
+            for secret in (credentials.secret_access_key, credentials.session_token)
+            if secret
+        )
+        self._credentials = credentials
+        self._region = region
+        self._clock = clock
+        endpoint = config.endpoint_url or f"https://bedrock-runtime.{region}.amazonaws.com"
+        self._base = endpoint.rstrip("/") + "/model/"
+        self._headers = {"content-type": "application/json", **config.headers}
+        self._own_names = _SIGNING_HEADERS | {name.lower() for name in self._headers}
+
+    def build_request(self, call: Call, model: str) -> HttpRequest:
+        """See :meth:`proxy.providers.base.HttpProvider.build_request`."""
+        body = _ENCODER.encode(_converse_body(call))
+        # ':' stays literal (it is valid in a path, and HTTP clients do not re-encode it);
+        # '/' (inference-profile ARNs) must be escaped. The URL signed is the URL sent.
+        action = "/converse-stream" if call.stream else "/converse"
+        url = self._base + quote(model, safe=":") + action
+        headers = self._headers
+        if call.upstream_headers:
+            # Plugin-set headers are signed too, but never replace the provider's own or the
+            # signature's, whatever their case.
+            own = self._own_names
+            headers = {
+                **{k: v for k, v in call.upstream_headers.items() if k.lower() not in own},
+                **headers,
+            }
+        signed = sign_headers(
+            "POST",
+            url,
+            headers,
+            body,
+            credentials=self._credentials,
+            region=self._region,
+            service=SIGNING_SERVICE,
+            now=self._clock(),
+        )
+        return HttpRequest(url=url, headers=signed, body=body)
+
+    def parse_response(self, body: bytes, model: str) -> Response:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""
+        try:
+            wire = _RESPONSE.decode(body)
+        except msgspec.DecodeError as exc:
+            raise UpstreamError(
+                f"upstream sent a malformed response: {exc}",
+                upstream_status=200,
+                provider=self.name,
+            ) from None
+        texts: list[str] = []
+        reasoning: list[str] = []
+        tool_calls: list[ToolCall] = []
+        blocks = wire.output.message.content if wire.output.message is not None else []
+        for block in blocks:
+            if block.text is not None:
+                texts.append(block.text)
+            elif block.tool_use is not None:
+                tool = block.tool_use
+                arguments = bytes(tool.input).decode("utf-8")
+                tool_calls.append(
+                    ToolCall(tool.tool_use_id, FunctionCall(tool.name, arguments=arguments))
+                )
+            elif block.reasoning_content is not None and block.reasoning_content.reasoning_text:
+                reasoning.append(block.reasoning_content.reasoning_text.text)
+        message = Message(role="assistant", content="".join(texts) if texts else None)
+        if tool_calls:
+            message.tool_calls = tool_calls
+        if reasoning:
+            message.reasoning_content = "".join(reasoning)
+        return Response(
+            id=_new_id(),
+            model=model,
+            choices=[Choice(0, message, _finish(wire.stop_reason, bool(tool_calls)))],
+            created=int(time.time()),
+            usage=wire.usage.canonical() if wire.usage is not None else None,
+        )
+
+    def stream_decoder(self) -> ConverseStreamFrames:
+        """A fresh decoder of one stream's event-stream frames (used by the transport)."""
+        return ConverseStreamFrames(self.name)
+
+    def stream_parser(self) -> ConverseStreamParser:
+        """A fresh translator of one stream's events (used by the transport)."""
+        return ConverseStreamParser(self)
+
+    def parse_event(self, event: str, data: bytes) -> Chunk | None:
+        """One event translated on its own; streams use :meth:`stream_parser`, which keeps the
+        state (tool-call numbering) that events of one stream share."""
+        return self.stream_parser().parse_event(event, data)
+
+    def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
+        """See :meth:`proxy.providers.base.HttpProvider.parse_error`."""
+        message, body_kind = _error_fields(body)
+        kind = headers.get("x-amzn-errortype", "").split(":", 1)[0] or body_kind
+        return self.classify(kind, message, status, retry_after_seconds(headers))
+
+    def classify(
+        self, kind: str, message: str, status: int, retry_after: float | None = None
+    ) -> UpstreamError:
+        """The gateway error for AWS error type ``kind`` (e.g. ``ThrottlingException``)."""
+        message = message or f"upstream answered HTTP {status}" + (f" ({kind})" if kind else "")
+        key = kind.lower()
+        common: dict[str, Any] = {"upstream_status": status, "provider": self.name}
+        if key == "throttlingexception":
+            return UpstreamRateLimited(message, retry_after=retry_after, **common)
+        if key in _OVERLOAD_ERRORS:
+            return UpstreamOverloaded(message, retry_after=retry_after, **common)
+        if key in _AUTH_ERRORS:
+            return UpstreamAuthError(message, status=502, **common)
+        if key == "validationexception":
+            lowered = message.lower()
+            if any(marker in lowered for marker in _CONTEXT_MARKERS):
+                return ContextWindowExceeded(message, status=400, **common)
+            if any(marker in lowered for marker in _POLICY_MARKERS):
+                return ContentPolicyViolation(message, status=400, **common)
+            return UpstreamClientError(message, status=400, code=kind, **common)
+        if key in _SERVER_ERRORS:
+            return UpstreamError(message, code=kind, **common)
+        return upstream_error_for_status(
+            status, message, provider=self.name, retry_after=retry_after, code=kind or None
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams
+# ---------------------------------------------------------------------------------------------
+
+
+class StreamEvent(NamedTuple):
+    """One Converse stream event: its ``:event-type`` (``exception:<type>`` for errors) and
+    its JSON payload."""
+
+    event: str
+    data: bytes
+
+
+class ConverseStreamFrames:
+    """Event-stream frames → :class:`StreamEvent` values, for one stream.
+
+    An exception frame becomes ``exception:<type>`` with its ``{"message": …}`` payload. Corrupt
+    framing is an :class:`UpstreamError`; a body that ends mid-frame, :class:`UpstreamUnavailable`.
+    """
+
+    __slots__ = ("_decoder", "_provider")
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._decoder = EventStreamDecoder()
+
+    def feed(self, data: bytes) -> list[StreamEvent]:
+        """The events ``data`` completes."""
+        try:
+            messages = self._decoder.feed(data)
+        except EventStreamError as exc:
+            raise UpstreamError(
+                f"upstream sent a malformed event stream: {exc}",
+                upstream_status=200,
+                provider=self._provider,
+            ) from None
+        events: list[StreamEvent] = []
+        for headers, payload in messages:
+            message_type = headers.get(":message-type")
+            if message_type == "event":
+                events.append(StreamEvent(str(headers.get(":event-type", "")), payload))
+            elif message_type == "exception":
+                kind = str(headers.get(":exception-type", "exception"))
+                events.append(StreamEvent(_EXCEPTION_PREFIX + kind, payload))
+            elif message_type == "error":
+                kind = str(headers.get(":error-code", "error"))
+                text = str(headers.get(":error-message", ""))
+                events.append(
+                    StreamEvent(_EXCEPTION_PREFIX + kind, _ENCODER.encode({"message": text}))
+                )
+        return events
+
+    def close(self) -> list[StreamEvent]:
+        """At the end of the body: nothing more, or :class:`UpstreamUnavailable` mid-frame."""
+        if self._decoder.pending:
+            raise UpstreamUnavailable(
+                "upstream closed the stream in the middle of an event", provider=self._provider
+            )
+        return []
+
+
+class ConverseStreamParser:
+    """Translates the events of one Converse stream, in order, into canonical chunks."""
+
+    __slots__ = ("_created", "_done", "_id", "_provider", "_tools")
+
+    def __init__(self, provider: BedrockProvider) -> None:
+        self._provider = provider
+        self._id = _new_id()
+        self._created = int(time.time())
+        self._tools: dict[int, int] = {}
+        self._done = False
+
+    def parse_event(self, event: str, data: bytes) -> Chunk | None:
+        """See :meth:`proxy.providers.base.StreamParser.parse_event`."""
+        try:
+            if event == "contentBlockDelta":
+                return self._delta(_BLOCK_DELTA.decode(data))
+            if event == "contentBlockStart":
+                return self._start(_BLOCK_START.decode(data))
+            if event == "messageStart":
+                return self._chunk(Delta(role="assistant", content=""))
+            if event == "messageStop":
+                stop = _MESSAGE_STOP.decode(data).stop_reason
+                return self._chunk(Delta(), _finish(stop, bool(self._tools)))
+            if event == "metadata":
+                self._done = True
+                usage = _METADATA.decode(data).usage
+                if usage is None:
+                    return None
+                return Chunk(self._id, "", [], self._created, usage=usage.canonical())
+            if event.startswith(_EXCEPTION_PREFIX):
+                kind = event[len(_EXCEPTION_PREFIX) :]
+                status = _STREAM_EXCEPTION_STATUS.get(kind.lower(), 500)
+                raise self._provider.classify(kind, _error_fields(data)[0], status)
+        except msgspec.DecodeError as exc:
+            raise UpstreamError(
+                f"upstream sent a malformed {event} event: {exc}",
+                upstream_status=200,
+                provider=self._provider.name,
+            ) from None
+        return None
+
+    def end(self) -> Chunk | None:
+        """See :meth:`proxy.providers.base.StreamParser.end`: complete after ``metadata``."""
+        if not self._done:
+            raise UpstreamUnavailable(
+                "upstream closed the stream before its metadata event",
+                provider=self._provider.name,
+            )
+        return None
+
+    def _start(self, start: _BlockStart) -> Chunk | None:
+        if start.start is None or start.start.tool_use is None:
+            return None
+        tool = start.start.tool_use
+        index = self._tool_index(start.content_block_index)
+        call = ToolCallDelta(
+            index=index,
+            id=tool.tool_use_id,
+            type="function",
+            function=FunctionCallDelta(name=tool.name, arguments=""),
+        )
+        return self._chunk(Delta(tool_calls=[call]))
+
+    def _delta(self, event: _BlockDelta) -> Chunk | None:
+        delta = event.delta
+        if delta.text is not None:
+            return self._chunk(Delta(content=delta.text))
+        if delta.tool_use is not None:
+            index = self._tool_index(event.content_block_index)
+            fragment = FunctionCallDelta(arguments=delta.tool_use.input)
+            return self._chunk(Delta(tool_calls=[ToolCallDelta(index=index, function=fragment)]))
+        if delta.reasoning_content is not None and delta.reasoning_content.text is not None:
+            return self._chunk(Delta(reasoning_content=delta.reasoning_content.text))
+        return None
+
+    def _tool_index(self, block: int) -> int:
+        """The tool-call number of content block ``block`` (numbered on first sight)."""
+        index = self._tools.get(block)
+        if index is None:
+            index = self._tools[block] = len(self._tools)
+        return index
+
+    def _chunk(self, delta: Delta, finish: FinishReason | None = None) -> Chunk:
+        return Chunk(self._id, "", [ChunkChoice(0, delta, finish)], self._created)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------------------------
+
+
+def _converse_body(call: Call) -> dict[str, Any]:
+    """The Converse request body for ``call``. Raises :class:`BadRequest`."""
+    params = call.params
+    if isinstance(params.n, int) and params.n > 1:
+        raise BadRequest("bedrock returns one choice per request: n must be 1", param="n")
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    used_tools: list[str] = []
+    for i, message in enumerate(call.messages):
+        if message.role in ("system", "developer"):
+            text = message.text()
+            if text:
+                system.append({"text": text})
+            continue
+        role, blocks = _turn(message, i, used_tools)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    body: dict[str, Any] = {"messages": turns}
+    if system:
+        body["system"] = system
+    inference = _inference_config(call)
+    if inference:
+        body["inferenceConfig"] = inference
+    tool_config = _tool_config(call, used_tools)
+    if tool_config is not None:
+        body["toolConfig"] = tool_config
+    for name, raw in call.extra.items():
+        if name in PASS_THROUGH:
+            body[name] = raw
+    return body
+
+
+def _turn(message: Message, i: int, used_tools: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """The Converse role and content blocks of one non-system message."""
+    if message.role == "tool":
+        result: dict[str, Any] = {"toolUseId": message.tool_call_id or ""}
+        text = message.text()
+        result["content"] = [{"text": text}] if text else [{"json": {}}]
+        return "user", [{"toolResult": result}]
+    role = "assistant" if message.role == "assistant" else "user"
+    blocks = _content_blocks(message, i)
+    if message.role == "assistant" and message.tool_calls:
+        for j, tool_call in enumerate(message.tool_calls):
+            used_tools.append(tool_call.function.name)
+            blocks.append(
+                {
+                    "toolUse": {
+                        "toolUseId": tool_call.id,
+                        "name": tool_call.function.name,
+                        "input": _arguments(tool_call.function.arguments, i, j),
+                    }
+                }
+            )
+    return role, blocks
+
+
+def _content_blocks(message: Message, i: int) -> list[dict[str, Any]]:
+    content = message.content
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    blocks: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        if isinstance(part, TextPart | RefusalPart):
+            text = part.text if isinstance(part, TextPart) else part.refusal
+            if text:
+                blocks.append({"text": text})
+        elif isinstance(part, ImagePart):
+            blocks.append({"image": _image(part.image_url.url, f"messages[{i}].content[{j}]")})
+        else:
+            raise BadRequest(
+                f"bedrock does not accept {type(part).__name__} content through this gateway",
+                param=f"messages[{i}].content[{j}]",
+            )
+    return blocks
+
+
+def _image(url: str, param: str) -> dict[str, Any]:
+    """A Converse image block from a ``data:`` URL (base64) or an ``s3://`` URL."""
+    if url.startswith("s3://"):
+        extension = url.rsplit(".", 1)[-1].lower()
+        image_format = _IMAGE_FORMATS.get(extension)
+        if image_format is None:
+            raise BadRequest(f"bedrock images must be png, jpeg, gif or webp: {url}", param=param)
+        return {"format": image_format, "source": {"s3Location": {"uri": url}}}
+    header, _, data = url.partition(",")
+    if not url.startswith("data:image/") or not header.endswith(";base64") or not data:
+        raise BadRequest(
+            "bedrock accepts images only as base64 data: URLs or s3:// URLs", param=param
+        )
+    image_format = _IMAGE_FORMATS.get(header[len("data:image/") : -len(";base64")].lower())
+    if image_format is None:
+        raise BadRequest("bedrock images must be png, jpeg, gif or webp", param=param)
+    try:
+        base64.b64decode(data, validate=True)
+    except ValueError:
+        raise BadRequest("the image data is not valid base64", param=param) from None
+    return {"format": image_format, "source": {"bytes": data}}
+
+
+def _arguments(arguments: str, i: int, j: int) -> Any:
+    """Tool-call arguments (JSON text) as the JSON object Converse wants."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        raise BadRequest(
+            "tool call arguments must be JSON", param=f"messages[{i}].tool_calls[{j}]"
+        ) from None
+    if not isinstance(value, dict):
+        raise BadRequest(
+            "tool call arguments must be a JSON object", param=f"messages[{i}].tool_calls[{j}]"
+        )
+    return value
+
+
+def _inference_config(call: Call) -> dict[str, Any]:
+    params = call.params
+    config: dict[str, Any] = {}
+    max_tokens = params.max_completion_tokens or params.max_tokens
+    if max_tokens:
+        config["maxTokens"] = max_tokens
+    if params.temperature is not UNSET and params.temperature is not None:
+        config["temperature"] = params.temperature
+    if params.top_p is not UNSET and params.top_p is not None:
+        config["topP"] = params.top_p
+    stop = params.stop
+    if isinstance(stop, str):
+        config["stopSequences"] = [stop]
+    elif isinstance(stop, list) and stop:
+        config["stopSequences"] = stop
+    return config
+
+
+def _tool_config(call: Call, used_tools: list[str]) -> dict[str, Any] | None:
+    """Tools offered and the choice among them; Bedrock needs the tools whenever the
+    conversation holds tool calls, so those are declared (schema-less) if none are offered."""
+    params = call.params
+    choice = params.tool_choice
+    offered = params.tools if isinstance(params.tools, list) else []
+    if choice == "none":
+        offered = []
+    specs = [
+        {
+            "toolSpec": {
+                "name": tool.function.name,
+                **(
+                    {"description": tool.function.description}
+                    if isinstance(tool.function.description, str) and tool.function.description
+                    else {}
+                ),
+                "inputSchema": {
+                    "json": tool.function.parameters
+                    if isinstance(tool.function.parameters, dict)
+                    else {"type": "object", "properties": {}}
+                },
+            }
+        }
+        for tool in offered
+    ]
+    if not specs:
+        names = list(dict.fromkeys(used_tools))
+        if not names:
+            return None
+        specs = [
+            {"toolSpec": {"name": name, "inputSchema": {"json": {"type": "object"}}}}
+            for name in names
+        ]
+        return {"tools": specs}
+    config: dict[str, Any] = {"tools": specs}
+    if choice == "auto":
+        config["toolChoice"] = {"auto": {}}
+    elif choice == "required":
+        config["toolChoice"] = {"any": {}}
+    elif isinstance(choice, dict):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise BadRequest("tool_choice must name a function", param="tool_choice")
+        config["toolChoice"] = {"tool": {"name": name}}
+    elif choice not in (UNSET, None, "none"):
+        raise BadRequest(f"unsupported tool_choice {choice!r}", param="tool_choice")
+    return config
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _finish(stop_reason: str, called_tools: bool) -> FinishReason:
+    finish = _FINISH.get(stop_reason, "stop")
+    if finish == "stop" and called_tools:
+        return "tool_calls"
+    return finish
+
+
+def _error_fields(body: bytes) -> tuple[str, str]:
+    """The message (``message`` or ``Message``; raw text if not JSON) and the error type
+    (``__type``, without its namespace) of an AWS error body."""
+    try:
+        error = _ERROR.decode(body)
+    except msgspec.DecodeError:
+        return body[:500].decode("utf-8", "replace").strip(), ""
+    return error.message or error.Message or "", (error.kind or "").rsplit("#", 1)[-1]
+
+
+def _new_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"

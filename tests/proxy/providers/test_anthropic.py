@@ -1,0 +1,291 @@
+"""proxy/providers/anthropic.py: pure translation, table-driven from tests/fixtures/anthropic/.
+
+See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. Streams are fed
+through the SSE decoder whole and in several byte splits, and must translate the same.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.canonical import (
+    AudioPart,
+    Call,
+    FunctionCall,
+    InputAudio,
+    Message,
+    Params,
+    ToolCall,
+)
+from proxy.config import parse_config
+from proxy.errors import BadRequest, UpstreamError
+from proxy.providers import build_provider
+from proxy.providers.anthropic import (
+    THINKING_BUDGETS,
+    AnthropicConfig,
+    AnthropicProvider,
+)
+from proxy.providers.base import HttpProvider
+from tests.proxy.providers.translation_support import (
+    SPLITS,
+    assert_error,
+    call_from,
+    error_input,
+    load_fixtures,
+    run_stream,
+    sse_bytes,
+    sse_events,
+    sse_events_at,
+    strict_json,
+)
+
+KEY = "sk-ant-test-0123456789abcdef"
+
+
+def provider(**config: Any) -> AnthropicProvider:
+    config.setdefault("api_key", KEY)
+    return AnthropicProvider("anthropic", AnthropicConfig(**config))
+
+
+def call(*messages: Message, **params: Any) -> Call:
+    return Call(
+        request_id="req-1",
+        dialect="openai",
+        model="claude",
+        messages=list(messages) or [Message(role="user", content="hi")],
+        params=msgspec.convert(params, Params),
+    )
+
+
+def body_of(request_call: Call, **config: Any) -> dict[str, Any]:
+    return strict_json(provider(**config).build_request(request_call, "claude-x").body)
+
+
+def test_is_an_http_provider_with_a_stream_parser():
+    built = provider()
+    assert isinstance(built, HttpProvider)
+    assert built.stream_parser() is not built.stream_parser(), "one parser per stream"
+
+
+def test_config_from_yaml_builds_the_provider():
+    config = parse_config(
+        """
+        providers:
+          claude:
+            type: anthropic
+            api_key: sk-ant-yaml
+            max_tokens_default: 1000
+            headers: {anthropic-beta: "prompt-caching-2024-07-31"}
+        """
+    )
+    built = build_provider("claude", config.providers["claude"])
+    assert isinstance(built, AnthropicProvider)
+    assert built.ready
+    assert built.secrets == ("sk-ant-yaml",)
+    request = built.build_request(call(), "claude-x")
+    assert request.headers["anthropic-beta"] == "prompt-caching-2024-07-31"
+    assert strict_json(request.body)["max_tokens"] == 1000
+
+
+@pytest.mark.parametrize("api_key", [None, ""])
+def test_not_ready_without_a_key(api_key: str | None):
+    built = AnthropicProvider("a", AnthropicConfig(api_key=api_key))
+    assert not built.ready
+    assert built.secrets == ()
+
+
+# ---------------------------------------------------------------------------------------------
+# Table-driven translation
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("anthropic", "request"))
+def test_request_translation(fixture: dict[str, Any]):
+    request = provider().build_request(call_from(fixture["call"]), fixture["upstream_model"])
+    assert request.url == fixture["expected_url"]
+    assert strict_json(request.body) == fixture["expected_body"]
+    assert request.headers["x-api-key"] == KEY
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert request.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("anthropic", "response"))
+def test_response_translation(fixture: dict[str, Any]):
+    body = json.dumps(fixture["body"]).encode()
+    response = provider().parse_response(body, fixture["requested_model"])
+    assert msgspec.to_builtins(response) == fixture["expected"]
+
+
+STREAMS = load_fixtures("anthropic", "stream")
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("fixture", STREAMS)
+def test_stream_translation_in_any_split(fixture: dict[str, Any], split: int | None):
+    events = sse_events(sse_bytes(fixture), split)
+    chunks, error = run_stream(provider().stream_parser(), events)
+    assert chunks == fixture["expected_chunks"]
+    if fixture["expected_error"] is None:
+        assert error is None
+    else:
+        assert_error(error, fixture["expected_error"])
+
+
+@settings(max_examples=30, derandomize=True, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0), max_size=40))
+def test_streams_translate_the_same_at_random_cut_points(cuts: list[int]):
+    for case in STREAMS:
+        fixture = case.values[0]
+        events = sse_events_at(sse_bytes(fixture), cuts)
+        chunks, _ = run_stream(provider().stream_parser(), events)
+        assert chunks == fixture["expected_chunks"], fixture["sse"]
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("anthropic", "error"))
+def test_error_classification(fixture: dict[str, Any]):
+    status, headers, body = error_input(fixture)
+    assert_error(provider().parse_error(status, headers, body), fixture["expected"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Request details
+# ---------------------------------------------------------------------------------------------
+
+
+def test_configured_base_url_version_and_headers():
+    built = provider(
+        base_url="http://127.0.0.1:9999/",
+        anthropic_version="2024-01-01",
+        headers={"anthropic-beta": "b1", "x-api-key": "not-this"},
+    )
+    plugin_call = call()
+    plugin_call.upstream_headers = {"x-trace": "t1", "x-api-key": "nor-this"}
+    request = built.build_request(plugin_call, "claude-x")
+    assert request.url == "http://127.0.0.1:9999/v1/messages"
+    assert request.headers["anthropic-version"] == "2024-01-01"
+    assert request.headers["anthropic-beta"] == "b1"
+    assert request.headers["x-trace"] == "t1"
+    assert request.headers["x-api-key"] == KEY, "credentials are never overridden"
+
+
+@pytest.mark.parametrize(("effort", "budget"), sorted(THINKING_BUDGETS.items()))
+def test_reasoning_effort_budgets(effort: str, budget: int):
+    body = body_of(call(max_tokens=64000, reasoning_effort=effort, temperature=0.3))
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": budget}
+    assert body["max_tokens"] == 64000, "a max_tokens above the budget is kept"
+    assert "temperature" not in body, "the API allows no temperature but 1 with thinking"
+
+
+def test_reasoning_effort_none_sends_no_thinking():
+    assert "thinking" not in body_of(call(reasoning_effort="none"))
+
+
+def test_max_tokens_default_leaves_room_for_the_budget():
+    body = body_of(call(reasoning_effort="medium"), max_tokens_default=1024)
+    assert body["max_tokens"] == 1024 + THINKING_BUDGETS["medium"]
+
+
+def test_tool_choice_auto_and_serial_calls():
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    body = body_of(call(tools=tools, tool_choice="auto"))
+    assert body["tool_choice"] == {"type": "auto"}
+    body = body_of(call(tools=tools, parallel_tool_calls=False))
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    assert "tool_choice" not in body_of(call(tools=tools))
+
+
+def test_json_object_response_format_is_not_sent():
+    body = body_of(call(response_format={"type": "json_object"}))
+    assert "output_config" not in body
+
+
+@pytest.mark.parametrize(
+    ("request_call", "param"),
+    [
+        (call(n=2), "n"),
+        (
+            call(
+                Message(
+                    role="user",
+                    content=[AudioPart(input_audio=InputAudio(data="UklGR", format="wav"))],
+                )
+            ),
+            "messages[0].content[0]",
+        ),
+        (
+            call(
+                Message(
+                    role="assistant",
+                    content=None,
+                    tool_calls=[ToolCall(id="t1", function=FunctionCall("f", "[1, 2]"))],
+                )
+            ),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (call(Message(role="function", content="x", name="f")), "messages[0].role"),
+        (call(Message(role="tool", content="x")), "messages[0].tool_call_id"),
+        (call(tool_choice={"type": "function"}), "tool_choice"),
+        (
+            call(response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
+            "response_format.json_schema",
+        ),
+    ],
+    ids=["n", "audio", "arguments", "function-role", "tool-id", "tool-choice", "schema"],
+)
+def test_requests_anthropic_cannot_express_are_400(request_call: Call, param: str):
+    with pytest.raises(BadRequest) as caught:
+        provider().build_request(request_call, "claude-x")
+    assert caught.value.param == param
+
+
+def test_image_must_be_a_url_or_base64_data_url():
+    from proxy.canonical import ImagePart, ImageURL
+
+    for url in ("ftp://x/y.png", "data:image/png,plain"):
+        message = Message(role="user", content=[ImagePart(image_url=ImageURL(url=url))])
+        with pytest.raises(BadRequest):
+            provider().build_request(call(message), "claude-x")
+
+
+# ---------------------------------------------------------------------------------------------
+# Response and stream details
+# ---------------------------------------------------------------------------------------------
+
+
+def test_malformed_response_is_an_upstream_error():
+    with pytest.raises(UpstreamError, match="malformed response"):
+        provider().parse_response(b"{not json", "claude-x")
+
+
+def test_malformed_stream_event_is_an_upstream_error():
+    with pytest.raises(UpstreamError, match="malformed stream event"):
+        provider().stream_parser().parse_event("content_block_delta", b"[")
+
+
+def test_ping_stop_and_unknown_events_carry_nothing():
+    parser = provider().stream_parser()
+    assert parser.parse_event("ping", b'{"type": "ping"}') is None
+    assert parser.parse_event("content_block_stop", b'{"type":"content_block_stop"}') is None
+    assert parser.parse_event("future", b'{"type":"future_event","x":1}') is None
+
+
+def test_stateless_parse_event_translates_a_text_delta():
+    data = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}'
+    chunk = provider().parse_event("content_block_delta", data)
+    assert chunk is not None
+    assert chunk.choices[0].delta.content == "Hi"
+
+
+def test_in_band_errors_are_classified_by_type():
+    parser = provider().stream_parser()
+    data = b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}'
+    with pytest.raises(UpstreamError) as caught:
+        parser.parse_event("error", data)
+    assert caught.value.kind == "rate_limited"
+    assert caught.value.status == 429

@@ -1,0 +1,485 @@
+"""proxy/providers/bedrock.py: Converse translation, signing, streams and errors.
+
+Table-driven from tests/fixtures/bedrock/: ``request`` (a canonical call in, the Converse path
+and body out), ``response`` (a Converse body in, the canonical Response out — ids and times are
+generated, so they are left out), ``stream`` (event-stream bytes in, in any split, canonical
+chunks out) and ``errors`` (AWS error answers in, gateway errors out). Then end to end: the
+gateway in front of a Bedrock fake whose stream fails in-band, and a signature botocore checks.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import msgspec
+import openai
+import pytest
+import yaml
+from aiohttp import web
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials as BotoCredentials
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from multidict import CIMultiDict
+
+from proxy import errors
+from proxy.app import create_app
+from proxy.canonical import Call, Chunk, Message, Params, Usage
+from proxy.errors import BadRequest, GatewayError, UpstreamError, UpstreamUnavailable
+from proxy.providers.base import HttpProvider
+from proxy.providers.bedrock import BedrockConfig, BedrockProvider
+from tests.e2e.conftest import start_site
+from tests.proxy.providers.fakes.bedrock import encode_message, event
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "bedrock"
+NOW = datetime(2025, 1, 15, 8, 30, 0, tzinfo=UTC)
+CONFIG = {"region": "eu-west-3", "access_key_id": "AKIDTEST", "secret_access_key": "s3cr3t/KEY"}
+
+
+def load_fixtures(kind: str) -> list[Any]:
+    cases = []
+    for path in sorted(FIXTURES.glob("*.json")):
+        fixture = json.loads(path.read_text(encoding="utf-8"))
+        if fixture["kind"] == kind:
+            cases.append(pytest.param(fixture, id=path.stem))
+    assert cases, f"no {kind} fixtures in {FIXTURES}"
+    return cases
+
+
+def provider(environ: dict[str, str] | None = None, **config: Any) -> BedrockProvider:
+    settings = {**CONFIG, **config} if environ is None else config
+    return BedrockProvider(
+        "bedrock", BedrockConfig(**settings), environ=environ or {}, clock=lambda: NOW
+    )
+
+
+def call_from(spec: dict[str, Any]) -> Call:
+    return Call(
+        request_id="req-1",
+        dialect="openai",
+        model=spec["model"],
+        messages=msgspec.convert(spec["messages"], list[Message]),
+        stream=spec.get("stream", False),
+        params=msgspec.convert(spec.get("params", {}), Params),
+        extra={k: msgspec.Raw(json.dumps(v).encode()) for k, v in spec.get("extra", {}).items()},
+    )
+
+
+def simple_call(**fields: Any) -> Call:
+    fields.setdefault("messages", [Message(role="user", content="hi")])
+    return Call(request_id="req-1", dialect="openai", model="m", **fields)
+
+
+def without_generated(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if k not in ("id", "created", "model")}
+
+
+def test_is_an_http_provider():
+    assert isinstance(provider(), HttpProvider)
+
+
+# ---------------------------------------------------------------------------------------------
+# Table-driven translation
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("request"))
+def test_request_translation(fixture: dict[str, Any]):
+    request = provider().build_request(call_from(fixture["call"]), fixture["upstream_model"])
+    assert json.loads(request.body) == fixture["expected_body"]
+    base = "https://bedrock-runtime.eu-west-3.amazonaws.com"
+    assert request.url == base + fixture["expected_path"]
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("response"))
+def test_response_translation(fixture: dict[str, Any]):
+    body = json.dumps(fixture["body"], separators=(",", ":")).encode()  # AWS sends compact JSON
+    response = provider().parse_response(body, fixture["requested_model"])
+    built = msgspec.to_builtins(response)
+    assert built["id"].startswith("chatcmpl-")
+    assert built["created"] > 0
+    assert without_generated(built) == without_generated(fixture["expected"])
+    assert built["model"] == fixture["expected"]["model"]
+
+
+def run_stream(p: BedrockProvider, data: bytes, cuts: list[int]) -> tuple[list[Chunk], Any]:
+    """Frame and parse ``data`` fed in pieces, as the transport does; (chunks, end or error)."""
+    decoder, parser = p.stream_decoder(), p.stream_parser()
+    points = sorted({min(cut, len(data)) for cut in cuts} | {0, len(data)})
+    chunks: list[Chunk] = []
+    try:
+        for start, end in itertools.pairwise(points):
+            for frame in decoder.feed(data[start:end]):
+                chunk = parser.parse_event(frame.event, frame.data)
+                if chunk is not None:
+                    chunks.append(chunk)
+        assert decoder.close() == []
+        return chunks, parser.end()
+    except GatewayError as error:
+        return chunks, error
+
+
+def chunk_view(chunk: Chunk) -> dict[str, Any]:
+    return {k: v for k, v in msgspec.to_builtins(chunk).items() if k in ("choices", "usage")}
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("stream"))
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=3000), max_size=12))
+def test_stream_translation_in_any_split(fixture: dict[str, Any], cuts: list[int]):
+    data = (FIXTURES / fixture["frames"]).read_bytes()
+    chunks, outcome = run_stream(provider(), data, cuts)
+    assert [chunk_view(c) for c in chunks] == fixture["expected_chunks"]
+    assert len({c.id for c in chunks}) == 1
+    assert all(c.id.startswith("chatcmpl-") for c in chunks)
+    if fixture.get("complete"):
+        assert outcome is None
+    else:
+        expected = fixture["error"]
+        assert type(outcome).__name__ == expected["class"]
+        assert (outcome.status, outcome.kind) == (expected["status"], expected["kind"])
+        assert outcome.message == expected["message"]
+        assert outcome.provider == "bedrock"
+
+
+def error_cases() -> list[Any]:
+    (fixture,) = load_fixtures("errors")
+    return [pytest.param(case, id=case["id"]) for case in fixture.values[0]["cases"]]
+
+
+@pytest.mark.parametrize("case", error_cases())
+def test_error_classification(case: dict[str, Any]):
+    headers = CIMultiDict(case.get("headers", {}))
+    if case["type"]:
+        headers["x-amzn-ErrorType"] = case["type"] + ":http://internal.amazon.com/coral/x/"
+    body = case["body"] if isinstance(case["body"], str) else json.dumps(case["body"])
+    error = provider().parse_error(case["status"], headers, body.encode())
+    expected = case["expected"]
+    assert type(error) is getattr(errors, expected["class"])
+    assert error.status == expected["status"]
+    assert error.kind == expected["kind"]
+    assert error.code == expected["code"]
+    assert error.upstream_status == case["status"]
+    assert error.provider == "bedrock"
+    assert error.retry_after == expected.get("retry_after")
+    message = expected.get("message")
+    if message is None and isinstance(case["body"], dict):
+        message = case["body"]["message"]
+    assert error.message == message
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams: the parts the recorded streams do not show
+# ---------------------------------------------------------------------------------------------
+
+
+def frames(*names_and_payloads: tuple[str, dict[str, Any]]) -> bytes:
+    return b"".join(event(name, payload) for name, payload in names_and_payloads)
+
+
+def test_a_stream_cut_before_its_metadata_event_is_an_error():
+    data = frames(
+        ("messageStart", {"role": "assistant"}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hel"}}),
+        ("messageStop", {"stopReason": "end_turn"}),
+    )
+    chunks, outcome = run_stream(provider(), data, [])
+    assert len(chunks) == 3
+    assert isinstance(outcome, UpstreamUnavailable)
+    assert "metadata" in outcome.message
+
+
+def test_a_stream_cut_mid_frame_is_an_error():
+    data = frames(("messageStart", {"role": "assistant"}))
+    decoder = provider().stream_decoder()
+    assert len(decoder.feed(data + data[:20])) == 1
+    with pytest.raises(UpstreamUnavailable, match="middle of an event"):
+        decoder.close()
+
+
+def test_corrupt_frames_are_an_upstream_error():
+    data = bytearray(frames(("messageStart", {"role": "assistant"})))
+    data[-1] ^= 0xFF
+    with pytest.raises(UpstreamError, match="malformed event stream") as info:
+        provider().stream_decoder().feed(bytes(data))
+    assert info.value.provider == "bedrock"
+
+
+@pytest.mark.parametrize(
+    ("exception", "cls", "status"),
+    [
+        ("validationException", "UpstreamClientError", 400),
+        ("modelStreamErrorException", "UpstreamError", 502),
+        ("internalServerException", "UpstreamError", 502),
+        ("serviceUnavailableException", "UpstreamOverloaded", 503),
+    ],
+)
+def test_in_band_exceptions_are_classified(exception: str, cls: str, status: int):
+    headers = {
+        ":exception-type": exception,
+        ":content-type": "application/json",
+        ":message-type": "exception",
+    }
+    data = encode_message(headers, b'{"message":"it broke"}')
+    chunks, outcome = run_stream(provider(), data, [])
+    assert chunks == []
+    assert type(outcome).__name__ == cls
+    assert outcome.status == status
+    assert outcome.message == "it broke"
+
+
+def test_error_message_frames_are_raised():
+    headers = {
+        ":message-type": "error",
+        ":error-code": "InternalFailure",
+        ":error-message": "An internal error occurred",
+    }
+    _, outcome = run_stream(provider(), encode_message(headers, b""), [])
+    assert type(outcome) is UpstreamError
+    assert outcome.message == "An internal error occurred"
+
+
+def test_malformed_event_payload_is_an_upstream_error():
+    data = encode_message(
+        {":event-type": "contentBlockDelta", ":message-type": "event"}, b'{"delta": 5}'
+    )
+    _, outcome = run_stream(provider(), data, [])
+    assert type(outcome) is UpstreamError
+    assert "malformed contentBlockDelta event" in outcome.message
+
+
+def test_unknown_events_and_metadata_without_usage_give_nothing():
+    data = frames(
+        ("messageStart", {"role": "assistant"}),
+        ("contentBlockStart", {"contentBlockIndex": 0, "start": {"image": {"format": "png"}}}),
+        ("someFutureEvent", {"x": 1}),
+        ("messageStop", {"stopReason": "stop_sequence"}),
+        ("metadata", {"metrics": {"latencyMs": 3}}),
+    )
+    chunks, outcome = run_stream(provider(), data, [])
+    assert [c.choices[0].finish_reason for c in chunks] == [None, "stop"]
+    assert outcome is None
+
+
+def test_provider_parse_event_translates_one_event():
+    data = json.dumps({"contentBlockIndex": 3, "delta": {"toolUse": {"input": '{"a"'}}}).encode()
+    chunk = provider().parse_event("contentBlockDelta", data)
+    assert chunk is not None
+    (call,) = chunk.choices[0].delta.tool_calls
+    assert (call.index, call.function.arguments) == (0, '{"a"')
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests: rejections, credentials, signing
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "param", "message"),
+    [
+        ([{"type": "image_url", "image_url": {"url": "https://x/cat.png"}}], "[0]", "data: URLs"),
+        ([{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}}], "[0]", "png"),
+        (
+            [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}],
+            "[0]",
+            "base64",
+        ),
+        ([{"type": "image_url", "image_url": {"url": "s3://b/cat.tiff"}}], "[0]", "png"),
+        (
+            [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}],
+            "[0]",
+            "Audio",
+        ),
+    ],
+    ids=["http-image", "bmp", "bad-base64", "s3-tiff", "audio"],
+)
+def test_unsupported_content_is_a_bad_request(content, param, message):
+    call = simple_call(
+        messages=msgspec.convert([{"role": "user", "content": content}], list[Message])
+    )
+    with pytest.raises(BadRequest, match=message) as info:
+        provider().build_request(call, "m")
+    assert info.value.param == f"messages[0].content{param}"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"), [("{not json", "must be JSON"), ("[1, 2]", "JSON object")]
+)
+def test_tool_call_arguments_must_be_a_json_object(arguments, message):
+    messages = [
+        {"role": "user", "content": "x"},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "t", "function": {"name": "f", "arguments": arguments}}],
+        },
+    ]
+    call = simple_call(messages=msgspec.convert(messages, list[Message]))
+    with pytest.raises(BadRequest, match=message) as info:
+        provider().build_request(call, "m")
+    assert info.value.param == "messages[1].tool_calls[0]"
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"tools": [{"function": {"name": "f"}}], "tool_choice": "sometimes"}, "tool_choice"),
+        (
+            {"tools": [{"function": {"name": "f"}}], "tool_choice": {"type": "function"}},
+            "tool_choice",
+        ),
+    ],
+)
+def test_inexpressible_params_are_bad_requests(params, param):
+    call = simple_call(params=msgspec.convert(params, Params))
+    with pytest.raises(BadRequest) as info:
+        provider().build_request(call, "m")
+    assert info.value.param == param
+
+
+def test_credentials_and_region_from_the_environment():
+    environ = {
+        "AWS_ACCESS_KEY_ID": "AKIDENV",
+        "AWS_SECRET_ACCESS_KEY": "env-secret",
+        "AWS_SESSION_TOKEN": "env-token",
+        "AWS_DEFAULT_REGION": "ap-south-1",
+    }
+    p = provider(environ)
+    assert p.ready
+    assert p.secrets == ("env-secret", "env-token")
+    request = p.build_request(simple_call(), "m")
+    assert request.url == "https://bedrock-runtime.ap-south-1.amazonaws.com/model/m/converse"
+    assert (
+        "Credential=AKIDENV/20250115/ap-south-1/bedrock/aws4_request"
+        in (request.headers["authorization"])
+    )
+    assert request.headers["x-amz-security-token"] == "env-token"
+    assert (
+        provider({**environ, "AWS_REGION": "us-east-2"})
+        .build_request(simple_call(), "m")
+        .url.startswith("https://bedrock-runtime.us-east-2.")
+    )
+
+
+def test_a_key_in_the_config_is_never_mixed_with_the_environment():
+    environ = {"AWS_SECRET_ACCESS_KEY": "env-secret", "AWS_SESSION_TOKEN": "env-token"}
+    p = provider(environ, region="us-east-1", access_key_id="AKIDCONF")
+    assert not p.ready  # the config names a key but not its secret
+    assert p.secrets == ()
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"},  # no region
+        {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "AK"},  # no secret
+        {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "SK"},
+    ],
+)
+def test_not_ready_without_region_and_a_complete_key(environ):
+    assert provider(environ).ready is False
+
+
+def test_the_signature_is_botocores_and_covers_plugin_headers():
+    p = provider(headers={"x-team": "search"})
+    call = simple_call(upstream_headers={"x-trace-id": "abc"})
+    request = p.build_request(call, "anthropic.claude-3-haiku-20240307-v1:0")
+    assert request.headers["x-trace-id"] == "abc"
+    assert request.headers["x-team"] == "search"
+    assert request.headers["x-amz-date"] == "20250115T083000Z"
+    signed = request.headers["authorization"].split("SignedHeaders=")[1].split(",")[0]
+    assert signed == "content-type;host;x-amz-date;x-team;x-trace-id"
+    boto = AWSRequest(
+        method="POST",
+        url=request.url,
+        data=request.body,
+        headers={
+            k: v for k, v in request.headers.items() if k not in ("authorization", "x-amz-date")
+        },
+    )
+    with mock.patch("botocore.auth.get_current_datetime", return_value=NOW.replace(tzinfo=None)):
+        SigV4Auth(BotoCredentials("AKIDTEST", "s3cr3t/KEY"), "bedrock", "eu-west-3").add_auth(boto)
+    assert boto.headers["Authorization"] == request.headers["authorization"]
+
+
+def test_plugin_headers_never_replace_the_providers_own_or_the_signatures():
+    plugin = {"Content-Type": "text/plain", "Authorization": "x", "X-Amz-Date": "y", "Host": "z"}
+    request = provider().build_request(simple_call(upstream_headers=plugin), "m")
+    assert {k.lower() for k in request.headers} == {"content-type", "x-amz-date", "authorization"}
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIDTEST/")
+
+
+def test_config_validation():
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"type": "bedrock", "regoin": "x"}, BedrockConfig)
+
+
+def test_usage_with_null_counts():
+    body = {
+        "output": {"message": {"content": [{"text": "x"}]}},
+        "usage": {"inputTokens": 5, "outputTokens": None, "cacheReadInputTokens": None},
+    }
+    usage = provider().parse_response(json.dumps(body).encode(), "m").usage
+    assert usage == Usage(input=5)
+
+
+def test_malformed_response_body():
+    with pytest.raises(UpstreamError, match="malformed response"):
+        provider().parse_response(b'{"stopReason": "end_turn"}', "m")
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: the gateway in front of a stream that fails in-band
+# ---------------------------------------------------------------------------------------------
+
+
+async def collect(stream: Any, text: list[str]) -> None:
+    async for chunk in stream:
+        text += [choice.delta.content or "" for choice in chunk.choices]
+
+
+async def test_an_in_band_exception_reaches_the_client_as_an_error_after_the_text(tmp_path):
+    body = (FIXTURES / "stream_exception.bin").read_bytes()
+
+    async def converse_stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"content-type": "application/vnd.amazon.eventstream"}
+        )
+        await response.prepare(request)
+        await response.write(body)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/model/{model}/converse-stream", converse_stream)
+    upstream, upstream_url = await start_site(app)
+    config = {
+        "server": {"access_log": False},
+        "providers": {"aws": {"type": "bedrock", **CONFIG, "endpoint_url": upstream_url}},
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    gateway, url = await start_site(create_app(path, log_stream=io.StringIO()))
+    try:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
+        async with client:
+            stream = await client.chat.completions.create(
+                model="aws/amazon.nova-lite-v1:0",
+                messages=[{"role": "user", "content": "Hi"}],
+                stream=True,
+            )
+            text: list[str] = []
+            with pytest.raises(openai.APIError, match="Too many tokens"):
+                await collect(stream, text)
+        assert "".join(text) == "Partial"
+    finally:
+        await gateway.cleanup()
+        await upstream.cleanup()

@@ -1,0 +1,281 @@
+"""proxy/providers/gemini.py: pure translation, table-driven from tests/fixtures/gemini/.
+
+See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. Streams are fed
+through the SSE decoder whole and in several byte splits, and must translate the same.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.canonical import Call, FilePart, FunctionCall, Message, Params, ToolCall
+from proxy.config import parse_config
+from proxy.errors import BadRequest, GatewayError, UpstreamError
+from proxy.providers import build_provider
+from proxy.providers.base import HttpProvider
+from proxy.providers.gemini import (
+    SIGNATURE_MARK,
+    THINKING_BUDGETS,
+    GeminiConfig,
+    GeminiProvider,
+    tool_call_id,
+)
+from tests.proxy.providers.translation_support import (
+    SPLITS,
+    assert_error,
+    call_from,
+    error_input,
+    load_fixtures,
+    run_stream,
+    sse_bytes,
+    sse_events,
+    sse_events_at,
+    strict_json,
+)
+
+KEY = "AIzaSyTestKey0123456789abcdef"
+
+
+def provider(**config: Any) -> GeminiProvider:
+    config.setdefault("api_key", KEY)
+    return GeminiProvider("gemini", GeminiConfig(**config))
+
+
+def call(*messages: Message, **params: Any) -> Call:
+    return Call(
+        request_id="req-1",
+        dialect="openai",
+        model="gemini",
+        messages=list(messages) or [Message(role="user", content="hi")],
+        params=msgspec.convert(params, Params),
+    )
+
+
+def body_of(request_call: Call) -> dict[str, Any]:
+    return strict_json(provider().build_request(request_call, "gemini-2.5-flash").body)
+
+
+def test_is_an_http_provider_with_a_stream_parser():
+    built = provider()
+    assert isinstance(built, HttpProvider)
+    assert built.stream_parser() is not built.stream_parser(), "one parser per stream"
+
+
+def test_config_from_yaml_builds_the_provider():
+    config = parse_config(
+        """
+        providers:
+          google:
+            type: gemini
+            api_key: AIza-yaml
+            base_url: http://127.0.0.1:9/v1beta/
+            headers: {x-goog-user-project: my-project}
+        """
+    )
+    built = build_provider("google", config.providers["google"])
+    assert isinstance(built, GeminiProvider)
+    assert built.ready
+    assert built.secrets == ("AIza-yaml",)
+    request = built.build_request(call(), "gemini-2.5-flash")
+    assert request.url == "http://127.0.0.1:9/v1beta/models/gemini-2.5-flash:generateContent"
+    assert request.headers["x-goog-api-key"] == "AIza-yaml"
+    assert request.headers["x-goog-user-project"] == "my-project"
+
+
+@pytest.mark.parametrize("api_key", [None, ""])
+def test_not_ready_without_a_key(api_key: str | None):
+    built = GeminiProvider("g", GeminiConfig(api_key=api_key))
+    assert not built.ready
+    assert built.secrets == ()
+
+
+# ---------------------------------------------------------------------------------------------
+# Table-driven translation
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("gemini", "request"))
+def test_request_translation(fixture: dict[str, Any]):
+    request = provider().build_request(call_from(fixture["call"]), fixture["upstream_model"])
+    assert request.url == fixture["expected_url"]
+    assert strict_json(request.body) == fixture["expected_body"]
+    assert request.headers["x-goog-api-key"] == KEY
+    assert request.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("gemini", "response"))
+def test_response_translation(fixture: dict[str, Any]):
+    body = json.dumps(fixture["body"]).encode()
+    if "expected_error" in fixture:
+        with pytest.raises(GatewayError) as caught:
+            provider().parse_response(body, fixture["requested_model"])
+        assert_error(caught.value, fixture["expected_error"])
+        return
+    response = provider().parse_response(body, fixture["requested_model"])
+    assert msgspec.to_builtins(response) == fixture["expected"]
+
+
+STREAMS = load_fixtures("gemini", "stream")
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("fixture", STREAMS)
+def test_stream_translation_in_any_split(fixture: dict[str, Any], split: int | None):
+    events = sse_events(sse_bytes(fixture), split)
+    chunks, error = run_stream(provider().stream_parser(), events)
+    assert chunks == fixture["expected_chunks"]
+    if fixture["expected_error"] is None:
+        assert error is None
+    else:
+        assert_error(error, fixture["expected_error"])
+
+
+@settings(max_examples=30, derandomize=True, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0), max_size=40))
+def test_streams_translate_the_same_at_random_cut_points(cuts: list[int]):
+    for case in STREAMS:
+        fixture = case.values[0]
+        events = sse_events_at(sse_bytes(fixture), cuts)
+        chunks, _ = run_stream(provider().stream_parser(), events)
+        assert chunks == fixture["expected_chunks"], fixture["sse"]
+
+
+@pytest.mark.parametrize("fixture", load_fixtures("gemini", "error"))
+def test_error_classification(fixture: dict[str, Any]):
+    status, headers, body = error_input(fixture)
+    assert_error(provider().parse_error(status, headers, body), fixture["expected"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Details
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("effort", "budget"), sorted(THINKING_BUDGETS.items()))
+def test_reasoning_effort_budgets(effort: str, budget: int):
+    thinking = body_of(call(reasoning_effort=effort))["generationConfig"]["thinkingConfig"]
+    assert thinking["thinkingBudget"] == budget
+    assert thinking.get("includeThoughts", False) is (budget > 0)
+
+
+def test_tool_call_ids_round_trip_with_their_signature():
+    parser = provider().stream_parser()
+    data = (
+        b'{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"f",'
+        b'"args":{"a":1}},"thoughtSignature":"c2ln"}]},"finishReason":"STOP"}],'
+        b'"responseId":"r1"}'
+    )
+    chunk = parser.parse_event("", data)
+    assert chunk is not None
+    (delta,) = chunk.choices[0].delta.tool_calls  # type: ignore[misc]
+    assert delta.id == tool_call_id("r1", 0, 0, "f") + SIGNATURE_MARK + "c2ln"
+    assert chunk.choices[0].finish_reason == "tool_calls"
+    assert isinstance(delta.id, str)
+    back = call(
+        Message(role="user", content="go"),
+        Message(
+            role="assistant",
+            content=None,
+            tool_calls=[ToolCall(id=delta.id, function=FunctionCall("f", '{"a":1}'))],
+        ),
+        Message(role="tool", tool_call_id=delta.id, content="done"),
+    )
+    contents = body_of(back)["contents"]
+    assert contents[1]["parts"] == [
+        {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2ln"}
+    ]
+    assert contents[2]["parts"] == [
+        {"functionResponse": {"name": "f", "response": {"output": "done"}}}
+    ]
+
+
+def test_a_stream_without_usage_ends_without_a_usage_chunk():
+    parser = provider().stream_parser()
+    data = b'{"candidates":[{"content":{"parts":[{"text":"ok"}]},"finishReason":"STOP"}]}'
+    assert parser.parse_event("", data) is not None
+    assert parser.end() is None
+
+
+def test_events_with_nothing_new_carry_no_chunk():
+    parser = provider().stream_parser()
+    assert parser.parse_event("", b'{"usageMetadata":{"promptTokenCount":3}}') is None
+    assert parser.parse_event("", b'{"candidates":[{"content":{"parts":[]}}]}') is None
+
+
+def test_stateless_parse_event_translates_one_event():
+    data = b'{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"}}]}'
+    chunk = provider().parse_event("", data)
+    assert chunk is not None
+    assert chunk.choices[0].delta.content == "Hi"
+    assert chunk.choices[0].delta.role == "assistant"
+
+
+@pytest.mark.parametrize(
+    ("request_call", "param"),
+    [
+        (
+            call(
+                Message(
+                    role="assistant",
+                    content=None,
+                    tool_calls=[ToolCall(id="c1", function=FunctionCall("f", "not json"))],
+                )
+            ),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (
+            call(Message(role="tool", tool_call_id="nowhere", content="x")),
+            "messages[0].tool_call_id",
+        ),
+        (call(Message(role="function", content="x", name="f")), "messages[0].role"),
+        (
+            call(Message(role="user", content=[FilePart(file={"file_id": "file-abc"})])),
+            "messages[0].content[0]",
+        ),
+        (call(tool_choice={"type": "function"}), "tool_choice"),
+        (
+            call(response_format={"type": "json_schema", "json_schema": {}}),
+            "response_format.json_schema",
+        ),
+    ],
+    ids=["arguments", "tool-id", "function-role", "file-id", "tool-choice", "schema"],
+)
+def test_requests_gemini_cannot_express_are_400(request_call: Call, param: str):
+    with pytest.raises(BadRequest) as caught:
+        provider().build_request(request_call, "gemini-2.5-flash")
+    assert caught.value.param == param
+
+
+def test_top_k_must_be_an_integer():
+    bad = call()
+    bad.extra = {"top_k": msgspec.Raw(b'"many"')}
+    with pytest.raises(BadRequest) as caught:
+        provider().build_request(bad, "gemini-2.5-flash")
+    assert caught.value.param == "top_k"
+
+
+def test_plugin_headers_never_override_the_key():
+    plugin_call = call()
+    plugin_call.upstream_headers = {"x-goog-api-key": "stolen", "x-trace": "t"}
+    request = provider().build_request(plugin_call, "gemini-2.5-flash")
+    assert request.headers["x-goog-api-key"] == KEY
+    assert request.headers["x-trace"] == "t"
+
+
+def test_malformed_bodies_are_upstream_errors():
+    with pytest.raises(UpstreamError, match="malformed response"):
+        provider().parse_response(b"[not json", "gemini-2.5-flash")
+    with pytest.raises(UpstreamError, match="malformed stream event"):
+        provider().stream_parser().parse_event("", b"{")
+
+
+def test_non_json_error_body_keeps_its_text():
+    error = provider().parse_error(502, {}, b"<html>Bad Gateway</html>")
+    assert error.message == "<html>Bad Gateway</html>"
+    assert error.status == 502
