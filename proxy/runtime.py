@@ -108,7 +108,22 @@ class Snapshot:
         self.plugins = blueprint.plugins
         http = {n: p for n, p in self.providers.items() if not isinstance(p, LocalProvider)}
         self.transport = HttpTransport(http)  # type: ignore[arg-type]
-        upstream = Upstream(self.providers, self.transport, self.redactor, on_upstream_error)
+        on_dropped = None
+        if self.config.server.log_level == "debug":
+            logger = self.logger
+
+            def on_dropped(provider: str, model: str, fields: list[str]) -> None:
+                logger.debug(
+                    "request_fields_dropped", provider=provider, model=model, fields=fields
+                )
+
+        upstream = Upstream(
+            self.providers,
+            self.transport,
+            self.redactor,
+            on_upstream_error,
+            on_dropped=on_dropped,
+        )
         self.chain: Next = compose(self.plugins, upstream)
         self._active = 0
         self._retired = False

@@ -25,6 +25,7 @@ from proxy.transport import HttpTransport
 MAX_ERROR_MESSAGE = 1000
 
 ErrorHook = Callable[[str, GatewayError], None]
+DroppedHook = Callable[[str, str, list[str]], None]
 
 
 class _Clocks:
@@ -180,8 +181,12 @@ class Upstream:
         redactor: Redactor,
         on_error: ErrorHook,
         rng: random.Random | None = None,
+        on_dropped: DroppedHook | None = None,
     ) -> None:
-        """``on_error(provider, error)`` is told of every upstream failure (for metrics)."""
+        """``on_error(provider, error)`` is told of every upstream failure (for metrics);
+        ``on_dropped(provider, model, fields)``, when given, of request fields a provider
+        removes because its vendor rejects them (a debug log line)."""
+        self._on_dropped = on_dropped
         self._providers = dict(providers)
         self._local_names = frozenset(
             name for name, p in providers.items() if isinstance(p, LocalProvider)
@@ -240,6 +245,11 @@ class Upstream:
         self, provider: HttpProvider, call: Call, deployment: Deployment, clocks: _Clocks
     ) -> Response | UpstreamStream:
         request = provider.build_request(call, deployment.model)
+        if self._on_dropped is not None:
+            dropped_fields = getattr(provider, "dropped_fields", None)
+            dropped = dropped_fields(call, deployment.model) if dropped_fields else []
+            if dropped:
+                self._on_dropped(provider.name, deployment.model, dropped)
         started = time.perf_counter()
         try:
             async with asyncio.timeout_at(clocks.deadline):

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.canonical import Call, Choice, Chunk, ChunkChoice, Message, Response, Usage
+from proxy.canonical import Call, Choice, Chunk, ChunkChoice, Message, Params, Response, Usage
 from proxy.errors import (
     ContentPolicyViolation,
     ContextWindowExceeded,
@@ -32,7 +32,7 @@ from proxy.providers.base import (
     encode_raw_fields,
     merge_json_objects,
 )
-from proxy.providers.presets import PRESETS, PresetName, adapt
+from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -173,6 +173,11 @@ class OpenAIProvider:
         messages, params, extra = call.messages, call.params, call.extra
         if self._quirks is not None:
             messages, params, extra = adapt(self._quirks, call, model)
+        if any(message.reasoning_content is not UNSET for message in messages):
+            # A client's thinking (from Anthropic or Fabro dialects) is not an OpenAI input field.
+            messages = [
+                msgspec.structs.replace(message, reasoning_content=UNSET) for message in messages
+            ]
         head = _RequestHead(
             model=model, messages=messages, stream=call.stream, stream_options=stream_options
         )
@@ -189,6 +194,18 @@ class OpenAIProvider:
                 **headers,
             }
         return HttpRequest(url=self._url, headers=headers, body=body)
+
+    def dropped_fields(self, call: Call, model: str) -> list[str]:
+        """The fields of ``call`` that this vendor's preset removes for ``model`` (for logs)."""
+        if self._quirks is None:
+            return []
+        params = call.params
+        return sorted(
+            name
+            for name in rejected_fields(self._quirks, model)
+            if name in call.extra
+            or (name in Params.__struct_fields__ and getattr(params, name) is not UNSET)
+        )
 
     def parse_response(self, body: bytes, model: str) -> Response:
         """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""

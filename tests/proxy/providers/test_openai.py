@@ -380,3 +380,19 @@ def test_empty_error_body_gets_a_message():
 def test_other_error_body_shapes(body, message):
     error = provider().parse_error(400, CIMultiDict(), body)
     assert error.message == message
+
+
+def test_client_reasoning_is_not_sent_upstream():
+    provider = OpenAIProvider("up", OpenAIConfig(base_url="http://127.0.0.1:9/v1", api_key="k"))
+    call = Call(
+        request_id="r",
+        dialect="anthropic",
+        model="up/m",
+        messages=[
+            Message(role="user", content="Hi"),
+            Message(role="assistant", content="Hello", reasoning_content="thinking..."),
+        ],
+    )
+    body = json.loads(provider.build_request(call, "m").body)
+    assert body["messages"][1] == {"role": "assistant", "content": "Hello"}
+    assert call.messages[1].reasoning_content == "thinking...", "the call itself is unchanged"
