@@ -32,6 +32,7 @@ from proxy.errors import (
     GatewayError,
     InternalError,
     MethodNotAllowed,
+    NoReadyDeployment,
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
@@ -190,7 +191,9 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
             try:
                 body = await _read_body(request, snapshot.config)
                 call = dialect.decode(body, request.headers, request_id, start)
-                call.deployments = snapshot.router.resolve(call.model, call.options.provider)
+                # No ready candidate: the upstream refuses, unless a plugin (fallback) reroutes.
+                with contextlib.suppress(NoReadyDeployment):
+                    call.deployments = snapshot.router.resolve(call.model, call.options.provider)
                 outcome.model = metrics.model_label(call.model)
                 reply = await snapshot.chain(call)
             except GatewayError as error:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from proxy.canonical import Call, Chunk, Deployment, Reply, Response, Timings
-from proxy.errors import GatewayError, UpstreamTimeout
+from proxy.errors import GatewayError, NoReadyDeployment, UpstreamTimeout
 from proxy.providers.base import HttpProvider, LocalProvider, Provider, Timeouts
 from proxy.redact import Redactor
 from proxy.transport import HttpTransport
@@ -197,7 +197,8 @@ class Upstream:
         self._rng = rng or random.Random()
 
     async def __call__(self, call: Call) -> Reply:
-        """Send ``call`` to its deployment. Raises a sanitised :class:`GatewayError`."""
+        """Send ``call`` to its deployment. Raises a sanitised :class:`GatewayError`;
+        :class:`NoReadyDeployment` when the call has no candidate at all."""
         deployment = call.deployment or self._pick(call.deployments)
         provider = self._providers[deployment.provider]
         clocks = _Clocks(provider.config.timeouts)
@@ -216,6 +217,10 @@ class Upstream:
     def _pick(self, deployments: list[Deployment]) -> Deployment:
         if len(deployments) == 1:
             return deployments[0]
+        if not deployments:
+            raise NoReadyDeployment(
+                "no ready deployment for this model (check provider credentials and health)"
+            )
         weights = [d.weight for d in deployments]
         return self._rng.choices(deployments, weights=weights)[0]
 
