@@ -6,15 +6,19 @@ config (provider names, aliases), the dialect registry and fixed vocabularies â€
 users or free text â€” and the ``model`` label is capped (:class:`BoundedLabel`) because a client
 may address ``provider/<anything>``.
 
-With several worker processes, prometheus-client's multiprocess mode is used: the parent sets
+In one process, metric values are plain floats updated without locks (the event loop is
+single-threaded) and rendered through prometheus-client at scrape time. With several worker
+processes, prometheus-client's own metrics in multiprocess mode are used instead: the parent sets
 ``PROMETHEUS_MULTIPROC_DIR`` before the workers import this module, and :meth:`Metrics.render`
 aggregates every worker's samples, so a scrape that lands on any worker sees the whole server.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -26,6 +30,13 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
 
 from proxy.canonical import Usage
 
@@ -89,6 +100,102 @@ def status_class(status: int) -> str:
     return f"{status // 100}xx"
 
 
+class _LocalValue:
+    """A counter or gauge child kept in a plain float (the event loop is single-threaded)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+class _LocalHistogram:
+    """A histogram child: per-bucket counts (non-cumulative until exposition) and the sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, amount)] += 1
+        self.sum += amount
+
+
+class _LocalFamily:
+    """One metric family whose children live in this process only, without locks.
+
+    prometheus-client guards every update with a lock for threaded servers; the gateway updates
+    metrics from one event loop, so plain attributes are enough and several times cheaper.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        doc: str,
+        labels: list[str],
+        buckets: tuple[float, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.doc = doc
+        self.labelnames = labels
+        self.buckets = buckets
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        child = self.children.get(values)
+        if child is None:
+            child = _LocalHistogram(self.buckets) if self.kind == "histogram" else _LocalValue()
+            self.children[values] = child
+        return child
+
+    def sample(self) -> Metric:
+        """This family in prometheus-client's exposition form."""
+        if self.kind == "counter":
+            family: Any = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for values, child in self.children.items():
+                family.add_metric(values, child.value)
+        elif self.kind == "gauge":
+            family = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for values, child in self.children.items():
+                family.add_metric(values, child.value)
+        else:
+            family = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for values, child in self.children.items():
+                cumulative = list(itertools.accumulate(child.counts))
+                bounds = [*(floatToGoString(b) for b in child.bounds), "+Inf"]
+                family.add_metric(values, list(zip(bounds, cumulative, strict=True)), child.sum)
+        return family
+
+
+class _LocalCollector:
+    """Exposes the :class:`_LocalFamily` metrics through a prometheus-client registry."""
+
+    def __init__(self) -> None:
+        self._families: list[_LocalFamily] = []
+
+    def family(self, family: _LocalFamily) -> _LocalFamily:
+        self._families.append(family)
+        return family
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._families:
+            yield family.sample()
+
+
 class Metrics:
     """Every metric the gateway exports, with helpers shaped after what the app records."""
 
@@ -96,146 +203,116 @@ class Metrics:
         self.multiprocess = bool(os.environ.get(MULTIPROC_ENV))
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_label: Callable[[str], str] = BoundedLabel(max_model_labels)
-        r = self.registry
-        self.requests = _Children(
-            Counter(
-                "crossway_requests",
-                "Client requests answered, by dialect, model, provider and status class.",
-                ["dialect", "model", "provider", "status_class"],
-                registry=r,
-            )
+        self._local = _LocalCollector()
+        if not self.multiprocess:
+            self.registry.register(self._local)
+        self.requests = self._counter(
+            "crossway_requests",
+            "Client requests answered, by dialect, model, provider and status class.",
+            ["dialect", "model", "provider", "status_class"],
         )
-        self.request_duration = _Children(
-            Histogram(
-                "crossway_request_duration_seconds",
-                "Time from request received to the last byte of the answer.",
-                ["dialect", "model", "provider"],
-                buckets=_LATENCY_BUCKETS,
-                registry=r,
-            )
+        self.request_duration = self._histogram(
+            "crossway_request_duration_seconds",
+            "Time from request received to the last byte of the answer.",
+            ["dialect", "model", "provider"],
+            _LATENCY_BUCKETS,
         )
-        self.upstream_duration = _Children(
-            Histogram(
-                "crossway_upstream_duration_seconds",
-                "Time spent waiting on upstreams per request (all attempts, all stream chunks).",
-                ["provider"],
-                buckets=_LATENCY_BUCKETS,
-                registry=r,
-            )
+        self.upstream_duration = self._histogram(
+            "crossway_upstream_duration_seconds",
+            "Time spent waiting on upstreams per request (all attempts, all stream chunks).",
+            ["provider"],
+            _LATENCY_BUCKETS,
         )
-        self.time_to_first_token = _Children(
-            Histogram(
-                "crossway_time_to_first_token_seconds",
-                "Time from request received to the first streamed token sent to the client.",
-                ["dialect", "model", "provider"],
-                buckets=_LATENCY_BUCKETS,
-                registry=r,
-            )
+        self.time_to_first_token = self._histogram(
+            "crossway_time_to_first_token_seconds",
+            "Time from request received to the first streamed token sent to the client.",
+            ["dialect", "model", "provider"],
+            _LATENCY_BUCKETS,
         )
-        self.overhead = _Children(
-            Histogram(
-                "crossway_gateway_overhead_seconds",
-                "The gateway's own time per request: total duration minus upstream wait.",
-                ["dialect"],
-                buckets=_OVERHEAD_BUCKETS,
-                registry=r,
-            )
+        self.overhead = self._histogram(
+            "crossway_gateway_overhead_seconds",
+            "The gateway's own time per request: total duration minus upstream wait.",
+            ["dialect"],
+            _OVERHEAD_BUCKETS,
         )
-        self.tokens = _Children(
-            Counter(
-                "crossway_tokens",
-                "Tokens processed, by kind (input, cache_read, cache_write, output, reasoning).",
-                ["model", "provider", "kind"],
-                registry=r,
-            )
+        self.tokens = self._counter(
+            "crossway_tokens",
+            "Tokens processed, by kind (input, cache_read, cache_write, output, reasoning).",
+            ["model", "provider", "kind"],
         )
-        self.in_flight = _Children(
-            Gauge(
-                "crossway_requests_in_flight",
-                "Client requests being processed.",
-                ["dialect"],
-                registry=r,
-                multiprocess_mode="livesum",
-            )
+        self.in_flight = self._gauge(
+            "crossway_requests_in_flight",
+            "Client requests being processed.",
+            ["dialect"],
+            "livesum",
         )
-        self.upstream_errors = _Children(
-            Counter(
-                "crossway_upstream_errors",
-                "Failed upstream calls, by provider and reason (the error kind).",
-                ["provider", "reason"],
-                registry=r,
-            )
+        self.upstream_errors = self._counter(
+            "crossway_upstream_errors",
+            "Failed upstream calls, by provider and reason (the error kind).",
+            ["provider", "reason"],
         )
-        self.provider_ready = _Children(
-            Gauge(
-                "crossway_provider_ready",
-                "1 when a provider has what it needs to serve (credentials), else 0.",
-                ["provider"],
-                registry=r,
-                multiprocess_mode="max",
-            )
+        self.provider_ready = self._gauge(
+            "crossway_provider_ready",
+            "1 when a provider has what it needs to serve (credentials), else 0.",
+            ["provider"],
+            "max",
         )
-        self.config_reloads = _Children(
-            Counter(
-                "crossway_config_reloads",
-                "Configuration reloads, by result (ok, error).",
-                ["result"],
-                registry=r,
-            )
+        self.config_reloads = self._counter(
+            "crossway_config_reloads", "Configuration reloads, by result (ok, error).", ["result"]
         )
-        self.retries = _Children(
-            Counter(
-                "crossway_retries",
-                "Upstream calls retried, by the reason (error kind) of the failed attempt.",
-                ["reason"],
-                registry=r,
-            )
+        self.retries = self._counter(
+            "crossway_retries",
+            "Upstream calls retried, by the reason (error kind) of the failed attempt.",
+            ["reason"],
         )
-        self.retries_denied = _Children(
-            Counter(
-                "crossway_retries_denied",
-                "Retries not made although the failure was retriable, by cause (budget, wait).",
-                ["cause"],
-                registry=r,
-            )
+        self.retries_denied = self._counter(
+            "crossway_retries_denied",
+            "Retries not made although the failure was retriable, by cause (budget, wait).",
+            ["cause"],
         )
-        self.fallbacks = _Children(
-            Counter(
-                "crossway_fallbacks",
-                "Fallbacks from a failed model to the next one (labels through model_label).",
-                ["from_model", "to_model"],
-                registry=r,
-            )
+        self.fallbacks = self._counter(
+            "crossway_fallbacks",
+            "Fallbacks from a failed model to the next one (labels through model_label).",
+            ["from_model", "to_model"],
         )
-        self.deployment_healthy = _Children(
-            Gauge(
-                "crossway_deployment_healthy",
-                "1 while a deployment is routable, 0 while it is ejected after failures.",
-                ["provider", "model"],
-                registry=r,
-                multiprocess_mode="livemin",
-            )
+        self.deployment_healthy = self._gauge(
+            "crossway_deployment_healthy",
+            "1 while a deployment is routable, 0 while it is ejected after failures.",
+            ["provider", "model"],
+            "livemin",
         )
-        self.deployment_ejections = _Children(
-            Counter(
-                "crossway_deployment_ejections",
-                "Times a deployment was ejected for a cooldown after consecutive failures.",
-                ["provider", "model"],
-                registry=r,
-            )
+        self.deployment_ejections = self._counter(
+            "crossway_deployment_ejections",
+            "Times a deployment was ejected for a cooldown after consecutive failures.",
+            ["provider", "model"],
         )
-        self.store_degraded = _Children(
-            Counter(
-                "crossway_store_degraded",
-                "Decisions taken without the state store because it was unavailable, by use.",
-                ["use"],
-                registry=r,
-            )
+        self.store_degraded = self._counter(
+            "crossway_store_degraded",
+            "Decisions taken without the state store because it was unavailable, by use.",
+            ["use"],
         )
-
         # Series that alerts watch with increase() exist from the start, at 0.
         for result in ("ok", "error"):
             self.config_reloads(result)
+
+    def _counter(self, name: str, doc: str, labels: list[str]) -> _Children:
+        if self.multiprocess:
+            return _Children(Counter(name, doc, labels, registry=self.registry))
+        return _Children(self._local.family(_LocalFamily("counter", name, doc, labels)))
+
+    def _gauge(self, name: str, doc: str, labels: list[str], mode: str) -> _Children:
+        if self.multiprocess:
+            return _Children(
+                Gauge(name, doc, labels, registry=self.registry, multiprocess_mode=mode)
+            )
+        return _Children(self._local.family(_LocalFamily("gauge", name, doc, labels)))
+
+    def _histogram(
+        self, name: str, doc: str, labels: list[str], buckets: tuple[float, ...]
+    ) -> _Children:
+        if self.multiprocess:
+            return _Children(Histogram(name, doc, labels, buckets=buckets, registry=self.registry))
+        return _Children(self._local.family(_LocalFamily("histogram", name, doc, labels, buckets)))
 
     def record_tokens(self, model: str, provider: str, usage: Usage) -> None:
         """Count ``usage`` into the token counter, one kind per disjoint bucket."""
