@@ -29,9 +29,27 @@ DroppedHook = Callable[[str, str, list[str]], None]
 
 
 class _Clocks:
-    """The first-byte, idle and total deadlines of one upstream call (event-loop time)."""
+    """The first-byte, idle and total deadlines of one upstream call (event-loop time).
 
-    __slots__ = ("clock", "deadline", "idle", "loop", "total_deadline")
+    ``with clocks:`` guards one wait on the upstream: when the current deadline passes, the
+    waiting task is cancelled and the block raises :class:`TimeoutError` (as
+    :func:`asyncio.timeout` does). One timer serves the whole call — it is re-armed only when it
+    fires before a deadline that has since moved — instead of one timer per wait, which matters
+    for streams with many waits. :meth:`close` stops the timer when the call is over.
+    """
+
+    __slots__ = (
+        "_armed_at",
+        "_cancelling",
+        "_expired",
+        "_task",
+        "_timer",
+        "clock",
+        "deadline",
+        "idle",
+        "loop",
+        "total_deadline",
+    )
 
     def __init__(self, timeouts: Timeouts) -> None:
         self.loop = asyncio.get_running_loop()
@@ -42,6 +60,11 @@ class _Clocks:
             self.deadline, self.clock = now + timeouts.first_byte, "first_byte"
         else:
             self.deadline, self.clock = self.total_deadline, "total"
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at = 0.0
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+        self._expired = False
 
     def next_is_idle(self) -> None:
         """After a byte has arrived: the next wait is bounded by the idle clock."""
@@ -58,6 +81,45 @@ class _Clocks:
             code=f"{self.clock}_timeout",
             provider=provider,
         )
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = task.cancelling()
+        if self._timer is None or self.deadline < self._armed_at:
+            self._arm()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> None:
+        task, self._task = self._task, None
+        if self._expired:
+            self._expired = False
+            assert task is not None
+            if task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                raise TimeoutError from None
+
+    def close(self) -> None:
+        """The call is over: no more waits to guard."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_at = self.deadline
+        self._timer = self.loop.call_at(self.deadline, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        task = self._task
+        if task is None:  # not waiting now: the next wait arms a timer again
+            return
+        if self.loop.time() < self.deadline:
+            self._arm()
+            return
+        self._expired = True
+        task.cancel()
 
 
 class UpstreamStream:
@@ -136,7 +198,7 @@ class UpstreamStream:
         clocks = self._clocks
         started = time.perf_counter()
         try:
-            async with asyncio.timeout_at(clocks.deadline):
+            with clocks:
                 while not self._ready:
                     item = await anext(self._inner)
                     if isinstance(item, list):
@@ -166,6 +228,7 @@ class UpstreamStream:
 
     async def aclose(self) -> None:
         """Stop the stream and free its upstream connection."""
+        self._clocks.close()
         aclose = getattr(self._inner, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -208,9 +271,14 @@ class Upstream:
             else:
                 result = await self._http(provider, call, deployment, clocks)  # type: ignore[arg-type]
         except GatewayError as error:
+            clocks.close()
             self._fail(deployment.provider, error)
             raise
+        except BaseException:
+            clocks.close()
+            raise
         if isinstance(result, Response):
+            clocks.close()
             return Reply(provider=deployment.provider, model=deployment.model, response=result)
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
 
@@ -236,7 +304,7 @@ class Upstream:
     ) -> Response | UpstreamStream:
         started = time.perf_counter()
         try:
-            async with asyncio.timeout_at(clocks.deadline):
+            with clocks:
                 result = await provider.complete(call, deployment.model)
         except TimeoutError:
             raise clocks.expired(provider.name) from None
@@ -257,7 +325,7 @@ class Upstream:
                 self._on_dropped(provider.name, deployment.model, dropped)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout_at(clocks.deadline):
+            with clocks:
                 if call.stream:
                     chunks = await self._transport.open_stream(provider, request)
                 else:
