@@ -375,7 +375,13 @@ class ChunkChoice(Struct):
 
 
 class Chunk(Struct, omit_defaults=True):
-    """One event of a streamed completion; the last one usually carries ``usage``."""
+    """One event of a streamed completion; the last one usually carries ``usage``.
+
+    ``raw`` is the upstream's own JSON for this event when it already is an OpenAI
+    ``chat.completion.chunk`` (an OpenAI-compatible provider sets it), so that the OpenAI chat
+    dialect can send it on unchanged instead of encoding it again. It describes the chunk as
+    received: code that changes a chunk must set ``raw`` to None (a new Chunk has none).
+    """
 
     id: str
     model: str
@@ -383,6 +389,7 @@ class Chunk(Struct, omit_defaults=True):
     created: int = 0
     usage: Usage | None = None
     system_fingerprint: str | UnsetType | None = UNSET
+    raw: bytes | None = None
 
 
 class Reply(Struct):

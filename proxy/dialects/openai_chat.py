@@ -245,6 +245,8 @@ class ChatStreamEncoder:
     def chunk(self, chunk: Chunk) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
         usage = chunk.usage
+        if chunk.raw is not None and usage is None:
+            return b"data: " + chunk.raw + b"\n\n"  # already an OpenAI chunk: as it came
         if usage is not None and not self._include_usage:
             if not chunk.choices:
                 return b""

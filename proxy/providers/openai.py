@@ -243,13 +243,16 @@ class OpenAIProvider:
             raise self._classify(
                 500, wire.error.message, _code_text(wire.error.code), retry_after=None
             )
+        usage = wire.usage
         return Chunk(
             id=wire.id,
             model=wire.model,
             choices=wire.choices,
             created=wire.created,
-            usage=wire.usage.canonical() if wire.usage is not None else None,
+            usage=usage.canonical() if usage is not None else None,
             system_fingerprint=wire.system_fingerprint,
+            # Complete OpenAI chunks can go to OpenAI clients as they came.
+            raw=data if usage is None and wire.id and wire.created and wire.model else None,
         )
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:

@@ -108,8 +108,11 @@ def test_response_translation(fixture: dict[str, Any]):
 
 @pytest.mark.parametrize("fixture", load_fixtures("event"))
 def test_event_translation(fixture: dict[str, Any]):
-    chunk = provider().parse_event("", json.dumps(fixture["data"]).encode())
+    data = json.dumps(fixture["data"]).encode()
+    chunk = provider().parse_event("", data)
     assert chunk is not None
+    assert chunk.raw in (None, data), "raw, when kept, is the upstream's own JSON"
+    chunk.raw = None
     assert msgspec.to_builtins(chunk) == fixture["expected"]
 
 
@@ -396,3 +399,15 @@ def test_client_reasoning_is_not_sent_upstream():
     body = json.loads(provider.build_request(call, "m").body)
     assert body["messages"][1] == {"role": "assistant", "content": "Hello"}
     assert call.messages[1].reasoning_content == "thinking...", "the call itself is unchanged"
+
+
+def test_complete_chunks_keep_their_raw_json_and_usage_chunks_do_not():
+    data = b'{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}'
+    assert provider().parse_event("", data).raw == data
+    with_usage = (
+        b'{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+        b'"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}'
+    )
+    assert provider().parse_event("", with_usage).raw is None
+    no_created = b'{"id":"c1","model":"m","choices":[]}'
+    assert provider().parse_event("", no_created).raw is None
