@@ -24,7 +24,7 @@ from aiohttp import web
 
 from plugins import BUILTINS
 from proxy.canonical import Call, Chunk, Reply, Usage
-from proxy.config import ConfigError, GatewayConfig, ServerConfig, load_config
+from proxy.config import ConfigError, ServerConfig, load_config
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder
 from proxy.dialects.openai_chat import error_json
@@ -143,15 +143,15 @@ class _RequestIds:
         return f"{self._prefix}{next(self._counter):016x}"
 
 
-async def _read_body(request: web.Request, config: GatewayConfig) -> bytes:
-    limit = config.server.max_body_bytes
+async def _read_body(request: web.Request, server: ServerConfig) -> bytes:
+    limit = server.max_body_bytes
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     try:
         if request.content.is_eof():  # already fully received: nothing to wait for
             return await request.read()
-        async with asyncio.timeout(config.server.body_read_timeout):
+        async with asyncio.timeout(server.body_read_timeout):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit") from None
@@ -175,6 +175,7 @@ class _Outcome:
 def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
     """The request pipeline for one dialect (see the module docstring)."""
     metrics = app[METRICS]
+    server = app[SERVER]  # limits apply as the process started (aiohttp enforces them too)
     in_flight = metrics.in_flight(dialect.name)
     name = dialect.name
     request_ids = _RequestIds()
@@ -189,7 +190,7 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
         call: Call | None = None
         try:
             try:
-                body = await _read_body(request, snapshot.config)
+                body = await _read_body(request, server)
                 call = dialect.decode(body, request.headers, request_id, start)
                 # No ready candidate: the upstream refuses, unless a plugin (fallback) reroutes.
                 with contextlib.suppress(NoReadyDeployment):
