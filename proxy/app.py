@@ -197,6 +197,9 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
                     call.deployments = snapshot.router.resolve(call.model, call.options.provider)
                 outcome.model = metrics.model_label(call.model)
                 reply = await snapshot.chain(call)
+                outcome.provider = reply.provider
+                if reply.stream is None:
+                    return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
                 return _error_response(dialect, error, request_id, outcome)
             except Exception:
@@ -204,10 +207,7 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
                 return _error_response(
                     dialect, InternalError("internal gateway error"), request_id, outcome
                 )
-            outcome.provider = reply.provider
-            if reply.stream is not None:
-                return await _stream(request, dialect, call, reply, request_id, outcome)
-            return _whole(dialect, call, reply, request_id, outcome)
+            return await _stream(request, dialect, call, reply, request_id, outcome)
         except asyncio.CancelledError:
             outcome.status = CLIENT_CLOSED
             raise

@@ -23,7 +23,8 @@ blocks map onto the OpenAI-shaped canonical call:
 
 Replies are ``message`` objects: a ``thinking`` block (empty signature: the gateway has none to
 give), the text block, then ``tool_use`` blocks. Stop reasons: stop → ``end_turn``, length →
-``max_tokens``, tool calls → ``tool_use``, content filter → ``refusal``. (``stop_sequence`` is
+``max_tokens``, tool calls (or a natural end after tool calls) → ``tool_use``, content filter →
+``refusal``. (``stop_sequence`` is
 never reported: canonical replies do not say which stop sequence matched.) Usage:
 ``input_tokens`` is the uncached input, ``cache_read_input_tokens`` and
 ``cache_creation_input_tokens`` the cache buckets, ``output_tokens`` output plus reasoning.
@@ -345,10 +346,14 @@ def _invalid(detail: str, param: str) -> BadRequest:
     return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
 
 
-def stop_reason(finish_reason: str | None) -> str:
-    """Anthropic's stop reason for a canonical finish reason (``None`` is a natural end)."""
-    if finish_reason is None:
-        return "end_turn"
+def stop_reason(finish_reason: str | None, called_tools: bool = False) -> str:
+    """Anthropic's stop reason for a canonical finish reason (``None`` is a natural end).
+
+    A natural end of an answer that called tools is ``tool_use`` whatever the upstream said
+    (some OpenAI-compatible servers say ``stop``): Anthropic clients run tools only on it.
+    """
+    if finish_reason is None or finish_reason == "stop":
+        return "tool_use" if called_tools else "end_turn"
     return _STOP_REASONS.get(finish_reason, "end_turn")
 
 
@@ -408,7 +413,7 @@ class AnthropicDialect:
                 id=response.id or f"msg_{call.request_id}",
                 model=response.model or reply.model,
                 content=_blocks(choice.message),
-                stop_reason=stop_reason(choice.finish_reason),
+                stop_reason=stop_reason(choice.finish_reason, bool(choice.message.tool_calls)),
                 usage=AnthropicUsage.of(response.usage),
             )
         )
@@ -684,7 +689,7 @@ class AnthropicStreamEncoder:
         """See :meth:`proxy.dialects.base.StreamEncoder.end`."""
         usage = self._usage or Usage()
         delta = _MessageDelta(
-            delta=_StopDelta(stop_reason=stop_reason(self._finish)),
+            delta=_StopDelta(stop_reason=stop_reason(self._finish, bool(self._tools))),
             usage=_DeltaUsage(
                 input_tokens=usage.input,
                 output_tokens=usage.completion_tokens,

@@ -297,6 +297,14 @@ def _invalid(detail: str, param: str) -> BadRequest:
     return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
 
 
+def _finish_of(finish_reason: str | None, called_tools: bool) -> str | None:
+    """The finish reason to report: a natural end of an answer that called tools is
+    ``tool_calls`` whatever the upstream said (some OpenAI-compatible servers say ``stop``)."""
+    if called_tools and finish_reason in (None, "stop"):
+        return "tool_calls"
+    return finish_reason
+
+
 def stop_reason(finish_reason: str | None) -> str:
     """Fabro's ``stop_reason`` for a canonical finish reason (``None`` counts as a natural end)."""
     if finish_reason is None:
@@ -369,7 +377,7 @@ class FabroDialect:
                 response_id=response.id,
                 reply=reply,
                 parts=_parts_of(message),
-                finish_reason=choice.finish_reason,
+                finish_reason=_finish_of(choice.finish_reason, bool(message.tool_calls)),
                 usage=response.usage,
                 output=output,
             )
@@ -729,15 +737,16 @@ class FabroStreamEncoder:
             parts.append(_Part(kind="text", data="".join(self._text)))
         for call in self._calls.values():
             parts.append(_tool_call_part(call.id, call.name, "".join(call.arguments)))
+        finish_reason = _finish_of(self._finish, bool(self._calls))
         response = _completion(
             response_id=self._id,
             reply=self._reply,
             parts=parts,
-            finish_reason=self._finish,
+            finish_reason=finish_reason,
             usage=self._usage,
         )
         finish = _Finish(
-            finish_reason=self._finish or "stop", usage=response.usage, response=response
+            finish_reason=finish_reason or "stop", usage=response.usage, response=response
         )
         return out + _event(finish)
 

@@ -236,10 +236,12 @@ def encode_completion(call: Call, reply: Reply) -> bytes:
 class CompletionStreamEncoder:
     """``data: {text_completion}`` frames with text deltas, ``data: [DONE]`` at the end.
 
+    With ``echo``, the first text of every choice is prefixed with the prompt.
+
     ``error_body`` renders the in-band error frame's JSON (OpenAI's error body by default).
     """
 
-    __slots__ = ("_created", "_echo", "_error_body", "_include_usage")
+    __slots__ = ("_created", "_echo", "_echoed", "_error_body", "_include_usage")
     keepalive = None
 
     def __init__(
@@ -247,6 +249,7 @@ class CompletionStreamEncoder:
     ) -> None:
         self._include_usage = include_usage
         self._echo = echo
+        self._echoed: set[int] = set()  # choices whose text already starts with the echo
         self._error_body = error_body
         self._created = int(time.time())
 
@@ -258,8 +261,9 @@ class CompletionStreamEncoder:
             finish = legacy_finish(choice.finish_reason)
             if not text and finish is None:
                 continue
-            if self._echo:
-                text, self._echo = self._echo + (text or ""), ""
+            if self._echo and choice.index not in self._echoed:
+                self._echoed.add(choice.index)
+                text = self._echo + (text or "")
             choices.append(
                 _Choice(text=text or "", index=choice.index, logprobs=None, finish_reason=finish)
             )

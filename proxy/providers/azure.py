@@ -25,7 +25,7 @@ import msgspec
 
 from proxy.canonical import Call, Chunk, Delta, Response
 from proxy.errors import UpstreamError
-from proxy.providers.base import HttpRequest, ProviderConfig
+from proxy.providers.base import HttpRequest, ProviderConfig, path_segment
 from proxy.providers.openai import OpenAIConfig, OpenAIProvider
 
 DEFAULT_API_VERSION = "2024-10-21"
@@ -93,7 +93,7 @@ class AzureProvider:
         """See :meth:`proxy.providers.base.HttpProvider.build_request`."""
         deployment = self.deployment(model)
         request = self._openai.build_request(call, deployment)
-        request.url = self._base + quote(deployment, safe="") + self._query
+        request.url = self._base + path_segment(deployment) + self._query
         return request
 
     def parse_response(self, body: bytes, model: str) -> Response:

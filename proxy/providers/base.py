@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Annotated, Protocol, runtime_checkable
+from urllib.parse import quote
 
 import msgspec
 from msgspec import Meta, Struct
 
 from proxy.canonical import Call, Chunk, Response
-from proxy.errors import UpstreamError
+from proxy.errors import BadRequest, UpstreamError
 
 Seconds = Annotated[float, Meta(gt=0)]
 
@@ -188,6 +189,20 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             except ValueError:
                 continue
     return None
+
+
+def path_segment(value: str, *, safe: str = "", param: str = "model") -> str:
+    """``value`` percent-encoded as one URL path segment (``safe`` characters kept literal).
+
+    For client-chosen names (``provider/<model>``) that a provider puts in its URL path: ``/``,
+    ``?`` and ``#`` are escaped, and an empty, ``.`` or ``..`` segment is a
+    :class:`~proxy.errors.BadRequest` naming ``param``, because HTTP clients resolve dot
+    segments (even escaped ones) and the request, credentials included, would reach another
+    path of the upstream host.
+    """
+    if value in ("", ".", ".."):
+        raise BadRequest(f"{value!r} is not a valid upstream {param} name", param=param)
+    return quote(value, safe=safe)
 
 
 def merge_json_objects(*objects: bytes) -> bytes:

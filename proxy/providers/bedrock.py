@@ -40,7 +40,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
-from urllib.parse import quote
 
 import msgspec
 from msgspec import UNSET, Struct
@@ -75,7 +74,7 @@ from proxy.errors import (
     UpstreamUnavailable,
     upstream_error_for_status,
 )
-from proxy.providers.base import HttpRequest, ProviderConfig, retry_after_seconds
+from proxy.providers.base import HttpRequest, ProviderConfig, path_segment, retry_after_seconds
 from proxy.providers.eventstream import EventStreamDecoder, EventStreamError
 from proxy.providers.sigv4 import Credentials, sign_headers
 
@@ -325,7 +324,7 @@ class BedrockProvider:
         # ':' stays literal (it is valid in a path, and HTTP clients do not re-encode it);
         # '/' (inference-profile ARNs) must be escaped. The URL signed is the URL sent.
         action = "/converse-stream" if call.stream else "/converse"
-        url = self._base + quote(model, safe=":") + action
+        url = self._base + path_segment(model, safe=":") + action
         headers = self._headers
         if call.upstream_headers:
             # Plugin-set headers are signed too, but never replace the provider's own or the

@@ -3,7 +3,8 @@
 Request translation (canonical, OpenAI-shaped → ``GenerateContentRequest``, v1beta):
 
 - ``POST {base_url}/models/{model}:generateContent`` (or ``:streamGenerateContent?alt=sse``);
-  a model that already has a collection prefix (``tunedModels/x``) is used as is. Auth is the
+  a model that already has a collection prefix (``tunedModels/x``) keeps it; each segment is
+  percent-encoded, and a dot segment is a 400 (the model is client-chosen). Auth is the
   ``x-goog-api-key`` header; configured ``headers`` go with every request.
 - ``system`` and ``developer`` messages → ``systemInstruction`` (one text part each). Roles
   ``user`` → ``user``, ``assistant`` → ``model``; ``tool`` messages → ``functionResponse`` parts
@@ -36,7 +37,8 @@ ids are derived deterministically (:func:`tool_call_id`); a part's ``thoughtSign
 Gemini 3 requires back with its function call) rides in the id after :data:`SIGNATURE_MARK`
 and is restored on the way back. Finish reasons per :data:`FINISH_REASONS`, and ``tool_calls``
 whenever the candidate called a function (Gemini says ``STOP``). A prompt blocked by
-``promptFeedback.blockReason`` is a :class:`~proxy.errors.ContentPolicyViolation`. Usage:
+``promptFeedback.blockReason`` is a :class:`~proxy.errors.ContentPolicyViolation`, a whole
+response without candidates an :class:`~proxy.errors.UpstreamError` (502). Usage:
 ``promptTokenCount`` includes ``cachedContentTokenCount``, tool-use prompt tokens are billed as
 input, ``candidatesTokenCount`` excludes ``thoughtsTokenCount``. Streams have no end marker:
 :class:`GeminiStreamParser` treats a body that ends after a finish reason as complete (and sends
@@ -91,6 +93,7 @@ from proxy.providers.base import (
     ProviderConfig,
     encode_raw_fields,
     merge_json_objects,
+    path_segment,
     retry_after_seconds,
 )
 
@@ -331,7 +334,7 @@ class GeminiProvider:
             PASSED_THROUGH[key]: value for key, value in call.extra.items() if key in PASSED_THROUGH
         }
         body = merge_json_objects(_ENCODER.encode(request), encode_raw_fields(extra))
-        path = model if "/" in model else f"models/{model}"
+        path = _model_path(model)
         method = ":streamGenerateContent?alt=sse" if call.stream else ":generateContent"
         if call.upstream_headers:
             # Plugin-set headers never override the provider's own credentials.
@@ -343,6 +346,10 @@ class GeminiProvider:
     def parse_response(self, body: bytes, model: str) -> Response:
         """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""
         wire = _decode(self, body, "response")
+        if not wire.candidates:
+            raise UpstreamError(
+                "upstream answered with no candidates", upstream_status=200, provider=self.name
+            )
         choices = []
         for candidate in wire.candidates:
             texts, thoughts, calls = _split_parts(candidate, wire.response_id, 0)
@@ -528,6 +535,14 @@ def _decode(provider: GeminiProvider, data: bytes, what: str) -> _WireResponse:
             provider=provider.name,
         )
     return wire
+
+
+def _model_path(model: str) -> str:
+    """The URL path of ``model``: ``models/{model}``, or a name with its collection
+    (``tunedModels/x``) as is; each segment percent-encoded (see :func:`path_segment`)."""
+    if "/" not in model:
+        return "models/" + path_segment(model)
+    return "/".join(path_segment(segment) for segment in model.split("/"))
 
 
 def _finish(reason: str | None, called: bool) -> FinishReason | None:

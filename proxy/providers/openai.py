@@ -217,6 +217,10 @@ class OpenAIProvider:
                 upstream_status=200,
                 provider=self.name,
             ) from None
+        if not wire.choices:
+            raise UpstreamError(
+                "upstream answered with no choices", upstream_status=200, provider=self.name
+            )
         return Response(
             id=wire.id,
             model=wire.model or model,

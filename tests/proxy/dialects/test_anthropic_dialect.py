@@ -729,3 +729,25 @@ def test_keepalive_ping() -> None:
     assert encoder.keepalive == 15.0
     assert encoder.ping() == PING_FRAME == b'event: ping\ndata: {"type":"ping"}\n\n'
     validate_in(SPEC, "MessageStreamEvent", json.loads(PING_FRAME.split(b"data: ")[1]))
+
+
+@pytest.mark.parametrize("finish", ["stop", None])
+def test_tool_calls_with_a_stop_finish_are_tool_use(finish: str | None) -> None:
+    # Some OpenAI-compatible servers (Ollama, older vLLM) say "stop" on a tool-call answer;
+    # Anthropic clients run tools only when stop_reason is "tool_use".
+    call = ToolCall(id="call_1", function=FunctionCall(name="f", arguments="{}"))
+    message = Message(role="assistant", content=None, tool_calls=[call])
+    assert encode(message, finish=finish)["stop_reason"] == "tool_use"
+    out = run_stream(
+        [
+            chunk(tool(0, id="call_1", function=FunctionCallDelta(name="f", arguments="{}"))),
+            chunk(Delta(), finish=finish),
+        ]
+    )
+    assert out[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
+def test_length_with_tool_calls_stays_max_tokens() -> None:
+    call = ToolCall(id="call_1", function=FunctionCall(name="f", arguments="{"))
+    message = Message(role="assistant", content=None, tool_calls=[call])
+    assert encode(message, finish="length")["stop_reason"] == "max_tokens"

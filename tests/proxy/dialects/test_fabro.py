@@ -692,3 +692,15 @@ def test_keepalive_ping_every_15_seconds() -> None:
 
 def test_no_response_headers_of_its_own() -> None:
     assert DIALECT.response_headers(decode(body()), Reply(provider="p", model="m")) == {}
+
+
+@pytest.mark.parametrize("finish", ["stop", None])
+def test_tool_calls_with_a_stop_finish_report_tool_calls(finish: str | None) -> None:
+    # Some OpenAI-compatible servers (Ollama, older vLLM) say "stop" on a tool-call answer.
+    call = ToolCall(id="c1", function=FunctionCall(name="f", arguments="{}"))
+    out = encode(Message(role="assistant", content=None, tool_calls=[call]), finish=finish)
+    assert out["stop_reason"] == "tool_calls"
+    fragment = ToolCallDelta(index=0, id="c1", function=FunctionCallDelta(name="f", arguments="{}"))
+    streamed = run_stream([chunk(Delta(tool_calls=[fragment])), chunk(Delta(), finish=finish)])
+    assert streamed[-1]["finish_reason"] == "tool_calls"
+    assert streamed[-1]["response"]["stop_reason"] == "tool_calls"

@@ -375,3 +375,26 @@ def test_errors_conform(error: GatewayError):
     encoder = DIALECT.stream_encoder(decode(body(stream=True)), Reply(provider="p", model="m"))
     (payload,) = frames(encoder.error(error))
     validate("ErrorResponse", payload)
+
+
+def test_stream_echo_prefixes_every_choice_when_n_is_above_one():
+    # The whole-response encoder echoes the prompt in every choice; the stream must too.
+    call = decode(body(stream=True, echo=True, prompt="P ", n=2))
+    chunks = [
+        Chunk(
+            id="c",
+            model="m",
+            choices=[ChunkChoice(0, Delta(content="a")), ChunkChoice(1, Delta(content="b"))],
+        ),
+        Chunk(id="c", model="m", choices=[ChunkChoice(1, Delta(content="c"))]),
+        Chunk(
+            id="c",
+            model="m",
+            choices=[ChunkChoice(0, Delta(), "stop"), ChunkChoice(1, Delta(), "stop")],
+        ),
+    ]
+    texts = {0: "", 1: ""}
+    for payload in stream_payloads(encode_stream(call, chunks)):
+        for choice in payload["choices"]:
+            texts[choice["index"]] += choice["text"]
+    assert texts == {0: "P a", 1: "P bc"}

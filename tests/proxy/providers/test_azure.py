@@ -193,3 +193,11 @@ def test_deployment_lookup():
         "reasoning",
         "other",
     )
+
+
+@pytest.mark.parametrize("deployment", ["..", "."])
+def test_a_dot_segment_deployment_is_400(deployment: str):
+    # yarl resolves dot segments: ".." would post to /openai/chat/completions instead.
+    with pytest.raises(errors.BadRequest) as caught:
+        provider().build_request(simple_call(), deployment)
+    assert caught.value.param == "model"

@@ -483,3 +483,9 @@ async def test_an_in_band_exception_reaches_the_client_as_an_error_after_the_tex
     finally:
         await gateway.cleanup()
         await upstream.cleanup()
+
+
+def test_a_dot_segment_model_is_400():
+    with pytest.raises(BadRequest) as caught:
+        provider().build_request(simple_call(), "..")
+    assert caught.value.param == "model"

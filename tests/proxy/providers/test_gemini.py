@@ -279,3 +279,36 @@ def test_non_json_error_body_keeps_its_text():
     error = provider().parse_error(502, {}, b"<html>Bad Gateway</html>")
     assert error.message == "<html>Bad Gateway</html>"
     assert error.status == 502
+
+
+@pytest.mark.parametrize(
+    ("model", "path"),
+    [
+        ("gemini-2.5-flash", "/v1beta/models/gemini-2.5-flash"),
+        ("tunedModels/my-model", "/v1beta/tunedModels/my-model"),
+        ("gemini?x=1#", "/v1beta/models/gemini?x=1#"),
+    ],
+)
+def test_the_model_is_one_encoded_path_per_segment(model: str, path: str):
+    """A client picks the upstream model (``gemini/<anything>``): it must stay in the path."""
+    from yarl import URL
+
+    url = URL(provider().build_request(call(), model).url)
+    assert url.path == path + ":generateContent"  # decoded: "?" and "#" stayed in the path
+    assert url.query_string == ""
+    assert url.fragment == ""
+
+
+@pytest.mark.parametrize("model", ["..", "../cachedContents", "models/../../files", "a//b", ""])
+def test_a_model_that_would_leave_its_path_is_400(model: str):
+    # HTTP clients resolve dot segments: the key would be sent to another Gemini endpoint.
+    with pytest.raises(BadRequest) as caught:
+        provider().build_request(call(), model)
+    assert caught.value.param == "model"
+
+
+def test_a_response_without_candidates_is_an_upstream_error():
+    # Dialects answer from choice 0: an empty answer must be a 502 here, not an IndexError later.
+    with pytest.raises(UpstreamError, match="no candidates") as caught:
+        provider().parse_response(b'{"usageMetadata": {"promptTokenCount": 3}}', "gemini-2.5-flash")
+    assert caught.value.status == 502

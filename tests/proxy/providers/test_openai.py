@@ -42,6 +42,9 @@ def load_fixtures(kind: str) -> list[Any]:
     return cases
 
 
+ONE_CHOICE = {"index": 0, "message": {"role": "assistant", "content": "x"}}
+
+
 def provider(**config: Any) -> OpenAIProvider:
     config.setdefault("api_key", KEY)
     return OpenAIProvider("openai", OpenAIConfig(**config))
@@ -122,7 +125,7 @@ def test_event_translation(fixture: dict[str, Any]):
 
 
 def usage_of(usage: dict[str, Any]) -> Usage:
-    body = {"id": "x", "choices": [], "usage": usage}
+    body = {"id": "x", "choices": [ONE_CHOICE], "usage": usage}
     response = provider().parse_response(json.dumps(body).encode(), "m")
     assert response.usage is not None
     return response.usage
@@ -164,7 +167,8 @@ def test_openrouter_cost_becomes_cost_usd():
 
 
 def test_no_usage_is_none():
-    response = provider().parse_response(b'{"id": "x", "choices": []}', "m")
+    body = json.dumps({"id": "x", "choices": [ONE_CHOICE]}).encode()
+    response = provider().parse_response(body, "m")
     assert response.usage is None
 
 
@@ -411,3 +415,10 @@ def test_complete_chunks_keep_their_raw_json_and_usage_chunks_do_not():
     assert provider().parse_event("", with_usage).raw is None
     no_created = b'{"id":"c1","model":"m","choices":[]}'
     assert provider().parse_event("", no_created).raw is None
+
+
+def test_a_response_without_choices_is_an_upstream_error():
+    body = b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[]}'
+    with pytest.raises(UpstreamError) as caught:
+        provider().parse_response(body, "m")
+    assert caught.value.status == 502

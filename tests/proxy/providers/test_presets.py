@@ -148,7 +148,7 @@ def test_a_renamed_field_given_raw_is_renamed_too():
 def test_openrouter_cost_is_kept_as_the_authoritative_cost():
     body = {
         "id": "gen-1",
-        "choices": [],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "cost": 0.00042},
     }
     response = provider("openrouter", api_key=KEY).parse_response(json.dumps(body).encode(), "m")
