@@ -306,17 +306,24 @@ class BalancePlugin:
         now = self._clock()
         if stats is not None and self._strategy == "latency":
             self._observe(stats, now - started, now)
-        await self._record_answer(deployment)
         limits = self._limits.get(deployment.target)
         counts_tokens = limits is not None and limits.tpm is not None
         if reply.stream is not None and (stats is not None or counts_tokens):
             on_end = functools.partial(self._stream_ended, deployment.target, stats)
             reply.stream = _Tracked(reply.stream, on_end, counts_tokens)
-            return reply
-        if stats is not None:
+        elif stats is not None:
             stats.in_flight -= 1
-        if counts_tokens and reply.response is not None and reply.response.usage is not None:
-            await self._count(deployment.target, "tpm", reply.response.usage.total_tokens, now)
+        try:
+            await self._record_answer(deployment)
+            if counts_tokens and reply.response is not None and reply.response.usage is not None:
+                await self._count(deployment.target, "tpm", reply.response.usage.total_tokens, now)
+        except BaseException:
+            # Cancelled while the store was busy: nobody will read the stream, so free it (and
+            # its in-flight count) here.
+            aclose = getattr(reply.stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            raise
         return reply
 
     async def _record_failure(
@@ -368,9 +375,22 @@ class _Tracked:
         self._done = False
 
     @property
-    def ready(self) -> int:
-        """What the inner stream can give without waiting (see ``UpstreamStream.ready``)."""
-        return getattr(self._inner, "ready", 0)
+    def ended(self) -> bool:
+        """Whether the inner stream has received its end (see ``UpstreamStream.ended``)."""
+        return bool(getattr(self._inner, "ended", False))
+
+    def take_ready(self) -> list[Chunk]:
+        """The chunks the inner stream already holds, without waiting (see
+        ``UpstreamStream.take_ready``); none when it cannot tell."""
+        take_ready = getattr(self._inner, "take_ready", None)
+        if take_ready is None:
+            return []
+        chunks: list[Chunk] = take_ready()
+        if self._counts_tokens:
+            for chunk in chunks:
+                if chunk.usage is not None:
+                    self._usage = chunk.usage
+        return chunks
 
     def __aiter__(self) -> _Tracked:
         return self

@@ -73,7 +73,8 @@ class FallbackPlugin:
     Options = FallbackConfig
 
     def __init__(self, options: FallbackConfig, context: PluginContext) -> None:
-        """Raises :class:`ValueError` if a configured model is unknown to the router."""
+        """Raises :class:`ValueError` if a configured model cannot be resolved (unknown to the
+        router, or not a valid name); a model without a ready provider is accepted."""
         self._options = options
         self._kinds = frozenset(options.on_kinds)
         self._resolve = context.resolve
@@ -90,6 +91,8 @@ class FallbackPlugin:
                 raise ValueError(f"fallback model {model!r} is not a configured model") from None
             except NoReadyDeployment:
                 continue
+            except GatewayError as error:  # an empty name without a default, a control character
+                raise ValueError(f"fallback model {model!r}: {error.message}") from None
 
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Answer with the first model of the chain that succeeds; see the module docstring."""

@@ -24,10 +24,14 @@ _NEVER_FORWARDED = frozenset(
         "x-api-key",
         "api-key",
         "x-goog-api-key",
+        "x-amz-security-token",  # AWS session credential; the two below are SigV4's own
+        "x-amz-date",
+        "x-amz-content-sha256",
         "cookie",
         "host",
         "content-length",
         "content-type",
+        "content-encoding",  # the body sent upstream is the gateway's, never encoded
         "transfer-encoding",
         "connection",
         "keep-alive",

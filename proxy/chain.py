@@ -73,7 +73,8 @@ def compose(plugins: Sequence[Plugin], upstream: Next) -> Next:
 def load_plugins(
     specs: Sequence[PluginSpec], builtins: dict[str, str], context: PluginContext | None = None
 ) -> list[Plugin]:
-    """Instantiate every entry; raises :class:`PluginLoadError` listing each bad one.
+    """Instantiate every entry; raises :class:`PluginLoadError` listing each bad one (any
+    exception a plugin's import or constructor raises is reported as one).
 
     ``builtins`` maps built-in names to ``module:Class`` references; any other reference must
     itself be ``module:Class``. ``context`` is given to plugins that ask for it (when None, as
@@ -102,7 +103,7 @@ def _load(spec: PluginSpec, builtins: dict[str, str], context: PluginContext | N
         )
     try:
         cls: Any = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # a module may fail at import with anything
         raise PluginLoadError(f"{spec.path}: cannot import {reference!r}: {exc}") from None
     arguments: list[Any] = []
     options_type = getattr(cls, "Options", None)
@@ -121,6 +122,10 @@ def _load(spec: PluginSpec, builtins: dict[str, str], context: PluginContext | N
         plugin = cls(*arguments, **keywords)
     except ValueError as exc:
         raise PluginLoadError(f"{spec.path}: {exc}") from None
+    except Exception as exc:  # a broken plugin must not break a reload or `check`
+        raise PluginLoadError(
+            f"{spec.path}: cannot build {reference!r}: {type(exc).__name__}: {exc}"
+        ) from None
     if not isinstance(plugin, Plugin) or not inspect.iscoroutinefunction(type(plugin).__call__):
         raise PluginLoadError(f"{spec.path}: {reference!r} is not a plugin (no async __call__)")
     return plugin

@@ -26,10 +26,6 @@ _LEVELS = {
 _PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
 
 
-def _default(value: Any) -> str:
-    return repr(value)
-
-
 def make_logger(
     redactor: Redactor, *, level: str = "info", stream: IO[str] | None = None
 ) -> structlog.typing.FilteringBoundLogger:
@@ -38,7 +34,12 @@ def make_logger(
     The redactor is consulted at each call, so a logger can follow config reloads by being
     rebuilt; log calls below ``level`` cost one method call.
     """
-    encoder = msgspec.json.Encoder(enc_hook=_default)
+
+    def unknown(value: Any) -> str:
+        # An object nested in a container reaches the encoder unredacted: redact its text here.
+        return redactor.text(repr(value))
+
+    encoder = msgspec.json.Encoder(enc_hook=unknown)
 
     def redact(logger: object, method: str, event: Any) -> Any:
         # Tracebacks and arbitrary objects become text first, so that they are redacted like

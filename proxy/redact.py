@@ -57,13 +57,16 @@ class Redactor:
         return self._pattern.sub(MASK, value)
 
     def value(self, value: Any) -> Any:
-        """Redact strings inside ``value`` (nested dicts, lists and tuples included)."""
+        """Redact strings inside ``value`` (nested dicts, lists and tuples included; list and
+        tuple subclasses come back as plain lists and tuples)."""
         if isinstance(value, str):
             return self._pattern.sub(MASK, value)
         if isinstance(value, dict):
             return {k: MASK if _is_sensitive(k) else self.value(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return type(value)(self.value(v) for v in value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, tuple):  # a plain tuple: a named tuple's constructor differs
+            return tuple(self.value(v) for v in value)
         return value
 
     def __call__(

@@ -161,12 +161,25 @@ class Snapshot:
         if self._closed is None:
             self._closed = asyncio.ensure_future(self._close())
 
+    @property
+    def closed(self) -> bool:
+        """Whether closing has finished."""
+        return self._closed is not None and self._closed.done()
+
     async def _close(self) -> None:
-        await self.transport.close()
+        """Close the transport and every plugin; one failing is logged, the rest still close."""
+        try:
+            await self.transport.close()
+        except Exception:
+            self.logger.exception("transport_close_failed")
         for plugin in self.plugins:
             close = getattr(plugin, "close", None)
-            if close is not None:
+            if close is None:
+                continue
+            try:
                 await close()
+            except Exception:
+                self.logger.exception("plugin_close_failed", plugin=type(plugin).__qualname__)
 
 
 class Runtime:
@@ -176,6 +189,7 @@ class Runtime:
         self.loader = loader
         self.snapshot = snapshot
         self._on_upstream_error = on_upstream_error
+        self._retired: list[Snapshot] = []  # swapped out, possibly not closed yet
 
     def reload(self) -> Snapshot:
         """Load the config file again and swap in its snapshot.
@@ -185,8 +199,12 @@ class Runtime:
         fresh = Snapshot(self.loader.load(), self._on_upstream_error)
         previous, self.snapshot = self.snapshot, fresh
         previous.retire()
+        self._retired = [s for s in self._retired if not s.closed]
+        self._retired.append(previous)
         return fresh
 
     async def close(self) -> None:
-        """Close the current snapshot."""
-        await self.snapshot.close()
+        """Close the current snapshot and every retired one (requests still on them fail)."""
+        for snapshot in (*self._retired, self.snapshot):
+            await snapshot.close()
+        self._retired.clear()

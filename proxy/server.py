@@ -87,6 +87,9 @@ def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> 
 
 def _worker_main(config_path: Path, host: str, port: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
+    # A SIGHUP forwarded while this worker is still starting would kill it (the default action);
+    # the app installs its reload handler once it runs, and reads the config afresh anyway.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     run_worker(config_path, host, port, reuse_port=True)
 
 
@@ -101,21 +104,36 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
         process.start()
         return process
 
-    workers = [start() for _ in range(count)]
+    workers: list[multiprocessing.process.BaseProcess] = []
+    terminated: set[int] = set()
+
+    def terminate_all() -> None:
+        # Also called from the loop: a worker started while the signal was being handled (a
+        # restart) is told to stop too, once.
+        for process in workers:
+            pid = process.pid
+            if pid is not None and pid not in terminated and process.is_alive():
+                terminated.add(pid)
+                os.kill(pid, signal.SIGTERM)
 
     def forward(signum: int) -> Callable[[int, FrameType | None], None]:
         def handler(received: int, frame: FrameType | None) -> None:
             nonlocal stopping
             if signum != signal.SIGHUP:
                 stopping = True
+                terminate_all()
+                return
             for process in workers:
                 if process.pid is not None and process.is_alive():
-                    os.kill(process.pid, signal.SIGTERM if signum != signal.SIGHUP else signum)
+                    os.kill(process.pid, signal.SIGHUP)
 
         return handler
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward(signum))
+        signal.signal(signum, forward(signum))  # before any worker starts: none is missed
+    for _ in range(count):
+        if not stopping:
+            workers.append(start())
     reaped: set[int | None] = set()
     try:
         while not (stopping and all(p.exitcode is not None for p in workers)):
@@ -127,7 +145,10 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
                 _mark_dead(process.pid)
                 if not stopping:
                     time.sleep(_RESTART_PAUSE)
+                if not stopping:  # a SIGTERM may have come during the pause
                     workers[i] = start()
+            if stopping:
+                terminate_all()
     finally:
         for process in workers:
             if process.is_alive():

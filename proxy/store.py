@@ -112,10 +112,11 @@ class MemoryStore:
 
     async def ttl(self, key: str) -> float | None:
         """See :meth:`Store.ttl`."""
-        entry = self._live(key)
+        now = self._clock()
+        entry = self._live(key, now)
         if entry is None or entry[1] is None:
             return None
-        return entry[1] - self._clock()
+        return entry[1] - now
 
     def __len__(self) -> int:
         """The number of keys held, expired ones not yet swept included."""
@@ -128,12 +129,12 @@ class MemoryStore:
             raise ValueError("ttl must be positive")
         return self._clock() + ttl
 
-    def _live(self, key: str) -> tuple[bytes | int, float | None] | None:
+    def _live(self, key: str, now: float | None = None) -> tuple[bytes | int, float | None] | None:
         entry = self._data.get(key)
         if entry is None:
             return None
         expires = entry[1]
-        if expires is not None and expires <= self._clock():
+        if expires is not None and expires <= (self._clock() if now is None else now):
             del self._data[key]
             return None
         return entry

@@ -155,3 +155,41 @@ def _eventually(condition, timeout: float = 10.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError("condition not met in time")
+
+
+def _worker_pids(supervisor: int) -> list[int]:
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    return [
+        int(pid)
+        for pid in children
+        if "resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    ]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_sigterm_while_a_dead_worker_is_being_replaced_still_stops(tmp_path: Path) -> None:
+    # The supervisor pauses before restarting a dead worker; a SIGTERM in that pause must not
+    # leave the replacement running (and the supervisor waiting for it forever).
+    port = _free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(CONFIG.format(port=port, workers=2, alias="first"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}")
+        workers = _worker_pids(process.pid)
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        time.sleep(0.3)  # the supervisor has seen it die and is pausing before the restart
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            for pid in _worker_pids(process.pid):
+                os.kill(pid, signal.SIGKILL)
+            process.kill()
+            process.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import random
 
@@ -9,7 +10,15 @@ import msgspec
 import pytest
 
 from plugins.balance import BalanceConfig, BalancePlugin
-from proxy.canonical import Call, Deployment, GatewayOptions, Message, WeightedTarget
+from proxy.canonical import (
+    Call,
+    Chunk,
+    Deployment,
+    GatewayOptions,
+    Message,
+    Usage,
+    WeightedTarget,
+)
 from proxy.chain import PluginLoadError, compose, load_plugins
 from proxy.config import PluginSpec
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited
@@ -262,11 +271,16 @@ async def test_without_the_store_every_deployment_is_routable():
     assert sample(h.metrics, "crossway_store_degraded_total", use="balance") > 0
 
 
-async def test_the_tracked_stream_forwards_readiness():
-    h = Harness(strategy="least-busy")
+async def test_the_tracked_stream_forwards_the_batching_interface():
+    # The app writes chunks that arrived together in one go (``take_ready``/``ended``, as an
+    # UpstreamStream offers them): the balancer's wrapper must not hide them.
+    h = Harness(strategy="least-busy", limits={"p/a": {"tpm": 1000}, "p/b": {"tpm": 1000}})
+    usage = Usage(input=7, output=3)
 
-    class Ready:
-        ready = 3
+    class Batched:
+        def __init__(self) -> None:
+            self.held = [Chunk(id="c", model="m", choices=[], usage=usage)]
+            self.ended = False
 
         def __aiter__(self):
             return self
@@ -274,15 +288,71 @@ async def test_the_tracked_stream_forwards_readiness():
         async def __anext__(self):
             raise StopAsyncIteration
 
+        def take_ready(self):
+            self.ended = True
+            held, self.held = self.held, []
+            return held
+
     async def upstream(call: Call):
         reply = await h.upstream(call)
-        reply.stream = Ready()
+        reply.stream = Batched()
         return reply
 
     reply = await compose([h.plugin], upstream)(h.call("pair", stream=True))
-    assert reply.stream.ready == 3
+    assert reply.stream.ended is False
+    assert reply.stream.take_ready()[0].usage == usage
+    assert reply.stream.ended is True
     await drain(reply.stream, [])
     assert all(s.in_flight == 0 for s in h.plugin._stats.values())
+    served = h.upstream.targets()[-1]
+    window = int(h.clock() // 60)
+    assert await h.plugin._store.get(f"crossway:limits:tpm:{served}:{window}") == b"10"
+
+
+class BlockingStore(MemoryStore):
+    """A store whose ``delete`` (what a success does to health) waits until released."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def delete(self, key: str) -> None:
+        self.entered.set()
+        await self.release.wait()
+        await super().delete(key)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_cancelled_while_recording_an_answer_frees_the_reply(stream: bool):
+    h = Harness(strategy="least-busy", store=BlockingStore(FakeClock()))
+    closed: list[bool] = []
+
+    async def upstream(call: Call):
+        reply = await h.upstream(call)
+        if reply.stream is not None:
+            inner = reply.stream
+
+            class Closing:
+                def __aiter__(self):
+                    return self
+
+                async def __anext__(self):
+                    return await anext(inner)
+
+                async def aclose(self):
+                    closed.append(True)
+
+            reply.stream = Closing()
+        return reply
+
+    task = asyncio.ensure_future(compose([h.plugin], upstream)(h.call("pair", stream=stream)))
+    await h.plugin._store.entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert all(s.in_flight == 0 for s in h.plugin._stats.values())
+    assert closed == ([True] if stream else [])
 
 
 @pytest.mark.parametrize(

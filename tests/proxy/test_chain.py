@@ -360,3 +360,45 @@ def test_plugin_asking_for_context_gets_a_validation_context_when_none_is_given(
     (plugin,) = load_plugins(specs(f"plugins: [{{plugin: '{fx.MODULE}:ContextPlugin'}}]"), BUILTINS)
     assert isinstance(plugin.context, PluginContext)
     assert plugin.context.resolve("anything") == []
+
+
+class NeedsAnArgument:
+    """A plugin whose constructor wants an argument the loader cannot give (a TypeError)."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+
+    async def __call__(self, call: Call, next) -> Reply:
+        return await next(call)
+
+
+class BrokenConstructor:
+    """A plugin whose constructor fails with something other than ValueError."""
+
+    def __init__(self) -> None:
+        raise KeyError("missing-setting")
+
+    async def __call__(self, call: Call, next) -> Reply:
+        return await next(call)
+
+
+@pytest.mark.parametrize(
+    ("name", "detail"),
+    [("NeedsAnArgument", "threshold"), ("BrokenConstructor", "missing-setting")],
+)
+def test_any_constructor_failure_becomes_a_load_error(name: str, detail: str):
+    # A reload (SIGHUP) and `crossway check` only report PluginLoadError cleanly; anything else
+    # would escape as a traceback.
+    message = load_error(f"plugins: [{{plugin: '{__name__}:{name}'}}]")
+    assert message.startswith("$.plugins[0].options: ")
+    assert detail in message
+
+
+def test_a_module_failing_at_import_becomes_a_load_error(tmp_path, monkeypatch):
+    (tmp_path / "crossway_broken_plugin_mod.py").write_text(
+        "raise RuntimeError('boom at import')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    message = load_error("plugins: [{plugin: 'crossway_broken_plugin_mod:Plugin'}]")
+    assert message.startswith("$.plugins[0].options: cannot import ")
+    assert "boom at import" in message

@@ -238,3 +238,23 @@ def test_key_inside_an_exception_object_value_never_reaches_the_stream(logged):
     assert OPENAI_KEY not in output
     (line,) = log_lines(stream)
     assert line["event"] == "upstream_failed"
+
+
+def test_key_inside_a_nested_object_never_reaches_the_stream(logged):
+    # Objects inside containers are rendered by the JSON encoder's fallback: redacted too.
+    logger, stream = logged
+    logger.error("reload_failed", errors=[ValueError(f"bad key {OPENAI_KEY}")])
+    output = stream.getvalue()
+    assert OPENAI_KEY not in output
+    (line,) = log_lines(stream)
+    assert line["errors"] == [f"ValueError('bad key {MASK}')"]
+
+
+def test_a_named_tuple_value_is_redacted_not_an_error(logged):
+    import collections
+
+    Pair = collections.namedtuple("Pair", "name key")
+    logger, stream = logged
+    logger.info("pair", pair=Pair("openai", OPENAI_KEY))
+    (line,) = log_lines(stream)
+    assert line["pair"] == ["openai", MASK]

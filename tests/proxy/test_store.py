@@ -109,3 +109,13 @@ def test_bounds_are_validated():
         MemoryStore(max_keys=0)
     with pytest.raises(ValueError, match="at least 1"):
         MemoryStore(sweep_every=0)
+
+
+async def test_ttl_of_a_live_key_is_positive_even_when_the_clock_moves_while_reading():
+    # A clock read twice (once to judge expiry, once for the remainder) could report a live key
+    # with a negative remainder; the health plugin would then see an ended cooldown as running.
+    times = iter([0.0, 10.0, 10.5])  # set, then the ttl call's reads
+    store = MemoryStore(lambda: next(times))
+    await store.set("k", b"v", ttl=10.25)
+    remaining = await store.ttl("k")
+    assert remaining is None or remaining > 0
