@@ -46,6 +46,7 @@ SERVER = web.AppKey("server", ServerConfig)
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
 _MAX_REQUEST_ID = 128
+_MAX_LOGGED_MODEL = 256
 _SSE_HEADERS = {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-cache",
@@ -107,6 +108,10 @@ def reload_runtime(app: web.Application) -> bool:
     except ConfigError as exc:
         metrics.config_reloads("error").inc()
         runtime.snapshot.logger.error("config_reload_failed", path=path, errors=exc.errors)
+        return False
+    except Exception:  # a bug while building the new snapshot: keep serving the old one
+        metrics.config_reloads("error").inc()
+        runtime.snapshot.logger.exception("config_reload_failed", path=path)
         return False
     metrics.config_reloads("ok").inc()
     _export_readiness(metrics, snapshot)
@@ -380,7 +385,7 @@ def _access_log(
     fields: dict[str, Any] = {
         "request_id": request_id,
         "dialect": dialect,
-        "model": call.model if call is not None else None,
+        "model": call.model[:_MAX_LOGGED_MODEL] if call is not None else None,
         "provider": outcome.provider,
         "status": outcome.status,
         "duration_ms": round(total * 1000, 3),

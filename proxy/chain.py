@@ -126,8 +126,13 @@ def _load(spec: PluginSpec, builtins: dict[str, str], context: PluginContext | N
         raise PluginLoadError(
             f"{spec.path}: cannot build {reference!r}: {type(exc).__name__}: {exc}"
         ) from None
-    if not isinstance(plugin, Plugin) or not inspect.iscoroutinefunction(type(plugin).__call__):
+    call = type(plugin).__call__
+    if not isinstance(plugin, Plugin) or not inspect.iscoroutinefunction(call):
         raise PluginLoadError(f"{spec.path}: {reference!r} is not a plugin (no async __call__)")
+    if "next" not in inspect.signature(call).parameters:
+        raise PluginLoadError(
+            f"{spec.path}: {reference!r}.__call__ must take the parameters (call, next)"
+        )
     return plugin
 
 

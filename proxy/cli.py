@@ -43,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.workers is not None and args.workers < 1:
             print("crossway: --workers must be at least 1", file=sys.stderr)
             return 2
+        if args.port is not None and not 0 <= args.port <= 65535:
+            print("crossway: --port must be between 0 and 65535", file=sys.stderr)
+            return 2
         serve(ServeOptions(args.config, host=args.host, port=args.port, workers=args.workers))
     except ConfigError as exc:
         _print_errors(args.config, exc.errors, sys.stderr)

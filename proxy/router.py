@@ -12,6 +12,8 @@ from proxy.canonical import Deployment
 from proxy.config import DeploymentConfig
 from proxy.errors import BadRequest, ModelNotFound, NoReadyDeployment
 
+MAX_MODEL_NAME = 256
+
 
 class Router:
     """Resolves model names; immutable, built once per runtime snapshot."""
@@ -44,8 +46,11 @@ class Router:
         """
         if not model:
             return [self._default(provider)]
-        if not model.isprintable():
-            raise BadRequest("the model name contains control characters", param="model")
+        if len(model) > MAX_MODEL_NAME or not model.isprintable():
+            raise BadRequest(
+                f"the model name must be printable and at most {MAX_MODEL_NAME} characters",
+                param="model",
+            )
         if provider is not None:
             return self._pinned(model, provider)
         routable = self._routable.get(model)

@@ -24,6 +24,8 @@ from types import FrameType
 from proxy.metrics import MULTIPROC_ENV
 
 _RESTART_PAUSE = 1.0
+_MAX_RESTART_PAUSE = 30.0
+_STABLE_AFTER = 10.0  # seconds a worker must live for its next restart to be quick again
 
 
 class ServeOptions:
@@ -134,6 +136,8 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
     for _ in range(count):
         if not stopping:
             workers.append(start())
+    started_at = [time.monotonic()] * len(workers)
+    pauses = [_RESTART_PAUSE / 2] * len(workers)
     reaped: set[int | None] = set()
     try:
         while not (stopping and all(p.exitcode is not None for p in workers)):
@@ -143,10 +147,20 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
                     continue
                 reaped.add(process.pid)
                 _mark_dead(process.pid)
-                if not stopping:
-                    time.sleep(_RESTART_PAUSE)
+                # A worker that dies soon after starting (a broken config on disk, a port
+                # taken) is restarted ever more slowly, up to _MAX_RESTART_PAUSE.
+                lived = time.monotonic() - started_at[i]
+                pauses[i] = (
+                    _RESTART_PAUSE
+                    if lived > _STABLE_AFTER
+                    else min(pauses[i] * 2, _MAX_RESTART_PAUSE)
+                )
+                pause_until = time.monotonic() + pauses[i]
+                while not stopping and time.monotonic() < pause_until:
+                    time.sleep(0.1)
                 if not stopping:  # a SIGTERM may have come during the pause
                     workers[i] = start()
+                    started_at[i] = time.monotonic()
             if stopping:
                 terminate_all()
     finally:

@@ -85,6 +85,7 @@ from proxy.providers.base import (
     encode_raw_fields,
     merge_json_objects,
     retry_after_seconds,
+    with_plugin_headers,
 )
 
 THINKING_BUDGETS: dict[str, int] = {
@@ -364,11 +365,7 @@ class AnthropicProvider:
             stream=call.stream,
         )
         body = merge_json_objects(_ENCODER.encode(request), encode_raw_fields(extra))
-        if call.upstream_headers:
-            # Plugin-set headers never override the provider's own credentials.
-            headers = {**call.upstream_headers, **self._headers}
-        else:
-            headers = self._headers
+        headers = with_plugin_headers(self._headers, call.upstream_headers)
         return HttpRequest(url=self._url, headers=headers, body=body)
 
     def parse_response(self, body: bytes, model: str) -> Response:

@@ -191,6 +191,18 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     return None
 
 
+def with_plugin_headers(own: dict[str, str], added: Mapping[str, str]) -> dict[str, str]:
+    """A provider's own headers plus those plugins set for the upstream (``Call.upstream_headers``).
+
+    A plugin header never replaces one of the provider's own — credentials, content type, a
+    signature — whatever its case; ``own`` itself is returned when plugins added nothing.
+    """
+    if not added:
+        return own
+    names = {name.lower() for name in own}
+    return {**{k: v for k, v in added.items() if k.lower() not in names}, **own}
+
+
 def path_segment(value: str, *, safe: str = "", param: str = "model") -> str:
     """``value`` percent-encoded as one URL path segment (``safe`` characters kept literal).
 

@@ -95,6 +95,7 @@ from proxy.providers.base import (
     merge_json_objects,
     path_segment,
     retry_after_seconds,
+    with_plugin_headers,
 )
 
 THINKING_BUDGETS: dict[str, int] = {
@@ -336,11 +337,7 @@ class GeminiProvider:
         body = merge_json_objects(_ENCODER.encode(request), encode_raw_fields(extra))
         path = _model_path(model)
         method = ":streamGenerateContent?alt=sse" if call.stream else ":generateContent"
-        if call.upstream_headers:
-            # Plugin-set headers never override the provider's own credentials.
-            headers = {**call.upstream_headers, **self._headers}
-        else:
-            headers = self._headers
+        headers = with_plugin_headers(self._headers, call.upstream_headers)
         return HttpRequest(url=f"{self._base}/{path}{method}", headers=headers, body=body)
 
     def parse_response(self, body: bytes, model: str) -> Response:

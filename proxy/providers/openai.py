@@ -31,6 +31,7 @@ from proxy.providers.base import (
     StreamEnd,
     encode_raw_fields,
     merge_json_objects,
+    with_plugin_headers,
 )
 from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
 
@@ -159,7 +160,6 @@ class OpenAIProvider:
         if config.api_key:
             headers["authorization"] = f"Bearer {config.api_key}"
         self._headers = headers
-        self._header_names = frozenset(name.lower() for name in headers)
 
     def build_request(self, call: Call, model: str) -> HttpRequest:
         """See :meth:`proxy.providers.base.HttpProvider.build_request`."""
@@ -184,15 +184,7 @@ class OpenAIProvider:
         body = merge_json_objects(
             _ENCODER.encode(head), _ENCODER.encode(params), encode_raw_fields(extra)
         )
-        headers = self._headers
-        if call.upstream_headers:
-            # Plugin-set headers never override the provider's own (credentials, content type),
-            # whatever their case.
-            own = self._header_names
-            headers = {
-                **{k: v for k, v in call.upstream_headers.items() if k.lower() not in own},
-                **headers,
-            }
+        headers = with_plugin_headers(self._headers, call.upstream_headers)
         return HttpRequest(url=self._url, headers=headers, body=body)
 
     def dropped_fields(self, call: Call, model: str) -> list[str]:

@@ -193,3 +193,9 @@ def test_sigterm_while_a_dead_worker_is_being_replaced_still_stops(tmp_path: Pat
                 os.kill(pid, signal.SIGKILL)
             process.kill()
             process.wait()
+
+
+def test_serve_refuses_a_port_out_of_range() -> None:
+    result = _crossway("serve", "--config", "config/gateway.yaml", "--port", "70000")
+    assert result.returncode == 2
+    assert "--port" in result.stderr

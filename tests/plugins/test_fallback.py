@@ -236,7 +236,7 @@ async def test_a_failure_mid_stream_is_not_a_fallback():
         ({"on_kinds": ["oops"]}, "Invalid enum value 'oops'"),
         ({"chain": {}}, "unknown field"),
         ({"chains": {"primary": [""]}}, "fallback model '': no model given"),
-        ({"on_content_policy": {"primary": "p/a\tb"}}, "control characters"),
+        ({"on_content_policy": {"primary": "p/a\tb"}}, "must be printable"),
     ],
 )
 def test_bad_options_are_load_errors(options: dict, message: str):

@@ -402,3 +402,16 @@ def test_a_module_failing_at_import_becomes_a_load_error(tmp_path, monkeypatch):
     message = load_error("plugins: [{plugin: 'crossway_broken_plugin_mod:Plugin'}]")
     assert message.startswith("$.plugins[0].options: cannot import ")
     assert "boom at import" in message
+
+
+class _WrongParameterName:
+    async def __call__(self, call, following):
+        return await following(call)
+
+
+def test_a_plugin_whose_next_parameter_has_another_name_is_refused():
+    spec = PluginSpec(
+        ref="tests.proxy.test_chain:_WrongParameterName", options={}, path="$.plugins[0]"
+    )
+    with pytest.raises(PluginLoadError, match=r"\$\.plugins\[0\].*\(call, next\)"):
+        load_plugins([spec], {})

@@ -138,3 +138,14 @@ def test_provider_pin_that_excludes_every_deployment():
     with pytest.raises(BadRequest) as info:
         router(fast=["openai/a"]).resolve("fast", "mock")
     assert info.value.param == "provider"
+
+
+def test_a_huge_or_unprintable_model_name_is_a_400_not_an_echo():
+    from proxy.router import MAX_MODEL_NAME
+
+    router = Router({}, {"p": True})
+    for model in ("p/" + "x" * MAX_MODEL_NAME, "p/a\r\nb"):
+        with pytest.raises(BadRequest) as caught:
+            router.resolve(model)
+        assert caught.value.param == "model"
+        assert model not in caught.value.message
