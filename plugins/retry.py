@@ -198,7 +198,7 @@ class RetryPlugin:
                 error.attempts = run.attempts
                 if run.retried >= run.retries or not self._retriable(error, run.statuses):
                     raise
-                elsewhere = _other_providers(current, error)
+                elsewhere = _other_providers(call, error)  # from all candidates: alternate
                 delay = self._delay(error, run.retried, switching=elsewhere is not current)
                 if delay is None or (ends is not None and time.perf_counter() + delay >= ends):
                     self._metrics.retries_denied("wait").inc()
@@ -250,7 +250,8 @@ class _Run:
 
 
 def _other_providers(call: Call, error: GatewayError) -> Call:
-    """``call`` narrowed to deployments on providers other than the one that failed, if any."""
+    """``call`` narrowed to deployments on providers other than the one that just failed, if any
+    (narrowed from all of the call's candidates, so that retries alternate between providers)."""
     failed = error.provider
     if failed is None or call.deployment is not None or len(call.deployments) < 2:
         return call

@@ -232,6 +232,15 @@ async def test_a_retry_goes_to_another_provider_without_waiting_for_the_hint():
     assert h.delays[0] <= 0.1  # the backoff, not the 5 s hint of the provider left behind
 
 
+async def test_retries_alternate_between_providers():
+    h = Harness(retries=3)
+    h.upstream.script("a/m", fail(503, provider="a"), fail(503, provider="a"))
+    h.upstream.script("b/m", fail(503, provider="b"))
+    reply = await h.run(make_call(deployments=[Deployment("a", "m"), Deployment("b", "m")]))
+    assert reply.provider == "b"
+    assert h.upstream.targets() == ["a/m", "b/m", "a/m", "b/m"]
+
+
 async def test_a_pinned_deployment_is_retried_in_place():
     h = Harness()
     h.upstream.script("a/m", fail(503, provider="a"))
