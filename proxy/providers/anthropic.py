@@ -83,6 +83,7 @@ from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
     encode_raw_fields,
+    malformed,
     merge_json_objects,
     retry_after_seconds,
     with_plugin_headers,
@@ -373,7 +374,7 @@ class AnthropicProvider:
         try:
             wire = _MESSAGE_DECODER.decode(body)
         except msgspec.DecodeError as exc:
-            raise _malformed(self.name, "response", exc) from None
+            raise malformed(self.name, "response", exc) from None
         texts: list[str] = []
         thoughts: list[str] = []
         tool_calls: list[ToolCall] = []
@@ -463,7 +464,7 @@ class AnthropicStreamParser:
         try:
             wire = _EVENT_DECODER.decode(data)
         except msgspec.DecodeError as exc:
-            raise _malformed(self._provider.name, "stream event", exc) from None
+            raise malformed(self._provider.name, "stream event", exc) from None
         kind = wire.type
         if kind == "content_block_delta" and wire.delta is not None:
             return self._block_delta(wire.index, wire.delta)
@@ -737,12 +738,6 @@ def _error_message(body: bytes) -> str:
     except msgspec.DecodeError:
         error = None
     return body[:500].decode("utf-8", "replace").strip() if error is None else error.message
-
-
-def _malformed(provider: str, what: str, exc: Exception) -> UpstreamError:
-    return UpstreamError(
-        f"upstream sent a malformed {what}: {exc}", upstream_status=200, provider=provider
-    )
 
 
 def _finish(stop_reason: str | None) -> FinishReason | None:

@@ -191,6 +191,13 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     return None
 
 
+def malformed(provider: str, what: str, exc: Exception) -> UpstreamError:
+    """The error for an upstream body or event that does not decode (the gateway answers 502)."""
+    return UpstreamError(
+        f"upstream sent a malformed {what}: {exc}", upstream_status=200, provider=provider
+    )
+
+
 def with_plugin_headers(own: dict[str, str], added: Mapping[str, str]) -> dict[str, str]:
     """A provider's own headers plus those plugins set for the upstream (``Call.upstream_headers``).
 

@@ -74,7 +74,13 @@ from proxy.errors import (
     UpstreamUnavailable,
     upstream_error_for_status,
 )
-from proxy.providers.base import HttpRequest, ProviderConfig, path_segment, retry_after_seconds
+from proxy.providers.base import (
+    HttpRequest,
+    ProviderConfig,
+    malformed,
+    path_segment,
+    retry_after_seconds,
+)
 from proxy.providers.eventstream import EventStreamDecoder, EventStreamError
 from proxy.providers.sigv4 import Credentials, sign_headers
 
@@ -351,11 +357,7 @@ class BedrockProvider:
         try:
             wire = _RESPONSE.decode(body)
         except msgspec.DecodeError as exc:
-            raise UpstreamError(
-                f"upstream sent a malformed response: {exc}",
-                upstream_status=200,
-                provider=self.name,
-            ) from None
+            raise malformed(self.name, "response", exc) from None
         texts: list[str] = []
         reasoning: list[str] = []
         tool_calls: list[ToolCall] = []
@@ -461,11 +463,7 @@ class ConverseStreamFrames:
         try:
             messages = self._decoder.feed(data)
         except EventStreamError as exc:
-            raise UpstreamError(
-                f"upstream sent a malformed event stream: {exc}",
-                upstream_status=200,
-                provider=self._provider,
-            ) from None
+            raise malformed(self._provider, "event stream", exc) from None
         events: list[StreamEvent] = []
         for headers, payload in messages:
             message_type = headers.get(":message-type")
@@ -526,11 +524,7 @@ class ConverseStreamParser:
                 status = _STREAM_EXCEPTION_STATUS.get(kind.lower(), 500)
                 raise self._provider.classify(kind, _error_fields(data)[0], status)
         except msgspec.DecodeError as exc:
-            raise UpstreamError(
-                f"upstream sent a malformed {event} event: {exc}",
-                upstream_status=200,
-                provider=self._provider.name,
-            ) from None
+            raise malformed(self._provider.name, f"{event} event", exc) from None
         return None
 
     def end(self) -> Chunk | None:

@@ -92,6 +92,7 @@ from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
     encode_raw_fields,
+    malformed,
     merge_json_objects,
     path_segment,
     retry_after_seconds,
@@ -518,9 +519,7 @@ def _decode(provider: GeminiProvider, data: bytes, what: str) -> _WireResponse:
     try:
         wire = _RESPONSE_DECODER.decode(data)
     except msgspec.DecodeError as exc:
-        raise UpstreamError(
-            f"upstream sent a malformed {what}: {exc}", upstream_status=200, provider=provider.name
-        ) from None
+        raise malformed(provider.name, what, exc) from None
     if wire.error is not None:
         raise provider.classify(wire.error.code or 500, wire.error)
     feedback = wire.prompt_feedback

@@ -30,7 +30,9 @@ from proxy.providers.base import (
     ProviderConfig,
     StreamEnd,
     encode_raw_fields,
+    malformed,
     merge_json_objects,
+    retry_after_seconds,
     with_plugin_headers,
 )
 from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
@@ -204,11 +206,7 @@ class OpenAIProvider:
         try:
             wire = _RESPONSE_DECODER.decode(body)
         except msgspec.DecodeError as exc:
-            raise UpstreamError(
-                f"upstream sent a malformed response: {exc}",
-                upstream_status=200,
-                provider=self.name,
-            ) from None
+            raise malformed(self.name, "response", exc) from None
         if not wire.choices:
             raise UpstreamError(
                 "upstream answered with no choices", upstream_status=200, provider=self.name
@@ -230,11 +228,7 @@ class OpenAIProvider:
         try:
             wire = _CHUNK_DECODER.decode(data)
         except msgspec.DecodeError as exc:
-            raise UpstreamError(
-                f"upstream sent a malformed stream event: {exc}",
-                upstream_status=200,
-                provider=self.name,
-            ) from None
+            raise malformed(self.name, "stream event", exc) from None
         if wire.error is not None:
             raise self._classify(
                 500, wire.error.message, _code_text(wire.error.code), retry_after=None
@@ -254,7 +248,7 @@ class OpenAIProvider:
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
         """See :meth:`proxy.providers.base.HttpProvider.parse_error`."""
         message, code = _error_text(body)
-        return self._classify(status, message, code, retry_after=_retry_after(headers))
+        return self._classify(status, message, code, retry_after=retry_after_seconds(headers))
 
     def _classify(
         self, status: int, message: str, code: str | None, *, retry_after: float | None
@@ -291,15 +285,3 @@ def _error_text(body: bytes) -> tuple[str, str | None]:
     if isinstance(error, str):
         return error, None
     return envelope.message or "", None
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds; dates ignored)."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return max(float(value) * scale, 0.0)
-            except ValueError:
-                continue
-    return None
