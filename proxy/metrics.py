@@ -277,7 +277,7 @@ class Metrics:
         )
         self.deployment_healthy = self._gauge(
             "crossway_deployment_healthy",
-            "1 while a deployment is routable, 0 while it is ejected after failures.",
+            "0 from a deployment's ejection after failures until it next answers, else 1.",
             ["provider", "model"],
             "livemin",
         )
