@@ -67,6 +67,9 @@ class SSEDecoder:
         return events
 
 
+_event = tuple.__new__  # builds an SSEEvent without NamedTuple's Python-level __new__
+
+
 def _simple_frames(chunk: bytes) -> list[SSEEvent] | None:
     """The fast path for whole ``data: …\n\n`` frames (what LLM APIs send): their events, or
     None if any frame is not that simple (the general parser then handles the chunk)."""
@@ -76,7 +79,7 @@ def _simple_frames(chunk: bytes) -> list[SSEEvent] | None:
     for frame in chunk[:-2].split(b"\n\n"):
         if not frame.startswith(b"data: ") or b"\n" in frame:
             return None
-        events.append(SSEEvent("", frame[6:]))
+        events.append(_event(SSEEvent, ("", frame[6:])))
     return events
 
 

@@ -118,9 +118,9 @@ async def _chunks(
         while True:
             data = await content.readany()
             batch: list[Chunk | None] = []
-            for event in decoder.feed(data) if data else decoder.close():
+            for name, payload in decoder.feed(data) if data else decoder.close():
                 try:
-                    chunk = parse(event.event, event.data)
+                    chunk = parse(name, payload)
                 except StreamEnd:
                     batch.append(None)
                     yield batch

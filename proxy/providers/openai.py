@@ -135,6 +135,8 @@ class _ErrorEnvelope(Struct):
 
 _RESPONSE_DECODER = msgspec.json.Decoder(_WireResponse)
 _CHUNK_DECODER = msgspec.json.Decoder(_WireChunk)
+_FAST_CHUNK_DECODER = msgspec.json.Decoder(Chunk)
+_ERROR = b'"error"'
 _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
 _ENCODER = msgspec.json.Encoder()
 _DONE = b"[DONE]"
@@ -225,6 +227,19 @@ class OpenAIProvider:
         """See :meth:`proxy.providers.base.HttpProvider.parse_event`."""
         if data == _DONE:
             raise StreamEnd
+        if _ERROR not in data:
+            # The common chunk decodes straight into the canonical type, whose fields are
+            # OpenAI's, and keeps its bytes for OpenAI clients. A usage object needs translating:
+            # such a chunk (one per stream) takes the full path below. (Quotes inside JSON strings
+            # are escaped, so the marker matches an "error" key, or at worst costs the fast path.)
+            try:
+                chunk: Chunk | None = _FAST_CHUNK_DECODER.decode(data)
+            except msgspec.DecodeError:  # lacks a field the full path defaults, or malformed
+                chunk = None
+            if chunk is not None and chunk.usage is None:
+                if chunk.id and chunk.created and chunk.model:
+                    chunk.raw = data
+                return chunk
         try:
             wire = _CHUNK_DECODER.decode(data)
         except msgspec.DecodeError as exc:

@@ -422,3 +422,21 @@ def test_a_response_without_choices_is_an_upstream_error():
     with pytest.raises(UpstreamError) as caught:
         provider().parse_response(body, "m")
     assert caught.value.status == 502
+
+
+def test_usage_is_translated_whatever_the_whitespace_and_null_usage_is_none():
+    spaced = (
+        b'{"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",'
+        b' "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 4,'
+        b' "prompt_tokens_details": {"cached_tokens": 3}}}'
+    )
+    chunk = provider().parse_event("", spaced)
+    assert (chunk.usage.input, chunk.usage.cache_read, chunk.usage.output) == (7, 3, 4)
+    assert chunk.raw is None
+    null = (
+        b'{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
+        b'"choices":[],"usage":null}'
+    )
+    chunk = provider().parse_event("", null)
+    assert chunk.usage is None
+    assert chunk.raw == null
