@@ -44,7 +44,7 @@ import msgspec
 from msgspec import Meta
 
 from plugins.health import Health, HealthConfig
-from proxy.canonical import Call, Chunk, Deployment, Reply, Usage
+from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Usage
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
 from proxy.store import MemoryStore, Store, StoreUnavailable
@@ -376,21 +376,30 @@ class _Tracked:
 
     @property
     def ended(self) -> bool:
-        """Whether the inner stream has received its end (see ``UpstreamStream.ended``)."""
+        """Whether the inner stream has received its end (see ``BatchedStream``)."""
         return bool(getattr(self._inner, "ended", False))
 
-    def take_ready(self) -> list[Chunk]:
-        """The chunks the inner stream already holds, without waiting (see
-        ``UpstreamStream.take_ready``); none when it cannot tell."""
-        take_ready = getattr(self._inner, "take_ready", None)
-        if take_ready is None:
-            return []
-        chunks: list[Chunk] = take_ready()
-        if self._counts_tokens:
-            for chunk in chunks:
-                if chunk.usage is not None:
-                    self._usage = chunk.usage
-        return chunks
+    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+        """The inner stream's next batch (see ``BatchedStream``), or its next chunk alone when
+        it has no batches. Raw frames never carry usage, so they pass unread."""
+        next_batch = getattr(self._inner, "next_batch", None)
+        try:
+            if next_batch is not None:
+                batch: list[Chunk | RawFrames] = await next_batch(raw)
+            else:
+                batch = [await anext(self._inner)]
+        except StopAsyncIteration:
+            batch = []
+        except BaseException:
+            await self._end()
+            raise
+        if not batch:
+            await self._end()
+        elif self._counts_tokens:
+            for item in batch:
+                if type(item) is Chunk and item.usage is not None:
+                    self._usage = item.usage
+        return batch
 
     def __aiter__(self) -> _Tracked:
         return self

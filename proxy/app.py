@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from plugins import BUILTINS
-from proxy.canonical import Call, Chunk, Reply, Usage
+from proxy.canonical import BatchedStream, Call, Chunk, RawFrames, Reply, Usage
 from proxy.config import ConfigError, ServerConfig, load_config
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder
@@ -266,20 +266,26 @@ async def _stream(
     )
     timings = call.timings
     outcome.status = 200
-    chunks = stream if encoder.keepalive is None else _with_pings(stream, encoder, response)
+    # What arrived together leaves in one write; verbatim frames go out as they came when the
+    # encoder can relay them (an OpenAI client of an OpenAI-compatible upstream).
+    source: BatchedStream = stream if hasattr(stream, "next_batch") else _OneByOne(stream)  # type: ignore[assignment]
+    pinger = None if encoder.keepalive is None else _Pinger(source, encoder, response)
+    next_batch = source.next_batch if pinger is None else pinger.next_batch
+    relay = getattr(encoder, "relay", None)
     pending: list[bytes] = []
-    # An UpstreamStream hands over the chunks that arrived together: they leave in one write.
-    take_ready = getattr(chunks, "take_ready", None)
     try:
         await response.prepare(request)
-        async for first in chunks:
-            for chunk in (first,) if take_ready is None else (first, *take_ready()):
-                if chunk.usage is not None:
-                    outcome.usage = chunk.usage
-                data = encoder.chunk(chunk)
+        while batch := await next_batch(relay is not None):
+            for item in batch:
+                if type(item) is RawFrames:
+                    pending.append(relay(item))  # type: ignore[misc]
+                    continue
+                if item.usage is not None:  # type: ignore[union-attr]
+                    outcome.usage = item.usage  # type: ignore[union-attr]
+                data = encoder.chunk(item)  # type: ignore[arg-type]
                 if data:
                     pending.append(data)
-            if pending and not (take_ready is not None and chunks.ended):  # type: ignore[attr-defined]
+            if pending and not source.ended:
                 if timings.first_token is None:
                     timings.first_token = time.perf_counter() - timings.start
                 await response.write(b"".join(pending) if len(pending) > 1 else pending[0])
@@ -293,8 +299,8 @@ async def _stream(
         outcome.status = CLIENT_CLOSED
         return response
     finally:
-        if chunks is not stream:
-            await chunks.aclose()  # type: ignore[attr-defined]
+        if pinger is not None:
+            await pinger.close()
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -308,30 +314,54 @@ async def _stream(
     return response
 
 
-async def _with_pings(
-    stream: AsyncIterator[Chunk], encoder: StreamEncoder, response: web.StreamResponse
-) -> AsyncIterator[Chunk]:
-    """``stream``'s chunks, writing ``encoder.ping()`` whenever none came for a keep-alive period.
+class _OneByOne:
+    """The batch interface over a plain chunk iterator (a plugin's own stream): one per batch."""
 
-    The pending read is never cancelled by a ping: it is awaited again after the ping is sent.
+    __slots__ = ("_chunks",)
+    ended = False
+
+    def __init__(self, chunks: AsyncIterator[Chunk]) -> None:
+        self._chunks = chunks
+
+    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+        """The next chunk, alone; ``[]`` at the end."""
+        try:
+            return [await anext(self._chunks)]
+        except StopAsyncIteration:
+            return []
+
+
+class _Pinger:
+    """Batches of ``source``, writing ``encoder.ping()`` whenever none came for a keep-alive
+    period. The pending read is never cancelled by a ping: it is awaited again after the ping.
     """
-    interval = encoder.keepalive
-    pending: asyncio.Future[Chunk] = asyncio.ensure_future(anext(stream))
-    try:
-        while True:
-            done, _ = await asyncio.wait((pending,), timeout=interval)
-            if not done:
-                await response.write(encoder.ping())
-                continue
-            try:
-                chunk = pending.result()
-            except StopAsyncIteration:
-                return
-            yield chunk
-            pending = asyncio.ensure_future(anext(stream))
-    finally:
-        if not pending.done():
+
+    __slots__ = ("_encoder", "_pending", "_response", "_source")
+
+    def __init__(
+        self, source: BatchedStream, encoder: StreamEncoder, response: web.StreamResponse
+    ) -> None:
+        self._source = source
+        self._encoder = encoder
+        self._response = response
+        self._pending: asyncio.Future[list[Chunk | RawFrames]] | None = None
+
+    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+        """As ``source.next_batch``, with pings written while it waits."""
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = asyncio.ensure_future(self._source.next_batch(raw))
+        while not (await asyncio.wait((pending,), timeout=self._encoder.keepalive))[0]:
+            await self._response.write(self._encoder.ping())
+        self._pending = None
+        return pending.result()
+
+    async def close(self) -> None:
+        """Cancel a read still pending, and wait until it has stopped."""
+        pending, self._pending = self._pending, None
+        if pending is not None and not pending.done():
             pending.cancel()
+            await asyncio.wait((pending,))
 
 
 def _error_response(

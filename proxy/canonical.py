@@ -13,8 +13,8 @@ This module imports nothing else of the project.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Annotated, Any, Literal
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
@@ -390,6 +390,51 @@ class Chunk(Struct, omit_defaults=True):
     usage: Usage | None = None
     system_fingerprint: str | UnsetType | None = UNSET
     raw: bytes | None = None
+
+
+class RawFrames:
+    """Stream events of an OpenAI-compatible upstream, kept as the bytes it sent until needed.
+
+    ``data`` is one or more complete SSE frames, each ``data: {...}\\n\\n``, that the provider
+    vouched for as *ordinary* ``chat.completion.chunk`` events: valid JSON naming an id, a
+    creation time and a model, with no usage and no error: events the provider would decode
+    into chunks carrying :attr:`Chunk.raw`. The OpenAI chat dialect forwards ``data`` as it is;
+    whoever needs canonical chunks decodes each frame's JSON (:meth:`payloads`) with ``parse``,
+    which raises :class:`~proxy.errors.UpstreamError` for a frame it cannot read.
+    Verbatim frames spare the hot path a decode and an encode per event; they are only ever
+    produced by a provider that can tell them apart cheaply (see ``HttpProvider``).
+    """
+
+    __slots__ = ("data", "parse")
+
+    def __init__(self, data: bytes, parse: Callable[[bytes], Chunk | None]) -> None:
+        self.data = data
+        self.parse = parse
+
+    def payloads(self) -> list[bytes]:
+        """The JSON of each frame, in order."""
+        return [frame[6:] for frame in self.data[:-2].split(b"\n\n")]
+
+
+class BatchedStream(Protocol):
+    """What a reply stream may offer besides async iteration: batches of what arrived together.
+
+    :meth:`next_batch` returns every item received so far, waiting for one if none is held, and
+    ``[]`` once the stream is over; errors are raised as iteration raises them. With ``raw``
+    False every item is a :class:`Chunk`; with ``raw`` True, :class:`RawFrames` may come as they
+    are (the caller can send them verbatim). :attr:`ended` is True once nothing can come beyond
+    what was already received. The app writes each batch in one go; a plugin that wraps a stream
+    only to observe it should offer this interface too, forwarding to the stream it wraps.
+    """
+
+    @property
+    def ended(self) -> bool:
+        """No item will come beyond those already received."""
+        ...
+
+    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+        """The items received so far (waiting for one); ``[]`` at the end."""
+        ...
 
 
 class Reply(Struct):

@@ -28,9 +28,14 @@ class SSEDecoder:
         self._event = ""
         self._data: list[bytes] = []
 
+    @property
+    def idle(self) -> bool:
+        """Nothing is held from earlier feeds: the next byte starts a new event."""
+        return not (self._pending or self._data or self._event)
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume ``chunk`` and return the events it completes (possibly none)."""
-        if not (self._pending or self._data or self._event) and chunk.endswith(b"\n\n"):
+        if chunk.endswith(b"\n\n") and self.idle:
             events = _simple_frames(chunk)
             if events is not None:
                 return events

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import aiohttp
 
-from proxy.canonical import Chunk
+from proxy.canonical import Chunk, RawFrames
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.providers.base import (
     HttpProvider,
@@ -69,7 +69,7 @@ class HttpTransport:
 
     async def open_stream(
         self, provider: HttpProvider, request: HttpRequest
-    ) -> AsyncIterator[list[Chunk | None]]:
+    ) -> AsyncIterator[list[Chunk | RawFrames | None]]:
         """POST ``request`` and return its stream of canonical chunks, one list per network read.
 
         A non-2xx answer is read and raised as the provider's error. The returned iterator
@@ -99,25 +99,37 @@ class HttpTransport:
 
 async def _chunks(
     provider: HttpProvider, response: aiohttp.ClientResponse
-) -> AsyncIterator[list[Chunk | None]]:
+) -> AsyncIterator[list[Chunk | RawFrames | None]]:
     """The chunks of a stream body, batched by network read (empty batches are skipped).
 
     The batch that carries the provider's end marker ends with ``None``, so the reader knows the
     stream is complete without waiting for another read. A provider with a ``stream_parser()``
     gets one parser per stream, which also judges a body that ends without an end marker. A
     provider whose streams are not SSE has a ``stream_decoder()``: one decoder per stream frames
-    its body instead of :class:`SSEDecoder`.
+    its body instead of :class:`SSEDecoder`. A provider with ``relay_frames(data)`` (and neither
+    of those) is offered each read that starts on an SSE frame boundary: the frames it vouches
+    for travel as one :class:`RawFrames` item instead of being decoded here.
     """
     make_decoder = getattr(provider, "stream_decoder", None)
     decoder: StreamDecoder = make_decoder() if make_decoder is not None else SSEDecoder()
     make_parser = getattr(provider, "stream_parser", None)
     parser: StreamParser | None = make_parser() if make_parser is not None else None
     parse = parser.parse_event if parser is not None else provider.parse_event
+    relay = getattr(provider, "relay_frames", None) if parser is None else None
+    sse = decoder if relay is not None and isinstance(decoder, SSEDecoder) else None
     content = response.content
     try:
         while True:
             data = await content.readany()
-            batch: list[Chunk | None] = []
+            batch: list[Chunk | RawFrames | None] = []
+            if sse is not None and data and sse.idle:
+                frames, rest = relay(data)  # type: ignore[misc]
+                if frames is not None:
+                    batch.append(frames)
+                    if not rest:
+                        yield batch
+                        continue
+                    data = rest
             for name, payload in decoder.feed(data) if data else decoder.close():
                 try:
                     chunk = parse(name, payload)

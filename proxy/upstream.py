@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from proxy.canonical import Call, Chunk, Deployment, Reply, Response, Timings
+from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Response, Timings
 from proxy.errors import GatewayError, NoReadyDeployment, UpstreamTimeout
 from proxy.providers.base import HttpProvider, LocalProvider, Provider, Timeouts
 from proxy.redact import Redactor
@@ -125,18 +125,20 @@ class _Clocks:
 class UpstreamStream:
     """A provider's chunk stream under the first-byte, idle and total clocks.
 
-    The provider side may yield single chunks or lists of chunks (the HTTP transport yields one
-    list per network read, ending with ``None`` once the end marker was read). Besides async
-    iteration, :meth:`take_ready` hands over the chunks that arrived together without awaiting,
-    and :attr:`ended` tells whether more can come, so the app writes them in one go. The clocks
-    run per wait on the provider, not per chunk. Time spent waiting is added to
-    ``timings.upstream_wait``. Errors raised by the provider stream are sanitised and counted
-    through ``on_error`` before they propagate.
+    The provider side may yield single chunks or lists of items (the HTTP transport yields one
+    list per network read, ending with ``None`` once the end marker was read; its items are
+    chunks or :class:`~proxy.canonical.RawFrames`). Besides async iteration (chunks only), it
+    offers the :class:`~proxy.canonical.BatchedStream` interface, so the app writes what
+    arrived together in one go, verbatim frames included. Raw frames are decoded only when a
+    reader asks for chunks. The clocks run per wait on the provider, not per chunk. Time spent
+    waiting is added to ``timings.upstream_wait``. Errors raised by the provider stream, or by
+    decoding its frames, are sanitised and counted through ``on_error`` before they propagate.
     """
 
     __slots__ = (
         "_clocks",
         "_ended",
+        "_failure",
         "_inner",
         "_model",
         "_on_error",
@@ -147,7 +149,7 @@ class UpstreamStream:
 
     def __init__(
         self,
-        inner: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | None]],
+        inner: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | RawFrames | None]],
         clocks: _Clocks,
         timings: Timings,
         provider: str,
@@ -161,19 +163,30 @@ class UpstreamStream:
         self._timings = timings
         self._provider = provider
         self._on_error = on_error
-        self._ready: deque[Chunk] = deque()
+        self._ready: deque[Chunk | RawFrames] = deque()
         self._ended = False
+        self._failure: GatewayError | None = None
 
     @property
     def ended(self) -> bool:
         """The end marker has arrived: no chunk will come beyond those already received."""
         return self._ended
 
-    def take_ready(self) -> list[Chunk]:
-        """Every chunk already received, without waiting (possibly none)."""
-        ready = list(self._ready)
-        self._ready.clear()
-        return ready
+    async def next_batch(self, raw: bool = False) -> list[Chunk | RawFrames]:
+        """See :class:`~proxy.canonical.BatchedStream`."""
+        ready = self._ready
+        if not ready:
+            if self._failure is not None:
+                raise self._failure
+            if self._ended:
+                return []
+            try:
+                await self._fill(report=True)
+            except StopAsyncIteration:
+                return []
+        batch = list(ready)
+        ready.clear()
+        return batch if raw else self._decoded(batch)  # type: ignore[return-value]
 
     async def prime(self) -> None:
         """Wait for the first chunk (under the first-byte clock) and hold it.
@@ -187,14 +200,43 @@ class UpstreamStream:
 
     async def __anext__(self) -> Chunk:
         ready = self._ready
-        if not ready:
-            if self._ended:
-                raise StopAsyncIteration
-            await self._fill(report=True)
-        return ready.popleft()
+        while True:
+            if not ready:
+                if self._failure is not None:
+                    raise self._failure
+                if self._ended:
+                    raise StopAsyncIteration
+                await self._fill(report=True)
+            item = ready.popleft()
+            if type(item) is not RawFrames:
+                return item  # type: ignore[return-value]
+            ready.extendleft(reversed(self._decoded([item])))
+
+    def _decoded(self, items: list[Chunk | RawFrames]) -> list[Chunk]:
+        """``items`` with raw frames decoded. A frame that cannot be decoded ends the stream:
+        the chunks before it are returned, and the error is raised by the next read."""
+        chunks: list[Chunk] = []
+        for item in items:
+            if type(item) is not RawFrames:
+                chunks.append(item)  # type: ignore[arg-type]
+                continue
+            parse = item.parse  # type: ignore[union-attr]
+            try:
+                for payload in item.payloads():  # type: ignore[union-attr]
+                    chunk = parse(payload)
+                    if chunk is not None:
+                        chunks.append(chunk)
+            except GatewayError as error:
+                self._on_error(self._provider, error)
+                if not chunks:
+                    raise
+                self._failure = error
+                self._ready.clear()
+                break
+        return chunks
 
     async def _fill(self, *, report: bool) -> None:
-        """Wait until at least one chunk is ready; StopAsyncIteration at the end."""
+        """Wait until at least one item is ready; StopAsyncIteration at the end."""
         clocks = self._clocks
         started = time.perf_counter()
         try:
@@ -205,10 +247,13 @@ class UpstreamStream:
                         if item and item[-1] is None:
                             item.pop()
                             self._ended = True
-                        if item and not item[0].model:  # the wire format does not name it
-                            for chunk in item:
-                                chunk.model = self._model
-                        self._ready.extend(item)
+                        if item:
+                            first = item[0]
+                            if type(first) is Chunk and not first.model:
+                                # The wire format does not name the model (raw frames always do).
+                                for chunk in item:
+                                    chunk.model = self._model  # type: ignore[union-attr]
+                        self._ready.extend(item)  # type: ignore[arg-type]
                         if self._ended and not self._ready:
                             raise StopAsyncIteration
                     else:
@@ -342,7 +387,7 @@ class Upstream:
 
     async def _primed(
         self,
-        chunks: AsyncIterator[Chunk] | AsyncIterator[list[Chunk]],
+        chunks: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | RawFrames | None]],
         clocks: _Clocks,
         call: Call,
         deployment: Deployment,

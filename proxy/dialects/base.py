@@ -25,7 +25,10 @@ class StreamEncoder(Protocol):
     """Encodes one reply stream; holds whatever per-stream state the framing needs.
 
     ``keepalive`` is the idle interval in seconds after which the app sends :meth:`ping`
-    (None: the dialect has no keep-alive frames).
+    (None: the dialect has no keep-alive frames). An encoder whose frames are OpenAI chat chunks
+    may also define ``relay(frames: RawFrames) -> bytes``, the bytes for a run of ordinary
+    upstream chunks kept verbatim (:class:`~proxy.canonical.RawFrames`); without it the app
+    hands it decoded chunks only.
     """
 
     keepalive: float | None

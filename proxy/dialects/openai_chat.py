@@ -32,6 +32,7 @@ from proxy.canonical import (
     GatewayOptions,
     Message,
     Params,
+    RawFrames,
     Reply,
     Timings,
     Usage,
@@ -264,6 +265,11 @@ class ChatStreamEncoder:
                 )
             )
         )
+
+    def relay(self, frames: RawFrames) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder`: ordinary OpenAI chunks, as they came
+        (what :meth:`chunk` makes of each of them)."""
+        return frames.data
 
     def end(self) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.end`."""

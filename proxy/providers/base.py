@@ -75,7 +75,12 @@ class HttpProvider(Protocol):
     ``stream_parser() -> StreamParser``; the transport then makes one parser per stream and uses
     it instead of :meth:`parse_event` (see :class:`StreamParser`). A provider whose streams are
     not server-sent events defines ``stream_decoder() -> StreamDecoder``; the transport then
-    frames each stream's body with a fresh decoder instead of the SSE one.
+    frames each stream's body with a fresh decoder instead of the SSE one. A provider whose
+    events are OpenAI chat chunks may define
+    ``relay_frames(data: bytes) -> tuple[RawFrames | None, bytes]``: offered each network read
+    that starts on an SSE frame boundary, it returns the run of ordinary chunks the read starts
+    with, undecoded (see :class:`~proxy.canonical.RawFrames`), so that OpenAI clients get them
+    verbatim, and the rest of the read, which goes through :meth:`parse_event` as usual.
     """
 
     name: str

@@ -12,13 +12,24 @@ and each request adapted to the fields that vendor accepts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.canonical import Call, Choice, Chunk, ChunkChoice, Message, Params, Response, Usage
+from proxy.canonical import (
+    Call,
+    Choice,
+    Chunk,
+    ChunkChoice,
+    Message,
+    Params,
+    RawFrames,
+    Response,
+    Usage,
+)
 from proxy.errors import (
     ContentPolicyViolation,
     ContextWindowExceeded,
@@ -128,6 +139,16 @@ class _WireChunk(Struct):
     error: _WireError | None = None
 
 
+class _OrdinaryChunk(Struct):
+    """What makes a stream event an ordinary chunk, fit to relay verbatim (other keys ignored)."""
+
+    id: Annotated[str, Meta(min_length=1)]
+    created: Annotated[int, Meta(ge=1)]
+    model: Annotated[str, Meta(min_length=1)]
+    usage: None = None
+    error: None = None
+
+
 class _ErrorEnvelope(Struct):
     error: _WireError | str | None = None
     message: str | None = None
@@ -136,10 +157,15 @@ class _ErrorEnvelope(Struct):
 _RESPONSE_DECODER = msgspec.json.Decoder(_WireResponse)
 _CHUNK_DECODER = msgspec.json.Decoder(_WireChunk)
 _FAST_CHUNK_DECODER = msgspec.json.Decoder(Chunk)
+_ORDINARY_CHUNKS_DECODER = msgspec.json.Decoder(list[_OrdinaryChunk])
+_FRAME_START = b"data: "
+_FRAME_END = b"\n\n"
+_FRAME_JOIN = b"\n\ndata: "
 _ERROR = b'"error"'
 _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
 _ENCODER = msgspec.json.Encoder()
 _DONE = b"[DONE]"
+_NOT_ORDINARY = (_DONE, b'"usage":{', b'"usage": {', _ERROR)  # only in a stream's last frames
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
 _POLICY_CODES = frozenset({"content_policy_violation", "content_filter"})
 
@@ -160,6 +186,7 @@ class OpenAIProvider:
         self._stream_options = preset is None or preset.stream_options
         base_url = config.base_url or (preset.base_url if preset is not None else DEFAULT_BASE_URL)
         self._url = base_url.rstrip("/") + "/chat/completions"
+        self._parse_payload = functools.partial(self.parse_event, "")
         headers = {"content-type": "application/json", **config.headers}
         if config.api_key:
             headers["authorization"] = f"Bearer {config.api_key}"
@@ -259,6 +286,35 @@ class OpenAIProvider:
             # Complete OpenAI chunks can go to OpenAI clients as they came.
             raw=data if usage is None and wire.id and wire.created and wire.model else None,
         )
+
+    def relay_frames(self, data: bytes) -> tuple[RawFrames | None, bytes]:
+        """The whole ``data: {...}`` frames of ordinary chunks that ``data`` starts with, kept
+        verbatim (see :class:`~proxy.canonical.RawFrames`), and the rest of ``data`` to decode
+        as usual; ``(None, data)`` when there are none.
+
+        Usage, an error and the end marker only ever come in a stream's last frames, so the run
+        is found by peeling frames that mention them off the end (with an unfinished frame);
+        one C-level pass then checks the whole run: its frames are spliced into one JSON array
+        and decoded against :class:`_OrdinaryChunk`. A comment, a multi-line, named or
+        CRLF-framed event, or a usage or error the peeling missed makes the array invalid or
+        fails the check, and the whole read is decoded instead. (Quotes inside JSON strings are
+        escaped, so ``"error"`` can only match a key.)
+        """
+        cut = data.rfind(_FRAME_END) + 2  # after the last whole frame
+        while cut > 1:
+            start = data.rfind(_FRAME_END, 0, cut - 2) + 2
+            last = data[start if start > 1 else 0 : cut]
+            if not any(marker in last for marker in _NOT_ORDINARY):
+                break
+            cut = start
+        if cut < 2 or not data.startswith(_FRAME_START):
+            return None, data
+        run = data[:cut] if cut < len(data) else data
+        try:
+            _ORDINARY_CHUNKS_DECODER.decode(b"[" + run[6:-2].replace(_FRAME_JOIN, b",") + b"]")
+        except msgspec.DecodeError:
+            return None, data
+        return RawFrames(run, self._parse_payload), data[cut:]
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
         """See :meth:`proxy.providers.base.HttpProvider.parse_error`."""

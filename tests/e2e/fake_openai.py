@@ -9,6 +9,8 @@ Its behaviour is chosen by the requested model name:
 - ``slow-stream``: one chunk, then a chunk every 0.2 s for a long time (for disconnect tests).
 - ``hang``: never answers.
 - ``cut-stream``: two chunks, then the connection is dropped.
+- ``burst-stream``: the normal stream, every frame of it sent in one write (``burst_frames``
+  gives those bytes), as a fast upstream's frames arrive.
 
 Every request (body and headers) is recorded; ``closed_streams`` counts streams whose client
 went away before the end.
@@ -103,6 +105,10 @@ class FakeOpenAI:
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if model == "burst-stream":
+            await response.write(burst_frames(model, include_usage))
+            return response
         deltas = _deltas(tool_call)
         try:
             for i, delta in enumerate(deltas):
@@ -119,7 +125,7 @@ class FakeOpenAI:
                     await response.write(_frame(model, {"content": "."}, None))
             finish = "tool_calls" if tool_call is not None else "stop"
             await response.write(_frame(model, {}, finish))
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if include_usage:
                 usage_chunk = _chunk(model, [], USAGE)
                 await response.write(b"data: " + json.dumps(usage_chunk).encode() + b"\n\n")
             await response.write(b"data: [DONE]\n\n")
@@ -127,6 +133,16 @@ class FakeOpenAI:
             self.closed_streams += 1
             raise
         return response
+
+
+def burst_frames(model: str, include_usage: bool) -> bytes:
+    """The whole body of a ``burst-stream`` answer: content frames, [usage], [DONE]."""
+    frames = [_frame(model, delta, None) for delta in _deltas(None)]
+    frames.append(_frame(model, {}, "stop"))
+    if include_usage:
+        frames.append(b"data: " + json.dumps(_chunk(model, [], USAGE)).encode() + b"\n\n")
+    frames.append(b"data: [DONE]\n\n")
+    return b"".join(frames)
 
 
 def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:

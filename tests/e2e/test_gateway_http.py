@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 
 from tests.e2e.conftest import UPSTREAM_KEY, Running
+from tests.e2e.fake_openai import burst_frames
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -43,6 +44,25 @@ async def test_mock_stream_cut_and_stall(gateway: Running) -> None:
     frames = _frames(raw)
     assert len(frames) == 4
     assert json.loads(frames[-1])["error"]["code"] == "upstream_unavailable"
+
+
+async def test_ordinary_chunks_reach_an_openai_client_byte_for_byte(gateway: Running) -> None:
+    # The upstream sends its whole stream in one write: its content frames are relayed as they
+    # came (here with json.dumps' spacing), while its usage frame is still read and counted, and
+    # reaches the client only when asked for.
+    upstream = burst_frames("burst-stream", include_usage=True)
+    content, usage_frame, done = upstream.rsplit(b"data: ", 2)
+    body = {"model": "up/burst-stream", "messages": HELLO, "stream": True}
+    status, _, raw = await _post(gateway, body)
+    assert status == 200
+    assert raw == content + b"data: [DONE]\n\n"
+    with_usage = {**body, "stream_options": {"include_usage": True}}
+    _, _, raw = await _post(gateway, with_usage)
+    assert raw.startswith(content)
+    assert json.loads(_frames(raw)[-2])["usage"]["prompt_tokens"] == 10
+    line = json.loads(gateway.logs.getvalue().splitlines()[-1])
+    assert (line["input_tokens"], line["output_tokens"]) == (10, 5)
+    assert (usage_frame, done) == (_frames(upstream)[-2] + b"\n\n", b"[DONE]\n\n")
 
 
 async def test_failure_before_first_byte_is_a_plain_error_response(gateway: Running) -> None:

@@ -16,6 +16,7 @@ from proxy.canonical import (
     Deployment,
     GatewayOptions,
     Message,
+    RawFrames,
     Usage,
     WeightedTarget,
 )
@@ -272,14 +273,17 @@ async def test_without_the_store_every_deployment_is_routable():
 
 
 async def test_the_tracked_stream_forwards_the_batching_interface():
-    # The app writes chunks that arrived together in one go (``take_ready``/``ended``, as an
-    # UpstreamStream offers them): the balancer's wrapper must not hide them.
+    # The app writes what arrived together in one go, verbatim frames included
+    # (``BatchedStream``, as an UpstreamStream offers it): the balancer's wrapper must not hide
+    # it, and still learns the usage.
     h = Harness(strategy="least-busy", limits={"p/a": {"tpm": 1000}, "p/b": {"tpm": 1000}})
     usage = Usage(input=7, output=3)
+    frames = RawFrames(b'data: {"id":"c"}\n\n', lambda payload: None)
+    asked: list[bool] = []
 
     class Batched:
         def __init__(self) -> None:
-            self.held = [Chunk(id="c", model="m", choices=[], usage=usage)]
+            self.held: list = [frames, Chunk(id="c", model="m", choices=[], usage=usage)]
             self.ended = False
 
         def __aiter__(self):
@@ -288,7 +292,8 @@ async def test_the_tracked_stream_forwards_the_batching_interface():
         async def __anext__(self):
             raise StopAsyncIteration
 
-        def take_ready(self):
+        async def next_batch(self, raw):
+            asked.append(raw)
             self.ended = True
             held, self.held = self.held, []
             return held
@@ -300,8 +305,12 @@ async def test_the_tracked_stream_forwards_the_batching_interface():
 
     reply = await compose([h.plugin], upstream)(h.call("pair", stream=True))
     assert reply.stream.ended is False
-    assert reply.stream.take_ready()[0].usage == usage
+    batch = await reply.stream.next_batch(True)
+    assert batch[0] is frames
+    assert batch[1].usage == usage
     assert reply.stream.ended is True
+    assert await reply.stream.next_batch(True) == []
+    assert asked == [True, True]
     await drain(reply.stream, [])
     assert all(s.in_flight == 0 for s in h.plugin._stats.values())
     served = h.upstream.targets()[-1]

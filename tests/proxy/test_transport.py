@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -12,7 +13,7 @@ import aiohttp
 import pytest
 from aioresponses import aioresponses
 
-from proxy.canonical import Call, Chunk, Message
+from proxy.canonical import Call, Chunk, Message, RawFrames
 from proxy.errors import (
     ContextWindowExceeded,
     UpstreamError,
@@ -76,8 +77,11 @@ async def drain(stream: AsyncIterator, received: list[Chunk]) -> None:
     The transport yields one list per network read; a ``None`` in it marks the end marker.
     """
     async for item in stream:
-        batch = item if isinstance(item, list) else [item]
-        received.extend(chunk for chunk in batch if chunk is not None)
+        for entry in item if isinstance(item, list) else [item]:
+            if isinstance(entry, RawFrames):
+                received.extend(entry.parse(payload) for payload in entry.payloads())
+            elif entry is not None:
+                received.append(entry)
 
 
 async def collect(stream: AsyncIterator) -> list[Chunk]:
@@ -208,6 +212,52 @@ async def test_stream_stops_at_done_even_if_more_follows(transport, provider, up
     stream = await transport.open_stream(provider, provider.build_request(make_call(True), "gpt"))
     chunks = await collect(stream)
     assert [c.choices[0].delta.content for c in chunks] == ["a"]
+
+
+async def test_a_read_of_ordinary_frames_travels_verbatim(transport, provider, upstream):
+    # aioresponses delivers each body in one read.
+    ordinary = sse(chunk("a"), chunk("b"))
+    upstream.post(URL, status=200, body=ordinary)
+    stream = await transport.open_stream(provider, provider.build_request(make_call(True), "gpt"))
+    frames = (await anext(stream))[0]
+    assert isinstance(frames, RawFrames)
+    assert frames.data == ordinary
+    decoded = [frames.parse(payload) for payload in frames.payloads()]
+    assert [c.choices[0].delta.content for c in decoded] == ["a", "b"]  # type: ignore[union-attr]
+    assert decoded[0].raw == json.dumps(chunk("a")).encode()  # type: ignore[union-attr]
+    with pytest.raises(UpstreamUnavailable):
+        await anext(stream)
+
+
+@pytest.mark.parametrize(
+    ("extra", "relayed"),
+    [
+        (sse(chunk(usage={"prompt_tokens": 1, "completion_tokens": 1}), "[DONE]"), True),
+        (sse({"error": {"message": "boom"}}), True),
+        (sse(": a comment"), False),
+        (sse({**chunk("c"), "id": ""}), False),
+        (b"data: {not json}\n\n", False),
+    ],
+    ids=["usage-and-done", "error", "comment", "no-id", "malformed"],
+)
+async def test_a_read_with_other_frames_is_decoded_from_the_first_of_them(
+    transport, provider, upstream, extra, relayed
+):
+    upstream.post(URL, status=200, body=sse(chunk("a")) + extra)
+    stream = await transport.open_stream(provider, provider.build_request(make_call(True), "gpt"))
+    items: list = []
+    with contextlib.suppress(UpstreamError, UpstreamUnavailable):
+        async for batch in stream:
+            items.extend(batch)
+    assert isinstance(items[0], RawFrames) is relayed
+    assert not any(isinstance(item, RawFrames) for item in items[1:])
+    received: list[Chunk] = []
+    await drain(_one(items), received)
+    assert received[0].choices[0].delta.content == "a"
+
+
+async def _one(batch: list) -> AsyncIterator[list]:
+    yield batch
 
 
 async def test_stream_ending_without_done_is_upstream_unavailable(transport, provider, upstream):

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from proxy.canonical import Chunk, Timings
-from proxy.errors import UpstreamUnavailable
+from proxy.canonical import Chunk, RawFrames, Timings
+from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.providers.base import Timeouts
 from proxy.upstream import UpstreamStream, _Clocks
 
@@ -62,33 +62,75 @@ def _chunk() -> Chunk:
     return Chunk(id="c", model="", choices=[])  # a wire format that does not name the model
 
 
-async def _batches(*batches: list[Chunk | None]):
+async def _batches(*batches: list[Chunk | RawFrames | None]):
     for batch in batches:
         yield batch
 
 
-async def test_stream_hands_over_what_arrived_together_and_names_the_model() -> None:
-    errors: list[str] = []
-    stream = UpstreamStream(
-        _batches([_chunk(), _chunk()], [_chunk(), None]),
+def _stream(*batches: list[Chunk | RawFrames | None], errors: list[str]) -> UpstreamStream:
+    return UpstreamStream(
+        _batches(*batches),
         _Clocks(SHORT),
         Timings(start=0),
         "p",
         lambda provider, error: errors.append(error.code),
         model="m",
     )
+
+
+def _parse(payload: bytes) -> Chunk:
+    if payload == b"bad":
+        raise UpstreamError("malformed", upstream_status=200, provider="p")
+    return Chunk(id=payload.decode(), model="up", choices=[], raw=payload)
+
+
+def _frames(*payloads: bytes) -> RawFrames:
+    return RawFrames(b"".join(b"data: " + p + b"\n\n" for p in payloads), _parse)
+
+
+async def test_stream_hands_over_what_arrived_together_and_names_the_model() -> None:
+    errors: list[str] = []
+    stream = _stream([_chunk(), _chunk()], [_chunk(), None], errors=errors)
     await stream.prime()
-    first = await anext(stream)
-    rest = stream.take_ready()
-    assert (len(rest), stream.ended) == (1, False)
-    last = await anext(stream)
-    assert stream.ended
-    assert stream.take_ready() == []
+    first = await stream.next_batch()
+    assert (len(first), stream.ended) == (2, False)
+    last = await stream.next_batch()
+    assert (len(last), stream.ended) == (1, True)
+    assert await stream.next_batch() == []
     with pytest.raises(StopAsyncIteration):
         await anext(stream)
-    assert {first.model, rest[0].model, last.model} == {"m"}
+    assert {chunk.model for chunk in first + last} == {"m"}
     await stream.aclose()
     assert errors == []
+
+
+async def test_raw_frames_pass_verbatim_only_to_a_reader_that_asks_for_them() -> None:
+    frames = _frames(b"a", b"b")
+    raw = _stream([frames], [frames, None], errors=[])
+    await raw.prime()
+    assert await raw.next_batch(raw=True) == [frames]
+    decoded = await raw.next_batch(raw=False)
+    assert [chunk.id for chunk in decoded] == ["a", "b"]  # type: ignore[union-attr]
+    assert decoded[0].model == "up"  # type: ignore[union-attr]  # named by the frame itself
+    iterated = _stream([_frames(b"a", b"b"), _chunk()], [None], errors=[])
+    await iterated.prime()
+    assert [chunk.id async for chunk in iterated] == ["a", "b", "c"]
+
+
+async def test_a_frame_that_cannot_be_decoded_ends_the_stream_after_those_before_it() -> None:
+    errors: list[str] = []
+    stream = _stream([_frames(b"a", b"bad", b"c"), _chunk()], [None], errors=errors)
+    await stream.prime()
+    assert [chunk.id for chunk in await stream.next_batch()] == ["a"]  # type: ignore[union-attr]
+    with pytest.raises(UpstreamError):
+        await stream.next_batch()
+    with pytest.raises(UpstreamError):
+        await anext(stream)
+    assert errors == ["upstream_error"]
+    alone = _stream([_frames(b"bad")], [None], errors=errors)
+    await alone.prime()
+    with pytest.raises(UpstreamError):
+        await anext(alone)
 
 
 async def test_stream_reports_a_mid_stream_failure() -> None:

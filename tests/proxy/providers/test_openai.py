@@ -440,3 +440,86 @@ def test_usage_is_translated_whatever_the_whitespace_and_null_usage_is_none():
     chunk = provider().parse_event("", null)
     assert chunk.usage is None
     assert chunk.raw == null
+
+
+_IDENTITY = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+_DELTA = {"choices": [{"index": 0, "delta": {"content": 'say "error": \n\ndata: no'}}]}
+
+
+def _frames(*events: dict[str, Any] | str) -> bytes:
+    return b"".join(
+        b"data: " + (e.encode() if isinstance(e, str) else json.dumps(e).encode()) + b"\n\n"
+        for e in events
+    )
+
+
+def test_ordinary_chunks_are_relayed_as_they_came_and_decode_like_any_other():
+    spaced = {**_IDENTITY, **_DELTA, "usage": None}
+    data = (
+        _frames({**_IDENTITY, **_DELTA}, spaced)
+        + b'data: {"id":"c1" , "created":2,"model":"m"}\n\n'
+    )
+    frames, rest = provider().relay_frames(data)
+    assert frames is not None
+    assert (frames.data, rest) == (data, b"")
+    chunks = [frames.parse(payload) for payload in frames.payloads()]
+    assert [c.raw for c in chunks] == list(frames.payloads())  # type: ignore[union-attr]
+    assert chunks[0].choices[0].delta.content == _DELTA["choices"][0]["delta"]["content"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        _frames({**_IDENTITY, "choices": [], "usage": {"prompt_tokens": 1}}, "[DONE]"),
+        b"data: " + msgspec.json.encode({**_IDENTITY, "usage": {"prompt_tokens": 1}}) + b"\n\n",
+        _frames({"error": {"message": "boom"}}),
+        _frames(_IDENTITY)[:-3],  # a frame the next read finishes
+    ],
+    ids=["usage-and-done", "compact-usage", "error", "partial"],
+)
+def test_the_run_of_ordinary_chunks_before_the_tail_is_relayed(tail):
+    run = _frames(_IDENTITY, _IDENTITY)
+    frames, rest = provider().relay_frames(run + tail)
+    assert frames is not None
+    assert (frames.data, rest) == (run, tail)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _frames({**_IDENTITY, "usage": {"prompt_tokens": 1}}),
+        _frames("[DONE]"),
+        _frames({"error": {"message": "boom"}}),
+        _frames({**_IDENTITY, "error": {"message": "boom"}}),
+        _frames({**_IDENTITY, "id": ""}),
+        _frames({**_IDENTITY, "created": 0}),
+        _frames({key: value for key, value in _IDENTITY.items() if key != "model"}),
+        _frames(_IDENTITY, "[1]"),
+        _frames(_IDENTITY)[:-1],  # an unfinished frame
+        b": comment\n\n" + _frames(_IDENTITY),
+        _frames(_IDENTITY).replace(b"\n\n", b"\r\n\r\n"),
+        _frames(_IDENTITY).replace(b"data: ", b"data:"),
+        _frames(_IDENTITY, _IDENTITY).replace(b"\n\ndata: ", b"\n\nevent: x\ndata: "),
+        b"data: " + json.dumps(_IDENTITY).encode().replace(b",", b",\ndata: ", 1) + b"\n\n",
+        b"data: {not json}\n\n",
+    ],
+    ids=[
+        "usage",
+        "done",
+        "error",
+        "error-with-identity",
+        "empty-id",
+        "no-created",
+        "no-model",
+        "not-an-object",
+        "partial",
+        "comment",
+        "crlf",
+        "no-space",
+        "named-event",
+        "multi-line",
+        "malformed",
+    ],
+)
+def test_any_frame_that_is_not_an_ordinary_chunk_is_left_to_decode(data):
+    assert provider().relay_frames(data) == (None, data)
