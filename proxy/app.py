@@ -37,7 +37,7 @@ from proxy.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
-from proxy.metrics import CONTENT_TYPE, Metrics, status_class
+from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.runtime import Loader, Runtime, Snapshot
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -154,8 +154,12 @@ async def _read_body(request: web.Request, server: ServerConfig) -> bytes:
     if length is not None and length > limit:
         raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     try:
-        if request.content.is_eof():  # already fully received: nothing to wait for
-            return await request.read()
+        content = request.content
+        if content.is_eof():  # already fully received: take it without waiting
+            body = content.read_nowait()
+            if len(body) > limit:  # a chunked body has no content-length to check first
+                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+            return body
         async with asyncio.timeout(server.body_read_timeout):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -197,9 +201,10 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
             try:
                 body = await _read_body(request, server)
                 call = dialect.decode(body, request.headers, request_id, start)
-                # No ready candidate: the upstream refuses, unless a plugin (fallback) reroutes.
-                with contextlib.suppress(NoReadyDeployment):
+                try:
                     call.deployments = snapshot.router.resolve(call.model, call.options.provider)
+                except NoReadyDeployment:  # the upstream refuses, unless a plugin reroutes
+                    call.deployments = []
                 outcome.model = metrics.model_label(call.model)
                 reply = await snapshot.chain(call)
                 outcome.provider = reply.provider
@@ -245,9 +250,9 @@ def _whole(
     outcome.usage = reply.response.usage
     body = dialect.encode_response(call, reply)
     outcome.status = 200
-    return web.Response(
-        body=body, content_type=_JSON, headers=_reply_headers(dialect, call, reply, request_id)
-    )
+    headers = _reply_headers(dialect, call, reply, request_id)
+    headers["content-type"] = _JSON  # as a header, not content_type=: aiohttp parses less
+    return web.Response(body=body, headers=headers)
 
 
 async def _stream(
@@ -388,19 +393,20 @@ def _observe(
 ) -> None:
     total = time.perf_counter() - start
     provider = outcome.provider
-    metrics.requests(dialect, outcome.model, provider, status_class(outcome.status)).inc()
-    metrics.request_duration(dialect, outcome.model, provider).observe(total)
+    series = metrics.request_series(dialect, outcome.model, provider)
+    series.count(outcome.status)
+    series.duration.observe(total)
     if call is None:
-        metrics.overhead(dialect).observe(total)
+        series.overhead.observe(total)
         return
     timings = call.timings
-    metrics.overhead(dialect).observe(max(total - timings.upstream_wait, 0.0))
+    series.overhead.observe(max(total - timings.upstream_wait, 0.0))
     if provider != "none":
-        metrics.upstream_duration(provider).observe(timings.upstream_wait)
+        series.upstream(timings.upstream_wait)
     if timings.first_token is not None:
-        metrics.time_to_first_token(dialect, outcome.model, provider).observe(timings.first_token)
+        series.time_to_first_token(timings.first_token)
     if outcome.usage is not None:
-        metrics.record_tokens(outcome.model, provider, outcome.usage)
+        series.record_tokens(outcome.usage)
 
 
 def _access_log(

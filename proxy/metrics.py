@@ -95,9 +95,78 @@ class _Children:
         return child
 
 
+_STATUS_CLASSES = tuple(f"{hundreds}xx" for hundreds in range(10))
+
+
 def status_class(status: int) -> str:
-    """``2xx``, ``4xx``, ``5xx`` …: the bounded label for an HTTP status."""
-    return f"{status // 100}xx"
+    """``2xx``, ``4xx``, ``5xx`` …: the bounded label for an HTTP status (100 to 999)."""
+    return _STATUS_CLASSES[status // 100]
+
+
+_TOKEN_KINDS = ("input", "cache_read", "cache_write", "output", "reasoning")
+
+
+class RequestSeries:
+    """The series one request records into, for one (dialect, model, provider) label set.
+
+    Fetched once per request (:meth:`Metrics.request_series`) instead of one label lookup per
+    metric. A request counter or token counter child is created on its first use, so that no
+    series is exported before it has counted something.
+    """
+
+    __slots__ = (
+        "_labels",
+        "_metrics",
+        "_requests",
+        "_time_to_first_token",
+        "_tokens",
+        "_upstream",
+        "duration",
+        "overhead",
+    )
+
+    def __init__(self, metrics: Metrics, dialect: str, model: str, provider: str) -> None:
+        self._metrics = metrics
+        self._labels = (dialect, model, provider)
+        self._requests: list[Any] = [None] * len(_STATUS_CLASSES)
+        self._tokens: list[Any] = [None] * len(_TOKEN_KINDS)
+        self.duration = metrics.request_duration(dialect, model, provider)  # always observed
+        self.overhead = metrics.overhead(dialect)
+        self._upstream: Any = None
+        self._time_to_first_token: Any = None
+
+    def upstream(self, seconds: float) -> None:
+        """Observe the time spent waiting on the provider."""
+        if self._upstream is None:
+            self._upstream = self._metrics.upstream_duration(self._labels[2])
+        self._upstream.observe(seconds)
+
+    def time_to_first_token(self, seconds: float) -> None:
+        """Observe the time to the first streamed byte."""
+        if self._time_to_first_token is None:
+            self._time_to_first_token = self._metrics.time_to_first_token(*self._labels)
+        self._time_to_first_token.observe(seconds)
+
+    def count(self, status: int) -> None:
+        """Count one request answered with ``status`` (100 to 999)."""
+        index = status // 100
+        child = self._requests[index]
+        if child is None:
+            child = self._metrics.requests(*self._labels, _STATUS_CLASSES[index])
+            self._requests[index] = child
+        child.inc()
+
+    def record_tokens(self, usage: Usage) -> None:
+        """Count ``usage`` into the token counter, one kind per disjoint bucket."""
+        counts = (usage.input, usage.cache_read, usage.cache_write, usage.output, usage.reasoning)
+        for index, count in enumerate(counts):
+            if count:
+                child = self._tokens[index]
+                if child is None:
+                    _, model, provider = self._labels
+                    child = self._metrics.tokens(model, provider, _TOKEN_KINDS[index])
+                    self._tokens[index] = child
+                child.inc(count)
 
 
 class _LocalValue:
@@ -203,6 +272,7 @@ class Metrics:
         self.multiprocess = bool(os.environ.get(MULTIPROC_ENV))
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_label: Callable[[str], str] = BoundedLabel(max_model_labels)
+        self._series: dict[tuple[str, str, str], RequestSeries] = {}
         self._local = _LocalCollector()
         if not self.multiprocess:
             self.registry.register(self._local)
@@ -314,17 +384,14 @@ class Metrics:
             return _Children(Histogram(name, doc, labels, buckets=buckets, registry=self.registry))
         return _Children(self._local.family(_LocalFamily("histogram", name, doc, labels, buckets)))
 
-    def record_tokens(self, model: str, provider: str, usage: Usage) -> None:
-        """Count ``usage`` into the token counter, one kind per disjoint bucket."""
-        for kind, count in (
-            ("input", usage.input),
-            ("cache_read", usage.cache_read),
-            ("cache_write", usage.cache_write),
-            ("output", usage.output),
-            ("reasoning", usage.reasoning),
-        ):
-            if count:
-                self.tokens(model, provider, kind).inc(count)
+    def request_series(self, dialect: str, model: str, provider: str) -> RequestSeries:
+        """The series a request with these labels records into (cached). ``model`` must
+        already be bounded (:attr:`model_label`)."""
+        key = (dialect, model, provider)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = RequestSeries(self, dialect, model, provider)
+        return series
 
     def render(self) -> bytes:
         """The exposition text for ``/metrics`` (every worker's samples in multiprocess mode)."""

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.e2e.conftest import UPSTREAM_KEY, Running
+from proxy.app import create_app
+from tests.e2e.conftest import UPSTREAM_KEY, Running, start_site
 from tests.e2e.fake_openai import burst_frames
 
 CHAT = "/v1/chat/completions"
@@ -124,6 +127,35 @@ async def test_body_over_the_limit_is_413(gateway: Running) -> None:
     status, _, raw = await _post(gateway, big)
     assert status == 413
     assert json.loads(raw)["error"]["code"] == "request_too_large"
+
+
+async def test_a_chunked_body_over_the_limit_is_413_even_when_it_arrived_whole(
+    tmp_path: Path,
+) -> None:
+    # A chunked body announces no length; sent in one write, it is already whole when the
+    # handler starts, and is measured then.
+    config = tmp_path / "small.yaml"
+    config.write_text("server: {max_body_bytes: 1024}\nproviders: {mock: {type: mock}}\n")
+    runner, url = await start_site(create_app(config, log_stream=io.StringIO()))
+    try:
+        body = json.dumps(
+            {"model": "mock/x", "messages": [{"role": "user", "content": "x" * 4000}]}
+        )
+        data = body.encode()
+        head = (
+            f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        )
+        port = int(url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head.encode() + b"%x\r\n" % len(data) + data + b"\r\n0\r\n\r\n")
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+    finally:
+        await runner.cleanup()
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert b"request_too_large" in answer
 
 
 async def test_request_id_is_echoed_or_generated(gateway: Running) -> None:

@@ -39,11 +39,34 @@ def test_local_families_match_prometheus_client() -> None:
 
 def test_tokens_are_counted_by_disjoint_kind() -> None:
     metrics = Metrics()
-    metrics.record_tokens("m", "p", Usage(input=7, cache_read=3, output=5, reasoning=2))
+    metrics.request_series("d", "m", "p").record_tokens(
+        Usage(input=7, cache_read=3, output=5, reasoning=2)
+    )
     text = metrics.render().decode()
     for kind, count in (("input", 7), ("cache_read", 3), ("output", 5), ("reasoning", 2)):
         assert f'crossway_tokens_total{{kind="{kind}",model="m",provider="p"}} {count}.0' in text
     assert 'kind="cache_write"' not in text
+
+
+def test_a_request_series_exports_only_what_it_recorded() -> None:
+    metrics = Metrics()
+    series = metrics.request_series("d", "m", "p")
+    assert metrics.request_series("d", "m", "p") is series
+    series.count(200)
+    series.count(503)
+    series.duration.observe(0.1)
+    text = metrics.render().decode()
+    labels = 'dialect="d",model="m",provider="p"'
+    assert f'crossway_requests_total{{{labels},status_class="2xx"}} 1.0' in text
+    assert f'crossway_requests_total{{{labels},status_class="5xx"}} 1.0' in text
+    assert "4xx" not in text
+    assert "crossway_time_to_first_token_seconds_count{" not in text
+    assert "crossway_upstream_duration_seconds_count{" not in text
+    series.time_to_first_token(0.05)
+    series.upstream(0.02)
+    text = metrics.render().decode()
+    assert f"crossway_time_to_first_token_seconds_count{{{labels}}} 1.0" in text
+    assert 'crossway_upstream_duration_seconds_count{provider="p"} 1.0' in text
 
 
 def test_model_label_is_bounded() -> None:
