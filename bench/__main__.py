@@ -55,6 +55,17 @@ def _ints(minimum: int) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
+def _positive_int(text: str) -> int:
+    """Argument type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("expected an integer") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError("expected an integer >= 1")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -94,6 +105,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-requests", type=int, default=200_000, help="request cap per cell and phase"
     )
     parser.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=3,
+        help="interleaved rounds per cell: each target's cell is measured in this many "
+        "slices, alternating with the other targets' (default: 3)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="concurrency 1 and 64, 0 ms upstream, 2 s per cell"
     )
     parser.add_argument(
@@ -121,6 +139,7 @@ def _options(args: argparse.Namespace) -> Options:
             warmup_s=args.warmup,
             max_requests=args.max_requests,
             request_timeout_s=_REQUEST_TIMEOUT_S,
+            rounds=args.rounds,
         ),
         gateway_command=args.gateway_cmd,
     )

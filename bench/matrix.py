@@ -4,15 +4,22 @@ A cell is one (target, mode, upstream latency, concurrency) combination. Measuri
 cell means: open a fresh client session, warm up (unmeasured), snapshot the target's CPU
 time, run the measured load, snapshot again. The target ``direct`` is the mock upstream
 itself, measured at concurrency 1 only, as the baseline for overhead.
+
+The cells that differ only by target are compared with each other, so they are measured in
+interleaved rounds: the duration is split into ``rounds`` slices and each round measures one
+slice of every target in turn. A change in the machine's load during the run then weighs on
+every target alike instead of on whichever ran at that moment. A cell's figures sum its
+slices (requests, CPU, wall time) and pool their latencies.
 """
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bench import procstat
-from bench.driver import LoadSpec, open_session, run_load
+from bench.driver import LoadResult, LoadSpec, open_session, run_load
 from bench.targets import Server, set_upstream_latency
 
 DIRECT = "direct"
@@ -42,12 +49,15 @@ class Cell:
 
 @dataclass(frozen=True)
 class Settings:
-    """How long and how hard each cell is driven."""
+    """How long and how hard each cell is driven: ``duration_s`` of measured load in
+    ``rounds`` interleaved slices, each after ``warmup_s`` of unmeasured load; at most
+    ``max_requests`` per cell."""
 
     duration_s: float
     warmup_s: float
     max_requests: int
     request_timeout_s: float
+    rounds: int = 1
 
 
 @dataclass(frozen=True)
@@ -105,58 +115,97 @@ async def run_matrix(
     settings: Settings,
     on_result: Callable[[CellResult], None],
 ) -> list[CellResult]:
-    """Measure ``cells`` in order against ``servers`` (keyed by target name).
+    """Measure ``cells`` against ``servers`` (keyed by target name), in their order.
 
-    The upstream's latency is switched whenever a cell needs a different one;
-    ``on_result`` is called after each cell.
+    Cells that differ only by target are measured together in interleaved rounds (see the
+    module docstring). The upstream's latency is switched whenever a group needs a different
+    one; ``on_result`` is called after each cell, in the order of ``cells``.
     """
     results: list[CellResult] = []
     current_latency: int | None = None
     async with open_session(settings.request_timeout_s) as control:
-        for cell in cells:
-            if cell.latency_ms != current_latency:
-                await set_upstream_latency(control, upstream, cell.latency_ms)
-                current_latency = cell.latency_ms
-            result = await run_cell(cell, servers[cell.target], settings)
-            on_result(result)
-            results.append(result)
+        for group in _comparable_groups(cells):
+            latency_ms = group[0].latency_ms
+            if latency_ms != current_latency:
+                await set_upstream_latency(control, upstream, latency_ms)
+                current_latency = latency_ms
+            slices: dict[Cell, list[_Slice]] = {cell: [] for cell in group}
+            for _ in range(settings.rounds):
+                for cell in group:
+                    slices[cell].append(await _measure_slice(cell, servers[cell.target], settings))
+            for cell in group:
+                result = _combine(cell, slices[cell])
+                on_result(result)
+                results.append(result)
     return results
 
 
-async def run_cell(cell: Cell, server: Server, settings: Settings) -> CellResult:
-    """Warm up, then measure one cell against ``server``."""
+def _comparable_groups(cells: Sequence[Cell]) -> list[list[Cell]]:
+    """``cells`` grouped by (latency, mode, concurrency), groups in order of first cell."""
+    groups: dict[tuple[int, bool, int], list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.latency_ms, cell.stream, cell.concurrency), []).append(cell)
+    return list(groups.values())
 
-    def spec(duration_s: float) -> LoadSpec:
+
+@dataclass(frozen=True)
+class _Slice:
+    """One measured slice of a cell: the load's outcome and the CPU spent meanwhile."""
+
+    load: LoadResult
+    server_cpu_s: float
+    driver_cpu_s: float
+
+
+async def _measure_slice(cell: Cell, server: Server, settings: Settings) -> _Slice:
+    """Warm up, then measure one slice (``duration_s / rounds``) of ``cell``."""
+
+    def spec(duration_s: float, max_requests: int) -> LoadSpec:
         return LoadSpec(
             url=server.chat_url,
             stream=cell.stream,
             concurrency=cell.concurrency,
             duration_s=duration_s,
-            max_requests=settings.max_requests,
+            max_requests=max_requests,
         )
 
+    rounds = settings.rounds
     async with open_session(settings.request_timeout_s) as session:
-        await run_load(session, spec(settings.warmup_s))
+        await run_load(session, spec(settings.warmup_s, settings.max_requests))
         cpu_before = procstat.cpu_seconds(server.pid)
         driver_before = time.process_time()
-        load = await run_load(session, spec(settings.duration_s))
+        load = await run_load(
+            session, spec(settings.duration_s / rounds, max(1, settings.max_requests // rounds))
+        )
         driver_cpu_s = time.process_time() - driver_before
         server_cpu_s = procstat.cpu_delta(cpu_before, procstat.cpu_seconds(server.pid))
+    return _Slice(load=load, server_cpu_s=server_cpu_s, driver_cpu_s=driver_cpu_s)
 
-    latencies = sorted(load.latencies_s)
-    wall_s = max(load.wall_s, 1e-9)
+
+def _combine(cell: Cell, slices: Sequence[_Slice]) -> CellResult:
+    """One cell's figures from its slices."""
+    requests = sum(piece.load.succeeded for piece in slices)
+    errors: Counter[str] = Counter()
+    for piece in slices:
+        errors.update(piece.load.errors)
+    wall_s = sum(piece.load.wall_s for piece in slices)
+    server_cpu_s = sum(piece.server_cpu_s for piece in slices)
+    driver_cpu_s = sum(piece.driver_cpu_s for piece in slices)
+    latencies = sorted(value for piece in slices for value in piece.load.latencies_s)
+    ttfb = sorted(value for piece in slices for value in piece.load.ttfb_s)
+    divisor = max(wall_s, 1e-9)
     return CellResult(
         cell=cell,
-        requests=load.succeeded,
-        errors=dict(load.errors),
-        wall_s=load.wall_s,
-        requests_per_s=load.succeeded / wall_s,
+        requests=requests,
+        errors=dict(errors),
+        wall_s=wall_s,
+        requests_per_s=requests / divisor,
         p50_ms=_percentile_ms(latencies, 0.50),
         p99_ms=_percentile_ms(latencies, 0.99),
-        ttfb_p50_ms=_percentile_ms(sorted(load.ttfb_s), 0.50),
-        cpu_ms_per_request=server_cpu_s * 1000 / load.succeeded if load.succeeded else None,
-        server_cpu_percent=100 * server_cpu_s / wall_s,
-        driver_cpu_percent=100 * driver_cpu_s / wall_s,
+        ttfb_p50_ms=_percentile_ms(ttfb, 0.50),
+        cpu_ms_per_request=server_cpu_s * 1000 / requests if requests else None,
+        server_cpu_percent=100 * server_cpu_s / divisor,
+        driver_cpu_percent=100 * driver_cpu_s / divisor,
     )
 
 

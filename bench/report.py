@@ -88,7 +88,8 @@ def format_text(report: BenchReport) -> str:
     settings = report.settings
     lines = [
         "Crossway benchmark — " + ", ".join(f"{k} {v}" for k, v in report.environment.items()),
-        f"{settings.duration_s:g} s per cell after {settings.warmup_s:g} s warm-up, "
+        f"{settings.duration_s:g} s per cell in {settings.rounds} rounds interleaved across "
+        f"targets, each after {settings.warmup_s:g} s warm-up; "
         f"at most {settings.max_requests} requests per cell",
         "",
         table_header(),

@@ -6,29 +6,50 @@ from pathlib import Path
 import yaml
 
 from bench import aio
-from bench.matrix import Cell, CellResult, Settings, run_cell
+from bench.matrix import DIRECT, CellResult, Settings, _comparable_groups, plan, run_matrix
 from bench.targets import gateway_config_yaml, start_passthrough, start_upstream
 
-_SETTINGS = Settings(duration_s=0.5, warmup_s=0.1, max_requests=20_000, request_timeout_s=5.0)
+_SETTINGS = Settings(
+    duration_s=0.6, warmup_s=0.1, max_requests=20_000, request_timeout_s=5.0, rounds=2
+)
 
 
 async def _measure_passthrough(stack: ExitStack, scratch: Path) -> list[CellResult]:
     upstream = await start_upstream(stack, scratch)
     passthrough = await start_passthrough(stack, scratch, upstream)
-    return [
-        await run_cell(Cell("passthrough", stream, 0, 2), passthrough, _SETTINGS)
-        for stream in (False, True)
-    ]
+    cells = plan(("passthrough",), (False, True), (0,), (1, 2))
+    servers = {DIRECT: upstream, "passthrough": passthrough}
+    return await run_matrix(cells, servers, upstream, _SETTINGS, lambda result: None)
 
 
-def test_passthrough_serves_both_modes_without_errors(tmp_path: Path) -> None:
+def test_passthrough_serves_both_modes_without_errors_in_interleaved_rounds(
+    tmp_path: Path,
+) -> None:
     with ExitStack() as stack:
         results = aio.run(_measure_passthrough(stack, tmp_path))
+    assert [(r.cell.target, r.cell.stream, r.cell.concurrency) for r in results] == [
+        (DIRECT, False, 1),
+        ("passthrough", False, 1),
+        ("passthrough", False, 2),
+        (DIRECT, True, 1),
+        ("passthrough", True, 1),
+        ("passthrough", True, 2),
+    ]
     for result in results:
-        assert result.errors == {}, result.cell.mode
-        assert result.requests > 0, result.cell.mode
+        assert result.errors == {}, result.cell
+        assert result.requests > 0, result.cell
         assert result.cpu_ms_per_request is not None
-    assert results[1].ttfb_p50_ms is not None
+        assert result.wall_s > 0.4, "two slices of 0.3 s each"
+    assert results[-1].ttfb_p50_ms is not None
+
+
+def test_cells_that_differ_only_by_target_are_measured_together() -> None:
+    cells = plan(("passthrough", "gateway"), (False,), (0,), (1, 64))
+    groups = _comparable_groups(cells)
+    assert [[(c.target, c.concurrency) for c in group] for group in groups] == [
+        [(DIRECT, 1), ("passthrough", 1), ("gateway", 1)],
+        [("passthrough", 64), ("gateway", 64)],
+    ]
 
 
 def test_gateway_config_is_valid_yaml() -> None:
