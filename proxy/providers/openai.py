@@ -165,7 +165,8 @@ _ERROR = b'"error"'
 _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
 _ENCODER = msgspec.json.Encoder()
 _DONE = b"[DONE]"
-_NOT_ORDINARY = (_DONE, b'"usage":{', b'"usage": {', _ERROR)  # only in a stream's last frames
+_USAGE = b'"usage":{'  # with _SPACED_USAGE, _DONE and _ERROR: only in a stream's last frames
+_SPACED_USAGE = b'"usage": {'
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
 _POLICY_CODES = frozenset({"content_policy_violation", "content_filter"})
 
@@ -304,7 +305,7 @@ class OpenAIProvider:
         while cut > 1:
             start = data.rfind(_FRAME_END, 0, cut - 2) + 2
             last = data[start if start > 1 else 0 : cut]
-            if not any(marker in last for marker in _NOT_ORDINARY):
+            if not (_DONE in last or _USAGE in last or _SPACED_USAGE in last or _ERROR in last):
                 break
             cut = start
         if cut < 2 or not data.startswith(_FRAME_START):
