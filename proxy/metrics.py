@@ -95,12 +95,7 @@ class _Children:
         return child
 
 
-_STATUS_CLASSES = tuple(f"{hundreds}xx" for hundreds in range(10))
-
-
-def status_class(status: int) -> str:
-    """``2xx``, ``4xx``, ``5xx`` …: the bounded label for an HTTP status (100 to 999)."""
-    return _STATUS_CLASSES[status // 100]
+_STATUS_CLASSES = tuple(f"{hundreds}xx" for hundreds in range(10))  # by status // 100
 
 
 _TOKEN_KINDS = ("input", "cache_read", "cache_write", "output", "reasoning")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from proxy.canonical import Usage
-from proxy.metrics import OTHER, BoundedLabel, Metrics, status_class
+from proxy.metrics import OTHER, BoundedLabel, Metrics
 
 BUCKETS = (0.1, 0.5, 1.0)
 
@@ -72,10 +72,6 @@ def test_a_request_series_exports_only_what_it_recorded() -> None:
 def test_model_label_is_bounded() -> None:
     label = BoundedLabel(2)
     assert [label(m) for m in ("a", "b", "c", "a")] == ["a", "b", OTHER, "a"]
-
-
-def test_status_class() -> None:
-    assert [status_class(s) for s in (200, 404, 503)] == ["2xx", "4xx", "5xx"]
 
 
 def test_reload_counters_exist_from_the_start() -> None:
