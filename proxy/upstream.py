@@ -228,10 +228,10 @@ class UpstreamStream:
                         chunks.append(chunk)
             except GatewayError as error:
                 self._on_error(self._provider, error)
-                if not chunks:
-                    raise
                 self._failure = error
                 self._ready.clear()
+                if not chunks:
+                    raise
                 break
         return chunks
 

@@ -127,10 +127,13 @@ async def test_a_frame_that_cannot_be_decoded_ends_the_stream_after_those_before
     with pytest.raises(UpstreamError):
         await anext(stream)
     assert errors == ["upstream_error"]
-    alone = _stream([_frames(b"bad")], [None], errors=errors)
+    alone = _stream([_frames(b"bad"), _chunk()], [None], errors=errors)
     await alone.prime()
     with pytest.raises(UpstreamError):
         await anext(alone)
+    with pytest.raises(UpstreamError):  # the chunk held behind the bad frame never comes
+        await anext(alone)
+    assert errors == ["upstream_error", "upstream_error"]
 
 
 async def test_stream_reports_a_mid_stream_failure() -> None:
