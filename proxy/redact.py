@@ -14,14 +14,16 @@ from typing import Any
 MASK = "[REDACTED]"
 
 # Shapes of credentials worth catching even when the gateway did not configure them (a client's
-# own key echoed back by an upstream, a key in an exception message).
+# own key echoed back by an upstream, a key in an exception message). Each comes with a needle:
+# text that every match contains, so that text without any needle is known clean without
+# running the regular expression (most logged strings: ids, model names, numbers).
 _KEY_SHAPES = (
-    r"\bsk-[A-Za-z0-9_\-]{12,}",  # OpenAI, Anthropic (sk-ant-…), OpenRouter (sk-or-…), DeepSeek
-    r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google
-    r"\bgsk_[A-Za-z0-9]{20,}",  # Groq
-    r"\bxai-[A-Za-z0-9]{20,}",  # xAI
-    r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key id
-    r"\b[Bb]earer\s+[A-Za-z0-9._~+/\-]{8,}=*",  # any bearer token
+    ("sk-", r"\bsk-[A-Za-z0-9_\-]{12,}"),  # OpenAI, Anthropic (sk-ant-…), OpenRouter, DeepSeek
+    ("AIza", r"\bAIza[0-9A-Za-z_\-]{30,}"),  # Google
+    ("gsk_", r"\bgsk_[A-Za-z0-9]{20,}"),  # Groq
+    ("xai-", r"\bxai-[A-Za-z0-9]{20,}"),  # xAI
+    ("AKIA", r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key id
+    ("earer", r"\b[Bb]earer\s+[A-Za-z0-9._~+/\-]{8,}=*"),  # any bearer token
 )
 _SENSITIVE_KEYS = frozenset(
     {
@@ -43,24 +45,28 @@ _MIN_SECRET_LENGTH = 6
 class Redactor:
     """Replaces known secret values and credential-shaped strings. Immutable after creation."""
 
-    __slots__ = ("_pattern",)
+    __slots__ = ("_needles", "_pattern")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         literals = sorted(
             {s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH}, key=len, reverse=True
         )
-        alternatives = [re.escape(s) for s in literals] + list(_KEY_SHAPES)
+        alternatives = [re.escape(s) for s in literals] + [shape for _, shape in _KEY_SHAPES]
         self._pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
+        self._needles = tuple(needle for needle, _ in _KEY_SHAPES) + tuple(literals)
 
     def text(self, value: str) -> str:
         """``value`` with every secret replaced by ``[REDACTED]``."""
-        return self._pattern.sub(MASK, value)
+        for needle in self._needles:
+            if needle in value:
+                return self._pattern.sub(MASK, value)
+        return value
 
     def value(self, value: Any) -> Any:
         """Redact strings inside ``value`` (nested dicts, lists and tuples included; list and
         tuple subclasses come back as plain lists and tuples)."""
         if isinstance(value, str):
-            return self._pattern.sub(MASK, value)
+            return self.text(value)
         if isinstance(value, dict):
             return {k: MASK if _is_sensitive(k) else self.value(v) for k, v in value.items()}
         if isinstance(value, list):
@@ -76,10 +82,15 @@ class Redactor:
         for key, value in event.items():
             if _is_sensitive(key):
                 event[key] = MASK
-            elif isinstance(value, str | dict | list | tuple):
+            elif isinstance(value, str):
+                event[key] = self.text(value)
+            elif isinstance(value, dict | list | tuple):
                 event[key] = self.value(value)
         return event
 
 
 def _is_sensitive(key: object) -> bool:
-    return isinstance(key, str) and key.lower() in _SENSITIVE_KEYS
+    if not isinstance(key, str):
+        return False
+    # Lower-case keys (nearly all) are looked up as they are, without a lower-cased copy.
+    return key in _SENSITIVE_KEYS or (not key.islower() and key.lower() in _SENSITIVE_KEYS)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.logs import make_logger
-from proxy.redact import MASK, Redactor
+from proxy.redact import _KEY_SHAPES, MASK, Redactor
 
 CONFIGURED = "prov-key-0123456789-configured"  # no known key shape: only caught as configured
 OPENAI_KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123"
@@ -84,6 +87,18 @@ def test_bearer_tokens_are_replaced(text: str):
     redacted = Redactor().text(text)
     assert token not in redacted
     assert MASK in redacted
+
+
+@pytest.mark.parametrize(("needle", "shape"), _KEY_SHAPES, ids=[n for n, _ in _KEY_SHAPES])
+def test_every_key_shape_holds_its_needle_so_the_quick_check_misses_none(needle, shape):
+    @given(text=st.from_regex(shape))
+    def check(text: str) -> None:
+        match = re.search(shape, text)
+        assert match is not None
+        assert needle in match.group()
+        assert re.search(shape, Redactor().text(text)) is None
+
+    check()
 
 
 def test_ordinary_text_is_untouched():
