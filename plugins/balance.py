@@ -169,16 +169,21 @@ class BalancePlugin:
         ejected: list[tuple[float, Deployment]] = []
         limited: list[float] = []
         now = self._clock()
+        health = self._health if self._health.enabled else None
+        limits = self._limits
         try:
             for deployment in candidates:
-                cooldown = await self._ejected_for(deployment)
-                if cooldown is not None:
-                    ejected.append((cooldown, deployment))
-                    continue
-                wait = await self._limit_wait(deployment, now)
-                if wait is not None:
-                    limited.append(wait)
-                    continue
+                # Awaited only when configured: the common call checks health and nothing else.
+                if health is not None:
+                    cooldown = await health.ejected_for(deployment)
+                    if cooldown is not None:
+                        ejected.append((cooldown, deployment))
+                        continue
+                if deployment.target in limits:
+                    wait = await self._limit_wait(deployment, now)
+                    if wait is not None:
+                        limited.append(wait)
+                        continue
                 available.append(deployment)
         except StoreUnavailable:
             self._metrics.store_degraded("balance").inc()
@@ -204,11 +209,6 @@ class BalancePlugin:
         if self._limits.get(chosen.target) is not None:
             await self._count(chosen.target, "rpm", 1, now)
         return chosen
-
-    async def _ejected_for(self, deployment: Deployment) -> float | None:
-        if not self._health.enabled:
-            return None
-        return await self._health.ejected_for(deployment)
 
     async def _limit_wait(self, deployment: Deployment, now: float) -> float | None:
         """Seconds until ``deployment`` is under its limits again; None when it is now."""
@@ -314,7 +314,8 @@ class BalancePlugin:
         elif stats is not None:
             stats.in_flight -= 1
         try:
-            await self._record_answer(deployment)
+            if self._health.enabled:
+                await self._record_answer(deployment)
             if counts_tokens and reply.response is not None and reply.response.usage is not None:
                 await self._count(deployment.target, "tpm", reply.response.usage.total_tokens, now)
         except BaseException:
@@ -341,8 +342,6 @@ class BalancePlugin:
             self._metrics.store_degraded("balance").inc()
 
     async def _record_answer(self, deployment: Deployment) -> None:
-        if not self._health.enabled:
-            return
         try:
             await self._health.answered(deployment)
         except StoreUnavailable:

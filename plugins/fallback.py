@@ -96,8 +96,8 @@ class FallbackPlugin:
 
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Answer with the first model of the chain that succeeds; see the module docstring."""
-        chain = self._chain(call)
         model = call.model
+        chain: Iterator[str] | None = None  # made on the first failure: most calls succeed
         tried = {model}
         attempts = 0
         current = call
@@ -107,6 +107,8 @@ class FallbackPlugin:
             except GatewayError as error:
                 attempts += error.attempts
                 error.attempts = attempts
+                if chain is None:
+                    chain = self._chain(call)
                 target = self._next_model(error, model, chain, tried)
                 if target is None:
                     raise

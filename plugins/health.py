@@ -35,6 +35,7 @@ from proxy.metrics import Metrics
 from proxy.store import Store
 
 _PREFIX = "crossway:health:"
+_MAX_CACHED_GAUGES = 1024  # targets may be addressed directly (provider/<anything>)
 
 
 class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -66,6 +67,7 @@ class Health:
         self._store = store
         self._metrics = metrics
         self._logger = logger
+        self._gauges: dict[str, Any] = {}  # target -> its deployment_healthy child
 
     @property
     def enabled(self) -> bool:
@@ -79,7 +81,7 @@ class Health:
     async def answered(self, deployment: Deployment) -> None:
         """``deployment`` answered (a success, or an error that is not its fault)."""
         await self._store.delete(_PREFIX + "fails:" + deployment.target)
-        self._metrics.deployment_healthy(*self._labels(deployment)).set(1)
+        self._healthy_gauge(deployment).set(1)
 
     async def failed(self, deployment: Deployment, candidates: Sequence[Deployment]) -> None:
         """``deployment`` failed with one of ``on_kinds``; eject it at the threshold.
@@ -101,9 +103,8 @@ class Health:
         cooldown = min(config.cooldown * ejections, config.max_cooldown)
         await store.set(_PREFIX + "ejected:" + target, b"1", ttl=cooldown)
         await store.delete(_PREFIX + "fails:" + target)
-        labels = self._labels(deployment)
-        self._metrics.deployment_ejections(*labels).inc()
-        self._metrics.deployment_healthy(*labels).set(0)
+        self._metrics.deployment_ejections(*self._labels(deployment)).inc()
+        self._healthy_gauge(deployment).set(0)
         self._logger.warning(
             "deployment_ejected",
             deployment=target,
@@ -117,6 +118,15 @@ class Health:
             if await self.ejected_for(deployment) is None:
                 return True
         return False
+
+    def _healthy_gauge(self, deployment: Deployment) -> Any:
+        """``deployment``'s child of ``deployment_healthy`` (cached: set on every answer)."""
+        gauge = self._gauges.get(deployment.target)
+        if gauge is None:
+            gauge = self._metrics.deployment_healthy(*self._labels(deployment))
+            if len(self._gauges) < _MAX_CACHED_GAUGES:
+                self._gauges[deployment.target] = gauge
+        return gauge
 
     def _labels(self, deployment: Deployment) -> tuple[str, str]:
         return deployment.provider, self._metrics.model_label(deployment.model)

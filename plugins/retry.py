@@ -183,8 +183,10 @@ class RetryPlugin:
         return count, self._statuses.intersection(requested.on_codes)
 
     def _deadline(self, call: Call) -> float | None:
-        limits = [t for t in (self._options.deadline, call.options.timeout) if t is not None]
-        return min(limits) if limits else None
+        configured, requested = self._options.deadline, call.options.timeout
+        if configured is None or requested is None:
+            return requested if configured is None else configured
+        return min(configured, requested)
 
     async def _attempts(self, call: Call, next: Next, run: _Run, ends: float | None) -> Reply:
         current = call
