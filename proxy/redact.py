@@ -80,7 +80,9 @@ class Redactor:
     ) -> MutableMapping[str, Any]:
         """A structlog processor: redact every value of the event dict."""
         for key, value in event.items():
-            if _is_sensitive(key):
+            if key in _SENSITIVE_KEYS or (
+                isinstance(key, str) and not key.islower() and key.lower() in _SENSITIVE_KEYS
+            ):  # _is_sensitive, inlined: this runs for every field of every log line
                 event[key] = MASK
             elif isinstance(value, str):
                 event[key] = self.text(value)
@@ -90,7 +92,7 @@ class Redactor:
 
 
 def _is_sensitive(key: object) -> bool:
-    if not isinstance(key, str):
-        return False
     # Lower-case keys (nearly all) are looked up as they are, without a lower-cased copy.
-    return key in _SENSITIVE_KEYS or (not key.islower() and key.lower() in _SENSITIVE_KEYS)
+    if not isinstance(key, str) or key.islower():
+        return key in _SENSITIVE_KEYS
+    return key.lower() in _SENSITIVE_KEYS
