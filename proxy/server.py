@@ -10,6 +10,7 @@ restarts a worker that dies unexpectedly. uvloop is used when installed.
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -23,6 +24,11 @@ from types import FrameType
 
 from proxy.metrics import MULTIPROC_ENV
 
+# The cyclic garbage collector's youngest-generation threshold while serving (CPython's default
+# is 700). A request allocates a few hundred container objects, nearly all freed by reference
+# counting; at 700 the collector ran every couple of requests and cost about 10 % of the CPU per
+# request at concurrency 64 (bench: 0.259 -> 0.225 ms non-streamed, with p99 latency lower too).
+_GC_YOUNG_THRESHOLD = 10_000
 _RESTART_PAUSE = 1.0
 _MAX_RESTART_PAUSE = 30.0
 _STABLE_AFTER = 10.0  # seconds a worker must live for its next restart to be quick again
@@ -74,6 +80,7 @@ def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> 
     from proxy.app import SERVER, create_app
 
     app = create_app(config_path)
+    tune_gc()
     web.run_app(
         app,
         host=host,
@@ -85,6 +92,20 @@ def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> 
         print=None,
         loop=new_event_loop(),
     )
+
+
+def tune_gc() -> None:
+    """Set the garbage collector up for serving; call once, after start-up, in a worker.
+
+    What start-up allocated (modules, config, app) is frozen out of future collections, and the
+    youngest generation is collected every ``_GC_YOUNG_THRESHOLD`` allocations instead of 700.
+    Objects are still freed by reference counting as soon as they are unused; only reference
+    cycles wait longer, bounded by the threshold.
+    """
+    gc.collect()
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, middle, oldest)
 
 
 def _worker_main(config_path: Path, host: str, port: int) -> None:
