@@ -37,8 +37,10 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """How the gateway listens, and its per-request limits.
 
     ``max_body_bytes`` larger bodies get 413. ``body_read_timeout`` seconds to receive a request
-    body (a slow client gets 408). ``shutdown_timeout`` seconds in-flight requests get to finish
-    on SIGTERM. ``access_log`` one JSON line per request on stdout.
+    body (a slow client gets 408). ``client_idle_timeout`` seconds a client connection may go
+    without a whole request head: idle between keep-alive requests, or trickling a head (a
+    slow-header client is disconnected). ``shutdown_timeout`` seconds in-flight requests get to
+    finish on SIGTERM. ``access_log`` one JSON line per request on stdout.
     """
 
     host: str = "127.0.0.1"
@@ -46,6 +48,7 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     workers: Annotated[int, Meta(ge=1, le=256)] = 1
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 10 * 1024 * 1024
     body_read_timeout: PositiveSeconds = 30.0
+    client_idle_timeout: PositiveSeconds = 60.0
     shutdown_timeout: PositiveSeconds = 30.0
     access_log: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -80,13 +80,17 @@ def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> 
     from proxy.app import SERVER, create_app
 
     app = create_app(config_path)
+    server = app[SERVER]
     tune_gc()
     web.run_app(
         app,
         host=host,
         port=port,
         reuse_port=reuse_port,
-        shutdown_timeout=app[SERVER].shutdown_timeout,
+        shutdown_timeout=server.shutdown_timeout,
+        # aiohttp closes a connection that has no whole request once this passes, from its
+        # start or its last answer: idle keep-alive connections and slow-header clients alike.
+        keepalive_timeout=server.client_idle_timeout,
         handler_cancellation=True,
         access_log=None,
         print=None,

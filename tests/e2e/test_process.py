@@ -20,7 +20,7 @@ from proxy import __version__
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = """
-server: {{port: {port}, workers: {workers}, access_log: false}}
+server: {{port: {port}, workers: {workers}, access_log: false, client_idle_timeout: 1}}
 providers:
   mock: {{type: mock}}
 models:
@@ -199,3 +199,18 @@ def test_serve_refuses_a_port_out_of_range() -> None:
     result = _crossway("serve", "--config", "config/gateway.yaml", "--port", "70000")
     assert result.returncode == 2
     assert "--port" in result.stderr
+
+
+def test_a_client_trickling_its_request_head_is_disconnected(
+    served: tuple[str, Path, int],
+) -> None:
+    url, _, _ = served
+    port = int(url.rsplit(":", 1)[1])
+    # client_idle_timeout is 1 s here; the default (60 s) would outlast the socket's 10 s.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for _ in range(3):  # a byte at a time, never the blank line that ends the head
+            time.sleep(0.2)
+            slow.sendall(b"X")
+        assert slow.recv(1024) == b"", "the server closed the connection"
+    assert _chat(url, "first") == 200, "other clients are served meanwhile and after"
