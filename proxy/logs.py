@@ -44,7 +44,8 @@ def make_logger(
     def redact(logger: object, method: str, event: Any) -> Any:
         # Tracebacks and arbitrary objects become text first, so that they are redacted like
         # every other value.
-        event = structlog.processors.format_exc_info(logger, method, event)
+        if "exc_info" in event:
+            event = structlog.processors.format_exc_info(logger, method, event)
         for key, value in event.items():
             if not isinstance(value, _PLAIN):
                 event[key] = repr(value)
@@ -54,7 +55,7 @@ def make_logger(
         return encoder.encode(event).decode()
 
     return structlog.wrap_logger(
-        structlog.PrintLogger(stream or sys.stdout),
+        structlog.WriteLogger(stream or sys.stdout),  # write + flush per line: no print()
         processors=[
             redact,
             structlog.processors.add_log_level,
