@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench.harness import Options, run_benchmark
-from bench.matrix import TARGETS, Settings
+from bench.matrix import DEFAULT_TARGETS, TARGETS, Settings
 from bench.processes import HarnessError
 from bench.report import format_text, write_json
 from bench.targets import DEFAULT_GATEWAY_CMD
@@ -75,9 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--targets",
         type=_names(TARGETS),
-        default=TARGETS,
+        default=DEFAULT_TARGETS,
         help="comma-separated targets to measure besides the direct baseline "
-        "(default: passthrough,gateway)",
+        "(default: passthrough,gateway; gateway-default adds the gateway with the shipped "
+        "config's plugin chain and access log, reported but not checked)",
     )
     parser.add_argument(
         "--modes",

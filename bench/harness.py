@@ -55,6 +55,16 @@ async def _start_servers(
     if "gateway" in options.targets:
         progress("starting the gateway")
         servers["gateway"] = await start_gateway(stack, scratch, upstream, options.gateway_command)
+    if "gateway-default" in options.targets:
+        progress("starting the gateway with the shipped plugin chain and access log")
+        servers["gateway-default"] = await start_gateway(
+            stack,
+            scratch,
+            upstream,
+            options.gateway_command,
+            name="gateway-default",
+            shipped=True,
+        )
     return servers
 
 

@@ -23,7 +23,8 @@ from bench.driver import LoadResult, LoadSpec, open_session, run_load
 from bench.targets import Server, set_upstream_latency
 
 DIRECT = "direct"
-TARGETS = ("passthrough", "gateway")
+TARGETS = ("passthrough", "gateway", "gateway-default")  # every target, in report order
+DEFAULT_TARGETS = ("passthrough", "gateway")  # gateway-default is opt-in
 BASELINE_CONCURRENCY = 1
 
 

@@ -11,7 +11,7 @@ from bench.matrix import CellResult, Settings
 from bench.procstat import Memory
 
 _COLUMNS = (
-    ("target", 11),
+    ("target", 15),
     ("mode", 10),
     ("up_ms", 5),
     ("conc", 4),
@@ -105,13 +105,13 @@ def format_text(report: BenchReport) -> str:
         ]
     lines += ["", "Overhead at concurrency 1 (target percentile minus direct percentile):"]
     lines += [
-        f"  {o.target:<11}  {o.mode:<10}  {o.latency_ms:>2} ms upstream  "
+        f"  {o.target:<15}  {o.mode:<10}  {o.latency_ms:>2} ms upstream  "
         f"p50 {o.p50_ms:+8.3f} ms  p99 {o.p99_ms:+8.3f} ms"
         for o in report.overheads
     ] or ["  (no concurrency-1 cells)"]
     lines += ["", "Memory after the run (process tree, summed):"]
     lines += [
-        f"  {name:<11}  RSS {m.rss_mib:6.1f} MiB  peak {m.peak_rss_mib:6.1f} MiB  "
+        f"  {name:<15}  RSS {m.rss_mib:6.1f} MiB  peak {m.peak_rss_mib:6.1f} MiB  "
         f"({m.processes} process{'es' if m.processes != 1 else ''})"
         for name, m in report.memory.items()
     ]

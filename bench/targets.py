@@ -41,17 +41,31 @@ class Server:
         return self.base_url + CHAT_PATH
 
 
-def gateway_config_yaml(port: int, upstream_port: int) -> str:
-    """Return the gateway config: one worker, no access log, one OpenAI provider, no plugins.
+def gateway_config_yaml(port: int, upstream_port: int, *, shipped: bool = False) -> str:
+    """Return the gateway config: one worker, one OpenAI provider.
 
-    This is the single place to adjust if the gateway's config schema changes.
+    By default no access log and no plugins (the ``gateway`` target). With ``shipped`` (the
+    ``gateway-default`` target), what ``config/gateway.yaml`` turns on: the access log and the
+    chain headers, fallback, retry, balance, with the same options. This is the single place to
+    adjust if the gateway's config schema changes.
     """
-    return (
-        f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: false}}\n"
+    server = (
+        f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {str(shipped).lower()}}}\n"
+    )
+    provider = (
         "providers:\n"
         f'  upstream: {{type: openai, base_url: "http://{HOST}:{upstream_port}/v1",'
         ' api_key: "bench-key"}\n'
-        "plugins: []\n"
+    )
+    if not shipped:
+        return server + provider + "plugins: []\n"
+    return (
+        server + provider + "models: {fast: [{target: upstream/bench-model}]}\n"
+        "plugins:\n"
+        "  - headers: {forward: [x-trace-id]}\n"
+        "  - fallback: {chains: {upstream/bench-model: [fast]}}\n"
+        "  - retry: {retries: 2}\n"
+        "  - balance: {strategy: weighted}\n"
     )
 
 
@@ -84,19 +98,26 @@ async def start_passthrough(stack: ExitStack, log_dir: Path, upstream: Server) -
 
 
 async def start_gateway(
-    stack: ExitStack, log_dir: Path, upstream: Server, command_template: str
+    stack: ExitStack,
+    log_dir: Path,
+    upstream: Server,
+    command_template: str,
+    *,
+    name: str = "gateway",
+    shipped: bool = False,
 ) -> Server:
     """Start the gateway with :func:`gateway_config_yaml` and wait for ``/health/ready``.
 
     ``command_template`` is split like a shell command line; ``{python}``, ``{config}``
-    and ``{port}`` in it are replaced by the interpreter, config file path and port.
+    and ``{port}`` in it are replaced by the interpreter, config file path and port. ``name``
+    names its config and log files; ``shipped`` is passed to :func:`gateway_config_yaml`.
     """
     port = free_port()
-    config_path = log_dir / "gateway.yaml"
-    config_path.write_text(gateway_config_yaml(port, upstream.port))
+    config_path = log_dir / f"{name}.yaml"
+    config_path.write_text(gateway_config_yaml(port, upstream.port, shipped=shipped))
     values = {"python": sys.executable, "config": str(config_path), "port": str(port)}
     argv = [token.format(**values) for token in shlex.split(command_template)]
-    child = spawn(stack, "gateway", argv, REPO_ROOT, log_dir)
+    child = spawn(stack, name, argv, REPO_ROOT, log_dir)
     await wait_ready(child, f"http://{HOST}:{port}/health/ready", _READY_TIMEOUT_S)
     return Server(pid=child.pid, port=port)
 

@@ -1,5 +1,6 @@
 """Smoke test of the benchmark harness: mock upstream, passthrough and driver, no timings."""
 
+import io
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -7,7 +8,11 @@ import yaml
 
 from bench import aio
 from bench.matrix import DIRECT, CellResult, Settings, _comparable_groups, plan, run_matrix
-from bench.targets import gateway_config_yaml, start_passthrough, start_upstream
+from bench.targets import REPO_ROOT, gateway_config_yaml, start_passthrough, start_upstream
+from plugins import BUILTINS
+from proxy.config import load_config
+from proxy.metrics import Metrics
+from proxy.runtime import Loader
 
 _SETTINGS = Settings(
     duration_s=0.6, warmup_s=0.1, max_requests=20_000, request_timeout_s=5.0, rounds=2
@@ -64,3 +69,13 @@ def test_gateway_config_is_valid_yaml() -> None:
         },
         "plugins": [],
     }
+
+
+def test_the_shipped_variant_runs_the_default_config_s_chain(tmp_path: Path) -> None:
+    config_path = tmp_path / "gateway-default.yaml"
+    config_path.write_text(gateway_config_yaml(8080, 9090, shipped=True))
+    bench = load_config(config_path)
+    shipped = load_config(REPO_ROOT / "config" / "gateway.yaml")
+    assert [spec.ref for spec in bench.plugins] == [spec.ref for spec in shipped.plugins]
+    assert bench.server.access_log is shipped.server.access_log is True
+    Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()  # its plugins load too
