@@ -54,7 +54,7 @@ def make_logger(
     def render(logger: object, method: str, event: dict[str, Any]) -> str:
         return encoder.encode(event).decode()
 
-    return structlog.wrap_logger(
+    lazy = structlog.wrap_logger(
         structlog.WriteLogger(stream or sys.stdout),  # write + flush per line: no print()
         processors=[
             redact,
@@ -63,5 +63,6 @@ def make_logger(
             render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        cache_logger_on_first_use=True,
     )
+    logger: structlog.typing.FilteringBoundLogger = lazy.bind()  # built now, not per call
+    return logger
