@@ -44,7 +44,7 @@ import msgspec
 from msgspec import Meta
 
 from plugins.health import Health, HealthConfig
-from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Usage
+from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Usage, batched
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
 from proxy.store import MemoryStore, Store, StoreUnavailable
@@ -358,7 +358,7 @@ class BalancePlugin:
 class _Tracked:
     """A reply stream that tells the balancer when it is over (in flight, tokens used)."""
 
-    __slots__ = ("_counts_tokens", "_done", "_inner", "_on_end", "_usage")
+    __slots__ = ("_batches", "_counts_tokens", "_done", "_inner", "_on_end", "_usage")
 
     def __init__(
         self,
@@ -368,6 +368,7 @@ class _Tracked:
     ) -> None:
         """``on_end(usage)`` is awaited exactly once: at the end, on a failure, or on close."""
         self._inner = inner
+        self._batches = batched(inner)
         self._on_end = on_end
         self._counts_tokens = counts_tokens
         self._usage: Usage | None = None
@@ -376,19 +377,13 @@ class _Tracked:
     @property
     def ended(self) -> bool:
         """Whether the inner stream has received its end (see ``BatchedStream``)."""
-        return bool(getattr(self._inner, "ended", False))
+        return self._batches.ended
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """The inner stream's next batch (see ``BatchedStream``), or its next chunk alone when
-        it has no batches. Raw frames never carry usage, so they pass unread."""
-        next_batch = getattr(self._inner, "next_batch", None)
+        """The inner stream's next batch (see ``BatchedStream``; one chunk per batch when it
+        has no batches of its own). Raw frames never carry usage, so they pass unread."""
         try:
-            if next_batch is not None:
-                batch: list[Chunk | RawFrames] = await next_batch(raw)
-            else:
-                batch = [await anext(self._inner)]
-        except StopAsyncIteration:
-            batch = []
+            batch = await self._batches.next_batch(raw)
         except BaseException:
             await self._end()
             raise

@@ -16,14 +16,13 @@ import itertools
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from plugins import BUILTINS
-from proxy.canonical import BatchedStream, Call, Chunk, RawFrames, Reply, Usage
+from proxy.canonical import BatchedStream, Call, Chunk, RawFrames, Reply, Usage, batched
 from proxy.config import ConfigError, ServerConfig, load_config
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder
@@ -273,7 +272,7 @@ async def _stream(
     outcome.status = 200
     # What arrived together leaves in one write; verbatim frames go out as they came when the
     # encoder can relay them (an OpenAI client of an OpenAI-compatible upstream).
-    source: BatchedStream = stream if hasattr(stream, "next_batch") else _OneByOne(stream)  # type: ignore[assignment]
+    source = batched(stream)
     pinger = None if encoder.keepalive is None else _Pinger(source, encoder, response)
     next_batch = source.next_batch if pinger is None else pinger.next_batch
     relay = getattr(encoder, "relay", None)
@@ -317,23 +316,6 @@ async def _stream(
     except ConnectionResetError:
         outcome.status = CLIENT_CLOSED
     return response
-
-
-class _OneByOne:
-    """The batch interface over a plain chunk iterator (a plugin's own stream): one per batch."""
-
-    __slots__ = ("_chunks",)
-    ended = False
-
-    def __init__(self, chunks: AsyncIterator[Chunk]) -> None:
-        self._chunks = chunks
-
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """The next chunk, alone; ``[]`` at the end."""
-        try:
-            return [await anext(self._chunks)]
-        except StopAsyncIteration:
-            return []
 
 
 class _Pinger:

@@ -437,6 +437,31 @@ class BatchedStream(Protocol):
         ...
 
 
+def batched(stream: AsyncIterator[Chunk]) -> BatchedStream:
+    """``stream`` itself if it offers :class:`BatchedStream`, else an adapter that hands over
+    its chunks one per batch (a plugin's own stream)."""
+    if hasattr(stream, "next_batch"):
+        return stream  # type: ignore[return-value]
+    return _OneByOne(stream)
+
+
+class _OneByOne:
+    """:class:`BatchedStream` over a plain chunk iterator: one chunk per batch."""
+
+    __slots__ = ("_chunks",)
+    ended = False
+
+    def __init__(self, chunks: AsyncIterator[Chunk]) -> None:
+        self._chunks = chunks
+
+    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+        """The next chunk, alone; ``[]`` at the end."""
+        try:
+            return [await anext(self._chunks)]
+        except StopAsyncIteration:
+            return []
+
+
 class Reply(Struct):
     """What the chain returns: a whole :class:`Response`, or a stream of :class:`Chunk`.
 
