@@ -266,6 +266,31 @@ class GatewayOptions(Struct):
     metadata: dict[str, Any] | None = None
 
 
+class Principal(Struct, frozen=True):
+    """Who is calling, as the ``auth`` plugin established it; every field None when anonymous.
+
+    Later plugins read it from :attr:`Call.principal`: ``limits`` counts per key and team,
+    ``cost`` charges and enforces budgets, ``cache`` scopes entries, the access log and the
+    ledger record it. ``key_id`` is the virtual key's stable id (never the key itself),
+    ``key_alias`` its human name, ``team`` its team's id, ``user`` the user the key belongs to.
+    ``models`` are the models (aliases or ``provider/model``) it may use; None means all.
+    Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
+    """
+
+    key_id: str | None = None
+    key_alias: str | None = None
+    team: str | None = None
+    user: str | None = None
+    models: frozenset[str] | None = None
+
+    def allows(self, model: str) -> bool:
+        """Whether this principal may use ``model`` (an alias or ``provider/model``)."""
+        return self.models is None or model in self.models
+
+
+ANONYMOUS = Principal()
+
+
 class Timings(Struct):
     """Clocks of one request, in seconds (``time.perf_counter``).
 
@@ -289,7 +314,8 @@ class Call(Struct):
     ``extra`` holds request fields the dialect did not model, as raw JSON, to pass through.
     ``options`` holds gateway controls a dialect carried in the body (fallbacks, retry, …) for
     the plugins that honour them. ``dialect_state`` is private to the dialect that decoded the
-    call (what it needs again to encode the reply); nothing else reads it.
+    call (what it needs again to encode the reply); nothing else reads it. ``principal`` is who
+    is calling (:data:`ANONYMOUS` until the ``auth`` plugin says otherwise).
     """
 
     request_id: str
@@ -306,6 +332,7 @@ class Call(Struct):
     upstream_headers: dict[str, str] = msgspec.field(default_factory=dict)
     deployments: list[Deployment] = msgspec.field(default_factory=list)
     deployment: Deployment | None = None
+    principal: Principal = ANONYMOUS
     timings: Timings = msgspec.field(default_factory=lambda: Timings(start=time.perf_counter()))
 
 

@@ -28,6 +28,7 @@ import structlog
 from proxy.canonical import Call, Deployment, Reply
 from proxy.config import PluginSpec
 from proxy.metrics import Metrics
+from proxy.store import MemoryStore, Store
 
 Next = Callable[[Call], Awaitable[Reply]]
 
@@ -37,15 +38,23 @@ class PluginContext:
 
     ``resolve(model, provider=None)`` is the router's: the ready deployments of an alias or a
     ``provider/model`` (raising the same errors as for a client's model). ``metrics`` is the
-    process's :class:`proxy.metrics.Metrics`, ``logger`` its structlog logger.
+    process's :class:`proxy.metrics.Metrics`, ``logger`` its structlog logger. ``store`` is the
+    process's state store, shared by every plugin and kept across config reloads (counters,
+    health, cache entries live there, not in a snapshot); a fresh :class:`MemoryStore` when
+    none is given.
     """
 
     def __init__(
-        self, resolve: Callable[..., list[Deployment]], metrics: Metrics, logger: Any
+        self,
+        resolve: Callable[..., list[Deployment]],
+        metrics: Metrics,
+        logger: Any,
+        store: Store | None = None,
     ) -> None:
         self.resolve = resolve
         self.metrics = metrics
         self.logger = logger
+        self.store: Store = MemoryStore() if store is None else store
 
 
 @runtime_checkable

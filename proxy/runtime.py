@@ -23,6 +23,7 @@ from proxy.providers import build_provider
 from proxy.providers.base import LocalProvider, Provider
 from proxy.redact import Redactor
 from proxy.router import Router
+from proxy.store import MemoryStore, Store
 from proxy.transport import HttpTransport
 from proxy.upstream import Upstream
 
@@ -57,7 +58,7 @@ class Blueprint:
         self.logger = make_logger(
             self.redactor, level=config.server.log_level, stream=loader.log_stream
         )
-        context = PluginContext(self.router.resolve, loader.metrics, self.logger)
+        context = PluginContext(self.router.resolve, loader.metrics, self.logger, loader.store)
         try:
             self.plugins: list[Plugin] = load_plugins(config.plugins, loader.builtins, context)
         except PluginLoadError as exc:
@@ -65,7 +66,8 @@ class Blueprint:
 
 
 class Loader:
-    """Loads one config file into blueprints, with what every snapshot of it shares."""
+    """Loads one config file into blueprints, with what every snapshot of it shares: the
+    metrics, the log stream and the state store (so that counters outlive a reload)."""
 
     def __init__(
         self,
@@ -73,11 +75,13 @@ class Loader:
         builtins: dict[str, str],
         metrics: Metrics,
         log_stream: IO[str] | None = None,
+        store: Store | None = None,
     ) -> None:
         self.config_path = config_path
         self.builtins = builtins
         self.metrics = metrics
         self.log_stream = log_stream
+        self.store: Store = MemoryStore() if store is None else store
 
     def load(self) -> Blueprint:
         """Read and validate the file and its plugins, reporting every error at once.
