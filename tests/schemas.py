@@ -1,4 +1,4 @@
-"""Validate gateway output against the OpenAPI schemas in ``../shared/specs`` (beside the repo).
+"""Validate gateway output against the trimmed OpenAPI schemas kept in ``tests/specs/``.
 
 ``validate(schema_name, instance)`` checks ``instance`` against
 ``#/components/schemas/<schema_name>`` of ``openai-chat.openapi.json`` and raises
@@ -6,7 +6,10 @@
 2020-12) with some OpenAPI 3.0 leftovers: ``nullable: true`` is rewritten to also allow ``null``.
 ``$ref``s resolve inside the document through a :mod:`referencing` registry.
 
-Importing this module from a test module skips that whole module when the spec is not found.
+The specs are part of the repository (``tests/specs/README.md`` names each file's public source).
+A missing spec file is an error, never a skip: importing this module raises
+:class:`SpecMissingError` when the OpenAI spec is absent, which fails the collection of every test
+module that validates against it, and :func:`spec_path` raises the same for any other spec.
 """
 
 from __future__ import annotations
@@ -17,17 +20,35 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SPECS_DIR = REPO_ROOT / ".." / "shared" / "specs"
-SPEC_FILE = SPECS_DIR / "openai-chat.openapi.json"
-_SPEC_URI = "urn:crossway:openai-chat.openapi.json"
+SPECS_DIR = Path(__file__).resolve().parent / "specs"
+OPENAI_SPEC = "openai-chat.openapi.json"
+_SPEC_URI = f"urn:crossway:{OPENAI_SPEC}"
 
-if not SPEC_FILE.is_file():
-    pytest.skip(f"OpenAPI spec not found at {SPEC_FILE.resolve()}", allow_module_level=True)
+
+class SpecMissingError(FileNotFoundError):
+    """A spec file the tests validate against is not in ``tests/specs/``."""
+
+
+def spec_path(spec_file: str) -> Path:
+    """The path of ``spec_file`` in the specs directory; :class:`SpecMissingError` if absent."""
+    path = SPECS_DIR / spec_file
+    if not path.is_file():
+        raise SpecMissingError(
+            f"spec {spec_file!r} not found in {SPECS_DIR}: the tests validate against it, so it "
+            "must be in the repository (see tests/specs/README.md)"
+        )
+    return path
+
+
+def load_spec(spec_file: str) -> dict[str, Any]:
+    """The parsed JSON document of ``spec_file`` (:class:`SpecMissingError` if absent)."""
+    return json.loads(spec_path(spec_file).read_text(encoding="utf-8"))
+
+
+SPEC_FILE = spec_path(OPENAI_SPEC)
 
 
 def _allow_null(node: Any) -> Any:
@@ -57,7 +78,7 @@ def _allow_null(node: Any) -> Any:
 
 @functools.cache
 def _registry() -> tuple[Registry, frozenset[str]]:
-    document = _allow_null(json.loads(SPEC_FILE.read_text(encoding="utf-8")))
+    document = _allow_null(load_spec(OPENAI_SPEC))
     resource = Resource(contents=document, specification=DRAFT202012)
     names = frozenset(document.get("components", {}).get("schemas", {}))
     return Registry().with_resource(_SPEC_URI, resource), names
@@ -79,8 +100,7 @@ def validate(schema_name: str, instance: dict) -> None:
 
 @functools.cache
 def _spec_validator(spec_file: str, schema_name: str) -> jsonschema.Draft202012Validator:
-    path = SPECS_DIR / spec_file
-    document = _allow_null(json.loads(path.read_text(encoding="utf-8")))
+    document = _allow_null(load_spec(spec_file))
     if schema_name not in document.get("components", {}).get("schemas", {}):
         raise KeyError(f"no schema {schema_name!r} in {spec_file}")
     uri = f"urn:crossway:{spec_file}"
@@ -97,7 +117,7 @@ def validate_in(spec_file: str, schema_name: str, instance: dict) -> None:
 
 @functools.cache
 def _spec_registry(spec_file: str) -> Registry:
-    document = _allow_null(json.loads((SPECS_DIR / spec_file).read_text(encoding="utf-8")))
+    document = _allow_null(load_spec(spec_file))
     resource = Resource(contents=document, specification=DRAFT202012)
     return Registry().with_resource(f"urn:crossway:{spec_file}", resource)
 

@@ -5,20 +5,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import json
 from typing import Any
 
 from tests.proxy.dialects.adapters import ErrorCase, Outcome, data_payloads, openai_usage
-from tests.schemas import SPECS_DIR, validate, validate_schema
-
-OPENAI_SPEC = "openai-chat.openapi.json"
+from tests.schemas import OPENAI_SPEC, load_spec, validate, validate_schema
 
 
 @functools.cache
 def completion_chunk_schema() -> dict[str, Any]:
     """``CreateCompletionResponse`` as streamed: OpenAI sends the same shape for stream frames,
     except that ``finish_reason`` is null until the last one."""
-    document = json.loads((SPECS_DIR / OPENAI_SPEC).read_text(encoding="utf-8"))
+    document = load_spec(OPENAI_SPEC)
     schema = copy.deepcopy(document["components"]["schemas"]["CreateCompletionResponse"])
     schema["properties"]["choices"]["items"]["properties"]["finish_reason"]["nullable"] = True
     return schema
