@@ -19,7 +19,8 @@ chose the primary). A model that cannot be resolved (unknown, or no ready provid
 When every model failed, the last model's error is raised, ``attempts`` totalled.
 
 The reply carries ``x-crossway-attempts`` (every upstream call) and, when a fallback served,
-``x-crossway-fallback`` with the model that answered; ``crossway_fallbacks_total{from_model,
+``x-crossway-fallback`` with the model that answered (also recorded in the call's
+``accounting.fallback`` for the spend ledger); ``crossway_fallbacks_total{from_model,
 to_model}`` counts each step. Place it outside ``retry`` so that each model's retries are spent
 first: ``fallback`` → ``retry`` → ``balance``.
 """
@@ -121,6 +122,7 @@ class FallbackPlugin:
             reply.headers[ATTEMPTS_HEADER] = str(reply.attempts)
             if current is not call:
                 reply.headers[FALLBACK_HEADER] = model
+                call.accounting.fallback = model
             return reply
 
     def _chain(self, call: Call) -> Iterator[str]:

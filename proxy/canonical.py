@@ -304,6 +304,42 @@ class Timings(Struct):
     first_token: float | None = None
 
 
+CostSource = Literal["authoritative", "estimated"]
+CacheResult = Literal["hit", "miss", "bypass"]
+
+
+class Accounting(Struct):
+    """How one client request was served and what it cost: what the spend ledger records.
+
+    One object per client request, made with its :class:`Call` and shared by every copy that
+    plugins pass down the chain (``msgspec.structs.replace`` copies the reference), so that
+    what an inner link records is seen by the app when it finalises the request, whichever
+    link answered or failed. Every field is None until the plugin that knows it sets it:
+
+    - ``cost_nanos``: what the request is charged, in nano-dollars (10⁻⁹ USD, an exact
+      integer). Set by the ``cost`` plugin once the reply is whole, or when its stream ends,
+      fails or is closed (before the stream reports its end to outer links). None means
+      unknown: no ``cost`` plugin, a model without a price, or no upstream answer.
+    - ``cost_source``: ``"authoritative"`` when the provider billed the amount itself
+      (OpenRouter's ``usage.cost``), ``"estimated"`` when the gateway priced the usage.
+    - ``usage``: the usage charged when the reply did not report it (an estimate for a stream
+      the client abandoned); None when the reply's own usage was charged.
+    - ``cache``: the response cache's verdict, ``"hit"``, ``"miss"`` or ``"bypass"``. A cache
+      answering from an entry sets ``"hit"`` and ``saved_nanos``; the request then costs 0
+      (no upstream call was made), which the ledger records.
+    - ``saved_nanos``: on a cache hit, the cost of the original answer (stored with the
+      entry, from ``cost_nanos`` of the request that filled it): what the hit saved.
+    - ``fallback``: the model (alias or ``provider/model``) that served after a fallback.
+    """
+
+    cost_nanos: int | None = None
+    cost_source: CostSource | None = None
+    usage: Usage | None = None
+    cache: CacheResult | None = None
+    saved_nanos: int | None = None
+    fallback: str | None = None
+
+
 class Call(Struct):
     """One client request in canonical form, passed explicitly through the plugin chain.
 
@@ -315,7 +351,8 @@ class Call(Struct):
     ``options`` holds gateway controls a dialect carried in the body (fallbacks, retry, …) for
     the plugins that honour them. ``dialect_state`` is private to the dialect that decoded the
     call (what it needs again to encode the reply); nothing else reads it. ``principal`` is who
-    is calling (:data:`ANONYMOUS` until the ``auth`` plugin says otherwise).
+    is calling (:data:`ANONYMOUS` until the ``auth`` plugin says otherwise). ``accounting``
+    is the request's :class:`Accounting`, shared by every copy of the call.
     """
 
     request_id: str
@@ -334,6 +371,7 @@ class Call(Struct):
     deployment: Deployment | None = None
     principal: Principal = ANONYMOUS
     timings: Timings = msgspec.field(default_factory=lambda: Timings(start=time.perf_counter()))
+    accounting: Accounting = msgspec.field(default_factory=Accounting)
 
 
 # ---------------------------------------------------------------------------------------------

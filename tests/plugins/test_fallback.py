@@ -57,7 +57,9 @@ class Harness:
 async def test_primary_down_the_chain_answers_and_says_which_model_served():
     h = Harness(chains={"primary": ("backup",)})
     h.upstream.script("p/primary-model", then=fail(503, provider="p"))
-    reply = await h.chain(make_call())
+    call = make_call()
+    reply = await h.chain(call)
+    assert call.accounting.fallback == "backup"  # for the spend ledger
     assert (reply.provider, reply.model) == ("q", "backup-model")
     assert reply.headers["x-crossway-fallback"] == "backup"
     assert reply.headers["x-crossway-attempts"] == "2"
@@ -71,8 +73,10 @@ async def test_primary_down_the_chain_answers_and_says_which_model_served():
 
 async def test_a_primary_success_has_no_fallback_header():
     h = Harness(chains={"primary": ("backup",)})
-    reply = await h.chain(make_call())
+    call = make_call()
+    reply = await h.chain(call)
     assert "x-crossway-fallback" not in reply.headers
+    assert call.accounting.fallback is None
     assert reply.headers["x-crossway-attempts"] == "1"
 
 

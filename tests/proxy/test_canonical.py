@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from proxy.canonical import Chunk, batched
+import msgspec
+
+from proxy.canonical import Accounting, Call, Chunk, batched
 
 
 async def _chunks(*ids: str):
@@ -33,3 +35,20 @@ async def test_a_stream_that_batches_itself_is_used_as_it_is() -> None:
 
     stream = Batching()
     assert batched(stream) is stream  # type: ignore[arg-type]
+
+
+def test_every_copy_of_a_call_shares_its_accounting() -> None:
+    call = Call(request_id="r", dialect="openai", model="m", messages=[])
+    copy = msgspec.structs.replace(call, model="other")
+    copy.accounting.cost_nanos = 1500
+    copy.accounting.cache = "miss"
+    assert call.accounting is copy.accounting
+    assert call.accounting.cost_nanos == 1500
+
+
+def test_accounting_starts_unknown_and_calls_do_not_share_it() -> None:
+    first = Call(request_id="a", dialect="openai", model="m", messages=[])
+    second = Call(request_id="b", dialect="openai", model="m", messages=[])
+    assert first.accounting == Accounting()
+    assert first.accounting.cost_nanos is None  # unknown, never 0
+    assert first.accounting is not second.accounting
