@@ -200,6 +200,8 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
             try:
                 body = await _read_body(request, server)
                 call = dialect.decode(body, request.headers, request_id, start)
+                if not call.model:  # a dialect that lets the client omit it (Fabro)
+                    call.model = snapshot.router.default_model(call.options.provider)
                 try:
                     call.deployments = snapshot.router.resolve(call.model, call.options.provider)
                 except NoReadyDeployment:  # the upstream refuses, unless a plugin reroutes

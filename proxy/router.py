@@ -2,6 +2,11 @@
 
 A client names a model by alias (a key of ``models:``) or directly as ``provider/model``. Aliases
 win when a name is both. Only deployments whose provider is ready are candidates.
+
+A client that names no model (Fabro allows it) gets the default (:meth:`Router.default_model`):
+the ``default_model`` of the first ready provider, in config order, that sets one; failing that,
+the first alias, in config order, with a ready deployment. A provider pin narrows both to that
+provider.
 """
 
 from __future__ import annotations
@@ -38,14 +43,14 @@ class Router:
     def resolve(self, model: str, provider: str | None = None) -> list[Deployment]:
         """The ready deployments for ``model`` (a fresh list the caller may reorder).
 
-        An empty ``model`` means the default model (of ``provider`` when given); ``provider``
-        pins the call to that provider's deployments. Raises :class:`ModelNotFound` for a name
+        An empty ``model`` means :meth:`default_model` (of ``provider`` when given);
+        ``provider`` pins the call to that provider's deployments. Raises :class:`ModelNotFound` for a name
         that is neither an alias nor ``provider/model`` with a configured provider,
         :class:`NoReadyDeployment` when none is ready, and :class:`BadRequest` when no default
         model exists or the pin excludes every deployment.
         """
         if not model:
-            return [self._default(provider)]
+            model = self.default_model(provider)
         if len(model) > MAX_MODEL_NAME or not model.isprintable():
             raise BadRequest(
                 f"the model name must be printable and at most {MAX_MODEL_NAME} characters",
@@ -74,12 +79,25 @@ class Router:
             )
         return [Deployment(provider=provider, model=upstream_model)]
 
-    def _default(self, provider: str | None) -> Deployment:
+    def default_model(self, provider: str | None = None) -> str:
+        """The model that serves a request naming none: ``provider/model`` for the first ready
+        provider (config order) with a ``default_model``, else the first alias (config order)
+        with a ready deployment; both only on ``provider`` when it is given.
+
+        Raises :class:`BadRequest` naming ``model`` when there is no such model.
+        """
         for name, model in self._defaults.items():
             if (provider is None or name == provider) and self._ready.get(name):
-                return Deployment(provider=name, model=model)
+                return f"{name}/{model}"
+        for alias, routable in self._routable.items():
+            if any(provider is None or d.provider == provider for d in routable):
+                return alias
         where = f"provider {provider!r}" if provider else "any ready provider"
-        raise BadRequest(f"no model given and {where} has no default_model", param="model")
+        raise BadRequest(
+            f"no model given, and {where} has neither a default_model nor an alias with a "
+            "ready deployment: name a model",
+            param="model",
+        )
 
     def _pinned(self, model: str, provider: str) -> list[Deployment]:
         if provider not in self._ready:

@@ -7,8 +7,9 @@ Requests carry messages whose content is a list of ``{kind, data}`` parts (``tex
 - A ``tool_call`` part becomes an assistant tool call (arguments given as JSON text or as a JSON
   value); a ``thinking`` part becomes the assistant's ``reasoning_content``; each ``tool_result``
   part becomes its own ``tool`` message (its ``content``, as text or JSON text).
-- ``model`` may be omitted: the call's model stays ``""`` and the router serves it with the
-  ``default_model`` of the first ready provider (of the pinned one, if ``provider`` is set).
+- ``model`` may be omitted: the call's model stays ``""`` and the app gives it the router's
+  default (:meth:`proxy.router.Router.default_model`: the ``default_model`` of the first ready
+  provider, else the first alias with a ready deployment; on the pinned ``provider`` if set).
 - ``stream`` defaults to **true**. ``schema`` asks the upstream for a JSON-schema response format,
   turns streaming off, and the answer's text, parsed as JSON, is returned in ``output`` (absent
   when the text is not JSON — the text itself is still in ``message``).

@@ -10,8 +10,10 @@ plugins that honour it:
 
 - ``retry {count 1-5 (3), on_codes [400-599]}`` → ``options.retry``;
 - ``fallbacks [{model}]`` → ``options.fallbacks``, in order;
-- ``cache {type: exact_match, ttl 1-259200 s (1800)}`` → ``options.cache``;
-- ``load_balancer {type: weight_based, models [{model, weight 0.001-1 (0.5)}]}`` →
+- ``cache {type: exact_match (the default: the only type), ttl 1-259200 s (1800)}`` →
+  ``options.cache``;
+- ``load_balancer {type: weight_based (the default: the only type), models [{model, weight
+  0.001-1 (0.5)}]}``, or as older orq clients send it the ``models`` list alone →
   ``options.load_balancer``;
 - ``timeout {call_timeout}`` (milliseconds) → ``options.timeout`` (seconds);
 - ``identity`` (or its older name ``contact``), ``thread``, ``name`` →
@@ -83,7 +85,7 @@ class _Fallback(Struct, forbid_unknown_fields=True):
 
 
 class _Cache(Struct, forbid_unknown_fields=True):
-    type: Literal["exact_match"]
+    type: Literal["exact_match"] = "exact_match"
     ttl: Annotated[int, Meta(ge=1, le=MAX_CACHE_TTL)] = 1800
 
 
@@ -93,8 +95,8 @@ class _Weighted(Struct, forbid_unknown_fields=True):
 
 
 class _LoadBalancer(Struct, forbid_unknown_fields=True):
-    type: Literal["weight_based"]
     models: Annotated[list[_Weighted], Meta(min_length=1)]
+    type: Literal["weight_based"] = "weight_based"
 
 
 class _Timeout(Struct, forbid_unknown_fields=True):
@@ -131,7 +133,7 @@ class _Controls(Struct):
     retry: _Retry | None = None
     fallbacks: list[_Fallback] | None = None
     cache: _Cache | None = None
-    load_balancer: _LoadBalancer | None = None
+    load_balancer: _LoadBalancer | Annotated[list[_Weighted], Meta(min_length=1)] | None = None
     timeout: _Timeout | None = None
     identity: _Identity | None = None
     contact: _Identity | None = None
@@ -221,6 +223,8 @@ def _options(controls: _Controls, paths: dict[str, str]) -> GatewayOptions:
     if controls.name:
         metadata["name"] = controls.name
     retry, cache, balancer = controls.retry, controls.cache, controls.load_balancer
+    if isinstance(balancer, list):  # orq's older form: the weighted models alone
+        balancer = _LoadBalancer(models=balancer)
     return GatewayOptions(
         fallbacks=[f.model for f in controls.fallbacks] if controls.fallbacks else None,
         retry=RetryOptions(count=retry.count, on_codes=tuple(retry.on_codes)) if retry else None,

@@ -128,6 +128,27 @@ async def test_provider_pin_serves_that_providers_default_model(gateway: Gateway
     assert gateway.upstream.requests == []
 
 
+async def test_without_default_models_the_first_ready_alias_serves(tmp_path: Path) -> None:
+    config = """\
+server: {access_log: false}
+providers:
+  keyless: {type: openai, api_key: ""}
+  mock: {type: mock}
+models:
+  down: [{target: keyless/gpt-4o}]
+  chat: [{target: mock/echo}]
+"""
+    body = {"stream": False, "messages": [user("Hi")]}
+    async with serve(tmp_path, config) as url:
+        answer = await post(url, PATH, body)
+        pinned = await post(url, PATH, {**body, "provider": "keyless"})
+    assert answer.status == 200, answer.body
+    assert (answer.json()["provider"], answer.json()["model"]) == ("mock", "echo")
+    assert answer.headers["x-crossway-model"] == "mock/echo"
+    assert pinned.status == 400
+    assert pinned.json()["errors"][0]["detail"].startswith("no model given")
+
+
 @pytest.mark.parametrize("stream", [True, False])
 async def test_tool_calls_from_the_mock(gateway: Gateway, stream: bool) -> None:
     answer = await gateway.post(

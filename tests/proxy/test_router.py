@@ -122,6 +122,24 @@ def test_empty_model_without_any_default():
         Router({}, READY, {"keyless": "k"}).resolve("")
 
 
+def test_without_default_models_the_first_alias_with_a_ready_deployment_serves():
+    r = router(down=["keyless/x"], fast=["openai/a", "mock/b"], slow=["mock/c"])
+    assert r.default_model() == "fast"
+    assert r.resolve("") == [Deployment("openai", "a"), Deployment("mock", "b")]
+    assert r.default_model("mock") == "fast"
+    assert r.resolve("", "mock") == [Deployment("mock", "b")]
+    with pytest.raises(BadRequest) as info:
+        r.default_model("keyless")
+    assert info.value.param == "model"
+
+
+def test_a_providers_default_model_wins_over_aliases():
+    configs = {"fast": (DeploymentConfig(target="mock/b"),)}
+    r = Router(configs, READY, {"openai": "o-default"})
+    assert r.default_model() == "openai/o-default"
+    assert r.default_model("mock") == "fast"
+
+
 def test_provider_pin_keeps_only_that_providers_deployments():
     r = router(fast=["openai/a", "mock/b", "other/c"])
     assert r.resolve("fast", "mock") == [Deployment(provider="mock", model="b")]
