@@ -44,10 +44,10 @@ class Router:
         """The ready deployments for ``model`` (a fresh list the caller may reorder).
 
         An empty ``model`` means :meth:`default_model` (of ``provider`` when given);
-        ``provider`` pins the call to that provider's deployments. Raises :class:`ModelNotFound` for a name
-        that is neither an alias nor ``provider/model`` with a configured provider,
-        :class:`NoReadyDeployment` when none is ready, and :class:`BadRequest` when no default
-        model exists or the pin excludes every deployment.
+        ``provider`` pins the call to that provider's deployments. Raises
+        :class:`ModelNotFound` for a name that is neither an alias nor ``provider/model`` with
+        a configured provider, :class:`NoReadyDeployment` when none is ready, and
+        :class:`BadRequest` when no default model exists or the pin excludes every deployment.
         """
         if not model:
             model = self.default_model(provider)

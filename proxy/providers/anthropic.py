@@ -84,6 +84,7 @@ from proxy.providers.base import (
     ProviderConfig,
     encode_raw_fields,
     malformed,
+    merge_into_turn,
     merge_json_objects,
     retry_after_seconds,
     with_plugin_headers,
@@ -567,22 +568,14 @@ def _conversation(messages: list[Message]) -> tuple[list[_TextBlock], list[_Turn
         if not blocks:
             continue
         if turns and turns[-1].role == role:
-            _merge(turns[-1], blocks)
+            merge_into_turn(turns[-1].content, blocks, _is_tool_result)
         else:
             turns.append(_Turn(role=role, content=blocks))
     return system, turns
 
 
-def _merge(turn: _Turn, blocks: list[_Block]) -> None:
-    """Append ``blocks`` to ``turn``; tool results go after the turn's leading tool results."""
-    for block in blocks:
-        if isinstance(block, _ToolResultBlock):
-            lead = 0
-            while lead < len(turn.content) and isinstance(turn.content[lead], _ToolResultBlock):
-                lead += 1
-            turn.content.insert(lead, block)
-        else:
-            turn.content.append(block)
+def _is_tool_result(block: _Block) -> bool:
+    return isinstance(block, _ToolResultBlock)
 
 
 def _blocks(content: str | list[ContentPart] | None, position: int) -> list[_Block]:

@@ -11,8 +11,8 @@ Providers import only the canonical types, the errors and this module.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Annotated, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Annotated, Protocol, TypeVar, runtime_checkable
 from urllib.parse import quote
 
 import msgspec
@@ -22,6 +22,7 @@ from proxy.canonical import Call, Chunk, Response
 from proxy.errors import BadRequest, UpstreamError
 
 Seconds = Annotated[float, Meta(gt=0)]
+_Block = TypeVar("_Block")
 
 
 class Timeouts(Struct, frozen=True, forbid_unknown_fields=True):
@@ -242,3 +243,22 @@ def merge_json_objects(*objects: bytes) -> bytes:
 def encode_raw_fields(fields: Mapping[str, msgspec.Raw]) -> bytes:
     """Encode pass-through fields (already JSON) as one object text."""
     return msgspec.json.encode(fields) if fields else b"{}"
+
+
+def merge_into_turn(
+    content: list[_Block], blocks: Iterable[_Block], is_tool_result: Callable[[_Block], bool]
+) -> None:
+    """Append ``blocks`` to a turn's ``content``, tool results after the turn's leading ones.
+
+    For upstreams that carry tool results in user turns and want them before anything else of
+    the turn (Anthropic, Bedrock): consecutive canonical messages merged into one turn keep
+    their order, except that every tool result moves ahead of the turn's other blocks.
+    """
+    for block in blocks:
+        if not is_tool_result(block):
+            content.append(block)
+            continue
+        lead = 0
+        while lead < len(content) and is_tool_result(content[lead]):
+            lead += 1
+        content.insert(lead, block)

@@ -3,7 +3,8 @@
 
 Requests: system and developer messages become ``system`` blocks; the conversation becomes
 alternating ``user``/``assistant`` turns of content blocks (consecutive same-role messages, and
-tool results, which Bedrock carries in user turns, are merged); images must be ``data:`` URLs
+tool results, which Bedrock carries in user turns, are merged, a turn's tool results first, as
+Bedrock requires); images must be ``data:`` URLs
 (sent as bytes) or ``s3://`` URLs; tool calls and results become ``toolUse``/``toolResult``
 blocks; ``max_tokens``, ``temperature``, ``top_p`` and ``stop`` go to ``inferenceConfig``; tools
 and ``tool_choice`` (``auto``, ``required`` → ``any``, a named function → ``tool``, ``none`` →
@@ -78,6 +79,7 @@ from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
     malformed,
+    merge_into_turn,
     path_segment,
     retry_after_seconds,
 )
@@ -595,7 +597,7 @@ def _converse_body(call: Call) -> dict[str, Any]:
         if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
+            merge_into_turn(turns[-1]["content"], blocks, _is_tool_result)
         else:
             turns.append({"role": role, "content": blocks})
     body: dict[str, Any] = {"messages": turns}
@@ -611,6 +613,10 @@ def _converse_body(call: Call) -> dict[str, Any]:
         if name in PASS_THROUGH:
             body[name] = raw
     return body
+
+
+def _is_tool_result(block: dict[str, Any]) -> bool:
+    return "toolResult" in block
 
 
 def _turn(message: Message, i: int, used_tools: list[str]) -> tuple[str, list[dict[str, Any]]]:

@@ -532,7 +532,10 @@ async def test_seed_example_is_refused_only_for_its_knowledge_base(gateway: str)
     del without["orq"]["knowledge_bases"]
     reply = await post(gateway, PATH, without)
     assert reply.status == 200, reply.body
-    assert ADAPTER.read_response(reply.json()).text == MOCK_SAYS + "Summarise the ticket for John Smith"
+    assert (
+        ADAPTER.read_response(reply.json()).text
+        == MOCK_SAYS + "Summarise the ticket for John Smith"
+    )
 
 
 async def test_out_of_range_control_over_http(gateway: str) -> None:
