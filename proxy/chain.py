@@ -28,6 +28,7 @@ import structlog
 from proxy.canonical import Call, Deployment, Reply
 from proxy.config import PluginSpec
 from proxy.metrics import Metrics
+from proxy.redact import Redactor
 from proxy.store import MemoryStore, Store
 
 Next = Callable[[Call], Awaitable[Reply]]
@@ -83,7 +84,8 @@ def load_plugins(
     specs: Sequence[PluginSpec], builtins: dict[str, str], context: PluginContext | None = None
 ) -> list[Plugin]:
     """Instantiate every entry; raises :class:`PluginLoadError` listing each bad one (any
-    exception a plugin's import or constructor raises is reported as one).
+    exception a plugin's import or constructor raises is reported as one), with the values an
+    entry took from the environment (:attr:`PluginSpec.environment`) redacted.
 
     ``builtins`` maps built-in names to ``module:Class`` references; any other reference must
     itself be ``module:Class``. ``context`` is given to plugins that ask for it (when None, as
@@ -95,7 +97,9 @@ def load_plugins(
         try:
             plugins.append(_load(spec, builtins, context))
         except PluginLoadError as exc:
-            errors.append(str(exc))
+            # A message may quote an option; options may hold values from the environment.
+            message = str(exc)
+            errors.append(Redactor(spec.environment).text(message) if spec.environment else message)
     if errors:
         raise PluginLoadError("\n".join(errors))
     return plugins

@@ -69,11 +69,16 @@ class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class PluginSpec(Struct, frozen=True):
-    """A plugin entry as written: a built-in name or ``module:Class``, its options, its path."""
+    """A plugin entry as written: a built-in name or ``module:Class``, its options, its path.
+
+    ``environment`` holds the values the config took from the environment (they may be secrets),
+    so that errors about this entry can be redacted as config errors are.
+    """
 
     ref: str
     options: dict[str, Any]
     path: str
+    environment: tuple[str, ...] = ()
 
 
 class GatewayConfig(Struct, frozen=True):
@@ -131,7 +136,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     metrics = _convert(tree.get("metrics", {}), MetricsConfig, "$.metrics", errors)
     providers = _providers(tree.get("providers", {}), errors)
     models = _models(tree.get("models", {}), providers, errors)
-    plugins = _plugins(tree.get("plugins", []), errors)
+    plugins = _plugins(tree.get("plugins", []), errors, tuple(substituted))
     if errors or server is None or metrics is None:
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -248,13 +253,16 @@ def _models(
     return models
 
 
-def _plugins(node: Any, errors: list[str]) -> tuple[PluginSpec, ...]:
+def _plugins(node: Any, errors: list[str], environment: tuple[str, ...]) -> tuple[PluginSpec, ...]:
     if node is None:
         return ()
     if not isinstance(node, list):
         errors.append("$.plugins: expected a list")
         return ()
-    return tuple(_plugin_entries(node, errors))
+    specs = _plugin_entries(node, errors)
+    if not environment:
+        return tuple(specs)
+    return tuple(msgspec.structs.replace(spec, environment=environment) for spec in specs)
 
 
 def _plugin_entries(node: list[Any], errors: list[str]) -> Iterator[PluginSpec]:

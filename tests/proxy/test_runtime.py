@@ -9,6 +9,7 @@ import pytest
 
 from plugins import BUILTINS
 from proxy.canonical import Call, Reply
+from proxy.config import ConfigError
 from proxy.metrics import Metrics
 from proxy.runtime import Loader, Runtime, Snapshot
 
@@ -92,3 +93,29 @@ async def test_one_plugin_failing_to_close_does_not_keep_the_others_open(tmp_pat
     await rt.close()  # does not raise
     assert CLOSED == ["failing", "closing"]
     assert "plugin_close_failed" in logs.getvalue()
+
+
+@pytest.mark.parametrize(
+    "plugins",
+    [
+        "[{balance: {strategy: '${PLUGIN_SECRET}'}}]",
+        "[{plugin: 'no_such_module_${PLUGIN_SECRET}:Guard'}]",
+        "[{retry: {}}, {fallback: {on_kinds: ['${PLUGIN_SECRET}']}}]",
+    ],
+)
+@pytest.mark.parametrize("config_also_broken", [False, True])
+def test_plugin_errors_never_show_environment_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugins: str, config_also_broken: bool
+) -> None:
+    secret = "correct-horse-battery-staple"  # no key shape: only the value itself is known
+    monkeypatch.setenv("PLUGIN_SECRET", secret)
+    broken = "server: {port: -1}\n" if config_also_broken else ""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"{broken}providers:\n  mock: {{type: mock}}\nplugins: {plugins}\n")
+    loader = Loader(path, BUILTINS, Metrics(), io.StringIO())
+    with pytest.raises(ConfigError) as info:
+        loader.load()
+    plugin_errors = [e for e in info.value.errors if e.startswith("$.plugins")]
+    assert plugin_errors, info.value.errors
+    assert all(secret not in error for error in info.value.errors)
+    assert any("[REDACTED]" in error for error in plugin_errors)
