@@ -380,12 +380,17 @@ class Call(Struct):
 
 
 class Choice(Struct):
-    """One alternative of a whole response (``finish_reason``, ``logprobs`` always encoded)."""
+    """One alternative of a whole response (``finish_reason``, ``logprobs`` always encoded).
+
+    ``stop_sequence`` is the stop sequence that ended it, when the upstream said which one
+    matched (Anthropic does; OpenAI does not); dialects without such a field leave it out.
+    """
 
     index: int
     message: Message
     finish_reason: FinishReason | None = None
     logprobs: dict[str, Any] | None = None
+    stop_sequence: str | UnsetType = UNSET
 
 
 class Response(Struct, omit_defaults=True):
@@ -437,6 +442,7 @@ class ChunkChoice(Struct):
     delta: Delta = msgspec.field(default_factory=Delta)
     finish_reason: FinishReason | None = None
     logprobs: dict[str, Any] | None = None
+    stop_sequence: str | UnsetType = UNSET  # as Choice's, with the finish reason
 
 
 class Chunk(Struct, omit_defaults=True):

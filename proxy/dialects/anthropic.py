@@ -24,8 +24,9 @@ blocks map onto the OpenAI-shaped canonical call:
 Replies are ``message`` objects: a ``thinking`` block (empty signature: the gateway has none to
 give), the text block, then ``tool_use`` blocks. Stop reasons: stop → ``end_turn``, length →
 ``max_tokens``, tool calls (or a natural end after tool calls) → ``tool_use``, content filter →
-``refusal``. (``stop_sequence`` is
-never reported: canonical replies do not say which stop sequence matched.) Usage:
+``refusal``, and a natural end at a stop sequence the upstream named (``Choice.stop_sequence``:
+an Anthropic upstream says which one matched; OpenAI-compatible ones do not) →
+``stop_sequence``, with that sequence. Usage:
 ``input_tokens`` is the uncached input, ``cache_read_input_tokens`` and
 ``cache_creation_input_tokens`` the cache buckets, ``output_tokens`` output plus reasoning.
 Streams use Anthropic's named events (``message_start``, ``content_block_start`` / ``_delta`` /
@@ -57,10 +58,10 @@ from proxy.canonical import (
     Timings,
     Tool,
     ToolCall,
-    ToolCallDelta,
     Usage,
 )
 from proxy.dialects.base import bad_request
+from proxy.dialects.blocks import Block, Change, StreamBlocks
 from proxy.errors import BadRequest, GatewayError
 from proxy.sse import encode_named_frame
 
@@ -260,7 +261,7 @@ class _MessageOut(Struct):
     usage: AnthropicUsage
     type: str = "message"
     role: str = "assistant"
-    stop_sequence: None = None
+    stop_sequence: str | None = None
     stop_details: None = None
     container: None = None
 
@@ -297,7 +298,7 @@ class _BlockStop(Struct, tag="content_block_stop", tag_field="type"):
 
 class _StopDelta(Struct):
     stop_reason: str
-    stop_sequence: None = None
+    stop_sequence: str | None = None
     stop_details: None = None
     container: None = None
 
@@ -346,14 +347,19 @@ def _invalid(detail: str, param: str) -> BadRequest:
     return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
 
 
-def stop_reason(finish_reason: str | None, called_tools: bool = False) -> str:
+def stop_reason(
+    finish_reason: str | None, called_tools: bool = False, stop_sequence: str | None = None
+) -> str:
     """Anthropic's stop reason for a canonical finish reason (``None`` is a natural end).
 
     A natural end of an answer that called tools is ``tool_use`` whatever the upstream said
-    (some OpenAI-compatible servers say ``stop``): Anthropic clients run tools only on it.
+    (some OpenAI-compatible servers say ``stop``): Anthropic clients run tools only on it. A
+    natural end at a known ``stop_sequence`` is ``stop_sequence``.
     """
     if finish_reason is None or finish_reason == "stop":
-        return "tool_use" if called_tools else "end_turn"
+        if called_tools:
+            return "tool_use"
+        return "end_turn" if stop_sequence is None else "stop_sequence"
     return _STOP_REASONS.get(finish_reason, "end_turn")
 
 
@@ -408,12 +414,16 @@ class AnthropicDialect:
         response = reply.response
         assert response is not None
         choice = response.choices[0]
+        called_tools = bool(choice.message.tool_calls)
+        matched = choice.stop_sequence or None
+        reason = stop_reason(choice.finish_reason, called_tools, matched)
         return _ENCODER.encode(
             _MessageOut(
                 id=response.id or f"msg_{call.request_id}",
                 model=response.model or reply.model,
                 content=_blocks(choice.message),
-                stop_reason=stop_reason(choice.finish_reason, bool(choice.message.tool_calls)),
+                stop_reason=reason,
+                stop_sequence=matched if reason == "stop_sequence" else None,
                 usage=AnthropicUsage.of(response.usage),
             )
         )
@@ -638,30 +648,21 @@ class AnthropicStreamEncoder:
     """Anthropic's named stream events for one reply (choice 0).
 
     ``message_start`` goes out with the first chunk (usage zero: the counts come with the last
-    chunk and are sent, cumulative, in ``message_delta``). One content block is open at a time;
-    a new kind of delta, or a new tool call, closes it and opens the next index.
+    chunk and are sent, cumulative, in ``message_delta``). Content blocks follow
+    :class:`~proxy.dialects.blocks.StreamBlocks`: one text or thinking block at a time, each
+    tool call in its own block from its first fragment to the end of the answer.
     """
 
-    __slots__ = (
-        "_blocks",
-        "_fallback_id",
-        "_finish",
-        "_model",
-        "_open",
-        "_started",
-        "_tools",
-        "_usage",
-    )
+    __slots__ = ("_blocks", "_fallback_id", "_finish", "_matched", "_model", "_started", "_usage")
     keepalive = KEEPALIVE_SECONDS
 
     def __init__(self, *, fallback_id: str, model: str) -> None:
         self._fallback_id = fallback_id
         self._model = model
         self._started = False
-        self._blocks = 0
-        self._open: str | int | None = None  # "text", "thinking" or a tool-call index
-        self._tools: dict[int, int] = {}  # tool-call index → block index
+        self._blocks = StreamBlocks("toolu_")
         self._finish: str | None = None
+        self._matched: str | None = None
         self._usage: Usage | None = None
 
     def chunk(self, chunk: Chunk) -> bytes:
@@ -669,27 +670,36 @@ class AnthropicStreamEncoder:
         out = bytearray(self._start(chunk.id, chunk.model))
         if chunk.usage is not None:
             self._usage = chunk.usage
+        blocks = self._blocks
         for choice in chunk.choices:
             if choice.index != 0:
                 continue
             delta = choice.delta
             if delta.reasoning_content:
-                out += self._switch("thinking")
-                out += self._delta(_ThinkingDelta(thinking=delta.reasoning_content))
+                block, changes = blocks.prose("reasoning")
+                out += _changes(changes)
+                out += _delta(block, _ThinkingDelta(thinking=delta.reasoning_content))
             if delta.content:
-                out += self._switch("text")
-                out += self._delta(_TextDelta(text=delta.content))
+                block, changes = blocks.prose("text")
+                out += _changes(changes)
+                out += _delta(block, _TextDelta(text=delta.content))
             for fragment in delta.tool_calls or ():
-                out += self._tool_fragment(fragment)
+                block, changes, pieces = blocks.tool_fragment(fragment)
+                out += _changes(changes)
+                if pieces:
+                    out += _delta(block, _JsonDelta(partial_json=pieces))
             if choice.finish_reason is not None:
                 self._finish = choice.finish_reason
+                self._matched = choice.stop_sequence or None
         return bytes(out)
 
     def end(self) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.end`."""
         usage = self._usage or Usage()
+        reason = stop_reason(self._finish, bool(self._blocks.tool_calls), self._matched)
+        matched = self._matched if reason == "stop_sequence" else None
         delta = _MessageDelta(
-            delta=_StopDelta(stop_reason=stop_reason(self._finish, bool(self._tools))),
+            delta=_StopDelta(stop_reason=reason, stop_sequence=matched),
             usage=_DeltaUsage(
                 input_tokens=usage.input,
                 output_tokens=usage.completion_tokens,
@@ -697,7 +707,8 @@ class AnthropicStreamEncoder:
                 cache_read_input_tokens=usage.cache_read,
             ),
         )
-        return self._start("", "") + self._close() + _frame(delta) + _MESSAGE_STOP
+        closing = _changes(self._blocks.close())
+        return self._start("", "") + closing + _frame(delta) + _MESSAGE_STOP
 
     def ping(self) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.ping`."""
@@ -720,40 +731,24 @@ class AnthropicStreamEncoder:
         )
         return _frame(_MessageStart(message=message))
 
-    def _delta(self, delta: _TextDelta | _ThinkingDelta | _JsonDelta) -> bytes:
-        return _frame(_BlockDelta(index=self._blocks - 1, delta=delta))
 
-    def _switch(self, kind: str) -> bytes:
-        """Keep the open block if it is a ``kind`` block, else close it and open one."""
-        if self._open == kind:
-            return b""
-        block: _BlockOut = _TextOut(text="") if kind == "text" else _ThinkingOut(thinking="")
-        return self._open_block(kind, block)
+def _changes(changes: list[Change]) -> bytes:
+    """``content_block_start`` / ``content_block_stop`` events for block changes."""
+    out = b""
+    for opened, block in changes:
+        if not opened:
+            out += _frame(_BlockStop(index=block.index))
+            continue
+        content: _BlockOut
+        if block.kind == "text":
+            content = _TextOut(text="")
+        elif block.kind == "reasoning":
+            content = _ThinkingOut(thinking="")
+        else:
+            content = _ToolUseOut(id=block.call_id, name=block.name, input={})
+        out += _frame(_BlockStart(index=block.index, content_block=content))
+    return out
 
-    def _open_block(self, key: str | int, block: _BlockOut) -> bytes:
-        out = self._close()
-        self._open = key
-        self._blocks += 1
-        return out + _frame(_BlockStart(index=self._blocks - 1, content_block=block))
 
-    def _tool_fragment(self, fragment: ToolCallDelta) -> bytes:
-        function = fragment.function if fragment.function is not UNSET else None
-        out = b""
-        block = self._tools.get(fragment.index)
-        if block is None:
-            name = function.name if function is not None and function.name else ""
-            call_id = fragment.id if fragment.id else f"toolu_{fragment.index}"
-            start = _ToolUseOut(id=call_id, name=name, input={})
-            out = self._open_block(fragment.index, start)
-            block = self._tools[fragment.index] = self._blocks - 1
-        pieces = function.arguments if function is not None else UNSET
-        if pieces:
-            delta = _BlockDelta(index=block, delta=_JsonDelta(partial_json=pieces))
-            out += _frame(delta)
-        return out
-
-    def _close(self) -> bytes:
-        if self._open is None:
-            return b""
-        self._open = None
-        return _frame(_BlockStop(index=self._blocks - 1))
+def _delta(block: Block, delta: _TextDelta | _ThinkingDelta | _JsonDelta) -> bytes:
+    return _frame(_BlockDelta(index=block.index, delta=delta))

@@ -54,10 +54,10 @@ from proxy.canonical import (
     Timings,
     Tool,
     ToolCall,
-    ToolCallDelta,
     Usage,
 )
 from proxy.dialects.base import bad_request
+from proxy.dialects.blocks import Block, Change, StreamBlocks
 from proxy.dialects.openai_chat import NEVER_FORWARDED
 from proxy.errors import BadRequest, GatewayError
 from proxy.sse import encode_named_frame
@@ -658,35 +658,24 @@ def _completion(
     )
 
 
-class _OpenToolCall:
-    """A streamed tool call being assembled."""
-
-    __slots__ = ("arguments", "id", "name")
-
-    def __init__(self, call_id: str, name: str) -> None:
-        self.id = call_id
-        self.name = name
-        self.arguments: list[str] = []
-
-
 class FabroStreamEncoder:
     """Fabro's typed stream events, each framed as ``event: stream_event``.
 
-    One block is open at a time (text, reasoning or one tool call); starting another closes it.
-    ``finish`` is sent by :meth:`end`, after the usage chunk, with the whole response assembled
-    from the deltas (choice 0 only). There is no end marker after it.
+    Blocks follow :class:`~proxy.dialects.blocks.StreamBlocks`: one text or reasoning block at
+    a time, each tool call open from its first fragment until the answer finishes (so its
+    ``tool_call_end`` carries the whole arguments, even when fragments interleave). ``finish``
+    is sent by :meth:`end`, after the usage chunk, with the whole response assembled from the
+    deltas (choice 0 only). There is no end marker after it.
     """
 
     __slots__ = (
-        "_calls",
+        "_blocks",
         "_finish",
         "_id",
-        "_open",
         "_reasoning",
         "_reply",
         "_started",
         "_text",
-        "_text_blocks",
         "_usage",
     )
     keepalive = KEEPALIVE_SECONDS
@@ -697,9 +686,7 @@ class FabroStreamEncoder:
         self._id = ""
         self._text: list[str] = []
         self._reasoning: list[str] = []
-        self._calls: dict[int, _OpenToolCall] = {}
-        self._open: str | int | None = None  # "text", "reasoning" or a tool-call index
-        self._text_blocks = 0
+        self._blocks = StreamBlocks("call_")
         self._finish: str | None = None
         self._usage: Usage | None = None
 
@@ -709,36 +696,44 @@ class FabroStreamEncoder:
         self._id = self._id or chunk.id
         if chunk.usage is not None:
             self._usage = chunk.usage
+        blocks = self._blocks
         for choice in chunk.choices:
             if choice.index != 0:
                 continue
             delta = choice.delta
             if delta.reasoning_content:
-                out += self._switch("reasoning")
+                _, changes = blocks.prose("reasoning")
+                out += _changes(changes)
                 self._reasoning.append(delta.reasoning_content)
                 out += _event(_ReasoningDelta(delta=delta.reasoning_content))
             if delta.content:
-                out += self._switch("text")
+                block, changes = blocks.prose("text")
+                out += _changes(changes)
                 self._text.append(delta.content)
-                out += _event(_TextDelta(delta=delta.content, text_id=self._text_id()))
+                out += _event(_TextDelta(delta=delta.content, text_id=_text_id(block)))
             for fragment in delta.tool_calls or ():
-                out += self._tool_fragment(fragment)
+                block, changes, pieces = blocks.tool_fragment(fragment)
+                out += _changes(changes)
+                if pieces:
+                    call = _ToolCallOut(id=block.call_id, name=block.name, arguments=pieces)
+                    out += _event(_ToolCallDelta(tool_call=call))
             if choice.finish_reason is not None:
                 self._finish = choice.finish_reason
-                out += self._close()
+                out += _changes(blocks.close())
         return bytes(out)
 
     def end(self) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.end`: closes blocks, sends ``finish``."""
-        out = self._start() + self._close()
+        out = self._start() + _changes(self._blocks.close())
         parts: list[_Part] = []
         if self._reasoning:
             parts.append(_Part(kind="thinking", data={"text": "".join(self._reasoning)}))
         if self._text:
             parts.append(_Part(kind="text", data="".join(self._text)))
-        for call in self._calls.values():
-            parts.append(_tool_call_part(call.id, call.name, "".join(call.arguments)))
-        finish_reason = _finish_of(self._finish, bool(self._calls))
+        calls = self._blocks.tool_calls
+        for call in calls:
+            parts.append(_tool_call_part(call.call_id, call.name, "".join(call.arguments)))
+        finish_reason = _finish_of(self._finish, bool(calls))
         response = _completion(
             response_id=self._id,
             reply=self._reply,
@@ -765,58 +760,28 @@ class FabroStreamEncoder:
         self._started = True
         return _event(_StreamStart())
 
-    def _text_id(self) -> str:
-        return f"text_{self._text_blocks - 1}"
 
-    def _switch(self, block: str | int) -> bytes:
-        """Close the open block unless it is ``block``, and open ``block``: ``"text"``,
-        ``"reasoning"`` (their start events are returned) or a tool-call index (whose
-        ``tool_call_start`` the caller sends)."""
-        if self._open == block:
-            return b""
-        out = self._close()
-        self._open = block
-        if block == "text":
-            self._text_blocks += 1
-            return out + _event(_TextStart(text_id=self._text_id()))
-        if block == "reasoning":
-            return out + _event(_ReasoningStart())
-        return out
+def _text_id(block: Block) -> str:
+    return f"text_{block.ordinal}"
 
-    def _tool_fragment(self, fragment: ToolCallDelta) -> bytes:
-        function = fragment.function if fragment.function is not UNSET else None
-        index = fragment.index
-        call = self._calls.get(index)
-        out = b""
-        if call is None:
-            name = function.name if function is not None and function.name else ""
-            call_id = fragment.id if fragment.id else f"call_{index}"
-            call = self._calls[index] = _OpenToolCall(call_id, name)
-            out = self._switch(index) + _event(
-                _ToolCallStart(tool_call=_ToolCallOut(id=call.id, name=call.name, arguments=""))
-            )
-        pieces = function.arguments if function is not None else UNSET
-        if pieces:
-            call.arguments.append(pieces)
-            out += _event(
-                _ToolCallDelta(tool_call=_ToolCallOut(id=call.id, name=call.name, arguments=pieces))
-            )
-        return out
 
-    def _close(self) -> bytes:
-        """Close the open block, if any."""
-        block, self._open = self._open, None
-        if block is None:
-            return b""
-        if block == "text":
-            return _event(_TextEnd(text_id=self._text_id()))
-        if block == "reasoning":
-            return _event(_ReasoningEnd())
-        call = self._calls[block]  # type: ignore[index]
-        arguments = _parse_arguments("".join(call.arguments))
-        return _event(
-            _ToolCallEnd(tool_call=_ToolCallOut(id=call.id, name=call.name, arguments=arguments))
-        )
+def _changes(changes: list[Change]) -> bytes:
+    """The start and end events of block changes."""
+    out = b""
+    for opened, block in changes:
+        if block.kind == "text":
+            text_id = _text_id(block)
+            out += _event(_TextStart(text_id=text_id) if opened else _TextEnd(text_id=text_id))
+        elif block.kind == "reasoning":
+            out += _event(_ReasoningStart() if opened else _ReasoningEnd())
+        elif opened:
+            call = _ToolCallOut(id=block.call_id, name=block.name, arguments="")
+            out += _event(_ToolCallStart(tool_call=call))
+        else:
+            arguments = _parse_arguments("".join(block.arguments))
+            call = _ToolCallOut(id=block.call_id, name=block.name, arguments=arguments)
+            out += _event(_ToolCallEnd(tool_call=call))
+    return out
 
 
 def _event(event: Struct) -> bytes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -201,7 +201,7 @@ class OpenAIChatDialect:
                 object="chat.completion",
                 created=response.created or int(time.time()),
                 model=response.model,
-                choices=response.choices,
+                choices=_openai_choices(response.choices),
                 usage=OpenAIUsage.of(response.usage) if response.usage is not None else None,
                 system_fingerprint=response.system_fingerprint,
                 service_tier=response.service_tier,
@@ -259,7 +259,7 @@ class ChatStreamEncoder:
                     object="chat.completion.chunk",
                     created=chunk.created or self._created,
                     model=chunk.model,
-                    choices=chunk.choices,
+                    choices=_openai_choices(chunk.choices),
                     usage=OpenAIUsage.of(usage) if usage is not None else None,
                     system_fingerprint=chunk.system_fingerprint,
                 )
@@ -288,3 +288,13 @@ def _complete_message(message: Message) -> None:
     """OpenAI always sends ``refusal`` on response messages (null when there is none)."""
     if message.refusal is UNSET:
         message.refusal = None
+
+
+_AnyChoice = TypeVar("_AnyChoice", Choice, ChunkChoice)
+
+
+def _openai_choices(choices: list[_AnyChoice]) -> list[_AnyChoice]:
+    """``choices`` without ``stop_sequence``, which OpenAI's format does not have."""
+    if all(choice.stop_sequence is UNSET for choice in choices):
+        return choices
+    return [msgspec.structs.replace(choice, stop_sequence=UNSET) for choice in choices]

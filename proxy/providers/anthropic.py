@@ -31,7 +31,8 @@ Request translation (canonical, OpenAI-shaped → Messages API):
   Anthropic equivalent and are dropped.
 
 Response translation: ``text`` blocks → content, ``thinking`` blocks → ``reasoning_content``,
-``tool_use`` → ``tool_calls``; stop reasons per :data:`FINISH_REASONS`. Usage is already in
+``tool_use`` → ``tool_calls``; stop reasons per :data:`FINISH_REASONS`, and the matched
+``stop_sequence`` kept on the choice (``Choice.stop_sequence``). Usage is already in
 disjoint buckets: ``input_tokens`` excludes cache reads (``cache_read_input_tokens``) and writes
 (``cache_creation_input_tokens``); Anthropic does not report thinking tokens apart from
 ``output_tokens``, so ``reasoning`` stays 0. Streams (``message_start``, ``content_block_*``,
@@ -278,6 +279,7 @@ class _WireMessage(Struct):
     model: str = ""
     content: list[_WireBlock] = msgspec.field(default_factory=list)
     stop_reason: str | None = None
+    stop_sequence: str | None = None
     usage: _WireUsage | None = None
 
 
@@ -287,6 +289,7 @@ class _WireDelta(Struct):
     partial_json: str = ""
     thinking: str = ""
     stop_reason: str | None = None
+    stop_sequence: str | None = None
 
 
 class _WireError(Struct):
@@ -400,7 +403,14 @@ class AnthropicProvider:
         return Response(
             id=wire.id,
             model=wire.model or model,
-            choices=[Choice(index=0, message=message, finish_reason=_finish(wire.stop_reason))],
+            choices=[
+                Choice(
+                    index=0,
+                    message=message,
+                    finish_reason=_finish(wire.stop_reason),
+                    stop_sequence=_matched(wire.stop_reason, wire.stop_sequence),
+                )
+            ],
             usage=wire.usage.canonical() if wire.usage is not None else None,
         )
 
@@ -481,8 +491,12 @@ class AnthropicStreamParser:
         if kind == "message_delta":
             if wire.usage is not None:
                 self._usage.update(wire.usage)
-            stop_reason = wire.delta.stop_reason if wire.delta is not None else None
-            return self._chunk(Delta(), _finish(stop_reason)) if stop_reason else None
+            delta = wire.delta
+            if delta is None or not delta.stop_reason:
+                return None
+            chunk = self._chunk(Delta(), _finish(delta.stop_reason))
+            chunk.choices[0].stop_sequence = _matched(delta.stop_reason, delta.stop_sequence)
+            return chunk
         if kind == "message_stop":
             self._stopped = True
             return Chunk(id=self._id, model=self._model, choices=[], usage=self._usage.canonical())
@@ -731,6 +745,13 @@ def _error_message(body: bytes) -> str:
     except msgspec.DecodeError:
         error = None
     return body[:500].decode("utf-8", "replace").strip() if error is None else error.message
+
+
+def _matched(stop_reason: str | None, stop_sequence: str | None) -> str | UnsetType:
+    """The stop sequence that ended the answer, when Anthropic says one did."""
+    if stop_reason == "stop_sequence" and stop_sequence is not None:
+        return stop_sequence
+    return UNSET
 
 
 def _finish(stop_reason: str | None) -> FinishReason | None:

@@ -4,14 +4,16 @@ OpenAI upstream and the mock provider: any provider behind an Anthropic client."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
+from aiohttp import web
 
-from tests.e2e.conftest import UPSTREAM_KEY
+from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.dialect_gateway import dialect_config
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI
 from tests.proxy.dialects.adapters.anthropic import ADAPTER
@@ -264,3 +266,88 @@ async def test_failure_mid_stream_raises_in_the_sdk(gateway: Gateway) -> None:
     with pytest.raises(anthropic.APIStatusError, match="mock upstream cut the stream"):
         await consume()
     assert "".join(text) == "This is"
+
+
+# An Anthropic upstream whose answers end at one of the request's stop sequences.
+STOP_MESSAGE = {
+    "id": "msg_01Stop",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-upstream",
+    "content": [{"type": "text", "text": "One, two"}],
+    "stop_reason": "stop_sequence",
+    "stop_sequence": ", three",
+    "usage": {"input_tokens": 8, "output_tokens": 3},
+}
+
+
+async def stop_sequence_upstream(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    if not body.get("stream"):
+        return web.json_response(STOP_MESSAGE)
+    start = {**STOP_MESSAGE, "content": [], "stop_reason": None, "stop_sequence": None}
+    events = [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "One, two"},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "stop_sequence", "stop_sequence": ", three"},
+                "usage": {"output_tokens": 3},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    for name, data in events:
+        await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+    await response.write_eof()
+    return response
+
+
+async def test_stop_sequence_is_the_stop_reason_when_the_upstream_names_it(
+    tmp_path: Path,
+) -> None:
+    upstream = web.Application()
+    upstream.router.add_post("/v1/messages", stop_sequence_upstream)
+    runner, upstream_url = await start_site(upstream)
+    config = f"""\
+server: {{access_log: false}}
+providers:
+  claude: {{type: anthropic, base_url: "{upstream_url}", api_key: "sk-ant-upstream-0123456789"}}
+"""
+    try:
+        async with serve(tmp_path, config) as url:
+            client = anthropic.AsyncAnthropic(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+            request = {
+                "model": "claude/claude-upstream",
+                "max_tokens": 50,
+                "messages": HI,
+                "stop_sequences": [", three"],
+            }
+            message = await client.messages.create(**request)  # type: ignore[call-overload]
+            async with client.messages.stream(**request) as stream:
+                streamed = await stream.get_final_message()
+    finally:
+        await runner.cleanup()
+    for answer in (message, streamed):
+        assert (answer.stop_reason, answer.stop_sequence) == ("stop_sequence", ", three")
+        assert answer.content[0].text == "One, two"  # type: ignore[union-attr]

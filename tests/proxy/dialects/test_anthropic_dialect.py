@@ -648,6 +648,41 @@ def test_text_stream_events() -> None:
     }
 
 
+INTERLEAVED = [
+    chunk(tool(0, id="call_a", function=FunctionCallDelta(name="f", arguments='{"x":'))),
+    chunk(tool(1, id="call_b", function=FunctionCallDelta(name="g", arguments='{"y":'))),
+    chunk(tool(0, function=FunctionCallDelta(arguments="1"))),
+    chunk(Delta(content="Both.")),
+    chunk(tool(1, function=FunctionCallDelta(arguments="2}"))),
+    chunk(tool(0, function=FunctionCallDelta(arguments="}"))),
+    chunk(Delta(), finish="tool_calls"),
+]
+
+
+def test_interleaved_tool_fragments_reach_their_own_open_block() -> None:
+    out = run_stream(INTERLEAVED)
+    open_blocks: dict[int, dict[str, Any]] = {}
+    inputs: dict[int, str] = {}
+    for name, event in out:
+        if name == "content_block_start":
+            assert event["index"] not in open_blocks
+            open_blocks[event["index"]] = event["content_block"]
+        elif name == "content_block_delta":
+            assert event["index"] in open_blocks, "a delta after its block stopped"
+            if event["delta"]["type"] == "input_json_delta":
+                inputs[event["index"]] = (
+                    inputs.get(event["index"], "") + event["delta"]["partial_json"]
+                )
+        elif name == "content_block_stop":
+            block = open_blocks.pop(event["index"])
+            if block["type"] == "tool_use":
+                assert json.loads(inputs[event["index"]]) is not None  # whole at its stop
+    assert not open_blocks
+    calls = {block: json.loads(text) for block, text in inputs.items()}
+    assert calls == {0: {"x": 1}, 1: {"y": 2}}
+    assert out[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
 def test_thinking_text_and_tool_use_blocks_get_their_own_indexes() -> None:
     out = run_stream(
         [
@@ -686,9 +721,10 @@ def test_thinking_text_and_tool_use_blocks_get_their_own_indexes() -> None:
         ("content_block_start", 2, "tool_use"),
         ("content_block_delta", 2, "input_json_delta"),
         ("content_block_delta", 2, "input_json_delta"),
-        ("content_block_stop", 2, None),
         ("content_block_start", 3, "tool_use"),
         ("content_block_delta", 3, "input_json_delta"),
+        # A call's block stays open until the answer ends: its arguments may resume later.
+        ("content_block_stop", 2, None),
         ("content_block_stop", 3, None),
         ("message_delta", None, None),
         ("message_stop", None, None),

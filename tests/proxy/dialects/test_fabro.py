@@ -610,15 +610,16 @@ def test_reasoning_then_text_then_tool_calls() -> None:
         "tool_call_start",
         "tool_call_delta",
         "tool_call_delta",
-        "tool_call_end",
         "tool_call_start",
         "tool_call_delta",
+        # Calls stay open until the answer finishes: their arguments may resume later.
+        "tool_call_end",
         "tool_call_end",
         "finish",
     ]
     assert out[7]["tool_call"] == {"id": "c1", "name": "f", "arguments": ""}
     assert out[9]["tool_call"] == {"id": "c1", "name": "f", "arguments": "1}"}
-    assert out[10]["tool_call"] == {"id": "c1", "name": "f", "arguments": {"a": 1}}
+    assert out[12]["tool_call"] == {"id": "c1", "name": "f", "arguments": {"a": 1}}
     assert out[13]["tool_call"] == {"id": "c2", "name": "g", "arguments": {}}
     finish = out[-1]
     assert finish["finish_reason"] == "tool_calls"
@@ -633,6 +634,46 @@ def test_reasoning_then_text_then_tool_calls() -> None:
         {
             "kind": "tool_call",
             "data": {"id": "c2", "name": "g", "type": "function", "arguments": {}},
+        },
+    ]
+
+
+def test_interleaved_tool_fragments_reach_their_own_open_call() -> None:
+    def tool(index: int, **fields: Any) -> Delta:
+        return Delta(tool_calls=[ToolCallDelta(index=index, **fields)])
+
+    out = run_stream(
+        [
+            chunk(tool(0, id="c1", function=FunctionCallDelta(name="f", arguments='{"x":'))),
+            chunk(tool(1, id="c2", function=FunctionCallDelta(name="g", arguments='{"y":'))),
+            chunk(tool(0, function=FunctionCallDelta(arguments="1"))),
+            chunk(Delta(content="Both.")),
+            chunk(tool(1, function=FunctionCallDelta(arguments="2}"))),
+            chunk(tool(0, function=FunctionCallDelta(arguments="}"))),
+            chunk(Delta(), finish="tool_calls"),
+        ]
+    )
+    open_calls: dict[str, str] = {}
+    ended: dict[str, Any] = {}
+    for event in out:
+        call = event.get("tool_call")
+        if event["type"] == "tool_call_start":
+            open_calls[call["id"]] = ""
+        elif event["type"] == "tool_call_delta":
+            assert call["id"] in open_calls, "a fragment after its call ended"
+            open_calls[call["id"]] += call["arguments"]
+        elif event["type"] == "tool_call_end":
+            ended[call["id"]] = call["arguments"]
+            assert json.loads(open_calls.pop(call["id"])) == call["arguments"]
+    assert ended == {"c1": {"x": 1}, "c2": {"y": 2}}
+    assert out[-1]["response"]["message"]["content"][1:] == [
+        {
+            "kind": "tool_call",
+            "data": {"id": "c1", "name": "f", "type": "function", "arguments": {"x": 1}},
+        },
+        {
+            "kind": "tool_call",
+            "data": {"id": "c2", "name": "g", "type": "function", "arguments": {"y": 2}},
         },
     ]
 

@@ -459,6 +459,21 @@ async def test_usage_on_a_chunk_with_choices_is_stripped_unless_asked():
     assert "usage" not in payload or payload["usage"] is None
 
 
+async def test_the_matched_stop_sequence_is_not_an_openai_field():
+    message = Message(role="assistant", content="One, two")
+    response = Response(
+        id="c", model="m", choices=[Choice(0, message, "stop", stop_sequence=", three")]
+    )
+    assert "stop_sequence" not in encoded(response)["choices"][0]
+    last = Chunk(
+        id="c",
+        model="m",
+        choices=[ChunkChoice(0, Delta(), finish_reason="stop", stop_sequence=", three")],
+    )
+    (payload,) = validate_stream(await encode_stream(decode(body(stream=True)), [last]))
+    assert "stop_sequence" not in payload["choices"][0]
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------

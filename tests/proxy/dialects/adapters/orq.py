@@ -81,7 +81,6 @@ class OrqAdapter:
             ErrorCase(
                 "cache-ttl-300000", _with(cache={"type": "exact_match", "ttl": 300000}), "cache.ttl"
             ),
-            ErrorCase("cache-without-type", _with(cache={"ttl": 60}), "cache.type"),
             ErrorCase("cache-unknown-type", _with(cache={"type": "semantic"}), "cache.type"),
             ErrorCase(
                 "mask-unknown-value",
