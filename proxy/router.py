@@ -43,14 +43,14 @@ class Router:
     def resolve(self, model: str, provider: str | None = None) -> list[Deployment]:
         """The ready deployments for ``model`` (a fresh list the caller may reorder).
 
-        An empty ``model`` means :meth:`default_model` (of ``provider`` when given);
         ``provider`` pins the call to that provider's deployments. Raises
         :class:`ModelNotFound` for a name that is neither an alias nor ``provider/model`` with
         a configured provider, :class:`NoReadyDeployment` when none is ready, and
-        :class:`BadRequest` when no default model exists or the pin excludes every deployment.
+        :class:`BadRequest` for an empty name (:meth:`default_model` names the default) or
+        when the pin excludes every deployment.
         """
-        if not model:
-            model = self.default_model(provider)
+        if not model:  # the app names the default (default_model) before resolving
+            raise BadRequest("no model given", param="model")
         if len(model) > MAX_MODEL_NAME or not model.isprintable():
             raise BadRequest(
                 f"the model name must be printable and at most {MAX_MODEL_NAME} characters",

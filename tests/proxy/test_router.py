@@ -108,26 +108,29 @@ def test_is_ready():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_empty_model_uses_the_first_ready_default():
+def test_the_default_is_the_first_ready_providers_default_model():
     r = Router({}, READY, {"keyless": "k-default", "openai": "o-default", "mock": "m-default"})
-    assert r.resolve("") == [Deployment(provider="openai", model="o-default")]
-    assert r.resolve("", "mock") == [Deployment(provider="mock", model="m-default")]
+    assert r.default_model() == "openai/o-default"
+    assert r.resolve(r.default_model()) == [Deployment(provider="openai", model="o-default")]
+    assert r.default_model("mock") == "mock/m-default"
 
 
-def test_empty_model_without_any_default():
+def test_no_default_and_no_name():
     with pytest.raises(BadRequest) as info:
-        Router({}, READY).resolve("")
+        Router({}, READY).default_model()
     assert info.value.param == "model"
     with pytest.raises(BadRequest):
-        Router({}, READY, {"keyless": "k"}).resolve("")
+        Router({}, READY, {"keyless": "k"}).default_model()
+    with pytest.raises(BadRequest) as info:
+        Router({}, READY, {"openai": "o"}).resolve("")
+    assert info.value.param == "model"
 
 
 def test_without_default_models_the_first_alias_with_a_ready_deployment_serves():
     r = router(down=["keyless/x"], fast=["openai/a", "mock/b"], slow=["mock/c"])
     assert r.default_model() == "fast"
-    assert r.resolve("") == [Deployment("openai", "a"), Deployment("mock", "b")]
     assert r.default_model("mock") == "fast"
-    assert r.resolve("", "mock") == [Deployment("mock", "b")]
+    assert r.resolve("fast", "mock") == [Deployment("mock", "b")]
     with pytest.raises(BadRequest) as info:
         r.default_model("keyless")
     assert info.value.param == "model"
