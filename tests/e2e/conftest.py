@@ -15,7 +15,9 @@ from aiohttp import web
 from proxy.app import create_app
 from tests.e2e.fake_openai import FakeOpenAI
 
-UPSTREAM_KEY = "sk-upstream-secret-0123456789abcdefXYZ"
+# Matches no built-in key shape (proxy.redact), so only the configured-secret rule can hide it:
+# every leak check against it proves that the runtime gave the redactor its providers' keys.
+UPSTREAM_KEY = "prov-key-upstream-0123456789abcdefXYZ"
 
 
 class Running:

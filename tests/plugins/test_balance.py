@@ -26,7 +26,7 @@ from proxy.errors import GatewayError, NoReadyDeployment, RateLimited
 from proxy.metrics import Metrics
 from proxy.store import MemoryStore, StoreUnavailable
 from tests.faults import FakeClock
-from tests.plugins.scripted import ScriptedUpstream, context, drain, fail, router, sample
+from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, router, sample
 
 MODELS: dict = {
     "trio": ["p/a", "p/b", "q/dead"],
@@ -125,12 +125,21 @@ async def test_latency_sends_a_small_share_to_a_ten_times_slower_deployment():
     assert counts["p/b"] > 100
 
 
-async def test_latency_penalises_fast_failures():
-    h = Harness(strategy="latency", seed=7, health={"failures": 0})
+@pytest.mark.parametrize(("penalty", "attracts"), [(5.0, False), (0.0, True)])
+async def test_latency_penalises_fast_failures(penalty: float, attracts: bool):
+    # An untried deployment costs default_rtt: 0 here, so the failing one is tried at once and
+    # its fast failures are what decides. Without a penalty a 1 ms failure is the cheapest
+    # deployment and wins every comparison it is drawn into (about two thirds of the calls).
+    latency = {"default_rtt": 0.0, "failure_penalty": penalty}
+    h = Harness(strategy="latency", seed=7, health={"failures": 0}, latency=latency)
     h.upstream.latency.update({"p/a": 0.02, "p/b": 0.02, "q/dead": 0.001})
     h.upstream.script("q/dead", then=fail(503, provider="q"))
     counts = await h.spread(300)
-    assert counts["q/dead"] < 300 * 0.05
+    assert counts["q/dead"] >= 1, "the failing deployment was never tried"
+    if attracts:
+        assert counts["q/dead"] > 300 * 0.4
+    else:
+        assert counts["q/dead"] < 300 * 0.05
 
 
 async def test_latency_estimates_decay_so_an_idle_deployment_is_tried_again():
@@ -316,6 +325,57 @@ async def test_the_tracked_stream_forwards_the_batching_interface():
     served = h.upstream.targets()[-1]
     window = int(h.clock() // 60)
     assert await h.plugin._store.get(f"crossway:limits:tpm:{served}:{window}") == b"10"
+
+
+async def drain_batches(stream, texts: list[str]) -> None:
+    """Read ``stream`` through ``next_batch`` as the app does, appending each chunk's text."""
+    while batch := await stream.next_batch(False):
+        texts.extend(c.choices[0].delta.content for c in batch if c.choices)
+
+
+@pytest.mark.parametrize("batches", [False, True])
+async def test_a_stream_that_fails_mid_way_ends_its_tracking_once(batches: bool):
+    # The app reads through next_batch, plugins iterate: either way a stream that ends in an
+    # exception frees its in-flight count once, and counts no tokens (it reported no usage).
+    h = Harness(strategy="least-busy", limits={"p/a": {"tpm": 1000}})
+    h.clock.now = 6000.0
+    h.upstream.script("p/a", cut(2))
+    reply = await h.chain(h.call("p/a", stream=True))
+    assert h.plugin._stats["p/a"].in_flight == 1
+    texts: list[str] = []
+    with pytest.raises(GatewayError, match="scripted cut"):
+        await (drain_batches if batches else drain)(reply.stream, texts)
+    assert texts == ["one", "two"]
+    assert h.plugin._stats["p/a"].in_flight == 0
+    await reply.stream.aclose()  # closing after the failure releases nothing more
+    assert h.plugin._stats["p/a"].in_flight == 0
+    assert await h.plugin._store.get("crossway:limits:tpm:p/a:100") is None
+    streamed = await h.chain(h.call("p/a", stream=True))  # the next one is counted normally
+    await drain(streamed.stream, [])
+    assert await h.plugin._store.get("crossway:limits:tpm:p/a:100") == b"15"
+
+
+class CountingOutage(MemoryStore):
+    """A store that answers reads but cannot count (``incr`` fails): an outage mid-call."""
+
+    async def incr(self, key: str, amount: int = 1, *, ttl=None):
+        raise StoreUnavailable("down")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_store_outage_while_counting_limits_serves_the_call_and_counts_it(stream: bool):
+    h = Harness(store=CountingOutage(), limits={"p/a": {"rpm": 1, "tpm": 10}})
+    for _ in range(3):  # an uncountable limit is not enforced: fail open
+        reply = await h.chain(h.call("p/a", stream=stream))
+        if stream:
+            texts: list[str] = []
+            await drain(reply.stream, texts)  # the tpm count at the end fails, not the stream
+            assert texts == ["one", "two", "three", "four"]
+        else:
+            assert reply.response.choices[0].message.content == "one two three four"
+    assert h.upstream.targets() == ["p/a"] * 3
+    # rpm before each call, tpm after each: six counts, none of them possible
+    assert sample(h.metrics, "crossway_store_degraded_total", use="balance") == 6
 
 
 class BlockingStore(MemoryStore):

@@ -162,6 +162,33 @@ def test_processor_redacts_the_event_dict(redactor: Redactor):
     }
 
 
+MIXED_CASE_KEYS = ["Authorization", "AUTHORIZATION", "API_KEY", "Api_Key", "X-Api-Key", "Token"]
+
+
+@pytest.mark.parametrize("key", MIXED_CASE_KEYS)
+def test_processor_masks_mixed_case_sensitive_keys_top_level_and_nested(key: str):
+    # Values that match no key shape and no configured secret: only the key's name can mask them.
+    event = {"event": "e", key: "harmless-looking", "nested": {key: "also-harmless"}, "n": 1}
+    out = Redactor()(None, "info", event)
+    assert out == {"event": "e", key: MASK, "nested": {key: MASK}, "n": 1}
+
+
+@pytest.mark.parametrize("key", MIXED_CASE_KEYS)
+def test_mixed_case_sensitive_fields_never_reach_the_log_stream(key: str):
+    stream = io.StringIO()
+    logger = make_logger(Redactor(), stream=stream)
+    logger.info("request", **{key: "plain-value-1"}, headers={key: "plain-value-2"})
+    assert "plain-value" not in stream.getvalue()
+    (line,) = log_lines(stream)
+    assert line[key] == MASK
+    assert line["headers"] == {key: MASK}
+
+
+def test_keys_that_merely_contain_a_sensitive_word_are_kept():
+    event = {"event": "e", "tokens": 12, "Token_count": 3, "secretary": "kept"}
+    assert Redactor()(None, "info", dict(event)) == event
+
+
 # ---------------------------------------------------------------------------------------------
 # As the first processor of the JSON logger
 # ---------------------------------------------------------------------------------------------

@@ -323,7 +323,7 @@ async def test_stream_connection_error_is_upstream_unavailable(transport, provid
         await transport.open_stream(provider, provider.build_request(make_call(True), "gpt"))
 
 
-async def test_stream_closed_early_releases_cleanly(transport, provider, upstream):
+async def test_a_stream_closed_early_yields_nothing_more(transport, provider, upstream):
     upstream.post(URL, status=200, body=sse(chunk("a"), chunk("b"), "[DONE]"))
     stream = await transport.open_stream(provider, provider.build_request(make_call(True), "gpt"))
     first = await anext(stream)
@@ -333,15 +333,44 @@ async def test_stream_closed_early_releases_cleanly(transport, provider, upstrea
         await anext(stream)
 
 
-async def test_close_is_idempotent_enough(provider):
-    transport = HttpTransport({"up": provider})
+async def test_close_closes_every_session_and_a_second_close_is_harmless(provider):
+    other = OpenAIProvider("other", OpenAIConfig(base_url=BASE, api_key=KEY))
+    transport = HttpTransport({"up": provider, "other": other})
+    sessions = list(transport._sessions.values())
+    assert len(sessions) == 2
+    assert not any(session.closed for session in sessions)
     await transport.close()
+    assert all(session.closed for session in sessions)
     await transport.close()
+    assert all(session.closed for session in sessions)
 
 
 async def test_transport_without_http_providers():
     transport = HttpTransport({})
     await transport.close()
+
+
+@contextlib.asynccontextmanager
+async def real_upstream(handler) -> AsyncIterator[tuple[OpenAIProvider, HttpTransport]]:
+    """A 127.0.0.1 upstream serving ``handler`` on the chat route, and a transport to it."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    provider = OpenAIProvider(
+        "up", OpenAIConfig(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY)
+    )
+    transport = HttpTransport({"up": provider})
+    try:
+        yield provider, transport
+    finally:
+        await transport.close()
+        await runner.cleanup()
 
 
 async def test_stream_over_a_real_socket_in_odd_pieces():
@@ -361,25 +390,39 @@ async def test_stream_over_a_real_socket_in_odd_pieces():
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    provider = OpenAIProvider(
-        "up", OpenAIConfig(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY)
-    )
-    transport = HttpTransport({"up": provider})
-    try:
+    async with real_upstream(handler) as (provider, transport):
         stream = await transport.open_stream(
             provider, provider.build_request(make_call(True), "gpt")
         )
         chunks = await collect(stream)
-    finally:
-        await transport.close()
-        await runner.cleanup()
     assert [c.choices[0].delta.content for c in chunks[:2]] == ["Hel", "lo"]
     assert chunks[2].choices[0].finish_reason == "stop"
     assert len(chunks) == 3
+
+
+async def test_a_stream_closed_early_drops_its_connection_so_the_upstream_stops():
+    """Closing a stream mid-answer drops its connection rather than waiting for the rest: the
+    upstream sees the disconnect, which is what cancels the generation there."""
+    from aiohttp import web
+
+    disconnected = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(sse(chunk("a")))
+        try:
+            await asyncio.Event().wait()  # a generation that never ends on its own
+        except asyncio.CancelledError:
+            disconnected.set()  # aiohttp cancels the handler when its client goes away
+            raise
+        return response
+
+    async with real_upstream(handler) as (provider, transport):
+        stream = await transport.open_stream(
+            provider, provider.build_request(make_call(True), "gpt")
+        )
+        assert await anext(stream)  # the first frame (relayed verbatim, as RawFrames)
+        assert not disconnected.is_set()
+        await stream.aclose()
+        await asyncio.wait_for(disconnected.wait(), timeout=10)
