@@ -92,13 +92,41 @@ async def test_client_disconnect_cancels_the_upstream_stream(gateway: Running) -
             json={"model": "up/slow-stream", "messages": HELLO, "stream": True},
         )
         assert response.status == 200
+        request_id = response.headers["x-request-id"]
         await response.content.readline()
         response.close()  # the client goes away mid-stream
-    for _ in range(100):
-        if fake.closed_streams:
-            break
-        await asyncio.sleep(0.05)
+    await _eventually(lambda: fake.closed_streams > 0)
     assert fake.closed_streams == 1, "the upstream stream must be cancelled, not left running"
+    # Recorded as nginx's 499 "client closed request", not as a success or a gateway error.
+    await _eventually(lambda: _access_line(gateway, request_id) is not None)
+    line = _access_line(gateway, request_id)
+    assert line["status"] == 499
+    assert line["provider"] == "up"
+    metrics = await _get(gateway, "/metrics")
+    labels = 'dialect="openai",model="up/slow-stream",provider="up",status_class="4xx"'
+    assert f"crossway_requests_total{{{labels}}} 1.0" in metrics
+
+
+async def _eventually(condition, within: float = 10.0) -> None:
+    """Wait until ``condition()`` holds, polling, for at most ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    stop = loop.time() + within
+    while not condition():
+        assert loop.time() < stop, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def _access_line(gateway: Running, request_id: str) -> dict | None:
+    for text in gateway.logs.getvalue().splitlines():
+        line = json.loads(text)
+        if line.get("event") == "request" and line.get("request_id") == request_id:
+            return line
+    return None
+
+
+async def _get(gateway: Running, path: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(gateway.url + path) as r:
+        return await r.text()
 
 
 async def test_malformed_json_is_400(gateway: Running) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -66,29 +68,67 @@ def _wait_ready(url: str, deadline: float = 20.0) -> None:
     raise AssertionError("gateway did not become ready")
 
 
-@pytest.fixture
-def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path, int]]:
-    workers = getattr(request, "param", 1)
-    port = _free_port()
-    config = tmp_path / "gateway.yaml"
-    config.write_text(CONFIG.format(port=port, workers=workers, alias="first"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
+class Served:
+    """A gateway process started by a test: its URL, config file, supervisor pid and logs."""
+
+    def __init__(self, url: str, config: Path, process: subprocess.Popen, logs: Path) -> None:
+        self.url = url
+        self.config = config
+        self.process = process
+        self.pid = process.pid
+        self.logs = logs
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def log_lines(self, event: str) -> list[dict]:
+        """The JSON log lines (of every worker) whose event is ``event``."""
+        lines = []
+        for text in self.logs.read_text(errors="replace").splitlines():
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue  # not a log line (a traceback printed before logging was set up)
+            if isinstance(line, dict) and line.get("event") == event:
+                lines.append(line)
+        return lines
+
+
+@contextlib.contextmanager
+def _serve(config: Path, port: int, workers: int, logs: Path) -> Iterator[Served]:
+    """Start ``crossway serve``; yield once every worker listens; stop it (SIGTERM) after.
+
+    Output goes to the ``logs`` file, never to an unread pipe (which would block the gateway
+    once it had logged a pipe's worth)."""
+    with logs.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+            cwd=REPO,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    served = Served(f"http://127.0.0.1:{port}", config, process, logs)
     try:
-        _wait_ready(url)
-        yield url, config, process.pid
+        _wait_ready(served.url)
+        _eventually(lambda: _listeners(port) == workers, what=f"{workers} listening worker(s)")
+        yield served
     finally:
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            _kill_tree(process)
+
+
+@pytest.fixture
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Served]:
+    workers = getattr(request, "param", 1)
+    port = _free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(CONFIG.format(port=port, workers=workers, alias="first"))
+    with _serve(config, port, workers, tmp_path / "gateway.log") as gateway:
+        yield gateway
 
 
 def _chat(url: str, model: str) -> int:
@@ -120,79 +160,135 @@ def test_check_lists_every_error_and_exits_1(tmp_path: Path) -> None:
         assert path in result.stderr
 
 
-def test_sighup_reloads_and_a_broken_file_keeps_the_old_config(
-    served: tuple[str, Path, int],
-) -> None:
-    url, config, pid = served
-    assert _chat(url, "first") == 200
-    port = url.rsplit(":", 1)[1]
-    config.write_text(CONFIG.format(port=port, workers=1, alias="second"))
-    os.kill(pid, signal.SIGHUP)
-    _eventually(lambda: _chat(url, "second") == 200)
-    assert _chat(url, "first") == 404
-    config.write_text("providers: [this is: broken")
-    os.kill(pid, signal.SIGHUP)
-    time.sleep(0.5)
-    assert _chat(url, "second") == 200, "a broken file must not stop serving"
+def test_sighup_reloads_and_a_broken_file_keeps_the_old_config(served: Served) -> None:
+    assert _chat(served.url, "first") == 200
+    served.config.write_text(CONFIG.format(port=served.port, workers=1, alias="second"))
+    os.kill(served.pid, signal.SIGHUP)
+    _eventually(lambda: _reloads(served.url)["ok"] == 1.0, what="the reload to be counted")
+    assert _chat(served.url, "second") == 200
+    assert _chat(served.url, "first") == 404
+    served.config.write_text("providers: [this is: broken")
+    os.kill(served.pid, signal.SIGHUP)
+    # The failed reload has been processed once it is counted (and logged): only then does
+    # "still serving" say anything about it.
+    _eventually(lambda: _reloads(served.url)["error"] == 1.0, what="the failed reload")
+    _eventually(lambda: served.log_lines("config_reload_failed"), what="its log line")
+    (failure,) = served.log_lines("config_reload_failed")
+    assert any("not valid YAML" in error for error in failure["errors"])
+    assert _chat(served.url, "second") == 200, "a broken file must not stop serving"
+    assert _reloads(served.url) == {"ok": 1.0, "error": 1.0}
 
 
 @pytest.mark.parametrize("served", [2], indirect=True)
-def test_workers_share_one_port_and_metrics(served: tuple[str, Path, int]) -> None:
-    url, _, _ = served
+def test_sighup_reaches_every_worker(served: Served) -> None:
+    served.config.write_text(CONFIG.format(port=served.port, workers=2, alias="second"))
+    os.kill(served.pid, signal.SIGHUP)  # to the supervisor, which forwards it
+    # The counter is summed over the workers: 2 means each of them reloaded.
+    _eventually(lambda: _reloads(served.url)["ok"] == 2.0, what="both workers to reload")
+    # New connections are spread over the workers by the kernel: all of them serve the new file.
+    assert [_chat(served.url, "second") for _ in range(20)] == [200] * 20
+    assert _chat(served.url, "first") == 404
+
+
+@pytest.mark.parametrize("served", [2], indirect=True)
+def test_workers_share_one_port_and_metrics(served: Served) -> None:
     for _ in range(20):
-        assert _chat(url, "first") == 200
-    text = _http(url + "/metrics")[1]
+        assert _chat(served.url, "first") == 200
+    text = _http(served.url + "/metrics")[1]
     line = next(
         x for x in text.splitlines() if x.startswith("crossway_requests_total{") and "first" in x
     )
     assert float(line.rsplit(" ", 1)[1]) == 20.0, "every worker's requests are counted"
 
 
-def _eventually(condition, timeout: float = 10.0) -> None:
+def _eventually(condition, timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll ``condition`` until it holds, for at most ``timeout`` seconds."""
     stop = time.monotonic() + timeout
-    while time.monotonic() < stop:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
+    while not condition():
+        if time.monotonic() > stop:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _reloads(url: str) -> dict[str, float]:
+    """``crossway_config_reloads_total`` by result, from ``/metrics``."""
+    counts = {}
+    for line in _http(url + "/metrics")[1].splitlines():
+        if line.startswith("crossway_config_reloads_total{"):
+            result = line.split('result="', 1)[1].split('"', 1)[0]
+            counts[result] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def _proc(path: str) -> str:
+    """A file of Linux's /proc, which these tests read to see sockets and worker processes."""
+    if not Path("/proc/self/task").is_dir():
+        raise AssertionError("the process tests need Linux /proc (workers, listening sockets)")
+    return Path(path).read_text(errors="replace")
+
+
+def _listeners(port: int) -> int:
+    """How many sockets listen on 127.0.0.1:``port`` (one per worker, with SO_REUSEPORT)."""
+    local = f"0100007F:{port:04X}"
+    rows = _proc("/proc/net/tcp").splitlines()[1:]
+    return sum(1 for row in rows if row.split()[1] == local and row.split()[3] == "0A")
 
 
 def _worker_pids(supervisor: int) -> list[int]:
-    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
-    return [
-        int(pid)
-        for pid in children
-        if "resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
-    ]
+    children = _proc(f"/proc/{supervisor}/task/{supervisor}/children").split()
+    workers = []
+    for pid in children:
+        try:
+            cmdline = _proc(f"/proc/{pid}/cmdline")
+        except FileNotFoundError:  # gone between the two reads
+            continue
+        if "resource_tracker" not in cmdline:
+            workers.append(int(pid))
+    return workers
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def _kill_tree(process: subprocess.Popen) -> None:
+    """Last resort for a test that failed with the gateway still up: kill it and its workers."""
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for pid in _worker_pids(process.pid):
+            os.kill(pid, signal.SIGKILL)
+    process.kill()
+    process.wait()
+
+
+@pytest.mark.parametrize("served", [2], indirect=True)
+def test_the_supervisor_restarts_a_worker_that_died(served: Served) -> None:
+    before = _worker_pids(served.pid)
+    assert len(before) == 2
+    dead, survivor = before
+    os.kill(dead, signal.SIGKILL)
+
+    def replaced() -> bool:
+        now = _worker_pids(served.pid)
+        return len(now) == 2 and dead not in now and survivor in now
+
+    _eventually(replaced, what="a replacement worker")
+    _eventually(lambda: _listeners(served.port) == 2, what="the replacement to listen")
+    assert [_chat(served.url, "first") for _ in range(20)] == [200] * 20
+
+
 def test_sigterm_while_a_dead_worker_is_being_replaced_still_stops(tmp_path: Path) -> None:
-    # The supervisor pauses before restarting a dead worker; a SIGTERM in that pause must not
-    # leave the replacement running (and the supervisor waiting for it forever).
+    # The supervisor pauses (1 s for a worker that lived under 10 s) before restarting a dead
+    # worker; a SIGTERM in that pause must not leave the replacement running (and the
+    # supervisor waiting for it forever).
     port = _free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(CONFIG.format(port=port, workers=2, alias="first"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_ready(f"http://127.0.0.1:{port}")
-        workers = _worker_pids(process.pid)
-        assert len(workers) == 2
-        os.kill(workers[0], signal.SIGKILL)
-        time.sleep(0.3)  # the supervisor has seen it die and is pausing before the restart
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=15) == 0
-    finally:
-        if process.poll() is None:
-            for pid in _worker_pids(process.pid):
-                os.kill(pid, signal.SIGKILL)
-            process.kill()
-            process.wait()
+    with _serve(config, port, 2, tmp_path / "gateway.log") as served:
+        dead, survivor = _worker_pids(served.pid)
+        os.kill(dead, signal.SIGKILL)
+        # Reaped (gone from the children) means the supervisor saw the death and is pausing.
+        _eventually(lambda: dead not in _worker_pids(served.pid), what="the supervisor to reap")
+        assert _worker_pids(served.pid) == [survivor], "the pause was over before the SIGTERM"
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=15) == 0
+        with pytest.raises(ProcessLookupError):
+            os.kill(survivor, 0)  # the survivor stopped too (it was the supervisor's child)
 
 
 def test_serve_refuses_a_port_out_of_range() -> None:
@@ -201,16 +297,25 @@ def test_serve_refuses_a_port_out_of_range() -> None:
     assert "--port" in result.stderr
 
 
-def test_a_client_trickling_its_request_head_is_disconnected(
-    served: tuple[str, Path, int],
-) -> None:
-    url, _, _ = served
-    port = int(url.rsplit(":", 1)[1])
-    # client_idle_timeout is 1 s here; the default (60 s) would outlast the socket's 10 s.
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+def test_a_client_trickling_its_request_head_is_disconnected(served: Served) -> None:
+    # client_idle_timeout is 1 s here. The head is trickled a byte every 0.25 s for up to 5 s,
+    # never ending it: were each byte to reset the timer, the connection would outlive the
+    # trickle. The server must close it while bytes are still arriving.
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as slow:
         slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        for _ in range(3):  # a byte at a time, never the blank line that ends the head
-            time.sleep(0.2)
-            slow.sendall(b"X")
-        assert slow.recv(1024) == b"", "the server closed the connection"
-    assert _chat(url, "first") == 200, "other clients are served meanwhile and after"
+        closed = False
+        for _ in range(20):
+            try:
+                slow.sendall(b"X")
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            readable, _, _ = select.select([slow], [], [], 0.25)  # the pace, and the watch
+            if readable:
+                try:
+                    closed = slow.recv(1024) == b""
+                except ConnectionResetError:
+                    closed = True
+                break
+        assert closed, "the connection outlived a 5 s trickle with a 1 s idle timeout"
+    assert _chat(served.url, "first") == 200, "other clients are served meanwhile and after"

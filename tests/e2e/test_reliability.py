@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import textwrap
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -342,13 +341,12 @@ async def test_a_deadline_of_2_s_with_a_hanging_upstream_answers_504_in_time(lau
         first_byte=1.5,
     )
     gateway.upstream.script("hang", then=hang())
-    started = time.perf_counter()
     with pytest.raises(openai.APIStatusError) as caught:
         await chat(gateway, "up/hang")
-    elapsed = time.perf_counter() - started
+    # Without a deadline over every attempt, six attempts would each end in a 1.5 s first-byte
+    # timeout (code first_byte_timeout); with it, the second attempt is cut at 2 s.
     assert caught.value.status_code == 504
     assert caught.value.code == "deadline_exceeded"
-    assert elapsed < 4, "the deadline covers every attempt (6 x 1.5 s without it)"
     assert gateway.upstream.count("hang") == 2
 
 
@@ -356,11 +354,12 @@ async def test_an_orq_call_timeout_bounds_the_whole_call(launch: Launch):
     gateway = await launch()
     gateway.upstream.script("gpt-h", then=hang())
     body = {"model": "up/gpt-h", "prompt": "Hi", "timeout": {"call_timeout": 300}}
-    started = time.perf_counter()
     code, _, answer = await gateway.post("/v2/router/completions", body)
+    # Without the call timeout the attempt would end at the provider's 5 s first-byte clock
+    # (code first_byte_timeout) and be retried twice.
     assert code == 504
     assert answer["error"]["code"] == "deadline_exceeded"
-    assert time.perf_counter() - started < 3
+    assert gateway.upstream.count("gpt-h") == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,44 +14,140 @@ from proxy.upstream import UpstreamStream, _Clocks
 SHORT = Timeouts(first_byte=0.05, idle=0.05, total=5)
 
 
+class _Timer:
+    def __init__(self, when: float, callback) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class VirtualTime:
+    """The two loop methods :class:`_Clocks` uses (``time``, ``call_at``) on a clock that moves
+    only when told: :meth:`advance` runs the timers that come due, in order, as the loop would."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[_Timer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback) -> _Timer:
+        timer = _Timer(when, callback)
+        self.timers.append(timer)
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        target = self.now + seconds
+        while due := sorted(
+            (t for t in self.timers if not t.cancelled and t.when <= target), key=lambda t: t.when
+        ):
+            timer = due[0]
+            self.timers.remove(timer)
+            self.now = timer.when
+            timer.callback()
+        self.now = target
+
+
+def virtual_clocks(timeouts: Timeouts) -> tuple[_Clocks, VirtualTime]:
+    """A :class:`_Clocks` on virtual time (its loop is looked up once, when it is made)."""
+    virtual = VirtualTime()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(asyncio, "get_running_loop", lambda: virtual)
+        clocks = _Clocks(timeouts)
+    return clocks, virtual
+
+
+async def wait_past(clocks: _Clocks, time: VirtualTime, seconds: float) -> None:
+    """One guarded wait on an upstream that never answers, while ``seconds`` pass."""
+    with clocks:
+        time.advance(seconds)  # a timer that comes due cancels this task, as the loop would
+        await asyncio.Event().wait()
+
+
 async def test_a_wait_past_the_deadline_raises_timeout_error() -> None:
-    clocks = _Clocks(SHORT)
-    with pytest.raises(TimeoutError), clocks:
-        await asyncio.sleep(1)
+    clocks, time = virtual_clocks(SHORT)
+    with pytest.raises(TimeoutError):
+        await wait_past(clocks, time, 0.05)
     assert clocks.clock == "first_byte"
+    clocks.close()
+    assert all(timer.cancelled for timer in time.timers)
+
+
+async def test_a_wait_just_inside_the_deadline_is_not_cut() -> None:
+    clocks, time = virtual_clocks(SHORT)
+    with clocks:
+        time.advance(0.049)
+        await asyncio.sleep(0)
     clocks.close()
 
 
 async def test_waits_within_moving_deadlines_never_expire() -> None:
-    clocks = _Clocks(SHORT)
+    clocks, time = virtual_clocks(SHORT)
     for _ in range(4):  # 4 x 0.03 s > one 0.05 s deadline, but each wait is within its own
         with clocks:
-            await asyncio.sleep(0.03)
+            time.advance(0.03)  # the timer fires before the moved deadline: it is re-armed
+            await asyncio.sleep(0)
         clocks.next_is_idle()
+    assert clocks.clock == "idle"
+    assert clocks.deadline == pytest.approx(0.12 + 0.05)
+    clocks.close()
+
+
+async def test_the_idle_clock_cuts_a_wait_after_the_first_byte() -> None:
+    clocks, time = virtual_clocks(SHORT)
+    with clocks:
+        time.advance(0.04)
+        await asyncio.sleep(0)
+    clocks.next_is_idle()
+    with pytest.raises(TimeoutError):
+        await wait_past(clocks, time, 0.05)
     assert clocks.clock == "idle"
     clocks.close()
 
 
-async def test_the_timer_firing_between_waits_cancels_nothing() -> None:
-    clocks = _Clocks(SHORT)
+async def test_the_total_clock_bounds_a_stream_whose_every_wait_is_quick() -> None:
+    clocks, time = virtual_clocks(Timeouts(first_byte=1, idle=1, total=2))
     with clocks:
+        time.advance(0.9)
         await asyncio.sleep(0)
-    await asyncio.sleep(0.1)  # the deadline passes while the caller is busy elsewhere
     clocks.next_is_idle()
     with clocks:
-        await asyncio.sleep(0.01)  # a fresh deadline: no expiry
+        time.advance(0.9)
+        await asyncio.sleep(0)
+    clocks.next_is_idle()  # 1.8 s in: the idle deadline (2.8) is past the total one (2.0)
+    assert clocks.clock == "total"
+    with pytest.raises(TimeoutError):
+        await wait_past(clocks, time, 0.2)
+    clocks.close()
+
+
+async def test_the_timer_firing_between_waits_cancels_nothing() -> None:
+    clocks, time = virtual_clocks(SHORT)
+    with clocks:
+        await asyncio.sleep(0)
+    time.advance(0.1)  # the deadline passes while the caller is busy elsewhere
+    clocks.next_is_idle()
+    with clocks:
+        time.advance(0.01)  # a fresh deadline: no expiry
+        await asyncio.sleep(0)
     clocks.close()
 
 
 async def test_an_outside_cancellation_stays_a_cancellation() -> None:
     clocks = _Clocks(Timeouts(first_byte=5, idle=5, total=5))
+    waiting = asyncio.Event()
 
     async def wait() -> None:
         with clocks:
-            await asyncio.sleep(1)
+            waiting.set()
+            await asyncio.Event().wait()
 
     task = asyncio.ensure_future(wait())
-    await asyncio.sleep(0.01)
+    await waiting.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

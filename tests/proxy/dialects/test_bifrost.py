@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from proxy.canonical import (
     ToolCall,
     Usage,
 )
+from proxy.dialects import bifrost as bifrost_module
 from proxy.dialects.bifrost import BifrostDialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.errors import BadRequest, UpstreamUnavailable
@@ -302,8 +304,13 @@ def test_malformed_json_is_a_bifrost_400() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_response_is_a_bifrost_text_completion_with_extra_fields() -> None:
-    call = decode({**SIMPLE_TEXT, "stop_sequences": ["END"]}, start=time.perf_counter() - 1.5)
+def test_response_is_a_bifrost_text_completion_with_extra_fields(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    call = decode({**SIMPLE_TEXT, "stop_sequences": ["END"]}, start=1000.0)
+    # The dialect's clock, pinned: the answer is encoded 1.5 s after the request arrived.
+    clock = types.SimpleNamespace(perf_counter=lambda: 1001.5, time=time.time)
+    monkeypatch.setattr(bifrost_module, "time", clock)
     body = encoded(call, answer(), provider="anthropic")
     assert body["object"] == "text.completion"
     assert body["id"] == "cmpl-789"
@@ -327,7 +334,7 @@ def test_response_is_a_bifrost_text_completion_with_extra_fields() -> None:
         "temperature": 0.7,
         "stop_sequences": ["END"],
     }
-    assert 1.5 <= extra["latency"] < 60
+    assert extra["latency"] == pytest.approx(1.5)
     assert extra["chat_history"] == [
         {"role": "user", "content": SIMPLE_TEXT["text"]},
         {"role": "assistant", "content": "It is bright."},
