@@ -16,6 +16,7 @@ import itertools
 import signal
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,14 @@ from proxy.errors import (
     RequestTimeout,
 )
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.response_state import ResponseState
+from proxy.response_store import MemoryResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
 
 RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
 SERVER = web.AppKey("server", ServerConfig)
+RESPONSES = web.AppKey("responses", ResponseState)
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
 _MAX_REQUEST_ID = 128
@@ -68,6 +72,11 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app = web.Application(client_max_size=config.server.max_body_bytes)
     app[METRICS] = metrics
     app[SERVER] = config.server
+    stored = config.responses  # like `metrics`, as the process started
+    store = MemoryResponseStore(
+        ttl=stored.ttl, max_entries=stored.max_entries, max_bytes=stored.max_bytes
+    )
+    app[RESPONSES] = ResponseState(store, lambda: app[RUNTIME].snapshot.logger)
 
     def on_upstream_error(provider: str, error: GatewayError) -> None:
         metrics.upstream_errors(provider, error.kind).inc()
@@ -86,11 +95,14 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     for dialect in all_dialects():
-        handler = _dialect_handler(dialect, app)
+        around = _with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
+        handler = _dialect_handler(dialect, app, around)
         for path in dialect.paths:
             app.router.add_post(path, handler)
     for prefix in ("/v1", ""):
         app.router.add_get(f"{prefix}/models", _models)
+        app.router.add_get(f"{prefix}/responses/{{response_id}}", _stored_response)
+        app.router.add_delete(f"{prefix}/responses/{{response_id}}", _stored_response)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/health/live", _live)
     app.router.add_get("/health/ready", _ready)
@@ -180,8 +192,21 @@ class _Outcome:
         self.error: GatewayError | None = None
 
 
-def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
-    """The request pipeline for one dialect (see the module docstring)."""
+Around = Callable[[Call, Snapshot], Awaitable[Reply]]
+
+
+def _with_response_state(state: ResponseState) -> Around:
+    """Responses calls run their chain inside the conversation state (continue, store)."""
+
+    async def around(call: Call, snapshot: Snapshot) -> Reply:
+        return await state.run(call, snapshot.chain, snapshot.authenticate)
+
+    return around
+
+
+def _dialect_handler(dialect: Dialect, app: web.Application, around: Around | None = None) -> Any:
+    """The request pipeline for one dialect (see the module docstring); ``around``, when given,
+    runs the chain in its place (it calls the snapshot's chain itself)."""
     metrics = app[METRICS]
     server = app[SERVER]  # limits apply as the process started (aiohttp enforces them too)
     in_flight = metrics.in_flight(dialect.name)
@@ -207,7 +232,10 @@ def _dialect_handler(dialect: Dialect, app: web.Application) -> Any:
                 except NoReadyDeployment:  # the upstream refuses, unless a plugin reroutes
                     call.deployments = []
                 outcome.model = metrics.model_label(call.model)
-                reply = await snapshot.chain(call)
+                if around is None:
+                    reply = await snapshot.chain(call)
+                else:
+                    reply = await around(call, snapshot)
                 outcome.provider = reply.provider
                 if reply.stream is None:
                     return _whole(dialect, call, reply, request_id, outcome)
@@ -444,6 +472,27 @@ async def _models(request: web.Request) -> web.Response:
                 seen.add(model_id)
                 data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner})
     return web.json_response({"object": "list", "data": data})
+
+
+async def _stored_response(request: web.Request) -> web.Response:
+    """``GET`` / ``DELETE /v1/responses/{id}``: the caller's stored response, or 404."""
+    snapshot = request.app[RUNTIME].snapshot
+    state = request.app[RESPONSES]
+    response_id = request.match_info["response_id"]
+    try:
+        principal = await snapshot.authenticate(request.headers)
+        if request.method == "DELETE":
+            body = await state.delete(response_id, principal)
+        else:
+            body = await state.fetch(response_id, principal)
+    except GatewayError as error:
+        return web.Response(
+            status=error.status,
+            body=error_json(error),
+            content_type=_JSON,
+            headers=error.response_headers(),
+        )
+    return web.Response(body=body, headers={"content-type": _JSON})
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -11,7 +11,11 @@ recommended) that its YAML options are validated against at load; it is then bui
 ``cls(options)``, otherwise as ``cls()`` and any option is an error. A constructor that has a
 ``context`` parameter also receives the :class:`PluginContext` (model resolution, metrics,
 logger). It may define ``async def close()``, awaited when the runtime snapshot that owns it is
-retired.
+retired. A plugin that establishes who is calling (``auth``) may also define
+``async def authenticate(headers) -> Principal``, raising a :class:`~proxy.errors.GatewayError`
+(401) for a bad key, so that what the app does outside the chain — ``GET`` / ``DELETE
+/v1/responses/{id}``, the stored conversation a request continues — knows the caller the same
+way (:func:`authenticator`).
 """
 
 from __future__ import annotations
@@ -19,19 +23,20 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 import structlog
 
-from proxy.canonical import Call, Deployment, Reply
+from proxy.canonical import ANONYMOUS, Call, Deployment, Principal, Reply
 from proxy.config import PluginSpec
 from proxy.metrics import Metrics
 from proxy.redact import Redactor
 from proxy.store import MemoryStore, Store
 
 Next = Callable[[Call], Awaitable[Reply]]
+Authenticate = Callable[[Mapping[str, str]], Awaitable[Principal]]
 
 
 class PluginContext:
@@ -78,6 +83,20 @@ def compose(plugins: Sequence[Plugin], upstream: Next) -> Next:
     for plugin in reversed(plugins):
         chain = functools.partial(plugin, next=chain)
     return chain
+
+
+async def anonymous(headers: Mapping[str, str]) -> Principal:
+    """The caller when no plugin establishes one: :data:`~proxy.canonical.ANONYMOUS`."""
+    return ANONYMOUS
+
+
+def authenticator(plugins: Sequence[Plugin]) -> Authenticate:
+    """The ``authenticate`` of the first plugin that offers one, else :func:`anonymous`."""
+    for plugin in plugins:
+        authenticate = getattr(plugin, "authenticate", None)
+        if authenticate is not None:
+            return authenticate  # type: ignore[no-any-return]
+    return anonymous
 
 
 def load_plugins(

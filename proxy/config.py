@@ -61,6 +61,15 @@ class MetricsConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_model_labels: Annotated[int, Meta(ge=1)] = 200
 
 
+class ResponsesConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Stored Responses-API responses (``store: true``): kept ``ttl`` seconds (30 days), at most
+    ``max_entries`` of them and ``max_bytes`` in all (the oldest go first)."""
+
+    ttl: PositiveSeconds = 30 * 24 * 3600.0
+    max_entries: Annotated[int, Meta(ge=1)] = 10_000
+    max_bytes: Annotated[int, Meta(ge=1024)] = 64 * 1024 * 1024
+
+
 class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """One deployment of a model alias: ``provider/model`` and its load-balancing weight."""
 
@@ -86,6 +95,7 @@ class GatewayConfig(Struct, frozen=True):
 
     server: ServerConfig = ServerConfig()
     metrics: MetricsConfig = MetricsConfig()
+    responses: ResponsesConfig = ResponsesConfig()
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     models: dict[str, tuple[DeploymentConfig, ...]] = msgspec.field(default_factory=dict)
     plugins: tuple[PluginSpec, ...] = ()
@@ -104,7 +114,7 @@ class ConfigError(Exception):
         self.plugins = plugins
 
 
-_TOP_LEVEL = frozenset({"server", "metrics", "providers", "models", "plugins"})
+_TOP_LEVEL = frozenset({"server", "metrics", "responses", "providers", "models", "plugins"})
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -134,15 +144,21 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
             errors.append(f"$.{key}: unknown key (expected one of {', '.join(sorted(_TOP_LEVEL))})")
     server = _convert(tree.get("server", {}), ServerConfig, "$.server", errors)
     metrics = _convert(tree.get("metrics", {}), MetricsConfig, "$.metrics", errors)
+    responses = _convert(tree.get("responses", {}), ResponsesConfig, "$.responses", errors)
     providers = _providers(tree.get("providers", {}), errors)
     models = _models(tree.get("models", {}), providers, errors)
     plugins = _plugins(tree.get("plugins", []), errors, tuple(substituted))
-    if errors or server is None or metrics is None:
+    if errors or server is None or metrics is None or responses is None:
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
         raise ConfigError([redactor.text(error) for error in errors], plugins)
     return GatewayConfig(
-        server=server, metrics=metrics, providers=providers, models=models, plugins=plugins
+        server=server,
+        metrics=metrics,
+        responses=responses,
+        providers=providers,
+        models=models,
+        plugins=plugins,
     )
 
 

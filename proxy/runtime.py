@@ -14,7 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from proxy.chain import Next, Plugin, PluginContext, PluginLoadError, compose, load_plugins
+from proxy.chain import (
+    Authenticate,
+    Next,
+    Plugin,
+    PluginContext,
+    PluginLoadError,
+    authenticator,
+    compose,
+    load_plugins,
+)
 from proxy.config import ConfigError, GatewayConfig, load_config
 from proxy.errors import GatewayError
 from proxy.logs import make_logger
@@ -100,7 +109,8 @@ class Loader:
 
 
 class Snapshot:
-    """One config's live runtime. ``chain`` is the whole plugin chain ending at the upstream."""
+    """One config's live runtime. ``chain`` is the whole plugin chain ending at the upstream;
+    ``authenticate`` identifies a caller outside it (:func:`proxy.chain.authenticator`)."""
 
     def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
         """Build the transport and chain. Must run inside the event loop."""
@@ -129,6 +139,7 @@ class Snapshot:
             on_dropped=on_dropped,
         )
         self.chain: Next = compose(self.plugins, upstream)
+        self.authenticate: Authenticate = authenticator(self.plugins)
         self._active = 0
         self._retired = False
         self._closed: asyncio.Future[None] | None = None

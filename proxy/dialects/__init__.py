@@ -13,6 +13,7 @@ from proxy.dialects.fabro import FabroDialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.dialects.openai_completions import OpenAICompletionsDialect
 from proxy.dialects.orq import OrqDialect
+from proxy.dialects.responses import ResponsesDialect
 
 
 def all_dialects() -> tuple[Dialect, ...]:
@@ -24,4 +25,5 @@ def all_dialects() -> tuple[Dialect, ...]:
         OrqDialect(),
         FabroDialect(),
         AnthropicDialect(),
+        ResponsesDialect(),
     )

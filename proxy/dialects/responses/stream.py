@@ -1,0 +1,146 @@
+"""The Responses API's stream: named server-sent events, each with its ``sequence_number``.
+
+``response.created`` and ``response.in_progress`` open it (the response with empty output), the
+output item events of :mod:`proxy.dialects.responses.output` follow as deltas arrive, and one
+terminal event ends it: ``response.completed``, ``response.incomplete`` (a length or
+content-filter stop) or ``response.failed`` (a failure mid-stream: the output so far, the
+error's code and message). There is no ``[DONE]``. Every frame is ``event: <type>`` plus
+``data: <json>``; ``sequence_number`` counts from 0 without gaps. While the upstream is silent an
+SSE comment keeps intermediaries from closing the connection (clients ignore it).
+"""
+
+from __future__ import annotations
+
+from msgspec import Struct
+
+from proxy.canonical import Chunk
+from proxy.dialects.responses.objects import (
+    ENCODER,
+    Envelope,
+    ResponseError,
+    ResponseObject,
+    response_object,
+    status_of,
+)
+from proxy.dialects.responses.output import OutputBuilder
+from proxy.errors import GatewayError
+from proxy.sse import encode_named_frame
+
+KEEPALIVE_SECONDS = 15.0
+KEEPALIVE_FRAME = b": keep-alive\n\n"
+
+
+class ResponseCreated(Struct, tag="response.created", tag_field="type"):
+    response: ResponseObject
+    sequence_number: int = 0
+
+
+class ResponseInProgress(Struct, tag="response.in_progress", tag_field="type"):
+    response: ResponseObject
+    sequence_number: int = 0
+
+
+class ResponseCompleted(Struct, tag="response.completed", tag_field="type"):
+    response: ResponseObject
+    sequence_number: int = 0
+
+
+class ResponseIncomplete(Struct, tag="response.incomplete", tag_field="type"):
+    response: ResponseObject
+    sequence_number: int = 0
+
+
+class ResponseFailed(Struct, tag="response.failed", tag_field="type"):
+    response: ResponseObject
+    sequence_number: int = 0
+
+
+def final_response(envelope: Envelope, builder: OutputBuilder, model: str) -> ResponseObject:
+    """The response object of a stream that ended normally (``builder`` closed)."""
+    status, incomplete = status_of(builder.finish_reason)
+    return response_object(
+        envelope,
+        model=builder.model or model,
+        output=builder.items(),
+        status=status,
+        usage=builder.usage,
+        incomplete=incomplete,
+    )
+
+
+class ResponsesStreamEncoder:
+    """Encodes one streamed reply (see the module docstring)."""
+
+    __slots__ = ("_builder", "_envelope", "_model", "_sequence", "_started")
+    keepalive = KEEPALIVE_SECONDS
+
+    def __init__(self, envelope: Envelope, model: str) -> None:
+        """``model`` names the serving model until the upstream's chunks name it."""
+        self._envelope = envelope
+        self._model = model
+        self._builder = OutputBuilder(envelope.id, emit=True)
+        self._sequence = 0
+        self._started = False
+
+    def chunk(self, chunk: Chunk) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
+        builder = self._builder
+        builder.add(chunk)
+        out = self._start()
+        if builder.events:
+            out += self._drain()
+        return out
+
+    def end(self) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.end`: every item closed, then
+        ``response.completed`` or ``response.incomplete`` with the whole response."""
+        out = self._start()
+        builder = self._builder
+        builder.close()
+        out += self._drain()
+        response = final_response(self._envelope, builder, self._model)
+        terminal = ResponseIncomplete if response.status == "incomplete" else ResponseCompleted
+        return out + self._frame(terminal(response))
+
+    def ping(self) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.ping`: an SSE comment."""
+        return KEEPALIVE_FRAME
+
+    def error(self, error: GatewayError) -> bytes:
+        """See :meth:`proxy.dialects.base.StreamEncoder.error`: ``response.failed`` with the
+        output so far (unfinished items ``incomplete``) and the error."""
+        out = self._start()
+        response = response_object(
+            self._envelope,
+            model=self._builder.model or self._model,
+            output=self._builder.items(final=True),
+            status="failed",
+            usage=self._builder.usage,
+            error=ResponseError.of(error),
+        )
+        return out + self._frame(ResponseFailed(response))
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        response = response_object(
+            self._envelope,
+            model=self._builder.model or self._model,
+            output=[],
+            status="in_progress",
+        )
+        return self._frame(ResponseCreated(response)) + self._frame(ResponseInProgress(response))
+
+    def _drain(self) -> bytes:
+        events = self._builder.events
+        out = b"".join([self._frame(event) for event in events])
+        events.clear()
+        return out
+
+    def _frame(self, event: Struct) -> bytes:
+        event.sequence_number = self._sequence  # type: ignore[attr-defined]
+        self._sequence += 1
+        tag = event.__struct_config__.tag
+        assert isinstance(tag, str)
+        return encode_named_frame(tag, ENCODER.encode(event))
