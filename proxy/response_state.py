@@ -62,7 +62,7 @@ class ResponseState:
         owner = call.principal.key_id
         if reply.response is not None:
             body = ENCODER.encode(whole_response(call, reply))
-            message = reply.response.choices[0].message
+            message = _turn(reply.response.choices[0].message)
             await self._remember(envelope.id, owner, body, _append(conversation, message))
             return reply
         assert reply.stream is not None
@@ -114,6 +114,18 @@ class ResponseState:
 
 def _not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id {response_id!r} not found.", param="response_id")
+
+
+def _turn(message: Message) -> Message:
+    """What of an upstream's answer a later turn sends back: content, calls, reasoning, refusal
+    (only those that are set; an upstream's ``refusal: null`` is not repeated)."""
+    return Message(
+        role="assistant",
+        content=message.content,
+        tool_calls=message.tool_calls,
+        refusal=message.refusal or msgspec.UNSET,
+        reasoning_content=message.reasoning_content or msgspec.UNSET,
+    )
 
 
 def _append(conversation: bytes, message: Message) -> bytes:

@@ -7,7 +7,8 @@ benchmarks can provoke every failure the gateway must survive by choosing a mode
 model name          behaviour
 ==================  =========================================================================
 ``echo``            replies with the last user message verbatim
-``tools``           calls the first tool offered (arguments built from its JSON schema)
+``tools``           calls the first tool offered (arguments built from its JSON schema); once
+                    the conversation ends with a tool result, answers with that result
 ``error-<status>``  fails with that upstream HTTP status (``error-429`` carries Retry-After: 1)
 ``slow-<ms>``       waits ``ms`` milliseconds before the first byte, then answers normally
 ``hang``            never answers (the gateway's timeouts must end it)
@@ -170,6 +171,9 @@ def _last_user_text(call: Call) -> str:
 
 
 def _answer(call: Call, model: str) -> Message:
+    last = call.messages[-1] if call.messages else None
+    if model == "tools" and last is not None and last.role == "tool":
+        return Message(role="assistant", content=f"The tool said: {last.text()}")
     if model == "tools" and call.params.tools:
         tool = call.params.tools[0]
         arguments = msgspec.json.encode(_arguments_for(tool, _last_user_text(call))).decode()

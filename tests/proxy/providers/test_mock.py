@@ -13,11 +13,13 @@ import pytest
 from proxy.canonical import (
     Call,
     Chunk,
+    FunctionCall,
     FunctionDefinition,
     Message,
     Params,
     Response,
     Tool,
+    ToolCall,
     Usage,
 )
 from proxy.errors import (
@@ -264,6 +266,18 @@ async def test_tools_stream_rebuilds_the_call():
     assert arguments == whole_call.message.tool_calls[0].function.arguments
     finishes = [c.finish_reason for chunk in chunks for c in chunk.choices if c.finish_reason]
     assert finishes == ["tool_calls"]
+
+
+async def test_tools_answers_with_the_tool_result_once_there_is_one():
+    call = make_call("Paris", tools=[WEATHER])
+    call.messages += [
+        Message(role="assistant", tool_calls=[ToolCall(id="c", function=FunctionCall("f"))]),
+        Message(role="tool", content="18C, sunny", tool_call_id="c"),
+    ]
+    response = await whole("tools", call)
+    (choice,) = response.choices
+    assert choice.message.content == "The tool said: 18C, sunny"
+    assert choice.finish_reason == "stop"
 
 
 async def test_tools_model_without_tools_answers_with_text():

@@ -4,7 +4,9 @@ Like the real API it rejects a request without ``x-api-key``/``anthropic-version
 without ``max_tokens``, or with a ``system`` role inside ``messages`` (400). Streams are named SSE
 events: ``message_start``, ``content_block_start``/``_delta``/``_stop``, ``ping``,
 ``message_delta``, ``message_stop``; a streamed tool call comes after a text block, so the
-content-block index differs from the tool-call index.
+content-block index differs from the tool-call index. A request asking for structured output
+(``output_config.format.schema``) is answered with JSON built from the schema
+(:func:`structured_answer`) instead of the text.
 """
 
 from __future__ import annotations
@@ -89,6 +91,18 @@ def _text(block: dict[str, Any]) -> str:
     return ""
 
 
+_SAMPLES: dict[str, Any] = {"string": "Paris", "integer": 3, "number": 1.5, "boolean": True}
+
+
+def structured_answer(body: Any) -> str | None:
+    """JSON text satisfying the request's output schema (flat objects of scalars), if it asked."""
+    schema = ((body.get("output_config") or {}).get("format") or {}).get("schema")
+    if not isinstance(schema, dict):
+        return None
+    properties = schema.get("properties") or {}
+    return json.dumps({name: _SAMPLES.get(spec.get("type")) for name, spec in properties.items()})
+
+
 def _error(status: int, kind: str, message: str, **headers: str) -> web.Response:
     body = {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"}
     return web.json_response(body, status=status, headers=headers)
@@ -136,10 +150,11 @@ class AnthropicFake:
             headers = {"retry-after": RETRY_AFTER} if status == 429 else {}
             return _error(status, kind, message, **headers)
         tool = body["tools"][0]["name"] if wants_tool_call(self.view(body)) else None
+        text = structured_answer(body) or answer(self.type)
         if body.get("stream"):
-            return await self._stream(request, model, tool)
+            return await self._stream(request, model, tool, text)
         if tool is None:
-            content: list[dict[str, Any]] = [{"type": "text", "text": answer(self.type)}]
+            content: list[dict[str, Any]] = [{"type": "text", "text": text}]
             stop_reason = "end_turn"
         else:
             content = [
@@ -160,7 +175,7 @@ class AnthropicFake:
         )
 
     async def _stream(
-        self, request: web.Request, model: str, tool: str | None
+        self, request: web.Request, model: str, tool: str | None, answer_text: str
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
@@ -179,7 +194,7 @@ class AnthropicFake:
             _event("content_block_start", _block_start(0, {"type": "text", "text": ""})),
             _event("ping", {"type": "ping"}),
         ]
-        text = answer(self.type) if tool is None else "Let me check."
+        text = answer_text if tool is None else "Let me check."
         events += [
             _event("content_block_delta", _text_delta(0, piece)) for piece in word_pieces(text)
         ]
