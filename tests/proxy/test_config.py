@@ -10,6 +10,7 @@ from proxy.config import (
     GatewayConfig,
     MetricsConfig,
     PluginSpec,
+    ResponsesConfig,
     ServerConfig,
     load_config,
     parse_config,
@@ -86,6 +87,18 @@ def test_good_config_decodes_every_section():
 def test_empty_file_is_the_default_config():
     assert parse_config("", {}) == GatewayConfig()
     assert parse_config("# only a comment\n", {}) == GatewayConfig()
+
+
+def test_the_responses_section_defaults_and_bounds():
+    assert parse_config("", {}).responses == ResponsesConfig(
+        ttl=30 * 24 * 3600, max_entries=10_000, max_bytes=64 * 1024 * 1024
+    )
+    config = parse_config("responses: {ttl: 60, max_entries: 5, max_bytes: 4096}", {})
+    assert config.responses == ResponsesConfig(ttl=60, max_entries=5, max_bytes=4096)
+    assert errors_of("responses: {ttl: 0}")[0].startswith("$.responses.ttl: ")
+    assert errors_of("responses: {max_entries: 0}")[0].startswith("$.responses.max_entries: ")
+    assert errors_of("responses: {max_bytes: 10}")[0].startswith("$.responses.max_bytes: ")
+    assert "tll" in errors_of("responses: {tll: 5}")[0]
 
 
 def test_load_config_reads_a_file(tmp_path: Path):
@@ -179,7 +192,8 @@ def test_keys_are_not_expanded():
     # Only string values are expanded; a key that looks like a reference stays as written.
     errors = errors_of("'${X}': 1", {"X": "server"})
     assert errors == [
-        "$.${X}: unknown key (expected one of metrics, models, plugins, providers, server)"
+        "$.${X}: unknown key (expected one of metrics, models, plugins, providers, responses, "
+        "server)"
     ]
 
 
