@@ -9,4 +9,5 @@ BUILTINS: dict[str, str] = {
     "retry": "plugins.retry:RetryPlugin",
     "fallback": "plugins.fallback:FallbackPlugin",
     "balance": "plugins.balance:BalancePlugin",
+    "cost": "plugins.cost:CostPlugin",
 }

@@ -38,6 +38,7 @@ from proxy.errors import (
     RequestTimeout,
 )
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.pricing import nanos_to_usd
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
@@ -449,6 +450,9 @@ def _access_log(
     if usage is not None:
         fields["input_tokens"] = usage.prompt_tokens
         fields["output_tokens"] = usage.completion_tokens
+    if call is not None and call.accounting.cost_nanos is not None:
+        fields["cost_usd"] = nanos_to_usd(call.accounting.cost_nanos)
+        fields["cost_source"] = call.accounting.cost_source
     error = outcome.error
     if error is not None:
         fields["error_code"] = error.code

@@ -32,6 +32,7 @@ import structlog
 from proxy.canonical import ANONYMOUS, Call, Deployment, Principal, Reply
 from proxy.config import PluginSpec
 from proxy.metrics import Metrics
+from proxy.pricing import Catalog, PriceBook
 from proxy.redact import Redactor
 from proxy.store import MemoryStore, Store
 
@@ -47,7 +48,8 @@ class PluginContext:
     process's :class:`proxy.metrics.Metrics`, ``logger`` its structlog logger. ``store`` is the
     process's state store, shared by every plugin and kept across config reloads (counters,
     health, cache entries live there, not in a snapshot); a fresh :class:`MemoryStore` when
-    none is given.
+    none is given. ``prices`` is the config's :class:`~proxy.pricing.PriceBook` (the catalog
+    with the config's overrides; an empty one when none is given).
     """
 
     def __init__(
@@ -56,11 +58,13 @@ class PluginContext:
         metrics: Metrics,
         logger: Any,
         store: Store | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
         self.resolve = resolve
         self.metrics = metrics
         self.logger = logger
         self.store: Store = MemoryStore() if store is None else store
+        self.prices = PriceBook(Catalog({})) if prices is None else prices
 
 
 @runtime_checkable

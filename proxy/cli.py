@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from proxy import __version__
 
@@ -82,12 +82,33 @@ def check(config_path: Path, out: TextIO) -> int:
             for d in deployments
         )
         print(f"  {alias} -> {targets}", file=out)
+    _print_prices(blueprint, out)
     print("plugin chain (outermost first):", file=out)
     if not config.plugins:
         print("  (empty)", file=out)
     for spec, plugin in zip(config.plugins, blueprint.plugins, strict=True):
         print(f"  {spec.ref}: {type(plugin).__module__}.{type(plugin).__name__}", file=out)
     return 0
+
+
+def _print_prices(blueprint: Any, out: TextIO) -> None:
+    """The catalog in use and every configured model it cannot price (its cost is unknown)."""
+    prices = blueprint.prices
+    catalog = prices.catalog
+    where = catalog.path if catalog.path is not None else "none found"
+    print(f"prices: catalog {where} ({len(catalog)} models)", file=out)
+    targets = {d.target: d for ds in blueprint.router.aliases().values() for d in ds}
+    for name, provider in blueprint.config.providers.items():
+        if provider.default_model:
+            targets.setdefault(f"{name}/{provider.default_model}", None)
+    for target in sorted(targets):
+        provider, _, model = target.partition("/")
+        if prices.price(provider, model) is None:
+            print(
+                f"  NO PRICE: {target} (its cost is unknown; set prices on the deployment,"
+                " the provider or in the catalog)",
+                file=out,
+            )
 
 
 def _print_errors(config_path: Path, errors: Sequence[str], out: TextIO) -> None:

@@ -20,6 +20,7 @@ import msgspec
 import yaml
 from msgspec import Meta, Struct
 
+from proxy.pricing import ModelPrice, PriceSpec, PricingConfig, PricingError, parse_price
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.redact import Redactor
@@ -71,10 +72,12 @@ class ResponsesConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    """One deployment of a model alias: ``provider/model`` and its load-balancing weight."""
+    """One deployment of a model alias: ``provider/model``, its load-balancing weight and,
+    optionally, its own ``prices`` (USD per million tokens; see :mod:`proxy.pricing`)."""
 
     target: str
     weight: Annotated[float, Meta(gt=0)] = 1.0
+    prices: PriceSpec | None = None
 
 
 class PluginSpec(Struct, frozen=True):
@@ -91,7 +94,11 @@ class PluginSpec(Struct, frozen=True):
 
 
 class GatewayConfig(Struct, frozen=True):
-    """The whole, validated configuration."""
+    """The whole, validated configuration.
+
+    ``provider_prices`` holds each provider's ``prices`` section (by model name, ``"*"`` for
+    any other) and ``deployment_prices`` the deployments' own prices by target; both validated.
+    """
 
     server: ServerConfig = ServerConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -99,6 +106,9 @@ class GatewayConfig(Struct, frozen=True):
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     models: dict[str, tuple[DeploymentConfig, ...]] = msgspec.field(default_factory=dict)
     plugins: tuple[PluginSpec, ...] = ()
+    pricing: PricingConfig = PricingConfig()
+    provider_prices: dict[str, dict[str, ModelPrice]] = msgspec.field(default_factory=dict)
+    deployment_prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
 
 
 class ConfigError(Exception):
@@ -114,7 +124,9 @@ class ConfigError(Exception):
         self.plugins = plugins
 
 
-_TOP_LEVEL = frozenset({"server", "metrics", "responses", "providers", "models", "plugins"})
+_TOP_LEVEL = frozenset(
+    {"server", "metrics", "responses", "providers", "models", "plugins", "pricing"}
+)
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -145,10 +157,13 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     server = _convert(tree.get("server", {}), ServerConfig, "$.server", errors)
     metrics = _convert(tree.get("metrics", {}), MetricsConfig, "$.metrics", errors)
     responses = _convert(tree.get("responses", {}), ResponsesConfig, "$.responses", errors)
-    providers = _providers(tree.get("providers", {}), errors)
-    models = _models(tree.get("models", {}), providers, errors)
+    pricing = _convert(tree.get("pricing", {}), PricingConfig, "$.pricing", errors)
+    provider_prices: dict[str, dict[str, ModelPrice]] = {}
+    providers = _providers(tree.get("providers", {}), errors, provider_prices)
+    deployment_prices: dict[str, ModelPrice] = {}
+    models = _models(tree.get("models", {}), providers, errors, deployment_prices)
     plugins = _plugins(tree.get("plugins", []), errors, tuple(substituted))
-    if errors or server is None or metrics is None or responses is None:
+    if errors or server is None or metrics is None or responses is None or pricing is None:
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
         raise ConfigError([redactor.text(error) for error in errors], plugins)
@@ -159,6 +174,9 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
         providers=providers,
         models=models,
         plugins=plugins,
+        pricing=pricing,
+        provider_prices=provider_prices,
+        deployment_prices=deployment_prices,
     )
 
 
@@ -225,7 +243,11 @@ def _mapping(node: Any, path: str, errors: list[str]) -> dict[str, Any]:
     return node
 
 
-def _providers(node: Any, errors: list[str]) -> dict[str, ProviderConfig]:
+def _providers(
+    node: Any, errors: list[str], prices: dict[str, dict[str, ModelPrice]]
+) -> dict[str, ProviderConfig]:
+    """Every provider, and into ``prices`` each one's ``prices`` section (which is the
+    gateway's, not the provider's: it is taken out before the provider's own fields)."""
     providers: dict[str, ProviderConfig] = {}
     types = ", ".join(PROVIDER_TYPES)
     for name, spec in _mapping(node, "$.providers", errors).items():
@@ -236,6 +258,9 @@ def _providers(node: Any, errors: list[str]) -> dict[str, ProviderConfig]:
         if not isinstance(spec, dict) or spec.get("type") not in PROVIDER_TYPES:
             errors.append(f"{path}.type: expected one of {types}")
             continue
+        if "prices" in spec:
+            spec = dict(spec)
+            prices[name] = _price_table(spec.pop("prices"), f"{path}.prices", errors)
         config_type = PROVIDER_TYPES[spec["type"]].config
         config = _convert(spec, config_type, path, errors)
         if config is not None:
@@ -243,10 +268,26 @@ def _providers(node: Any, errors: list[str]) -> dict[str, ProviderConfig]:
     return providers
 
 
+def _price_table(node: Any, path: str, errors: list[str]) -> dict[str, ModelPrice]:
+    table: dict[str, ModelPrice] = {}
+    for model, spec in _mapping(node, path, errors).items():
+        try:
+            table[str(model)] = parse_price(spec, f"{path}.{model}")
+        except PricingError as exc:
+            errors.append(str(exc))
+    return table
+
+
 def _models(
-    node: Any, providers: Mapping[str, ProviderConfig], errors: list[str]
+    node: Any,
+    providers: Mapping[str, ProviderConfig],
+    errors: list[str],
+    prices: dict[str, ModelPrice],
 ) -> dict[str, tuple[DeploymentConfig, ...]]:
+    """Every alias, and into ``prices`` the deployments' own prices by target (a target priced
+    differently by two deployments is an error: a reply names its target, not its alias)."""
     models: dict[str, tuple[DeploymentConfig, ...]] = {}
+    priced_at: dict[str, str] = {}
     for alias, deployments in _mapping(node, "$.models", errors).items():
         path = f"$.models.{alias}"
         if isinstance(deployments, dict):
@@ -264,9 +305,32 @@ def _models(
                 errors.append(f"{path}[{i}].target: expected 'provider/model'")
             elif provider not in providers:
                 errors.append(f"{path}[{i}].target: unknown provider {provider!r}")
+            if item.prices is not None:
+                _deployment_price(item, f"{path}[{i}].prices", prices, priced_at, errors)
             converted.append(item)
         models[str(alias)] = tuple(converted)
     return models
+
+
+def _deployment_price(
+    item: DeploymentConfig,
+    path: str,
+    prices: dict[str, ModelPrice],
+    priced_at: dict[str, str],
+    errors: list[str],
+) -> None:
+    assert item.prices is not None
+    try:
+        price = ModelPrice.of(item.prices, path)
+    except PricingError as exc:
+        errors.append(str(exc))
+        return
+    known = prices.get(item.target)
+    if known is not None and known != price:
+        errors.append(f"{path}: {item.target} is priced differently at {priced_at[item.target]}")
+        return
+    prices[item.target] = price
+    priced_at[item.target] = path
 
 
 def _plugins(node: Any, errors: list[str], environment: tuple[str, ...]) -> tuple[PluginSpec, ...]:

@@ -351,6 +351,17 @@ class Metrics:
             "Times a deployment was ejected for a cooldown after consecutive failures.",
             ["provider", "model"],
         )
+        self.cost_usd = self._counter(
+            "crossway_cost_usd",
+            "What replies cost in USD (provider-billed or priced by the gateway), by provider and"
+            " model alias.",
+            ["provider", "model"],
+        )
+        self.cost_unknown = self._counter(
+            "crossway_cost_unknown",
+            "Replies whose cost is unknown (no price for the model that served), by provider.",
+            ["provider"],
+        )
         self.store_degraded = self._counter(
             "crossway_store_degraded",
             "Decisions taken without the state store because it was unavailable, by use.",

@@ -28,6 +28,15 @@ from proxy.config import ConfigError, GatewayConfig, load_config
 from proxy.errors import GatewayError
 from proxy.logs import make_logger
 from proxy.metrics import Metrics
+from proxy.pricing import (
+    Catalog,
+    PriceBook,
+    PricingError,
+    ProviderPricing,
+    catalog_path,
+    family_of,
+    load_catalog,
+)
 from proxy.providers import build_provider
 from proxy.providers.base import LocalProvider, Provider
 from proxy.redact import Redactor
@@ -43,12 +52,13 @@ class Blueprint:
     """The parts of a snapshot that need no event loop: validated, ready to describe or build.
 
     Besides providers, router and plugins it holds the logger of this config (its redactor knows
-    this config's keys) and the plugin context. Raises :class:`ConfigError` if a plugin cannot be
-    loaded.
+    this config's keys), its price book and the plugin context. Raises :class:`ConfigError` if a
+    plugin or the price catalog cannot be loaded.
     """
 
     def __init__(self, config: GatewayConfig, loader: Loader) -> None:
         self.config = config
+        self.prices = price_book(config, loader.config_path.parent)
         self.providers: dict[str, Provider] = {
             name: build_provider(name, provider_config)
             for name, provider_config in config.providers.items()
@@ -67,11 +77,33 @@ class Blueprint:
         self.logger = make_logger(
             self.redactor, level=config.server.log_level, stream=loader.log_stream
         )
-        context = PluginContext(self.router.resolve, loader.metrics, self.logger, loader.store)
+        context = PluginContext(
+            self.router.resolve, loader.metrics, self.logger, loader.store, self.prices
+        )
         try:
             self.plugins: list[Plugin] = load_plugins(config.plugins, loader.builtins, context)
         except PluginLoadError as exc:
             raise ConfigError(str(exc).splitlines()) from None
+
+
+def price_book(config: GatewayConfig, config_dir: Path) -> PriceBook:
+    """The price book of ``config``: its catalog (see :func:`proxy.pricing.catalog_path`) and
+    overrides. Raises :class:`ConfigError` if the catalog cannot be read or is invalid."""
+    path = catalog_path(config.pricing, config_dir)
+    try:
+        catalog = Catalog({}) if path is None else load_catalog(path)
+    except PricingError as exc:
+        raise ConfigError(
+            [f"$.pricing.catalog: {line}" for line in str(exc).splitlines()]
+        ) from None
+    providers = {
+        name: ProviderPricing(
+            family_of(type(provider).__struct_config__.tag, getattr(provider, "preset", None)),
+            config.provider_prices.get(name, {}),
+        )
+        for name, provider in config.providers.items()
+    }
+    return PriceBook(catalog, providers, config.deployment_prices)
 
 
 class Loader:

@@ -23,7 +23,9 @@ Requests carry messages whose content is a list of ``{kind, data}`` parts (``tex
 
 Replies are ``CompletionResponse`` objects: the message as parts, ``stop_reason`` (``end_turn``,
 ``max_tokens``, ``tool_calls``), the five disjoint usage buckets, and ``cost_usd`` with
-``cost_source: "authoritative"`` only when the provider reported the cost. Streams frame every
+``cost_source`` when the cost is known: what the ``cost`` plugin charged (``authoritative`` or
+``estimated``, see :class:`~proxy.canonical.Accounting`), else, without that plugin, the amount
+the provider reported (``authoritative``). Streams frame every
 event as ``event: stream_event`` (stream_start, text_*, reasoning_*, tool_call_*, then ``finish``
 carrying the whole response, or ``error``), with ``event: ping`` keep-alives every 15 s and no
 end marker. Errors are ``{"errors": [{status, title, detail, code}], "request_id"}``.
@@ -39,6 +41,7 @@ import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from proxy.canonical import (
+    Accounting,
     Call,
     Chunk,
     ContentPart,
@@ -380,13 +383,14 @@ class FabroDialect:
                 parts=_parts_of(message),
                 finish_reason=_finish_of(choice.finish_reason, bool(message.tool_calls)),
                 usage=response.usage,
+                accounting=call.accounting,
                 output=output,
             )
         )
 
     def stream_encoder(self, call: Call, reply: Reply) -> FabroStreamEncoder:
         """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
-        return FabroStreamEncoder(reply)
+        return FabroStreamEncoder(reply, call.accounting)
 
     def encode_error(self, error: GatewayError, request_id: str) -> bytes:
         """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
@@ -642,9 +646,14 @@ def _completion(
     parts: list[_Part],
     finish_reason: str | None,
     usage: Usage | None,
+    accounting: Accounting,
     output: Any = UNSET,
 ) -> _Response:
-    cost = usage.cost_usd if usage is not None else None
+    cost: float | None
+    if accounting.cost_nanos is not None:
+        cost, source = accounting.cost_nanos / 1_000_000_000, accounting.cost_source
+    else:
+        cost, source = (usage.cost_usd if usage is not None else None), "authoritative"
     return _Response(
         id=response_id,
         model=reply.model,
@@ -654,7 +663,7 @@ def _completion(
         usage=FabroUsage.of(usage),
         output=output,
         cost_usd=cost if cost is not None else UNSET,
-        cost_source="authoritative" if cost is not None else UNSET,
+        cost_source=source if cost is not None and source is not None else UNSET,
     )
 
 
@@ -669,6 +678,7 @@ class FabroStreamEncoder:
     """
 
     __slots__ = (
+        "_accounting",
         "_blocks",
         "_finish",
         "_id",
@@ -680,8 +690,9 @@ class FabroStreamEncoder:
     )
     keepalive = KEEPALIVE_SECONDS
 
-    def __init__(self, reply: Reply) -> None:
+    def __init__(self, reply: Reply, accounting: Accounting) -> None:
         self._reply = reply
+        self._accounting = accounting
         self._started = False
         self._id = ""
         self._text: list[str] = []
@@ -740,6 +751,7 @@ class FabroStreamEncoder:
             parts=parts,
             finish_reason=finish_reason,
             usage=self._usage,
+            accounting=self._accounting,
         )
         finish = _Finish(
             finish_reason=finish_reason or "stop", usage=response.usage, response=response

@@ -32,6 +32,7 @@ from proxy.chain import PluginContext
 from proxy.config import DeploymentConfig
 from proxy.errors import GatewayError, UpstreamUnavailable, upstream_error_for_status
 from proxy.metrics import Metrics
+from proxy.pricing import PriceBook
 from proxy.router import Router
 from tests.faults import FakeClock
 
@@ -129,10 +130,15 @@ def router(
     return Router(aliases, {p: p not in not_ready for p in names})
 
 
-def context(resolver: Router | None = None, metrics: Metrics | None = None) -> PluginContext:
-    """A plugin context on ``resolver`` (a router with no aliases by default)."""
+def context(
+    resolver: Router | None = None,
+    metrics: Metrics | None = None,
+    prices: PriceBook | None = None,
+) -> PluginContext:
+    """A plugin context on ``resolver`` (a router with no aliases by default) and ``prices``
+    (an empty price book by default)."""
     resolve = (resolver or router({})).resolve
-    return PluginContext(resolve, metrics or Metrics(), structlog.get_logger())
+    return PluginContext(resolve, metrics or Metrics(), structlog.get_logger(), prices=prices)
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:

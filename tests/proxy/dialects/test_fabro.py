@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.canonical import (
+    Accounting,
     Call,
     Choice,
     Chunk,
@@ -453,6 +454,22 @@ def test_provider_reported_cost_is_authoritative() -> None:
     assert out["cost_source"] == "authoritative"
 
 
+def test_the_cost_the_cost_plugin_charged_is_reported_with_its_source() -> None:
+    call = decode(body())
+    call.accounting = Accounting(cost_nanos=245_000, cost_source="estimated")
+    out = encode(Message(role="assistant", content="Hi"), call=call, usage=Usage(output=1))
+    assert out["cost_usd"] == 0.000245
+    assert out["cost_source"] == "estimated"
+
+
+def test_the_charged_cost_wins_over_the_provider_figure_it_came_from() -> None:
+    call = decode(body())
+    call.accounting = Accounting(cost_nanos=1_200_000, cost_source="authoritative")
+    usage = Usage(output=1, cost_usd=0.0012)
+    out = encode(Message(role="assistant", content="Hi"), call=call, usage=usage)
+    assert (out["cost_usd"], out["cost_source"]) == (0.0012, "authoritative")
+
+
 def test_missing_usage_is_zero() -> None:
     out = encode(Message(role="assistant", content="Hi"))
     assert set(out["usage"].values()) == {0}
@@ -532,15 +549,29 @@ def chunk(
     return Chunk(id="resp-9", model="gpt-x", choices=choices, usage=usage)
 
 
-def run_stream(chunks: list[Chunk]) -> list[dict[str, Any]]:
-    encoder = DIALECT.stream_encoder(decode(body()), Reply(provider="up", model="gpt-x"))
-    data = b"".join(encoder.chunk(c) for c in chunks) + encoder.end()
+def run_stream(chunks: list[Chunk], accounting: Accounting | None = None) -> list[dict[str, Any]]:
+    call = decode(body())
+    encoder = DIALECT.stream_encoder(call, Reply(provider="up", model="gpt-x"))
+    data = b"".join(encoder.chunk(c) for c in chunks)
+    if accounting is not None:  # the cost plugin charges a stream once it has ended
+        call.accounting.cost_nanos = accounting.cost_nanos
+        call.accounting.cost_source = accounting.cost_source
+    data += encoder.end()
     out = events(data)
     finish = out[-1]
     assert finish["type"] == "finish"
     validate_in(SPEC, "CompletionResponse", finish["response"])
     validate_in(SPEC, "CompletionUsage", finish["usage"])
     return out
+
+
+def test_the_finish_event_carries_the_cost_charged_when_the_stream_ended() -> None:
+    charged = Accounting(cost_nanos=3_000, cost_source="estimated")
+    out = run_stream(
+        [chunk(Delta(content="Hi"), finish="stop"), chunk(usage=Usage(output=1))], charged
+    )
+    response = out[-1]["response"]
+    assert (response["cost_usd"], response["cost_source"]) == (0.000003, "estimated")
 
 
 def test_text_stream() -> None:
@@ -720,13 +751,13 @@ def test_error_mid_stream_is_an_error_event_and_nothing_follows() -> None:
 
 
 def test_error_before_any_chunk_still_starts_the_stream() -> None:
-    encoder = FabroStreamEncoder(Reply(provider="up", model="m"))
+    encoder = FabroStreamEncoder(Reply(provider="up", model="m"), Accounting())
     types = [e["type"] for e in events(encoder.error(UpstreamUnavailable("x")))]
     assert types == ["stream_start", "error"]
 
 
 def test_keepalive_ping_every_15_seconds() -> None:
-    encoder = FabroStreamEncoder(Reply(provider="up", model="m"))
+    encoder = FabroStreamEncoder(Reply(provider="up", model="m"), Accounting())
     assert encoder.keepalive == 15.0
     assert encoder.ping() == PING_FRAME == b'event: ping\ndata: {"type":"ping"}\n\n'
 

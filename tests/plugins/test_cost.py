@@ -1,0 +1,244 @@
+"""plugins/cost.py: what a reply costs, for whole answers and streams however they end."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from plugins.cost import CostConfig, CostPlugin
+from proxy.canonical import (
+    Call,
+    Choice,
+    Chunk,
+    ChunkChoice,
+    Delta,
+    FunctionCallDelta,
+    Message,
+    RawFrames,
+    Reply,
+    Response,
+    ToolCallDelta,
+    Usage,
+)
+from proxy.chain import compose
+from proxy.errors import GatewayError
+from proxy.metrics import Metrics
+from proxy.pricing import Catalog, PriceBook, ProviderPricing, parse_price
+from tests.plugins.scripted import USAGE, ScriptedUpstream, context, cut, fail, router, sample
+
+# p/m: 1 USD per million input tokens, 2 per million output: 1,000 and 2,000 nano-dollars a token.
+PRICES = PriceBook(
+    Catalog({"fam": {"m": parse_price({"input": 1, "output": 2}, "$")}}),
+    {"p": ProviderPricing("fam")},
+)
+USAGE_NANOS = USAGE.input * 1000 + USAGE.output * 2000  # 20,000
+
+
+class Harness:
+    def __init__(self, upstream=None) -> None:
+        self.metrics = Metrics()
+        self.upstream = upstream or ScriptedUpstream()
+        plugin = CostPlugin(CostConfig(), context(router({"alias": ["p/m"]}), self.metrics, PRICES))
+        self.chain = compose([plugin], self.upstream)
+
+    def cost_metric(self, model: str = "alias") -> float:
+        return sample(self.metrics, "crossway_cost_usd_total", provider="p", model=model)
+
+
+def make_call(target: str = "p/m", *, stream: bool = False, text: str = "hello there") -> Call:
+    resolver = router({"alias": [target]}, providers=("p",))
+    return Call(
+        request_id="r",
+        dialect="openai",
+        model="alias",
+        messages=[Message("user", text)],
+        stream=stream,
+        deployments=resolver.resolve("alias"),
+    )
+
+
+async def test_a_whole_reply_is_priced_from_its_usage_and_says_so_in_a_header() -> None:
+    h = Harness()
+    call = make_call()
+    reply = await h.chain(call)
+    assert reply.headers["x-crossway-cost-usd"] == "0.00002"
+    assert (call.accounting.cost_nanos, call.accounting.cost_source) == (USAGE_NANOS, "estimated")
+    assert call.accounting.usage is None  # the reply's own usage was charged
+    assert h.cost_metric() == pytest.approx(USAGE_NANOS / 1e9)
+
+
+async def test_a_model_without_a_price_has_an_unknown_cost_and_is_counted() -> None:
+    h = Harness()
+    call = make_call("p/unpriced")
+    reply = await h.chain(call)
+    assert "x-crossway-cost-usd" not in reply.headers
+    assert call.accounting.cost_nanos is None
+    assert call.accounting.cost_source is None
+    assert sample(h.metrics, "crossway_cost_unknown_total", provider="p") == 1
+    assert h.cost_metric() == 0
+
+
+class _Answering:
+    """An upstream answering with one fixed reply."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+
+    async def __call__(self, call: Call) -> Reply:
+        return self.reply
+
+
+def _whole(usage: Usage | None, text: str = "one two three four") -> Reply:
+    response = Response(
+        id="x",
+        model="m",
+        choices=[Choice(index=0, message=Message("assistant", text))],
+        usage=usage,
+    )
+    return Reply(provider="p", model="m", response=response)
+
+
+async def test_the_providers_billed_amount_is_authoritative() -> None:
+    h = Harness(_Answering(_whole(Usage(input=10, output=5, cost_usd=0.0042))))
+    call = make_call()
+    reply = await h.chain(call)
+    assert reply.headers["x-crossway-cost-usd"] == "0.0042"
+    assert (call.accounting.cost_nanos, call.accounting.cost_source) == (4_200_000, "authoritative")
+
+
+async def test_a_whole_reply_without_usage_is_charged_an_estimate_of_it() -> None:
+    h = Harness(_Answering(_whole(None, text="x" * 40)))
+    call = make_call(text="y" * 8)  # ceil(8 / 4) + 4 per message = 6 input tokens
+    await h.chain(call)
+    assert call.accounting.usage == Usage(input=6, output=10)
+    assert call.accounting.cost_nanos == 6 * 1000 + 10 * 2000
+    assert call.accounting.cost_source == "estimated"
+
+
+async def test_a_failed_call_costs_nothing() -> None:
+    upstream = ScriptedUpstream()
+    upstream.script("p/m", fail(503))
+    h = Harness(upstream)
+    call = make_call()
+    with pytest.raises(GatewayError):
+        await h.chain(call)
+    assert (call.accounting.cost_nanos, call.accounting.cost_source) == (0, "estimated")
+
+
+async def test_a_stream_is_charged_when_it_ends_before_it_says_so() -> None:
+    h = Harness()
+    call = make_call(stream=True)
+    reply = await h.chain(call)
+    assert reply.stream is not None
+    assert "x-crossway-cost-usd" not in reply.headers  # the headers left before the cost existed
+    batches = []
+    while batch := await reply.stream.next_batch(False):  # type: ignore[attr-defined]
+        assert call.accounting.cost_nanos is None  # not before the end
+        batches.append(batch)
+    # The end was reported ([] above) with the cost already recorded: outer links see it.
+    assert (call.accounting.cost_nanos, call.accounting.cost_source) == (USAGE_NANOS, "estimated")
+    assert len(batches) == 5  # four words and the usage chunk, one batch each
+    await reply.stream.aclose()  # type: ignore[attr-defined]
+    assert h.cost_metric() == pytest.approx(USAGE_NANOS / 1e9)  # charged once
+
+
+async def test_a_stream_that_fails_midway_is_charged_for_what_it_generated() -> None:
+    upstream = ScriptedUpstream()
+    upstream.script("p/m", cut(2))
+    h = Harness(upstream)
+    call = make_call(stream=True, text="abcd")  # 1 + 4 = 5 input tokens
+    reply = await h.chain(call)
+    assert reply.stream is not None
+    with pytest.raises(GatewayError):
+        async for _ in reply.stream:
+            pass
+    # "one" + "two" = 6 characters: 2 output tokens.
+    assert call.accounting.usage == Usage(input=5, output=2)
+    assert call.accounting.cost_nanos == 5 * 1000 + 2 * 2000
+    assert call.accounting.cost_source == "estimated"
+
+
+async def test_a_stream_the_client_abandons_is_charged_when_it_is_closed() -> None:
+    h = Harness()
+    call = make_call(stream=True, text="abcd")
+    reply = await h.chain(call)
+    assert reply.stream is not None
+    first = await anext(reply.stream)  # "one"
+    assert first.choices[0].delta.content == "one"
+    await reply.stream.aclose()  # type: ignore[attr-defined]
+    assert call.accounting.usage == Usage(input=5, output=1)
+    assert call.accounting.cost_nanos == 5 * 1000 + 1 * 2000
+    await reply.stream.aclose()  # type: ignore[attr-defined]
+    assert h.cost_metric() == pytest.approx(7000 / 1e9)  # closing again charges nothing more
+
+
+class _RawStream:
+    """A batching stream of verbatim frames, as the OpenAI-compatible provider relays them."""
+
+    def __init__(self, batches: list[list]) -> None:
+        self.batches = batches
+        self.ended = False
+        self.closed = False
+
+    async def next_batch(self, raw: bool) -> list:
+        if not self.batches:
+            self.ended = True
+            return []
+        return self.batches.pop(0)
+
+    def __aiter__(self) -> AsyncIterator[Chunk]:
+        raise AssertionError("a batching stream is read by batches")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_verbatim_frames_pass_unread_and_count_one_token_each() -> None:
+    frames = RawFrames(b'data: {"a":1}\n\ndata: {"a":2}\n\ndata: {"a":3}\n\n', lambda _: None)
+    raw = _RawStream([[frames]])
+    h = Harness(_Answering(Reply(provider="p", model="m", stream=raw)))  # type: ignore[arg-type]
+    call = make_call(stream=True, text="abcd")
+    reply = await h.chain(call)
+    stream = reply.stream
+    assert stream is not raw  # metered
+    assert await stream.next_batch(True) == [frames]  # type: ignore[union-attr]
+    await stream.aclose()  # type: ignore[union-attr]
+    assert raw.closed
+    assert call.accounting.usage == Usage(input=5, output=3)
+
+
+async def test_tool_call_arguments_and_reasoning_count_as_generated_text() -> None:
+    chunk = Chunk(
+        id="c",
+        model="m",
+        choices=[
+            ChunkChoice(
+                index=0,
+                delta=Delta(
+                    reasoning_content="x" * 8,
+                    tool_calls=[
+                        ToolCallDelta(index=0, function=FunctionCallDelta(arguments="y" * 8))
+                    ],
+                ),
+            )
+        ],
+    )
+    raw = _RawStream([[chunk]])
+    h = Harness(_Answering(Reply(provider="p", model="m", stream=raw)))  # type: ignore[arg-type]
+    call = make_call(stream=True, text="abcd")
+    reply = await h.chain(call)
+    await reply.stream.next_batch(False)  # type: ignore[union-attr]
+    await reply.stream.next_batch(False)  # type: ignore[union-attr]  # the end
+    assert call.accounting.usage == Usage(input=5, output=4)
+
+
+async def test_the_stream_keeps_its_batches_and_end_flag() -> None:
+    raw = _RawStream([[Chunk(id="c", model="m", choices=[], usage=USAGE)]])
+    h = Harness(_Answering(Reply(provider="p", model="m", stream=raw)))  # type: ignore[arg-type]
+    reply = await h.chain(make_call(stream=True))
+    stream = reply.stream
+    assert stream.ended is False  # type: ignore[union-attr]
+    assert len(await stream.next_batch(False)) == 1  # type: ignore[union-attr]
+    assert await stream.next_batch(False) == []  # type: ignore[union-attr]
+    assert stream.ended is True  # type: ignore[union-attr]
