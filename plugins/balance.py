@@ -16,6 +16,11 @@ are not ejected (see :mod:`plugins.health`) and not at their ``limits``, ``strat
   Failures (errors of the health kinds, and 429s) count as samples of at least
   ``failure_penalty`` seconds so that fast failures do not attract traffic. A deployment never
   measured costs ``default_rtt``.
+- ``cost``: the cheapest candidate for the request's expected token mix — its estimated prompt
+  and its ``max_tokens`` (``expected_output_tokens`` when it sets none) — at the config's prices
+  (:mod:`proxy.pricing`); equal prices go to the lower latency estimate (as ``latency`` rates
+  them), then by weight at random. A candidate without a price is chosen only when none has
+  one.
 
 ``limits`` maps ``provider/model`` to ``rpm`` (requests) and ``tpm`` (tokens, counted from
 replies' usage) per fixed minute window: a deployment at its limit is skipped until the window
@@ -47,10 +52,11 @@ from plugins.health import Health, HealthConfig
 from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Usage, batched
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
+from proxy.pricing import expected_nanos, expected_tokens
 from proxy.store import MemoryStore, Store, StoreUnavailable
 
 Clock = Callable[[], float]
-Strategy = Literal["weighted", "least-busy", "latency"]
+Strategy = Literal["weighted", "least-busy", "latency", "cost"]
 
 _WINDOW = 60.0
 _LIMIT_PREFIX = "crossway:limits:"
@@ -81,6 +87,7 @@ class BalanceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     limits: dict[str, Limits] = msgspec.field(default_factory=dict)
     request_targets: bool = True
     max_request_targets: Annotated[int, Meta(ge=1, le=50)] = 10
+    expected_output_tokens: Annotated[int, Meta(ge=0)] = 256
 
 
 class _Stats:
@@ -120,6 +127,7 @@ class BalancePlugin:
         self._latency = options.latency
         self._limits = options.limits
         self._resolve = context.resolve
+        self._prices = context.prices
         self._metrics = context.metrics
         self._clock = clock
         self._rng = rng or random.Random()
@@ -127,6 +135,7 @@ class BalancePlugin:
         self._health = Health(options.health, self._store, context.metrics, context.logger)
         self._penalised = self._health.kinds | {"rate_limited"}
         self._track = options.strategy != "weighted"
+        self._measures = options.strategy in ("latency", "cost")  # latency estimates
         self._stats: dict[str, _Stats] = {}
 
     async def __call__(self, call: Call, next: Next) -> Reply:
@@ -141,7 +150,7 @@ class BalancePlugin:
         candidates = self._candidates(call)
         if not candidates:
             return await next(call)
-        chosen = await self._choose(call.model, candidates)
+        chosen = await self._choose(call, candidates)
         sent = msgspec.structs.replace(call, deployment=chosen)
         return await self._send(sent, chosen, candidates, next)
 
@@ -164,7 +173,8 @@ class BalancePlugin:
                 merged[d.target] = Deployment(provider=d.provider, model=d.model, weight=weight)
         return list(merged.values()) or call.deployments
 
-    async def _choose(self, model: str, candidates: Sequence[Deployment]) -> Deployment:
+    async def _choose(self, call: Call, candidates: Sequence[Deployment]) -> Deployment:
+        model = call.model
         available: list[Deployment] = []
         ejected: list[tuple[float, Deployment]] = []
         limited: list[float] = []
@@ -187,7 +197,7 @@ class BalancePlugin:
                 available.append(deployment)
         except StoreUnavailable:
             self._metrics.store_degraded("balance").inc()
-            return self._pick(candidates, now)
+            return self._pick(call, candidates, now)
         if not available:
             if limited:
                 error: GatewayError = RateLimited(
@@ -205,7 +215,7 @@ class BalancePlugin:
             if not available:
                 error.attempts = 0
                 raise error
-        chosen = self._pick(available, now)
+        chosen = self._pick(call, available, now)
         if self._limits.get(chosen.target) is not None:
             await self._count(chosen.target, "rpm", 1, now)
         return chosen
@@ -232,9 +242,11 @@ class BalancePlugin:
         except StoreUnavailable:
             self._metrics.store_degraded("balance").inc()
 
-    def _pick(self, candidates: Sequence[Deployment], now: float) -> Deployment:
+    def _pick(self, call: Call, candidates: Sequence[Deployment], now: float) -> Deployment:
         if len(candidates) == 1:
             return candidates[0]
+        if self._strategy == "cost":
+            return self._cheapest(call, candidates, now)
         if self._strategy == "latency":
             first, second = self._rng.sample(candidates, 2)
             cost_first, cost_second = self._cost(first, now), self._cost(second, now)
@@ -248,6 +260,20 @@ class BalancePlugin:
             if len(candidates) == 1:
                 return candidates[0]
         return self._rng.choices(candidates, weights=[d.weight for d in candidates])[0]
+
+    def _cheapest(self, call: Call, candidates: Sequence[Deployment], now: float) -> Deployment:
+        """The cheapest candidate for ``call``'s expected tokens (see the module docstring)."""
+        mix = expected_tokens(call, self._options.expected_output_tokens)
+        ranked = []
+        for deployment in candidates:
+            price = expected_nanos(self._prices, deployment, mix)
+            unpriced = price is None
+            ranked.append(((unpriced, price or 0, self._cost(deployment, now)), deployment))
+        best = min(rank for rank, _ in ranked)
+        cheapest = [d for rank, d in ranked if rank == best]
+        if len(cheapest) == 1:
+            return cheapest[0]
+        return self._rng.choices(cheapest, weights=[d.weight for d in cheapest])[0]
 
     def _load(self, deployment: Deployment) -> int:
         stats = self._stats.get(deployment.target)
@@ -294,7 +320,7 @@ class BalancePlugin:
         except GatewayError as error:
             if stats is not None:
                 stats.in_flight -= 1
-                if self._strategy == "latency" and error.kind in self._penalised:
+                if self._measures and error.kind in self._penalised:
                     now = self._clock()
                     self._observe(stats, max(now - started, self._latency.failure_penalty), now)
             await self._record_failure(deployment, candidates, error)
@@ -304,7 +330,7 @@ class BalancePlugin:
                 stats.in_flight -= 1
             raise
         now = self._clock()
-        if stats is not None and self._strategy == "latency":
+        if stats is not None and self._measures:
             self._observe(stats, now - started, now)
         limits = self._limits.get(deployment.target)
         counts_tokens = limits is not None and limits.tpm is not None

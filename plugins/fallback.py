@@ -13,6 +13,12 @@ error (a bad request, the client's own auth) is final. A passed deadline
 (:class:`~proxy.errors.DeadlineExceeded`) is final too: the retry plugin's deadline covers
 every model. A failure after a stream's first chunk never falls back (the stream is the reply).
 
+``order`` is the order a chain is tried in: ``config`` (as written, the default) or ``cost``:
+cheapest first for the request's expected token mix (its estimated prompt and ``max_tokens``,
+``expected_output_tokens`` when it sets none), a model costing what its cheapest ready
+deployment charges at the config's prices (:mod:`proxy.pricing`); equal prices keep the written
+order, and models without a price come last.
+
 A fallback call is a copy of the call with the next model and its deployments (resolved like a
 client's model, ignoring a client's provider pin and per-request load-balancer targets, which
 chose the primary). A model that cannot be resolved (unknown, or no ready provider) is skipped.
@@ -27,8 +33,8 @@ first: ``fallback`` → ``retry`` → ``balance``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -42,6 +48,7 @@ from proxy.errors import (
     ModelNotFound,
     NoReadyDeployment,
 )
+from proxy.pricing import expected_nanos, expected_tokens
 
 ATTEMPTS_HEADER = "x-crossway-attempts"
 FALLBACK_HEADER = "x-crossway-fallback"
@@ -66,6 +73,8 @@ class FallbackConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     on_kinds: tuple[ErrorKind, ...] = _DEFAULT_KINDS
     request_fallbacks: bool = True
     max_request_fallbacks: Annotated[int, Meta(ge=0, le=10)] = 3
+    order: Literal["config", "cost"] = "config"
+    expected_output_tokens: Annotated[int, Meta(ge=0)] = 256
 
 
 class FallbackPlugin:
@@ -80,6 +89,7 @@ class FallbackPlugin:
         self._kinds = frozenset(options.on_kinds)
         self._resolve = context.resolve
         self._metrics = context.metrics
+        self._prices = context.prices
         models = [
             *(m for chain in options.chains.values() for m in chain),
             *options.on_context_window.values(),
@@ -128,8 +138,23 @@ class FallbackPlugin:
     def _chain(self, call: Call) -> Iterator[str]:
         requested = call.options.fallbacks
         if requested is not None and self._options.request_fallbacks:
-            return iter(requested[: self._options.max_request_fallbacks])
-        return iter(self._options.chains.get(call.model, ()))
+            chain: Sequence[str] = requested[: self._options.max_request_fallbacks]
+        else:
+            chain = self._options.chains.get(call.model, ())
+        if self._options.order == "cost" and len(chain) > 1:
+            mix = expected_tokens(call, self._options.expected_output_tokens)
+            chain = sorted(chain, key=lambda model: self._expected_price(model, mix))
+        return iter(chain)
+
+    def _expected_price(self, model: str, mix: tuple[int, int]) -> tuple[bool, int]:
+        """(unpriced, nano-dollars) of ``model``'s cheapest ready deployment for ``mix``."""
+        try:
+            deployments = self._resolve(model)
+        except GatewayError:
+            return (True, 0)
+        prices = [expected_nanos(self._prices, d, mix) for d in deployments]
+        known = [price for price in prices if price is not None]
+        return (False, min(known)) if known else (True, 0)
 
     def _next_model(
         self, error: GatewayError, failed: str, chain: Iterator[str], tried: set[str]

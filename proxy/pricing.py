@@ -49,7 +49,7 @@ import msgspec
 import yaml
 from msgspec import Meta, Struct
 
-from proxy.canonical import Call, CostSource, Usage
+from proxy.canonical import Call, CostSource, Deployment, Usage
 
 SHIPPED_CATALOG = Path(__file__).resolve().parent.parent / "config" / "prices.yaml"
 CATALOG_FILE = "prices.yaml"
@@ -484,3 +484,17 @@ def requested_output_tokens(call: Call) -> int | None:
         if isinstance(limit, int):
             return limit
     return None
+
+
+def expected_tokens(call: Call, default_output: int) -> tuple[int, int]:
+    """The token mix ``call`` is expected to have: its estimated prompt, and the output limit
+    it set (``default_output`` when it set none)."""
+    output = requested_output_tokens(call)
+    return estimate_prompt_tokens(call), default_output if output is None else output
+
+
+def expected_nanos(prices: PriceBook, deployment: Deployment, mix: tuple[int, int]) -> int | None:
+    """What ``deployment`` would charge for the token ``mix`` (input, output); None when it has
+    no price."""
+    price = prices.price(deployment.provider, deployment.model)
+    return None if price is None else price.estimate_nanos(*mix)

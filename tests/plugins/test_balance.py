@@ -16,6 +16,7 @@ from proxy.canonical import (
     Deployment,
     GatewayOptions,
     Message,
+    Params,
     RawFrames,
     Usage,
     WeightedTarget,
@@ -24,6 +25,7 @@ from proxy.chain import PluginLoadError, compose, load_plugins
 from proxy.config import PluginSpec
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited
 from proxy.metrics import Metrics
+from proxy.pricing import Catalog, PriceBook, parse_price
 from proxy.store import MemoryStore, StoreUnavailable
 from tests.faults import FakeClock
 from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, router, sample
@@ -39,14 +41,14 @@ MODELS: dict = {
 
 
 class Harness:
-    def __init__(self, seed: int = 1, store=None, **options) -> None:
+    def __init__(self, seed: int = 1, store=None, prices=None, **options) -> None:
         self.clock = FakeClock()
         self.metrics = Metrics()
         self.resolver = router(MODELS, providers=("p", "q"))
         self.upstream = ScriptedUpstream(self.clock)
         self.plugin = BalancePlugin(
             msgspec.convert(options, BalanceConfig),
-            context(self.resolver, metrics=self.metrics),
+            context(self.resolver, metrics=self.metrics, prices=prices),
             store=store if store is not None else MemoryStore(self.clock),
             clock=self.clock,
             rng=random.Random(seed),
@@ -437,3 +439,67 @@ def test_bad_options_are_load_errors(options: dict, message: str):
     spec = PluginSpec(ref="balance", options=options, path="$.plugins[0].balance")
     with pytest.raises(PluginLoadError, match=message):
         load_plugins([spec], {"balance": "plugins.balance:BalancePlugin"})
+
+
+# ---------------------------------------------------------------------------------------------
+# cost
+# ---------------------------------------------------------------------------------------------
+
+
+def price_book(prices: dict[str, dict]) -> PriceBook:
+    """A book pricing ``provider/model`` targets (USD per million input/output tokens)."""
+    return PriceBook(
+        Catalog({}), deployments={t: parse_price(spec, "$") for t, spec in prices.items()}
+    )
+
+
+async def test_cost_sends_every_call_to_the_cheapest_deployment():
+    prices = price_book({"p/a": {"input": 3, "output": 15}, "p/b": {"input": 1, "output": 5}})
+    h = Harness(strategy="cost", prices=prices)
+    for _ in range(20):
+        await h.send("trio")  # q/dead has no price: never chosen while others have one
+    assert collections.Counter(h.upstream.targets()) == {"p/b": 20}
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "expected"),
+    [("word " * 2000, 10, "p/a"), ("hi", 4000, "p/b"), ("hi", None, "p/b")],
+)
+async def test_cost_prices_the_requests_expected_token_mix(prompt, max_tokens, expected):
+    # p/a: cheap input, dear output; p/b the opposite. Without max_tokens the default
+    # expected output (256 tokens) dominates a short prompt.
+    prices = price_book({"p/a": {"input": 0.1, "output": 20}, "p/b": {"input": 5, "output": 1}})
+    h = Harness(strategy="cost", prices=prices)
+    params = Params(max_tokens=max_tokens) if max_tokens else Params()
+    call = msgspec.structs.replace(
+        h.call("pair"), messages=[Message("user", prompt)], params=params
+    )
+    await h.chain(call)
+    assert h.upstream.targets() == [expected]
+
+
+async def test_cost_breaks_a_price_tie_by_the_latency_estimate():
+    same = {"input": 1, "output": 1}
+    h = Harness(strategy="cost", prices=price_book({"p/a": same, "p/b": same}), seed=3)
+    h.upstream.latency.update({"p/a": 0.5, "p/b": 0.01})
+    for _ in range(10):
+        await h.send("pair")
+    targets = h.upstream.targets()
+    assert targets.count("p/a") <= 1  # measured once at most, then the faster one wins
+    assert targets[-5:] == ["p/b"] * 5
+
+
+async def test_cost_uses_an_unpriced_deployment_only_when_none_has_a_price():
+    h = Harness(strategy="cost", prices=price_book({}), seed=2)
+    for _ in range(10):
+        await h.send("pair")
+    assert set(h.upstream.targets()) <= {"p/a", "p/b"}  # served, among the unpriced
+
+
+async def test_cost_skips_the_cheapest_once_it_is_ejected():
+    prices = price_book({"p/a": {"input": 1, "output": 1}, "p/b": {"input": 2, "output": 2}})
+    h = Harness(strategy="cost", prices=prices, health={"failures": 1})
+    h.upstream.script("p/a", fail(503))
+    assert isinstance(await h.send("pair"), GatewayError)
+    reply = await h.send("pair")
+    assert (reply.provider, reply.model) == ("p", "b")

@@ -18,6 +18,7 @@ from proxy.errors import (
     UpstreamUnavailable,
 )
 from proxy.metrics import Metrics
+from proxy.pricing import Catalog, PriceBook, parse_price
 from tests.plugins.scripted import ScriptedUpstream, context, fail, router, sample
 
 MODELS: dict = {
@@ -39,12 +40,12 @@ def make_call(model: str = "primary", **fields) -> Call:
 
 
 class Harness:
-    def __init__(self, **options) -> None:
+    def __init__(self, prices: PriceBook | None = None, **options) -> None:
         self.metrics = Metrics()
         self.upstream = ScriptedUpstream()
         resolver = router(MODELS, not_ready=("down",), providers=("p", "q"))
         self.plugin = FallbackPlugin(
-            FallbackConfig(**options), context(resolver, metrics=self.metrics)
+            FallbackConfig(**options), context(resolver, metrics=self.metrics, prices=prices)
         )
         self.chain = compose([self.plugin], self.upstream)
 
@@ -253,3 +254,52 @@ def test_bad_options_are_load_errors(options: dict, message: str):
 def test_a_model_without_a_ready_provider_is_a_valid_fallback():
     resolver = router(MODELS, not_ready=("down",), providers=("p", "q"))
     FallbackPlugin(FallbackConfig(chains={"primary": ("offline",)}), context(resolver))
+
+
+def priced(prices: dict[str, dict]) -> PriceBook:
+    return PriceBook(
+        Catalog({}), deployments={t: parse_price(spec, "$") for t, spec in prices.items()}
+    )
+
+
+PRICES = {
+    "q/backup-model": {"input": 10, "output": 10},
+    "q/second-model": {"input": 1, "output": 1},
+    "q/large-model": {"input": 5, "output": 5},
+}
+
+
+async def test_order_cost_tries_the_cheapest_fallback_first():
+    h = Harness(
+        priced(PRICES), order="cost", chains={"primary": ("backup", "lenient", "second", "large")}
+    )
+    for target in ("p/primary-model", "q/second-model", "q/large-model", "q/backup-model"):
+        h.upstream.script(target, then=fail(503, provider=target[0]))
+    reply = await h.chain(make_call())
+    assert reply.headers["x-crossway-fallback"] == "lenient"
+    # The primary first (the client asked for it), then by price; lenient has no price: last.
+    assert h.upstream.targets() == [
+        "p/primary-model",
+        "q/second-model",
+        "q/large-model",
+        "q/backup-model",
+        "q/lenient-model",
+    ]
+
+
+async def test_order_cost_keeps_the_written_order_between_equal_prices():
+    same = {"input": 1, "output": 1}
+    prices = priced({"q/backup-model": same, "q/second-model": same})
+    h = Harness(prices, order="cost", chains={"primary": ("second", "backup")})
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    h.upstream.script("q/second-model", then=fail(503, provider="q"))
+    reply = await h.chain(make_call())
+    assert reply.headers["x-crossway-fallback"] == "backup"
+    assert h.upstream.targets() == ["p/primary-model", "q/second-model", "q/backup-model"]
+
+
+async def test_order_config_is_the_default_and_ignores_prices():
+    h = Harness(priced(PRICES), chains={"primary": ("backup", "second")})
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    reply = await h.chain(make_call())
+    assert reply.headers["x-crossway-fallback"] == "backup"
