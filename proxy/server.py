@@ -21,8 +21,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from proxy.metrics import MULTIPROC_ENV
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 # The cyclic garbage collector's youngest-generation threshold while serving (CPython's default
 # is 700). A request allocates a few hundred container objects, nearly all freed by reference
@@ -60,7 +64,12 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def serve(options: ServeOptions) -> None:
-    """Serve until SIGTERM/SIGINT. Raises :class:`proxy.config.ConfigError` on a bad config."""
+    """Serve until SIGTERM/SIGINT. Raises :class:`proxy.config.ConfigError` on a bad config.
+
+    Once the gateway listens, one log line says so: ``listening on http://HOST:PORT``, with the
+    worker count, the config path and which providers are ready (with several workers, the
+    first one to start says it).
+    """
     from proxy.config import load_config
 
     config = load_config(options.config_path)
@@ -73,8 +82,17 @@ def serve(options: ServeOptions) -> None:
     _supervise(options.config_path, host, port, workers)
 
 
-def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> None:
-    """Run one gateway process on ``host:port`` until SIGTERM/SIGINT."""
+def run_worker(
+    config_path: Path,
+    host: str,
+    port: int,
+    *,
+    reuse_port: bool,
+    workers: int = 1,
+    announce: bool = True,
+) -> None:
+    """Run one gateway process on ``host:port`` until SIGTERM/SIGINT; with ``announce``, log
+    the start-up line (see :func:`serve`) once it listens, as one of ``workers``."""
     from aiohttp import web
 
     from proxy.app import SERVER, create_app
@@ -82,6 +100,10 @@ def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> 
     app = create_app(config_path)
     server = app[SERVER]
     tune_gc()
+
+    def listening(_: str) -> None:  # aiohttp calls it once every site listens
+        log_listening(app, host, port, workers)
+
     web.run_app(
         app,
         host=host,
@@ -93,8 +115,26 @@ def run_worker(config_path: Path, host: str, port: int, *, reuse_port: bool) -> 
         keepalive_timeout=server.client_idle_timeout,
         handler_cancellation=True,
         access_log=None,
-        print=None,
+        print=listening if announce else None,
         loop=new_event_loop(),
+    )
+
+
+def log_listening(app: web.Application, host: str, port: int, workers: int) -> None:
+    """Log where the gateway listens, with its workers, config and provider readiness."""
+    from proxy.app import RUNTIME
+
+    runtime = app[RUNTIME]
+    snapshot = runtime.snapshot
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    providers = snapshot.providers
+    snapshot.logger.info(
+        f"listening on {url}",
+        url=url,
+        workers=workers,
+        config=str(runtime.loader.config_path),
+        providers_ready=[name for name, p in providers.items() if p.ready],
+        providers_not_ready=[name for name, p in providers.items() if not p.ready],
     )
 
 
@@ -112,12 +152,12 @@ def tune_gc() -> None:
     gc.set_threshold(_GC_YOUNG_THRESHOLD, middle, oldest)
 
 
-def _worker_main(config_path: Path, host: str, port: int) -> None:
+def _worker_main(config_path: Path, host: str, port: int, workers: int, announce: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
     # A SIGHUP forwarded while this worker is still starting would kill it (the default action);
     # the app installs its reload handler once it runs, and reads the config afresh anyway.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    run_worker(config_path, host, port, reuse_port=True)
+    run_worker(config_path, host, port, reuse_port=True, workers=workers, announce=announce)
 
 
 def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
@@ -126,8 +166,10 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
     context = multiprocessing.get_context("spawn")
     stopping = False
 
-    def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_worker_main, args=(config_path, host, port), daemon=False)
+    def start(announce: bool = False) -> multiprocessing.process.BaseProcess:
+        process = context.Process(
+            target=_worker_main, args=(config_path, host, port, count, announce), daemon=False
+        )
         process.start()
         return process
 
@@ -158,9 +200,9 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward(signum))  # before any worker starts: none is missed
-    for _ in range(count):
+    for index in range(count):
         if not stopping:
-            workers.append(start())
+            workers.append(start(announce=index == 0))
     started_at = [time.monotonic()] * len(workers)
     pauses = [_RESTART_PAUSE / 2] * len(workers)
     reaped: set[int | None] = set()

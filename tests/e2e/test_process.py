@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -319,3 +320,46 @@ def test_a_client_trickling_its_request_head_is_disconnected(served: Served) -> 
                 break
         assert closed, "the connection outlived a 5 s trickle with a 1 s idle timeout"
     assert _chat(served.url, "first") == 200, "other clients are served meanwhile and after"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_one_start_up_line_says_where_it_listens(tmp_path: Path, workers: int) -> None:
+    port = _free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"server: {{port: {port}, workers: {workers}, access_log: false}}\n"
+        "providers:\n  mock: {type: mock}\n  openai: {type: openai, api_key: ''}\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    announced = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if '"listening on' in line:
+                announced.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}")
+        assert announced.wait(timeout=20), "no start-up line"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+        reader.join(timeout=10)
+    logged = [json.loads(line) for line in lines if line.startswith("{")]
+    started = [line for line in logged if line["event"].startswith("listening on")]
+    assert len(started) == 1, lines
+    (line,) = started
+    assert line["event"] == f"listening on http://127.0.0.1:{port}"
+    assert (line["workers"], line["config"]) == (workers, str(config))
+    assert (line["providers_ready"], line["providers_not_ready"]) == (["mock"], ["openai"])
