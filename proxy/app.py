@@ -5,17 +5,16 @@ with the dialect, resolve the model, run the plugin chain on the current snapsho
 the dialect — as one JSON body, or as an SSE stream whose chunks are flushed as they arrive.
 A failure before the first byte is an error response in the dialect's shape; after it, an
 in-band error frame and no end marker. Each request is counted in the metrics and logged as one
-access line. This is the only module that knows every piece.
+access line. Request ids, CORS and the metrics of the other routes are
+:mod:`proxy.middleware`'s. This is the only module that knows every piece.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import signal
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,12 @@ from proxy.dialects.openai_chat import error_json
 from proxy.errors import (
     GatewayError,
     InternalError,
-    MethodNotAllowed,
     NoReadyDeployment,
-    NotFound,
     PayloadTooLarge,
     RequestTimeout,
 )
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.middleware import HttpEdges, RequestIds
 from proxy.pricing import nanos_to_usd
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore
@@ -49,7 +47,6 @@ SERVER = web.AppKey("server", ServerConfig)
 RESPONSES = web.AppKey("responses", ResponseState)
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
-_MAX_REQUEST_ID = 128
 _MAX_LOGGED_MODEL = 256
 _SSE_HEADERS = {
     "content-type": "text/event-stream; charset=utf-8",
@@ -95,19 +92,22 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
+    edges = HttpEdges(metrics, config.server.cors)
     for dialect in all_dialects():
         around = _with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
-        handler = _dialect_handler(dialect, app, around)
+        handler = _dialect_handler(dialect, app, edges.request_id, around)
         for path in dialect.paths:
             app.router.add_post(path, handler)
     for prefix in ("/v1", ""):
-        app.router.add_get(f"{prefix}/models", _models)
-        app.router.add_get(f"{prefix}/responses/{{response_id}}", _stored_response)
-        app.router.add_delete(f"{prefix}/responses/{{response_id}}", _stored_response)
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/health/live", _live)
-    app.router.add_get("/health/ready", _ready)
-    app.router.add_route("*", "/{tail:.*}", _fallback)
+        app.router.add_get(f"{prefix}/models", edges.plain(f"{prefix}/models", _models))
+        stored = f"{prefix}/responses/{{response_id}}"
+        app.router.add_get(stored, edges.plain(stored, _stored_response))
+        app.router.add_delete(stored, edges.plain(stored, _stored_response))
+    app.router.add_get("/metrics", edges.plain("/metrics", _metrics))
+    app.router.add_get("/health/live", edges.plain("/health/live", _live))
+    app.router.add_get("/health/ready", edges.plain("/health/ready", _ready))
+    app.router.add_route("*", "/{tail:.*}", edges.unmatched)
+    edges.install(app)
     return app
 
 
@@ -141,23 +141,6 @@ def _install_reload_signal(app: web.Application) -> None:
 def _export_readiness(metrics: Metrics, snapshot: Snapshot) -> None:
     for name, provider in snapshot.providers.items():
         metrics.provider_ready(name).set(1 if provider.ready else 0)
-
-
-class _RequestIds:
-    """Fresh request ids: a random per-process prefix and a counter (unique, cheap, not secret)."""
-
-    __slots__ = ("_counter", "_prefix")
-
-    def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:16]
-        self._counter = itertools.count(1)
-
-    def __call__(self, request: web.Request) -> str:
-        """The client's ``x-request-id`` if it is sane, else a fresh one (32 hex digits)."""
-        given = request.headers.get("x-request-id")
-        if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
-            return given
-        return f"{self._prefix}{next(self._counter):016x}"
 
 
 async def _read_body(request: web.Request, server: ServerConfig) -> bytes:
@@ -205,14 +188,15 @@ def _with_response_state(state: ResponseState) -> Around:
     return around
 
 
-def _dialect_handler(dialect: Dialect, app: web.Application, around: Around | None = None) -> Any:
+def _dialect_handler(
+    dialect: Dialect, app: web.Application, request_ids: RequestIds, around: Around | None = None
+) -> Any:
     """The request pipeline for one dialect (see the module docstring); ``around``, when given,
     runs the chain in its place (it calls the snapshot's chain itself)."""
     metrics = app[METRICS]
     server = app[SERVER]  # limits apply as the process started (aiohttp enforces them too)
     in_flight = metrics.in_flight(dialect.name)
     name = dialect.name
-    request_ids = _RequestIds()
 
     async def handle(request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
@@ -461,20 +445,24 @@ def _access_log(
 
 
 async def _models(request: web.Request) -> web.Response:
-    """``GET /v1/models``: the aliases and direct targets that can be routed right now."""
+    """``GET /v1/models``: the aliases and direct targets that can be routed right now, then
+    the models ready providers list themselves (the mock's ``echo``, ``tools`` and ``*``)."""
     snapshot = request.app[RUNTIME].snapshot
     router = snapshot.router
-    data: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    entries: list[tuple[str, str]] = []
     for alias, deployments in router.aliases().items():
         ready = [d for d in deployments if router.is_ready(d.provider)]
-        if not ready:
-            continue
-        entries = [(alias, "crossway")] + [(d.target, d.provider) for d in ready]
-        for model_id, owner in entries:
-            if model_id not in seen:
-                seen.add(model_id)
-                data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner})
+        if ready:
+            entries += [(alias, "crossway")] + [(d.target, d.provider) for d in ready]
+    for name, provider in snapshot.providers.items():
+        if provider.ready:
+            entries += [(f"{name}/{m}", name) for m in getattr(provider, "listed_models", ())]
+    data: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for model_id, owner in entries:
+        if model_id not in seen:
+            seen.add(model_id)
+            data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner})
     return web.json_response({"object": "list", "data": data})
 
 
@@ -519,21 +507,3 @@ async def _ready(request: web.Request) -> web.Response:
         {"status": "ready" if ready else "not_ready", "providers": providers},
         status=200 if ready else 503,
     )
-
-
-async def _fallback(request: web.Request) -> web.Response:
-    """Unknown routes (404) and known routes with the wrong method (405), as OpenAI errors."""
-    error: GatewayError
-    if _is_known_path(request):
-        error = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
-    else:
-        error = NotFound(f"no route for {request.method} {request.path}")
-    return web.Response(status=error.status, body=error_json(error), content_type=_JSON)
-
-
-def _is_known_path(request: web.Request) -> bool:
-    for resource in request.app.router.resources():
-        info = resource.get_info()
-        if info.get("path") == request.path:
-            return True
-    return False

@@ -34,6 +34,30 @@ Port = Annotated[int, Meta(ge=0, le=65535)]
 PositiveSeconds = Annotated[float, Meta(gt=0)]
 
 
+class CorsConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Cross-origin access for browser clients (see :mod:`proxy.middleware`).
+
+    ``allow_origins`` are exact origins (``https://app.example.com``) or ``"*"`` for any.
+    ``allow_headers`` are the request headers a browser may send (``["*"]``: whatever the
+    preflight asks for). ``expose_headers`` are the response headers scripts may read.
+    ``allow_credentials`` lets browsers send cookies and HTTP auth (the origin is then echoed,
+    never ``*``). ``max_age`` is how long, in seconds, a browser may cache a preflight answer.
+    """
+
+    allow_origins: Annotated[tuple[str, ...], Meta(min_length=1)]
+    allow_headers: tuple[str, ...] = ("*",)
+    expose_headers: tuple[str, ...] = (
+        "x-request-id",
+        "x-crossway-provider",
+        "x-crossway-model",
+        "x-crossway-attempts",
+        "x-crossway-fallback",
+        "retry-after",
+    )
+    allow_credentials: bool = False
+    max_age: Annotated[int, Meta(ge=0)] = 600
+
+
 class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """How the gateway listens, and its per-request limits.
 
@@ -41,7 +65,8 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     body (a slow client gets 408). ``client_idle_timeout`` seconds a client connection may go
     without a whole request head: idle between keep-alive requests, or trickling a head (a
     slow-header client is disconnected). ``shutdown_timeout`` seconds in-flight requests get to
-    finish on SIGTERM. ``access_log`` one JSON line per request on stdout.
+    finish on SIGTERM. ``access_log`` one JSON line per request on stdout. ``cors`` lets
+    browser pages of the listed origins call the gateway (off when absent).
     """
 
     host: str = "127.0.0.1"
@@ -53,6 +78,7 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     shutdown_timeout: PositiveSeconds = 30.0
     access_log: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    cors: CorsConfig | None = None
 
 
 class MetricsConfig(Struct, frozen=True, forbid_unknown_fields=True):

@@ -362,6 +362,12 @@ class Metrics:
             "Replies whose cost is unknown (no price for the model that served), by provider.",
             ["provider"],
         )
+        self.http_requests = self._counter(
+            "crossway_http_requests",
+            "Requests outside the dialect routes (models, metrics, health; unknown routes as "
+            'route="unmatched"), by route and status class.',
+            ["route", "status_class"],
+        )
         self.store_degraded = self._counter(
             "crossway_store_degraded",
             "Decisions taken without the state store because it was unavailable, by use.",

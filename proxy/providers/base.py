@@ -115,7 +115,11 @@ class HttpProvider(Protocol):
 
 @runtime_checkable
 class LocalProvider(Protocol):
-    """An upstream answered in-process (the ``mock`` provider)."""
+    """An upstream answered in-process (the ``mock`` provider).
+
+    Optional, for any provider: ``listed_models: tuple[str, ...]``, upstream model names that
+    ``/v1/models`` lists as ``<provider>/<model>`` while the provider is ready.
+    """
 
     name: str
     config: ProviderConfig

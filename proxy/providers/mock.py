@@ -73,7 +73,13 @@ class _Plan(msgspec.Struct, frozen=True):
 
 
 class MockProvider:
-    """An in-process upstream; see the module docstring for the model names it understands."""
+    """An in-process upstream; see the module docstring for the model names it understands.
+
+    ``listed_models`` are what ``/v1/models`` shows for it: the mock accepts any model name,
+    so it lists its two plain behaviours and ``*``, which stands for any other name.
+    """
+
+    listed_models = ("echo", "tools", "*")
 
     def __init__(self, name: str, config: MockConfig) -> None:
         self.name = name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -55,3 +56,14 @@ async def test_fabro_without_a_model_uses_the_default(url: str) -> None:
         answer = await response.json()
     assert answer["provider"] == "mock"
     assert answer["message"]["content"][0]["data"].endswith("You said: hey")
+
+
+async def test_the_readme_quick_start_uses_listed_models(url: str) -> None:
+    readme = (DEFAULT_CONFIG.parents[1] / "README.md").read_text()
+    quick_start = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    used = set(re.findall(r'"model": "([^"]+)"|model="([^"]+)"', quick_start))
+    names = {name for pair in used for name in pair if name}
+    assert names, "the quick start names no model"
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    listed = {model.id for model in (await client.models.list()).data}
+    assert names <= listed

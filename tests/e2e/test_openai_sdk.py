@@ -144,6 +144,19 @@ async def test_models_lists_only_ready_models(gateway: Running) -> None:
     assert "offline" not in ids
 
 
+async def test_models_say_the_mock_takes_any_name_and_list_what_the_readme_uses(
+    gateway: Running,
+) -> None:
+    ids = [model.id for model in (await gateway.client().models.list()).data]
+    for mock in ("mock", "mockfast"):  # the ready mock providers of this config
+        assert {f"{mock}/echo", f"{mock}/tools", f"{mock}/*"} <= set(ids)
+    assert "keyless/*" not in ids
+    completion = await gateway.client().chat.completions.create(
+        model="mock/*", messages=[{"role": "user", "content": "any name"}]
+    )
+    assert "any name" in (completion.choices[0].message.content or "")
+
+
 async def test_mock_provider_offline(gateway: Running) -> None:
     completion = await gateway.client().chat.completions.create(
         model="mock/echo", messages=[{"role": "user", "content": "ping pong"}]

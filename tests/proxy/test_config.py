@@ -236,6 +236,23 @@ def test_wrong_type_names_the_field():
     assert errors == ["$.providers.x.timeouts.connect: Expected `float`, got `str`"]
 
 
+def test_cors_is_off_by_default_and_needs_origins_when_given():
+    assert parse_config("", {}).server.cors is None
+    cors = parse_config("server: {cors: {allow_origins: ['https://a.example']}}", {}).server.cors
+    assert cors is not None
+    assert (cors.allow_origins, cors.allow_headers, cors.allow_credentials) == (
+        ("https://a.example",),
+        ("*",),
+        False,
+    )
+    assert errors_of("server: {cors: {}}") == [
+        "$.server.cors: Object missing required field `allow_origins`"
+    ]
+    assert errors_of("server: {cors: {allow_origins: []}}")[0].startswith(
+        "$.server.cors.allow_origins: "
+    )
+
+
 def test_out_of_range_value():
     errors = errors_of("server: {port: 70000}")
     assert len(errors) == 1

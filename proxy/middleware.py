@@ -1,0 +1,170 @@
+"""What every HTTP answer gets, whatever the route: a request id, CORS, and metrics.
+
+- **Request ids.** Every response carries ``x-request-id``: the client's, if it sent a sane one
+  (printable ASCII, at most 128 characters), else a fresh one (:class:`RequestIds`). The dialect
+  routes set it themselves (their pipeline logs it); every other route gets it here.
+- **Routes outside the dialects** (``/v1/models``, ``/metrics``, ``/health/*``) and requests no
+  route takes are counted in ``crossway_http_requests_total{route, status_class}``. ``route`` is
+  a registered path, or ``unmatched`` for a path no route has, so clients cannot grow the label
+  set. An unknown path is a 404, a known path with the wrong method a 405 whose ``Allow`` header
+  lists the methods it takes (:meth:`HttpEdges.unmatched`), both as OpenAI error bodies.
+- **CORS**, only when ``server.cors`` is configured: a preflight (``OPTIONS`` with ``Origin``
+  and ``Access-Control-Request-Method``) on a known path is answered 204 with the allowed
+  methods, headers and max age, or 403 for an origin not allowed; every response to an allowed
+  origin, streams included, carries ``Access-Control-Allow-Origin`` (and the exposed headers).
+  Without the setting no CORS header is ever sent and ``OPTIONS`` is a 405.
+
+These are route wrappers and a response-prepare hook rather than aiohttp middlewares, so that
+the dialect routes, the hot path, pay nothing for them (CORS costs one hook per response, and
+only when configured).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from proxy.config import CorsConfig
+from proxy.dialects.openai_chat import error_json
+from proxy.errors import GatewayError, MethodNotAllowed, NotFound, PermissionDenied
+from proxy.metrics import Metrics
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REQUEST_ID = "x-request-id"
+UNMATCHED = "unmatched"
+MAX_REQUEST_ID = 128
+_JSON = "application/json"
+
+
+class RequestIds:
+    """Request ids: the client's when sane, else a random per-process prefix and a counter
+    (unique, cheap, not secret)."""
+
+    __slots__ = ("_counter", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._counter = itertools.count(1)
+
+    def __call__(self, request: web.Request) -> str:
+        """The client's ``x-request-id`` if it is sane, else a fresh one (32 hex digits)."""
+        given = request.headers.get(REQUEST_ID)
+        if given and len(given) <= MAX_REQUEST_ID and given.isascii() and given.isprintable():
+            return given
+        return f"{self._prefix}{next(self._counter):016x}"
+
+
+class HttpEdges:
+    """The request ids, route metrics and CORS of one app; see the module docstring."""
+
+    def __init__(self, metrics: Metrics, cors: CorsConfig | None) -> None:
+        self.request_id = RequestIds()
+        self._metrics = metrics
+        self._cors = cors
+
+    def install(self, app: web.Application) -> None:
+        """Add the CORS hook to ``app`` when CORS is configured (else nothing)."""
+        if self._cors is not None:
+            app.on_response_prepare.append(self._add_cors)
+
+    def plain(self, route: str, handler: Handler) -> Handler:
+        """``handler`` with ``x-request-id`` on its answer, counted under ``route``."""
+
+        async def serve(request: web.Request) -> web.StreamResponse:
+            request_id = self.request_id(request)
+            response = await handler(request)
+            return self._finish(response, route, request_id)
+
+        return serve
+
+    async def unmatched(self, request: web.Request) -> web.Response:
+        """The catch-all route: a CORS preflight, a 405 with ``Allow`` on a known path, or a
+        404 (see the module docstring)."""
+        request_id = self.request_id(request)
+        methods = _methods(request)
+        if methods is None:
+            error = NotFound(f"no route for {request.method} {request.path}")
+            return self._finish(_error(error), UNMATCHED, request_id)
+        if self._cors is not None and _is_preflight(request):
+            return self._finish(self._preflight(request, methods), request.path, request_id)
+        error = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        response = _error(error)
+        response.headers["Allow"] = ", ".join(methods)
+        return self._finish(response, request.path, request_id)
+
+    def _finish(
+        self, response: web.StreamResponse, route: str, request_id: str
+    ) -> web.StreamResponse:
+        if not response.prepared:
+            response.headers[REQUEST_ID] = request_id
+        self._metrics.http_requests(route, f"{response.status // 100}xx").inc()
+        return response
+
+    def _preflight(self, request: web.Request, methods: list[str]) -> web.Response:
+        cors = self._cors
+        assert cors is not None
+        if _allowed_origin(cors, request.headers["Origin"]) is None:
+            error = PermissionDenied(f"origin {request.headers['Origin']!r} is not allowed")
+            return _error(error)
+        asked = request.headers.get("Access-Control-Request-Headers", "")
+        headers = asked if cors.allow_headers == ("*",) else ", ".join(cors.allow_headers)
+        response = web.Response(status=204)
+        response.headers["Access-Control-Allow-Methods"] = ", ".join([*methods, "OPTIONS"])
+        if headers:
+            response.headers["Access-Control-Allow-Headers"] = headers
+        response.headers["Access-Control-Max-Age"] = str(cors.max_age)
+        return response
+
+    async def _add_cors(self, request: web.Request, response: web.StreamResponse) -> None:
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return
+        cors = self._cors
+        assert cors is not None
+        allowed = _allowed_origin(cors, origin)
+        headers = response.headers
+        vary = headers.get("Vary")
+        headers["Vary"] = "Origin" if not vary else f"{vary}, Origin"
+        if allowed is None:
+            return
+        headers["Access-Control-Allow-Origin"] = allowed
+        if cors.allow_credentials:
+            headers["Access-Control-Allow-Credentials"] = "true"
+        if cors.expose_headers:
+            headers["Access-Control-Expose-Headers"] = ", ".join(cors.expose_headers)
+
+
+def _allowed_origin(cors: CorsConfig, origin: str) -> str | None:
+    """The ``Access-Control-Allow-Origin`` value for ``origin``, or None if it is not allowed."""
+    if "*" in cors.allow_origins:
+        return origin if cors.allow_credentials else "*"
+    return origin if origin in cors.allow_origins else None
+
+
+def _is_preflight(request: web.Request) -> bool:
+    headers = request.headers
+    return (
+        request.method == "OPTIONS"
+        and "Origin" in headers
+        and "Access-Control-Request-Method" in headers
+    )
+
+
+def _methods(request: web.Request) -> list[str] | None:
+    """The methods the routes of ``request.path`` take (sorted), or None if no route has that
+    path."""
+    methods: set[str] = set()
+    found = False
+    for resource in request.app.router.resources():
+        if resource.get_info().get("path") == request.path:
+            found = True
+            methods.update(route.method for route in resource)
+    return sorted(methods) if found else None
+
+
+def _error(error: GatewayError) -> web.Response:
+    return web.Response(status=error.status, body=error_json(error), content_type=_JSON)
