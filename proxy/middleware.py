@@ -85,16 +85,16 @@ class HttpEdges:
         """The catch-all route: a CORS preflight, a 405 with ``Allow`` on a known path, or a
         404 (see the module docstring)."""
         request_id = self.request_id(request)
-        methods = _methods(request)
-        if methods is None:
+        route, methods = await _route_of(request)
+        if route is None:
             error = NotFound(f"no route for {request.method} {request.path}")
             return self._finish(_error(error), UNMATCHED, request_id)
         if self._cors is not None and _is_preflight(request):
-            return self._finish(self._preflight(request, methods), request.path, request_id)
+            return self._finish(self._preflight(request, methods), route, request_id)
         error = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
         response = _error(error)
         response.headers["Allow"] = ", ".join(methods)
-        return self._finish(response, request.path, request_id)
+        return self._finish(response, route, request_id)
 
     def _finish(
         self, response: web.StreamResponse, route: str, request_id: str
@@ -154,16 +154,21 @@ def _is_preflight(request: web.Request) -> bool:
     )
 
 
-def _methods(request: web.Request) -> list[str] | None:
-    """The methods the routes of ``request.path`` take (sorted), or None if no route has that
-    path."""
+async def _route_of(request: web.Request) -> tuple[str | None, list[str]]:
+    """The route template that ``request.path`` matches (``/v1/responses/{response_id}``) and
+    the methods its routes take (sorted), or ``(None, [])`` if no route but the catch-all has
+    that path."""
+    catch_all = request.match_info.route.resource
+    route: str | None = None
     methods: set[str] = set()
-    found = False
     for resource in request.app.router.resources():
-        if resource.get_info().get("path") == request.path:
-            found = True
-            methods.update(route.method for route in resource)
-    return sorted(methods) if found else None
+        if resource is catch_all:
+            continue
+        _, allowed = await resource.resolve(request)
+        if allowed:
+            route = route or resource.canonical
+            methods |= allowed
+    return route, sorted(methods)
 
 
 def _error(error: GatewayError) -> web.Response:

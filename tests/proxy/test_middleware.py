@@ -77,6 +77,8 @@ async def test_405_says_which_methods_the_route_takes(gateway: str) -> None:
     assert json.loads(body)["error"]["code"] == "method_not_allowed"
     status, headers, _ = await fetch(gateway + "/health/live", "DELETE")
     assert (status, headers["Allow"]) == (405, "GET, HEAD")
+    status, headers, _ = await fetch(gateway + "/v1/responses/resp_1", "POST")
+    assert (status, headers["Allow"]) == (405, "DELETE, GET, HEAD")
     status, headers, body = await fetch(gateway + "/nowhere", "POST")
     assert (status, "Allow" in headers) == (404, False)
     assert json.loads(body)["error"]["code"] == "not_found"
