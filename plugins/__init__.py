@@ -6,6 +6,7 @@ so an unused plugin costs nothing.
 
 BUILTINS: dict[str, str] = {
     "headers": "plugins.headers:HeadersPlugin",
+    "cache": "plugins.cache:CachePlugin",
     "retry": "plugins.retry:RetryPlugin",
     "fallback": "plugins.fallback:FallbackPlugin",
     "balance": "plugins.balance:BalancePlugin",

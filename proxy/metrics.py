@@ -91,7 +91,10 @@ class _Children:
     def __call__(self, *labels: str) -> Any:
         child = self._cache.get(labels)
         if child is None:
-            child = self._cache[labels] = self._family.labels(*labels)
+            family = self._family
+            # prometheus-client's own metric without labels is its only child
+            unlabelled = not labels and not isinstance(family, _LocalFamily)
+            child = self._cache[labels] = family if unlabelled else family.labels(*labels)
         return child
 
 
@@ -372,6 +375,28 @@ class Metrics:
             "crossway_store_degraded",
             "Decisions taken without the state store because it was unavailable, by use.",
             ["use"],
+        )
+        self.cache_requests = self._counter(
+            "crossway_cache_requests",
+            "Requests seen by the response cache, by result (hit, miss, bypass, coalesced).",
+            ["result"],
+        )
+        self.cache_saved_usd = self._counter(
+            "crossway_cache_saved_usd",
+            "What answers served by the response cache would have cost upstream, in USD.",
+            [],
+        )
+        self.cache_bytes = self._gauge(
+            "crossway_cache_bytes",
+            "Bytes of entries held by the in-process response cache (memory backend).",
+            [],
+            "livesum",
+        )
+        self.cache_errors = self._counter(
+            "crossway_cache_errors",
+            "Cache reads and writes that failed and were served as misses, by reason "
+            "(backend, corrupt).",
+            ["reason"],
         )
         # Series that alerts watch with increase() exist from the start, at 0.
         for result in ("ok", "error"):

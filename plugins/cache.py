@@ -1,0 +1,361 @@
+"""``cache``: answer identical requests from stored answers, and share identical calls in flight.
+
+A request's key (:mod:`proxy.cache.key`) covers its scope, the model it named and everything that
+changes the answer, computed on the call as the chain left it (after masking). What one request
+may do is read from its headers and gateway options (:mod:`proxy.cache.control`). Then:
+
+- **hit** — a live entry, young enough for the client's ``max-age``: the answer is served from it,
+  whole or replayed as a stream in the client's dialect (:mod:`proxy.cache.replay`), whichever way
+  it was stored. No upstream call; the reply carries ``age`` (seconds since the answer was made).
+- **coalesced** — no entry, but an identical request is being answered right now: this one waits
+  for that answer instead of calling the upstream (:mod:`proxy.cache.flight`), and is served as a
+  hit of age 0. If that call fails before it has an answer, this request calls on its own.
+- **miss** — the upstream is called; a complete answer (a whole 200, or a stream that ended
+  normally with its finish reason and usage) of at most ``max_entry_bytes`` is stored for its TTL.
+  Errors, cut or cancelled streams are never stored. ``Cache-Control: no-cache`` is a miss that
+  does not look up (and so refreshes the entry).
+- **bypass** — ``no-store``, or a request that did not ask in ``opt_in`` mode: the cache plays no
+  part.
+
+Replies carry ``x-crossway-cache: hit | miss | bypass`` (coalesced requests say ``hit``). The
+request's :class:`~proxy.canonical.Accounting` gets the verdict; a hit costs 0 and records what
+the stored answer cost as ``saved_nanos`` (the ``cost`` plugin, inside this one, prices misses).
+
+Failure policy: the cache never fails a request. A backend that cannot answer is a miss, and a
+write that fails is dropped, both counted in ``crossway_cache_errors_total{reason="backend"}``;
+an entry that cannot be decoded is deleted and missed (``reason="corrupt"``). Writes run after
+the reply has been handed on, off the request's path, and are awaited by :meth:`close`.
+
+``backend: memory`` keeps entries in this process (LRU bounded by ``max_bytes``; lost on restart
+or config reload, not shared between workers); ``backend: store`` keeps them in the process's
+state store (shared once that store is Redis). Coalescing is per process. ``clock`` (wall time,
+seconds) is injectable; entries expire on it whatever the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from proxy.cache.backends import Backend, MemoryBackend, StoreBackend
+from proxy.cache.control import Directives, Mode, directives
+from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry
+from proxy.cache.flight import Flight, FlightReader
+from proxy.cache.key import Scope, cache_key
+from proxy.cache.replay import ReplayStream, replay_chunks
+from proxy.canonical import Accounting, Call, Reply, Response
+from proxy.chain import Next, PluginContext
+from proxy.errors import GatewayError
+
+Clock = Callable[[], float]
+CACHE_HEADER = "x-crossway-cache"
+_BUFFER_FACTOR = 32
+"""A stream is kept for the cache (and joiners) until its frames pass this many entries' bound."""
+
+
+class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The ``cache`` plugin's options (seconds and bytes); see the module docstring."""
+
+    backend: Literal["memory", "store"] = "memory"
+    ttl: Annotated[int, Meta(ge=1)] = 1800
+    max_ttl: Annotated[int, Meta(ge=1)] = 259_200
+    max_bytes: Annotated[int, Meta(ge=1)] = 268_435_456
+    max_entry_bytes: Annotated[int, Meta(ge=1)] = 1_048_576
+    scope: Scope = "team"
+    mode: Mode = "always"
+    coalesce: bool = True
+
+
+class _Shared:
+    """A flight as the plugin tracks it: who led it, and the joiners whose savings it sets."""
+
+    __slots__ = ("flight", "joiners", "leader")
+
+    def __init__(self, flight: Flight, leader: Accounting) -> None:
+        self.flight = flight
+        self.leader = leader
+        self.joiners: list[Accounting] = []
+
+
+class CachePlugin:
+    """See the module docstring."""
+
+    Options = CacheConfig
+
+    def __init__(
+        self, options: CacheConfig, context: PluginContext, *, clock: Clock = time.time
+    ) -> None:
+        if options.ttl > options.max_ttl:
+            raise ValueError(f"ttl ({options.ttl}) must not exceed max_ttl ({options.max_ttl})")
+        if options.max_entry_bytes > options.max_bytes and options.backend == "memory":
+            raise ValueError("max_entry_bytes must not exceed max_bytes")
+        self._options = options
+        self._clock = clock
+        self._backend: Backend = (
+            MemoryBackend(options.max_bytes, clock)
+            if options.backend == "memory"
+            else StoreBackend(context.store)
+        )
+        metrics = context.metrics
+        self._results = {
+            result: metrics.cache_requests(result)
+            for result in ("hit", "miss", "bypass", "coalesced")
+        }
+        self._errors = {reason: metrics.cache_errors(reason) for reason in ("backend", "corrupt")}
+        self._saved_usd = metrics.cache_saved_usd()
+        self._bytes_gauge = metrics.cache_bytes() if options.backend == "memory" else None
+        self._flights: dict[str, _Shared] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __call__(self, call: Call, next: Next) -> Reply:
+        """Answer ``call`` from the cache, a call in flight, or ``next`` (see the module
+        docstring). Raises :class:`~proxy.errors.BadRequest` for a malformed
+        ``x-crossway-cache-ttl``; otherwise only what ``next`` raises."""
+        options = self._options
+        rules = directives(
+            call.client_headers,
+            call.options,
+            mode=options.mode,
+            ttl=options.ttl,
+            max_ttl=options.max_ttl,
+        )
+        if rules.bypass:
+            self._results["bypass"].inc()
+            call.accounting.cache = "bypass"
+            reply = await next(call)
+            reply.headers[CACHE_HEADER] = "bypass"
+            return reply
+        key = cache_key(call, options.scope)
+        if rules.read:
+            reply = await self._lookup(call, key, rules)
+            if reply is not None:
+                return reply
+            shared = self._flights.get(key)
+            if shared is not None and shared.flight.joinable:
+                reply = await self._join(call, shared)
+                if reply is not None:
+                    return reply
+                return await self._miss(call, key, rules, next, share=False)
+        return await self._miss(call, key, rules, next, share=options.coalesce)
+
+    async def close(self) -> None:
+        """Wait for the entry writes still running."""
+        while self._tasks:
+            await asyncio.wait(tuple(self._tasks))
+
+    # -- hits ----------------------------------------------------------------------------------
+
+    async def _lookup(self, call: Call, key: str, rules: Directives) -> Reply | None:
+        try:
+            data = await self._backend.get(key)
+        except Exception:  # any backend failure is a miss
+            self._errors["backend"].inc()
+            return None
+        if data is None:
+            return None
+        try:
+            entry = decode_entry(data)
+        except CorruptEntry:
+            self._errors["corrupt"].inc()
+            await self._delete(key)
+            return None
+        now = self._clock()
+        if entry.expires <= now:
+            return None
+        age = entry.age(now)
+        if rules.max_age is not None and age > rules.max_age:
+            return None
+        self._results["hit"].inc()
+        self._record_hit(call.accounting, entry.cost_nanos)
+        return _answer(call, entry.provider, entry.model, entry.response, age)
+
+    def _record_hit(self, accounting: Accounting, saved_nanos: int | None) -> None:
+        accounting.cache = "hit"
+        accounting.cost_nanos = 0
+        accounting.saved_nanos = saved_nanos
+        if saved_nanos:
+            self._saved_usd.inc(saved_nanos / 1e9)
+
+    # -- coalescing ----------------------------------------------------------------------------
+
+    async def _join(self, call: Call, shared: _Shared) -> Reply | None:
+        """The answer of the identical call in flight, or None to call on our own."""
+        joined = await shared.flight.join(call.timings)
+        if joined is None:
+            return None
+        leader = joined.reply
+        if joined.entry is not None:
+            try:
+                entry = decode_entry(joined.entry)
+            except CorruptEntry:  # cannot happen for an entry just encoded; stay correct anyway
+                return None
+            self._results["coalesced"].inc()
+            self._record_hit(call.accounting, entry.cost_nanos)
+            return _answer(call, leader.provider, leader.model, entry.response, 0.0)
+        reader = joined.stream
+        assert reader is not None
+        if not call.stream:
+            response = await self._drain(shared.flight, reader)
+            if response is None:
+                return None
+            self._results["coalesced"].inc()
+            self._record_hit(call.accounting, shared.leader.cost_nanos)
+            return _answer(call, leader.provider, leader.model, response, 0.0)
+        self._results["coalesced"].inc()
+        self._record_hit(call.accounting, None)
+        shared.joiners.append(call.accounting)  # its saving is known when the stream ends
+        return Reply(
+            provider=leader.provider,
+            model=leader.model,
+            stream=reader,
+            headers={CACHE_HEADER: "hit", "age": "0"},
+            attempts=0,
+        )
+
+    async def _drain(self, flight: Flight, reader: FlightReader) -> Response | None:
+        """Read a shared stream to its end for a whole request: its answer, None on failure."""
+        try:
+            while await reader.next_batch(True):
+                pass
+        except GatewayError:
+            return None
+        finally:
+            await reader.aclose()
+        return flight.answer()
+
+    # -- misses --------------------------------------------------------------------------------
+
+    async def _miss(
+        self, call: Call, key: str, rules: Directives, next: Next, *, share: bool
+    ) -> Reply:
+        self._results["miss"].inc()
+        accounting = call.accounting
+        accounting.cache = "miss"
+        share = share and key not in self._flights
+        flight = Flight(joinable=share, buffer_limit=_BUFFER_FACTOR * self._options.max_entry_bytes)
+        shared: _Shared | None = None
+        if share:
+            shared = self._flights[key] = _Shared(flight, accounting)
+        try:
+            reply = await next(call)
+        except BaseException:
+            flight.fail()
+            self._forget(key, flight)
+            raise
+        reply.headers[CACHE_HEADER] = "miss"
+        if reply.response is None:
+            on_end = functools.partial(
+                self._stream_ended, key, rules.ttl, flight, reply, accounting, shared
+            )
+            reply.stream = flight.start_stream(reply, on_end)
+            return reply
+        now = self._clock()
+        data = encode_entry(
+            Entry(
+                created=now,
+                expires=now + rules.ttl,
+                provider=reply.provider,
+                model=reply.model,
+                response=reply.response,
+                cost_nanos=accounting.cost_nanos,
+            )
+        )
+        flight.finish_whole(reply, data)
+        if len(data) <= self._options.max_entry_bytes:
+            self._spawn(self._write(key, data, rules.ttl, flight))
+        else:
+            self._forget(key, flight)
+        return reply
+
+    def _stream_ended(
+        self,
+        key: str,
+        ttl: int,
+        flight: Flight,
+        reply: Reply,
+        leader: Accounting,
+        shared: _Shared | None,
+        complete: bool,
+    ) -> None:
+        """A miss's stream is over (see :meth:`Flight.start_stream`)."""
+        if not complete:
+            self._forget(key, flight)
+            return
+        cost = leader.cost_nanos
+        if shared is not None:
+            for joiner in shared.joiners:
+                joiner.saved_nanos = cost
+                if cost:
+                    self._saved_usd.inc(cost / 1e9)
+        self._spawn(self._store_stream(key, ttl, flight, reply, cost))
+
+    async def _store_stream(
+        self, key: str, ttl: int, flight: Flight, reply: Reply, cost: int | None
+    ) -> None:
+        """Fold a stream that ended normally into an entry and store it (off the stream's
+        path: it runs once the last chunks have been handed on)."""
+        response = flight.answer()
+        if response is None:
+            self._forget(key, flight)
+            return
+        now = self._clock()
+        data = encode_entry(
+            Entry(
+                created=now,
+                expires=now + ttl,
+                provider=reply.provider,
+                model=reply.model,
+                response=response,
+                cost_nanos=cost,
+            )
+        )
+        if len(data) > self._options.max_entry_bytes:
+            self._forget(key, flight)
+            return
+        await self._write(key, data, ttl, flight)
+
+    async def _write(self, key: str, data: bytes, ttl: int, flight: Flight) -> None:
+        try:
+            await self._backend.set(key, data, ttl)
+        except Exception:  # a failed write only loses the entry
+            self._errors["backend"].inc()
+        finally:
+            self._forget(key, flight)
+        self._export_bytes()
+
+    async def _delete(self, key: str) -> None:
+        try:
+            await self._backend.delete(key)
+        except Exception:
+            self._errors["backend"].inc()
+        self._export_bytes()
+
+    def _export_bytes(self) -> None:
+        gauge = self._bytes_gauge
+        if gauge is not None:
+            gauge.set(self._backend.bytes or 0)
+
+    def _forget(self, key: str, flight: Flight) -> None:
+        shared = self._flights.get(key)
+        if shared is not None and shared.flight is flight:
+            del self._flights[key]
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _answer(call: Call, provider: str, model: str, response: Response, age: float) -> Reply:
+    """A hit's reply: ``response`` whole, or replayed when the client asked for a stream."""
+    headers = {CACHE_HEADER: "hit", "age": str(int(age))}
+    if call.stream:
+        stream = ReplayStream(replay_chunks(response))
+        return Reply(provider=provider, model=model, stream=stream, headers=headers, attempts=0)
+    return Reply(provider=provider, model=model, response=response, headers=headers, attempts=0)

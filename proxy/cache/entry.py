@@ -1,0 +1,60 @@
+"""The stored form of one complete answer, and the checks that keep a bad one from being served.
+
+An entry is a whole canonical :class:`~proxy.canonical.Response` — a stream that completed is
+folded into one first (:mod:`proxy.cache.assemble`) — with what the cache needs besides: when it
+was made and when it expires (wall-clock seconds, so that instances sharing a store agree on an
+entry's age), the deployment that produced it, and what it cost (for the savings a hit reports).
+Any dialect, streamed or not, can be answered from it.
+
+Entries are msgpack behind a short magic prefix that names the format; :func:`decode_entry`
+raises :class:`CorruptEntry` for anything else (a truncated value, another format, a foreign
+value under the key), and the caller deletes it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from proxy.cache.key import FORMAT
+from proxy.canonical import Response
+
+MAGIC = b"CWC" + bytes([FORMAT])
+
+
+class Entry(msgspec.Struct, array_like=True):
+    """One cached answer; ``created``/``expires`` are wall-clock seconds (``time.time``);
+    ``cost_nanos`` is what the answer cost when it was made (nano-dollars; None if unknown)."""
+
+    created: float
+    expires: float
+    provider: str
+    model: str
+    response: Response
+    cost_nanos: int | None = None
+
+    def age(self, now: float) -> float:
+        """Seconds since the answer was made (never negative: clocks of instances may differ)."""
+        return max(now - self.created, 0.0)
+
+
+class CorruptEntry(Exception):
+    """A stored value that is not a readable entry."""
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(Entry)
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """The bytes to store for ``entry``."""
+    return MAGIC + _ENCODER.encode(entry)
+
+
+def decode_entry(data: bytes) -> Entry:
+    """The entry stored as ``data``. Raises :class:`CorruptEntry` if it is not one."""
+    if not data.startswith(MAGIC):
+        raise CorruptEntry("not a cache entry of this format")
+    try:
+        return _DECODER.decode(memoryview(data)[len(MAGIC) :])
+    except msgspec.DecodeError as exc:
+        raise CorruptEntry(str(exc)) from None
