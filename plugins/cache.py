@@ -144,6 +144,11 @@ class CachePlugin:
                 return await self._miss(call, key, rules, next, share=False)
         return await self._miss(call, key, rules, next, share=options.coalesce)
 
+    @property
+    def waiting(self) -> int:
+        """Requests now waiting for an identical call in flight to answer."""
+        return sum(shared.flight.waiting for shared in self._flights.values())
+
     async def close(self) -> None:
         """Wait for the entry writes still running."""
         while self._tasks:

@@ -153,12 +153,19 @@ class Flight:
         """Whether a request arriving now may join (the answer can still be shared)."""
         return self._joinable and self._state != _FAILED and self._error is None
 
+    @property
+    def waiting(self) -> int:
+        """Joiners waiting for the answer to begin."""
+        return self._joining
+
     async def join(self, timings: Timings) -> Joined | None:
         """Wait for the leader's answer to begin; None when the caller must call on its own.
 
         Time spent waiting is added to ``timings.upstream_wait``. A joiner given a stream reader
         must ``aclose()`` it (as any reply stream).
         """
+        if not self.joinable:
+            return None
         started = time.perf_counter()
         self._joining += 1
         try:

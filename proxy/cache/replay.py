@@ -1,6 +1,7 @@
 """A whole answer told again as a stream: the chunks a client would have received.
 
-For each choice, in index order: a chunk opening the assistant turn (role, empty text), then the
+For each choice, in index order: a chunk opening the assistant turn (role, and an empty text, or
+null for a turn without text as OpenAI sends before tool calls), then the
 reasoning, the text (with its logprobs), the refusal and each complete tool call, each in a chunk
 of its own, then a chunk with the finish reason; after every choice, a usage chunk with no
 choices. The ids, model, creation time and fingerprint are the answer's own. Dialect encoders turn
@@ -53,7 +54,7 @@ def replay_chunks(response: Response) -> list[Chunk]:
     for choice in response.choices:
         message = choice.message
         index = choice.index
-        add(index, Delta(role="assistant", content=""))
+        add(index, Delta(role="assistant", content="" if message.content is not None else None))
         if message.reasoning_content:
             add(index, Delta(reasoning_content=message.reasoning_content))
         text = message.text()

@@ -1,0 +1,70 @@
+"""The byte-bounded LRU: eviction order, the bound, expiry on an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.cache.lru import ByteLRU
+from tests.faults import FakeClock
+
+
+def test_values_are_read_back_and_counted_in_bytes() -> None:
+    lru = ByteLRU(100, FakeClock())
+    assert lru.set("k1", b"abc", 10)
+    assert lru.get("k1") == b"abc"
+    assert lru.bytes == 5
+    assert len(lru) == 1
+    lru.set("k1", b"abcdef", 10)
+    assert lru.bytes == 8
+    assert len(lru) == 1
+
+
+def test_the_least_recently_used_goes_first_and_the_bound_holds() -> None:
+    lru = ByteLRU(30, FakeClock())
+    for name in ("a", "b", "c"):
+        lru.set(name, b"x" * 9, 60)  # 10 bytes each: full
+    assert lru.get("a") == b"x" * 9  # a is now the most recent
+    lru.set("d", b"x" * 9, 60)
+    assert "b" not in lru
+    assert "a" in lru
+    assert "c" in lru
+    assert "d" in lru
+    assert lru.bytes == 30
+    assert lru.evictions == 1
+    lru.set("e", b"x" * 19, 60)  # needs two slots: c and a go
+    assert "c" not in lru
+    assert "a" not in lru
+    assert "d" in lru
+    assert "e" in lru
+    assert lru.bytes <= 30
+
+
+def test_a_value_larger_than_the_bound_is_not_stored_and_evicts_nothing() -> None:
+    lru = ByteLRU(20, FakeClock())
+    lru.set("a", b"1234", 60)
+    assert not lru.set("big", b"x" * 30, 60)
+    assert "a" in lru
+    assert "big" not in lru
+    assert lru.evictions == 0
+
+
+def test_values_expire_on_the_clock() -> None:
+    clock = FakeClock()
+    lru = ByteLRU(100, clock)
+    lru.set("a", b"1", 10)
+    clock.advance(9.9)
+    assert lru.get("a") == b"1"
+    clock.advance(0.1)
+    assert lru.get("a") is None
+    assert lru.bytes == 0
+    assert len(lru) == 0
+
+
+def test_delete_and_bad_bounds() -> None:
+    lru = ByteLRU(100, FakeClock())
+    lru.set("a", b"1", 10)
+    lru.delete("a")
+    lru.delete("missing")
+    assert lru.bytes == 0
+    with pytest.raises(ValueError, match="max_bytes"):
+        ByteLRU(0, FakeClock())
