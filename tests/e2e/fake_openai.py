@@ -11,6 +11,7 @@ Its behaviour is chosen by the requested model name:
 - ``cut-stream``: two chunks, then the connection is dropped.
 - ``burst-stream``: the normal stream, every frame of it sent in one write (``burst_frames``
   gives those bytes), as a fast upstream's frames arrive.
+- ``gated``: the normal answer, once the test sets ``gate`` (for requests held in flight).
 
 Every request (body and headers) is recorded; ``closed_streams`` counts streams whose client
 went away before the end.
@@ -42,6 +43,7 @@ class FakeOpenAI:
         self.headers: list[dict[str, str]] = []
         self.closed_streams = 0
         self.stream_started = asyncio.Event()
+        self.gate = asyncio.Event()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -57,6 +59,8 @@ class FakeOpenAI:
             return self._fail(int(model.removeprefix("fail-")), request)
         if model == "hang":
             await asyncio.Event().wait()
+        if model == "gated":
+            await self.gate.wait()
         tool_call = _tool_call(body)
         if body.get("stream"):
             return await self._stream(request, body, model, tool_call)
