@@ -398,11 +398,12 @@ def _observe(
         return
     timings = call.timings
     series.overhead.observe(max(total - timings.upstream_wait, 0.0))
-    if provider != "none":
+    served_by_upstream = call.accounting.cache != "hit"  # a cache hit made no upstream call
+    if provider != "none" and served_by_upstream:
         series.upstream(timings.upstream_wait)
     if timings.first_token is not None:
         series.time_to_first_token(timings.first_token)
-    if outcome.usage is not None:
+    if outcome.usage is not None and served_by_upstream:
         series.record_tokens(outcome.usage)
 
 

@@ -68,7 +68,7 @@ class Gateway:
             session.get(f"{self.url}/metrics") as response,
         ):
             text = await response.text()
-        wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))  # as exposed
         series = f"{name}{{{wanted}}}" if labels else name
         for line in text.splitlines():
             if line.startswith(series + " "):
@@ -148,6 +148,10 @@ async def test_the_second_identical_openai_call_is_a_hit_and_the_upstream_saw_on
     assert len(gateway.upstream.requests) == 1
     assert await gateway.metric("crossway_cache_requests_total", result="hit") == 1
     assert await gateway.metric("crossway_cache_bytes") > 0
+    output = await gateway.metric(
+        "crossway_tokens_total", model="chat", provider="up", kind="output"
+    )
+    assert output == 4, "the hit's tokens were not processed again (5 output = 4 + 1 reasoning)"
 
 
 @pytest.mark.parametrize("first_streamed", [True, False], ids=["after-stream", "after-whole"])
