@@ -1,8 +1,9 @@
 """The response cache end to end: real SDK clients, the gateway over HTTP, the fake upstream.
 
 Each test starts a gateway whose chain is a stand-in principal plugin (the ``auth`` plugin's
-place) and the cache on an injected clock, in front of the fake OpenAI upstream, and counts what
-reached that upstream.
+place), the cache on an injected clock and the ``cost`` plugin, in front of the fake OpenAI
+upstream priced at $1 / $2 per million input / output tokens, and counts what reached that
+upstream.
 """
 
 from __future__ import annotations
@@ -104,12 +105,14 @@ async def launch(tmp_path: Path, upstream: tuple[FakeOpenAI, str]) -> AsyncItera
                     base_url: "{upstream_url}/v1"
                     api_key: "{UPSTREAM_KEY}"
                     timeouts: {{first_byte: 5, idle: 2, total: 10}}
+                    prices: {{"*": {{input: 1, output: 2}}}}
                 models:
                   chat: [{{target: up/gpt-test}}]
                 plugins:
                   - plugin: {HELPERS}:HeaderPrincipal
                   - plugin: {HELPERS}:ClockedCache
                     options: {options}
+                  - cost: {{}}
                 """
             )
         )
@@ -141,6 +144,7 @@ async def test_the_second_identical_openai_call_is_a_hit_and_the_upstream_saw_on
     gateway.cache.clock.advance(12.5)
     second, headers = await gateway.chat()
     assert first_headers["x-crossway-cache"] == "miss"
+    assert first_headers["x-crossway-cost-usd"] == "0.00002"  # 10 input + 5 output tokens
     assert (headers["x-crossway-cache"], headers["age"]) == ("hit", "12")
     assert second.choices[0].message.content == ANSWER
     assert second.model_dump() == first.model_dump()
@@ -148,6 +152,7 @@ async def test_the_second_identical_openai_call_is_a_hit_and_the_upstream_saw_on
     assert len(gateway.upstream.requests) == 1
     assert await gateway.metric("crossway_cache_requests_total", result="hit") == 1
     assert await gateway.metric("crossway_cache_bytes") > 0
+    assert await gateway.metric("crossway_cache_saved_usd_total") == pytest.approx(0.00002)
     output = await gateway.metric(
         "crossway_tokens_total", model="chat", provider="up", kind="output"
     )
