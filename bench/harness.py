@@ -18,7 +18,13 @@ from bench import aio, procstat
 from bench.analysis import checks, overheads
 from bench.matrix import DIRECT, TARGETS, CellResult, Settings, plan, run_matrix
 from bench.report import BenchReport, table_header, table_row
-from bench.targets import Server, start_gateway, start_passthrough, start_upstream
+from bench.targets import (
+    GATEWAY_VARIANTS,
+    Server,
+    start_gateway,
+    start_passthrough,
+    start_upstream,
+)
 
 
 @dataclass(frozen=True)
@@ -55,16 +61,12 @@ async def _start_servers(
     if "gateway" in options.targets:
         progress("starting the gateway")
         servers["gateway"] = await start_gateway(stack, scratch, upstream, options.gateway_command)
-    if "gateway-default" in options.targets:
-        progress("starting the gateway with the shipped plugin chain and access log")
-        servers["gateway-default"] = await start_gateway(
-            stack,
-            scratch,
-            upstream,
-            options.gateway_command,
-            name="gateway-default",
-            shipped=True,
-        )
+    for name, adds in GATEWAY_VARIANTS.items():
+        if name in options.targets:
+            progress(f"starting {name}: the gateway with {adds}")
+            servers[name] = await start_gateway(
+                stack, scratch, upstream, options.gateway_command, name=name, variant=name
+            )
     return servers
 
 

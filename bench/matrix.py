@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from bench import procstat
 from bench.driver import LoadResult, LoadSpec, open_session, run_load
-from bench.targets import Server, set_upstream_latency
+from bench.targets import GATEWAY_VARIANTS, Server, set_upstream_latency
 
 DIRECT = "direct"
-TARGETS = ("passthrough", "gateway", "gateway-default")  # every target, in report order
-DEFAULT_TARGETS = ("passthrough", "gateway")  # gateway-default is opt-in
+TARGETS = ("passthrough", "gateway", *GATEWAY_VARIANTS)  # every target, in report order
+DEFAULT_TARGETS = ("passthrough", "gateway")  # the gateway variants are opt-in
 BASELINE_CONCURRENCY = 1
 
 

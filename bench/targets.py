@@ -22,6 +22,13 @@ DEFAULT_GATEWAY_CMD = (
 )
 _READY_TIMEOUT_S = 20.0
 
+# Opt-in gateway targets: the same gateway with something turned on, each measured against
+# ``gateway`` (the empty chain) in the same interleaved rounds. Name -> what it adds.
+GATEWAY_VARIANTS = {
+    "gateway-default": "the shipped config's access log and plugin chain",
+    "gateway-cost": "the cost plugin (pricing every reply) in front of the empty chain",
+}
+
 
 @dataclass(frozen=True)
 class Server:
@@ -41,24 +48,30 @@ class Server:
         return self.base_url + CHAT_PATH
 
 
-def gateway_config_yaml(port: int, upstream_port: int, *, shipped: bool = False) -> str:
+def gateway_config_yaml(port: int, upstream_port: int, *, variant: str | None = None) -> str:
     """Return the gateway config: one worker, one OpenAI provider.
 
-    By default no access log and no plugins (the ``gateway`` target). With ``shipped`` (the
-    ``gateway-default`` target), what ``config/gateway.yaml`` turns on: the access log and the
-    chain headers, fallback, retry, balance, with the same options. This is the single place to
-    adjust if the gateway's config schema changes.
+    By default no access log and no plugins (the ``gateway`` target). ``variant`` names one of
+    :data:`GATEWAY_VARIANTS`: ``gateway-default`` is what
+    ``config/gateway.yaml`` turns on — the access log and the chain headers, fallback, retry,
+    balance, with the same options; ``gateway-cost`` adds the ``cost`` plugin, with a price
+    for every model of the provider. This is the single place to adjust if the gateway's config
+    schema changes.
     """
-    server = (
-        f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {str(shipped).lower()}}}\n"
-    )
+    access_log = str(variant == "gateway-default").lower()
+    server = f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {access_log}}}\n"
     provider = (
         "providers:\n"
         f'  upstream: {{type: openai, base_url: "http://{HOST}:{upstream_port}/v1",'
         ' api_key: "bench-key"}\n'
     )
-    if not shipped:
+    if variant is None:
         return server + provider + "plugins: []\n"
+    if variant == "gateway-cost":
+        priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
+        return server + priced + "plugins:\n  - cost: {}\n"
+    if variant != "gateway-default":
+        raise ValueError(f"unknown gateway variant {variant!r}")
     return (
         server + provider + "models: {fast: [{target: upstream/bench-model}]}\n"
         "plugins:\n"
@@ -104,17 +117,17 @@ async def start_gateway(
     command_template: str,
     *,
     name: str = "gateway",
-    shipped: bool = False,
+    variant: str | None = None,
 ) -> Server:
     """Start the gateway with :func:`gateway_config_yaml` and wait for ``/health/ready``.
 
     ``command_template`` is split like a shell command line; ``{python}``, ``{config}``
     and ``{port}`` in it are replaced by the interpreter, config file path and port. ``name``
-    names its config and log files; ``shipped`` is passed to :func:`gateway_config_yaml`.
+    names its config and log files; ``variant`` is passed to :func:`gateway_config_yaml`.
     """
     port = free_port()
     config_path = log_dir / f"{name}.yaml"
-    config_path.write_text(gateway_config_yaml(port, upstream.port, shipped=shipped))
+    config_path.write_text(gateway_config_yaml(port, upstream.port, variant=variant))
     values = {"python": sys.executable, "config": str(config_path), "port": str(port)}
     argv = [token.format(**values) for token in shlex.split(command_template)]
     child = spawn(stack, name, argv, REPO_ROOT, log_dir)

@@ -126,13 +126,23 @@ class _Metered:
     ``BatchedStream``).
     """
 
-    __slots__ = ("_batches", "_characters", "_done", "_frames", "_inner", "_on_end", "_usage")
+    __slots__ = (
+        "_batches",
+        "_characters",
+        "_done",
+        "_frames",
+        "_inner",
+        "_next_batch",
+        "_on_end",
+        "_usage",
+    )
 
     def __init__(
         self, inner: AsyncIterator[Chunk], on_end: Callable[[Usage | None, int], None]
     ) -> None:
         self._inner = inner
         self._batches = batched(inner)
+        self._next_batch = self._batches.next_batch
         self._on_end = on_end
         self._usage: Usage | None = None
         self._characters = 0
@@ -147,7 +157,7 @@ class _Metered:
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
         """The inner stream's next batch, observed on the way (see ``BatchedStream``)."""
         try:
-            batch = await self._batches.next_batch(raw)
+            batch = await self._next_batch(raw)
         except BaseException:
             self._end()
             raise
@@ -155,10 +165,10 @@ class _Metered:
             self._end()
             return batch
         for item in batch:
-            if type(item) is RawFrames:
-                self._frames += item.data.count(b"\n\n")
-            else:
-                self._observe(item)  # type: ignore[arg-type]
+            if type(item) is Chunk:
+                self._observe(item)
+            else:  # verbatim frames: one chunk, about one token, per frame
+                self._frames += item.count  # type: ignore[union-attr]
         return batch
 
     def __aiter__(self) -> _Metered:
@@ -183,16 +193,19 @@ class _Metered:
     def _observe(self, chunk: Chunk) -> None:
         if chunk.usage is not None:
             self._usage = chunk.usage
+        characters = 0
         for choice in chunk.choices:
             delta = choice.delta
             if delta.content:
-                self._characters += len(delta.content)
+                characters += len(delta.content)  # type: ignore[arg-type]
             if delta.reasoning_content:
-                self._characters += len(delta.reasoning_content)
-            for fragment in delta.tool_calls or ():
-                function = fragment.function
-                if function and function.arguments:
-                    self._characters += len(function.arguments)
+                characters += len(delta.reasoning_content)  # type: ignore[arg-type]
+            if delta.tool_calls:
+                for fragment in delta.tool_calls:
+                    function = fragment.function
+                    if function and function.arguments:
+                        characters += len(function.arguments)
+        self._characters += characters
 
     def _end(self) -> None:
         if not self._done:

@@ -471,16 +471,20 @@ class RawFrames:
     creation time and a model, with no usage and no error: events the provider would decode
     into chunks carrying :attr:`Chunk.raw`. The OpenAI chat dialect forwards ``data`` as it is;
     whoever needs canonical chunks decodes each frame's JSON (:meth:`payloads`) with ``parse``,
-    which raises :class:`~proxy.errors.UpstreamError` for a frame it cannot read.
+    which raises :class:`~proxy.errors.UpstreamError` for a frame it cannot read. ``count`` is
+    the number of frames (given by a provider that already knows it, else counted).
     Verbatim frames spare the hot path a decode and an encode per event; they are only ever
     produced by a provider that can tell them apart cheaply (see ``HttpProvider``).
     """
 
-    __slots__ = ("data", "parse")
+    __slots__ = ("count", "data", "parse")
 
-    def __init__(self, data: bytes, parse: Callable[[bytes], Chunk | None]) -> None:
+    def __init__(
+        self, data: bytes, parse: Callable[[bytes], Chunk | None], count: int | None = None
+    ) -> None:
         self.data = data
         self.parse = parse
+        self.count = data.count(b"\n\n") if count is None else count
 
     def payloads(self) -> list[bytes]:
         """The JSON of each frame, in order."""

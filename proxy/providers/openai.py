@@ -312,10 +312,12 @@ class OpenAIProvider:
             return None, data
         run = data[:cut] if cut < len(data) else data
         try:
-            _ORDINARY_CHUNKS_DECODER.decode(b"[" + run[6:-2].replace(_FRAME_JOIN, b",") + b"]")
+            frames = _ORDINARY_CHUNKS_DECODER.decode(
+                b"[" + run[6:-2].replace(_FRAME_JOIN, b",") + b"]"
+            )
         except msgspec.DecodeError:
             return None, data
-        return RawFrames(run, self._parse_payload), data[cut:]
+        return RawFrames(run, self._parse_payload, len(frames)), data[cut:]
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
         """See :meth:`proxy.providers.base.HttpProvider.parse_error`."""

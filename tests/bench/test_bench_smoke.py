@@ -73,9 +73,18 @@ def test_gateway_config_is_valid_yaml() -> None:
 
 def test_the_shipped_variant_runs_the_default_config_s_chain(tmp_path: Path) -> None:
     config_path = tmp_path / "gateway-default.yaml"
-    config_path.write_text(gateway_config_yaml(8080, 9090, shipped=True))
+    config_path.write_text(gateway_config_yaml(8080, 9090, variant="gateway-default"))
     bench = load_config(config_path)
     shipped = load_config(REPO_ROOT / "config" / "gateway.yaml")
     assert [spec.ref for spec in bench.plugins] == [spec.ref for spec in shipped.plugins]
     assert bench.server.access_log is shipped.server.access_log is True
     Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()  # its plugins load too
+
+
+def test_the_cost_variant_prices_every_reply_of_the_bench_model(tmp_path: Path) -> None:
+    config_path = tmp_path / "gateway-cost.yaml"
+    config_path.write_text(gateway_config_yaml(8080, 9090, variant="gateway-cost"))
+    blueprint = Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
+    assert [spec.ref for spec in blueprint.config.plugins] == ["cost"]
+    assert blueprint.prices.price("upstream", "bench-model") is not None
+    assert blueprint.config.server.access_log is False  # the plugin alone is measured
