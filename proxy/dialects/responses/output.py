@@ -3,27 +3,21 @@
 
 A whole reply becomes, in order, a ``reasoning`` item (if the model reasoned), a ``message``
 item (its text and refusal; an empty one when the reply has nothing else) and one
-``function_call`` item per tool call. A stream becomes items in the order their deltas arrive:
-a reasoning or message item stays open while deltas of its kind continue and is closed when
-another kind starts; function calls stay open until the stream ends (fragments of several calls
-may interleave) and are closed then, in output order. Only choice 0 is read.
+``function_call`` item per tool call. A stream becomes items in the order their deltas arrive,
+cut as :class:`~proxy.dialects.blocks.StreamBlocks` cuts content blocks: a reasoning or message
+item stays open while deltas of its kind continue and is closed when another kind starts;
+function calls stay open until the stream ends (fragments of several calls may interleave) and
+are closed then, in output order. Only choice 0 is read.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from msgspec import UNSET, Struct
 
-from proxy.canonical import (
-    Chunk,
-    FinishReason,
-    FunctionCall,
-    Message,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from proxy.canonical import Chunk, FinishReason, FunctionCall, Message, ToolCall, Usage
+from proxy.dialects.blocks import Block, Change, StreamBlocks
 from proxy.dialects.responses.objects import (
     FunctionCallItem,
     ItemStatus,
@@ -192,7 +186,7 @@ def whole_output(response_id: str, message: Message) -> list[OutputItem]:
 
 
 class _Part:
-    """One content part being streamed: its kind and the pieces received."""
+    """One content part of a streamed message or reasoning item: its kind and pieces."""
 
     __slots__ = ("kind", "pieces")
 
@@ -209,55 +203,12 @@ class _Part:
         return ReasoningText(text=text)
 
 
-class _TextItem:
-    """A ``message`` or ``reasoning`` item being streamed."""
-
-    __slots__ = ("done", "id", "index", "kind", "parts")
-
-    def __init__(self, kind: str, index: int, response_id: str) -> None:
-        self.kind = kind  # "message" or "reasoning"
-        self.index = index
-        self.id = item_id(response_id, "msg" if kind == "message" else "rs", index)
-        self.parts: list[_Part] = []
-        self.done = False
-
-    def render(self, status: ItemStatus) -> OutputItem:
-        if self.kind == "reasoning":
-            content = [part.render() for part in self.parts]
-            return ReasoningItem(id=self.id, content=content, status=status)  # type: ignore[arg-type]
-        parts = [part.render() for part in self.parts]
-        return OutputMessage(id=self.id, status=status, content=parts)  # type: ignore[arg-type]
-
-
-class _CallItem:
-    """A ``function_call`` item being streamed."""
-
-    __slots__ = ("arguments", "call_id", "done", "id", "index", "name")
-
-    def __init__(self, index: int, response_id: str, call_id: str, name: str) -> None:
-        self.index = index
-        self.id = item_id(response_id, "fc", index)
-        self.call_id = call_id
-        self.name = name
-        self.arguments: list[str] = []
-        self.done = False
-
-    def render(self, status: ItemStatus) -> FunctionCallItem:
-        return FunctionCallItem(
-            id=self.id,
-            call_id=self.call_id,
-            name=self.name,
-            arguments="".join(self.arguments),
-            status=status,
-        )
-
-
-_PART_OF = {"reasoning": "reasoning_text", "text": "output_text", "refusal": "refusal"}
-
-
 class OutputBuilder:
     """The output items of one streamed reply, fed canonical chunks in order.
 
+    Items follow :class:`~proxy.dialects.blocks.StreamBlocks`, as Anthropic's and Fabro's
+    content blocks do: a ``reasoning`` or ``message`` item per prose block (a message's refusal
+    is a part of it), a ``function_call`` item per tool call; the output index is the block's.
     With ``emit`` set, every step also appends its stream events to :attr:`events` (the caller
     drains them); without it only the items are kept (to render the final response). Two
     builders fed the same chunks render the same items. ``usage``, ``finish_reason`` and
@@ -265,10 +216,11 @@ class OutputBuilder:
     """
 
     __slots__ = (
-        "_calls",
+        "_blocks",
+        "_done",
         "_emit",
         "_items",
-        "_open",
+        "_parts",
         "_response_id",
         "events",
         "finish_reason",
@@ -279,9 +231,10 @@ class OutputBuilder:
     def __init__(self, response_id: str, *, emit: bool) -> None:
         self._response_id = response_id
         self._emit = emit
-        self._items: list[_TextItem | _CallItem] = []
-        self._open: _TextItem | None = None
-        self._calls: dict[int, _CallItem] = {}
+        self._blocks = StreamBlocks("call_")
+        self._items: list[Block] = []  # every block so far, in output order
+        self._parts: dict[int, list[_Part]] = {}  # content parts of prose blocks, by index
+        self._done: set[int] = set()
         self.events: list[ItemEvent] = []
         self.finish_reason: FinishReason | None = None
         self.usage: Usage | None = None
@@ -298,13 +251,16 @@ class OutputBuilder:
                 continue
             delta = choice.delta
             if delta.reasoning_content:
-                self._text("reasoning", delta.reasoning_content)
+                self._prose("reasoning", "reasoning_text", delta.reasoning_content)
             if delta.content:
-                self._text("text", delta.content)
+                self._prose("text", "output_text", delta.content)
             if delta.refusal:
-                self._text("refusal", delta.refusal)
+                self._prose("text", "refusal", delta.refusal)
             for fragment in delta.tool_calls or ():
-                self._fragment(fragment)
+                block, changes, pieces = self._blocks.tool_fragment(fragment)
+                self._apply(changes)
+                if pieces and self._emit:
+                    self.events.append(ArgumentsDelta(self._id(block), block.index, pieces))
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
 
@@ -312,17 +268,17 @@ class OutputBuilder:
         """The stream ended normally: close every open item, in output order. A reply that
         produced no item at all gets an empty message, as a whole reply does."""
         if not self._items:
-            self._text("text", "")
-        self._close_open()
-        for item in self._items:
-            if isinstance(item, _CallItem) and not item.done:
-                self._close_call(item)
+            self._prose("text", "output_text", "")
+        self._apply(self._blocks.close())
 
     def items(self, *, final: bool = True) -> list[OutputItem]:
         """The items so far: finished ones ``completed``; unfinished ones ``incomplete`` when
         ``final`` (the stream failed), else ``in_progress``."""
         unfinished: ItemStatus = "incomplete" if final else "in_progress"
-        return [item.render("completed" if item.done else unfinished) for item in self._items]
+        return [
+            self._render(block, "completed" if block.index in self._done else unfinished)
+            for block in self._items
+        ]
 
     def message(self) -> Message:
         """The assistant message the items amount to (for the conversation history)."""
@@ -330,13 +286,12 @@ class OutputBuilder:
         reasoning: list[str] = []
         refusals: list[str] = []
         calls: list[ToolCall] = []
-        for item in self._items:
-            if isinstance(item, _CallItem):
-                arguments = "".join(item.arguments)
-                function = FunctionCall(name=item.name, arguments=arguments)
-                calls.append(ToolCall(id=item.call_id, function=function))
+        for block in self._items:
+            if block.kind == "tool_call":
+                function = FunctionCall(name=block.name, arguments="".join(block.arguments))
+                calls.append(ToolCall(id=block.call_id, function=function))
                 continue
-            for part in item.parts:
+            for part in self._parts[block.index]:
                 into = {"output_text": texts, "refusal": refusals}.get(part.kind, reasoning)
                 into.append("".join(part.pieces))
         return Message(
@@ -347,90 +302,85 @@ class OutputBuilder:
             reasoning_content="".join(reasoning) if reasoning else UNSET,
         )
 
-    # -- text-like items ------------------------------------------------------------------
+    def _id(self, block: Block) -> str:
+        prefix = {"text": "msg", "reasoning": "rs"}.get(block.kind, "fc")
+        return item_id(self._response_id, prefix, block.index)
 
-    def _text(self, kind: str, piece: str) -> None:
-        """Add ``piece`` of ``kind`` (reasoning, text or refusal), opening items and parts."""
-        item_kind = "reasoning" if kind == "reasoning" else "message"
-        item = self._open
-        if item is None or item.kind != item_kind:
-            self._close_open()
-            item = self._open = _TextItem(item_kind, len(self._items), self._response_id)
-            self._items.append(item)
+    def _render(self, block: Block, status: ItemStatus) -> OutputItem:
+        if block.kind == "tool_call":
+            return FunctionCallItem(
+                id=self._id(block),
+                call_id=block.call_id,
+                name=block.name,
+                arguments="".join(block.arguments),
+                status=status,
+            )
+        parts = [part.render() for part in self._parts[block.index]]
+        if block.kind == "reasoning":
+            return ReasoningItem(id=self._id(block), content=parts, status=status)  # type: ignore[arg-type]
+        return OutputMessage(id=self._id(block), status=status, content=parts)  # type: ignore[arg-type]
+
+    def _prose(self, kind: Literal["text", "reasoning"], part_kind: str, piece: str) -> None:
+        """Add ``piece`` to the open prose item of ``kind``, in a part of ``part_kind``."""
+        block, changes = self._blocks.prose(kind)
+        self._apply(changes)
+        parts = self._parts[block.index]
+        if not parts or parts[-1].kind != part_kind:
+            if parts:
+                self._close_part(block, len(parts) - 1)
+            parts.append(_Part(part_kind))
             if self._emit:
-                self.events.append(OutputItemAdded(item.index, item.render("in_progress")))
-        part_kind = _PART_OF[kind]
-        if not item.parts or item.parts[-1].kind != part_kind:
-            if item.parts:
-                self._close_part(item, len(item.parts) - 1)
-            item.parts.append(_Part(part_kind))
-            if self._emit:
+                part = _Part(part_kind).render()
                 self.events.append(
-                    ContentPartAdded(
-                        item.id, item.index, len(item.parts) - 1, _Part(part_kind).render()
-                    )
+                    ContentPartAdded(self._id(block), block.index, len(parts) - 1, part)
                 )
-        part = item.parts[-1]
-        part.pieces.append(piece)
+        parts[-1].pieces.append(piece)
         if self._emit and piece:
-            position = len(item.parts) - 1
+            item, index, position = self._id(block), block.index, len(parts) - 1
             event: ItemEvent
             if part_kind == "output_text":
-                event = OutputTextDelta(item.id, item.index, position, piece, [])
+                event = OutputTextDelta(item, index, position, piece, [])
             elif part_kind == "refusal":
-                event = RefusalDelta(item.id, item.index, position, piece)
+                event = RefusalDelta(item, index, position, piece)
             else:
-                event = ReasoningTextDelta(item.id, item.index, position, piece)
+                event = ReasoningTextDelta(item, index, position, piece)
             self.events.append(event)
 
-    def _close_part(self, item: _TextItem, position: int) -> None:
+    def _apply(self, changes: list[Change]) -> None:
+        """Items opened and closed as their blocks were."""
+        for opened, block in changes:
+            if opened:
+                self._items.append(block)
+                if block.kind != "tool_call":
+                    self._parts[block.index] = []
+                if self._emit:
+                    self.events.append(
+                        OutputItemAdded(block.index, self._render(block, "in_progress"))
+                    )
+                continue
+            if block.kind == "tool_call":
+                if self._emit:
+                    arguments = "".join(block.arguments)
+                    self.events.append(
+                        ArgumentsDone(self._id(block), block.index, block.name, arguments)
+                    )
+            elif self._parts[block.index]:
+                self._close_part(block, len(self._parts[block.index]) - 1)
+            self._done.add(block.index)
+            if self._emit:
+                self.events.append(OutputItemDone(block.index, self._render(block, "completed")))
+
+    def _close_part(self, block: Block, position: int) -> None:
         if not self._emit:
             return
-        part = item.parts[position]
-        text = "".join(part.pieces)
+        part = self._parts[block.index][position]
+        item, text = self._id(block), "".join(part.pieces)
         event: ItemEvent
         if part.kind == "output_text":
-            event = OutputTextDone(item.id, item.index, position, text, [])
+            event = OutputTextDone(item, block.index, position, text, [])
         elif part.kind == "refusal":
-            event = RefusalDone(item.id, item.index, position, text)
+            event = RefusalDone(item, block.index, position, text)
         else:
-            event = ReasoningTextDone(item.id, item.index, position, text)
+            event = ReasoningTextDone(item, block.index, position, text)
         self.events.append(event)
-        self.events.append(ContentPartDone(item.id, item.index, position, part.render()))
-
-    def _close_open(self) -> None:
-        item, self._open = self._open, None
-        if item is None:
-            return
-        if item.parts:
-            self._close_part(item, len(item.parts) - 1)
-        item.done = True
-        if self._emit:
-            self.events.append(OutputItemDone(item.index, item.render("completed")))
-
-    # -- function calls -------------------------------------------------------------------
-
-    def _fragment(self, fragment: ToolCallDelta) -> None:
-        function = fragment.function if fragment.function is not UNSET else None
-        call = self._calls.get(fragment.index)
-        if call is None:
-            self._close_open()
-            name = function.name if function is not None and function.name else ""
-            call_id = fragment.id if fragment.id else f"call_{fragment.index}"
-            call = _CallItem(len(self._items), self._response_id, call_id, name)
-            self._calls[fragment.index] = call
-            self._items.append(call)
-            if self._emit:
-                self.events.append(OutputItemAdded(call.index, call.render("in_progress")))
-        pieces = function.arguments if function is not None else UNSET
-        if pieces:
-            call.arguments.append(pieces)  # type: ignore[arg-type]
-            if self._emit:
-                self.events.append(ArgumentsDelta(call.id, call.index, pieces))  # type: ignore[arg-type]
-
-    def _close_call(self, call: _CallItem) -> None:
-        call.done = True
-        if self._emit:
-            arguments = "".join(call.arguments)
-            self.events.append(ArgumentsDone(call.id, call.index, call.name, arguments))
-            self.events.append(OutputItemDone(call.index, call.render("completed")))
+        self.events.append(ContentPartDone(item, block.index, position, part.render()))
