@@ -26,7 +26,6 @@ from proxy.canonical import BatchedStream, Call, Chunk, RawFrames, Reply, Usage,
 from proxy.config import ConfigError, ServerConfig, load_config
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder
-from proxy.dialects.openai_chat import error_json
 from proxy.errors import (
     GatewayError,
     InternalError,
@@ -40,6 +39,7 @@ from proxy.pricing import nanos_to_usd
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
+from proxy.side_routes import SideRoutes
 
 RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
@@ -93,6 +93,12 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     edges = HttpEdges(metrics, config.server.cors)
+    side = SideRoutes(
+        lambda: app[RUNTIME].snapshot,
+        app[RESPONSES],
+        lambda request: _read_body(request, config.server),
+        edges.request_id,
+    )
     for dialect in all_dialects():
         around = _with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
         handler = _dialect_handler(dialect, app, edges.request_id, around)
@@ -100,9 +106,13 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             app.router.add_post(path, handler)
     for prefix in ("/v1", ""):
         app.router.add_get(f"{prefix}/models", edges.plain(f"{prefix}/models", _models))
+        model = f"{prefix}/models/{{model:.+}}"
+        app.router.add_get(model, edges.plain(model, side.model))
         stored = f"{prefix}/responses/{{response_id}}"
-        app.router.add_get(stored, edges.plain(stored, _stored_response))
-        app.router.add_delete(stored, edges.plain(stored, _stored_response))
+        app.router.add_get(stored, edges.plain(stored, side.stored_response))
+        app.router.add_delete(stored, edges.plain(stored, side.stored_response))
+    count = "/v1/messages/count_tokens"
+    app.router.add_post(count, edges.plain(count, side.count_tokens))
     app.router.add_get("/metrics", edges.plain("/metrics", _metrics))
     app.router.add_get("/health/live", edges.plain("/health/live", _live))
     app.router.add_get("/health/ready", edges.plain("/health/ready", _ready))
@@ -465,27 +475,6 @@ async def _models(request: web.Request) -> web.Response:
             seen.add(model_id)
             data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner})
     return web.json_response({"object": "list", "data": data})
-
-
-async def _stored_response(request: web.Request) -> web.Response:
-    """``GET`` / ``DELETE /v1/responses/{id}``: the caller's stored response, or 404."""
-    snapshot = request.app[RUNTIME].snapshot
-    state = request.app[RESPONSES]
-    response_id = request.match_info["response_id"]
-    try:
-        principal = await snapshot.authenticate(request.headers)
-        if request.method == "DELETE":
-            body = await state.delete(response_id, principal)
-        else:
-            body = await state.fetch(response_id, principal)
-    except GatewayError as error:
-        return web.Response(
-            status=error.status,
-            body=error_json(error),
-            content_type=_JSON,
-            headers=error.response_headers(),
-        )
-    return web.Response(body=body, headers={"content-type": _JSON})
 
 
 async def _metrics(request: web.Request) -> web.Response:

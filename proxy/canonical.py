@@ -452,6 +452,9 @@ class Chunk(Struct, omit_defaults=True):
     ``chat.completion.chunk`` (an OpenAI-compatible provider sets it), so that the OpenAI chat
     dialect can send it on unchanged instead of encoding it again. It describes the chunk as
     received: code that changes a chunk must set ``raw`` to None (a new Chunk has none).
+    ``input_usage`` is the usage an upstream announced before its first delta (Anthropic's
+    ``message_start``): the input buckets, and whatever output it counted by then. It only
+    informs dialects that say it early too; ``usage`` on a later chunk still carries the totals.
     """
 
     id: str
@@ -461,6 +464,7 @@ class Chunk(Struct, omit_defaults=True):
     usage: Usage | None = None
     system_fingerprint: str | UnsetType | None = UNSET
     raw: bytes | None = None
+    input_usage: Usage | None = None
 
 
 class RawFrames:

@@ -7,7 +7,8 @@
   route takes are counted in ``crossway_http_requests_total{route, status_class}``. ``route`` is
   a registered path, or ``unmatched`` for a path no route has, so clients cannot grow the label
   set. An unknown path is a 404, a known path with the wrong method a 405 whose ``Allow`` header
-  lists the methods it takes (:meth:`HttpEdges.unmatched`), both as OpenAI error bodies.
+  lists the methods it takes (:meth:`HttpEdges.unmatched`), both as OpenAI error bodies — or
+  Anthropic's, for an Anthropic client (:func:`is_anthropic_request`).
 - **CORS**, only when ``server.cors`` is configured: a preflight (``OPTIONS`` with ``Origin``
   and ``Access-Control-Request-Method``) on a known path is answered 204 with the allowed
   methods, headers and max age, or 403 for an origin not allowed; every response to an allowed
@@ -28,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from proxy.config import CorsConfig
+from proxy.dialects import anthropic
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import GatewayError, MethodNotAllowed, NotFound, PermissionDenied
 from proxy.metrics import Metrics
@@ -88,11 +90,11 @@ class HttpEdges:
         route, methods = await _route_of(request)
         if route is None:
             error = NotFound(f"no route for {request.method} {request.path}")
-            return self._finish(_error(error), UNMATCHED, request_id)
+            return self._finish(_error(error, request), UNMATCHED, request_id)
         if self._cors is not None and _is_preflight(request):
             return self._finish(self._preflight(request, methods), route, request_id)
         error = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
-        response = _error(error)
+        response = _error(error, request)
         response.headers["Allow"] = ", ".join(methods)
         return self._finish(response, route, request_id)
 
@@ -109,7 +111,7 @@ class HttpEdges:
         assert cors is not None
         if _allowed_origin(cors, request.headers["Origin"]) is None:
             error = PermissionDenied(f"origin {request.headers['Origin']!r} is not allowed")
-            return _error(error)
+            return _error(error, request)
         asked = request.headers.get("Access-Control-Request-Headers", "")
         headers = asked if cors.allow_headers == ("*",) else ", ".join(cors.allow_headers)
         response = web.Response(status=204)
@@ -171,5 +173,26 @@ async def _route_of(request: web.Request) -> tuple[str | None, list[str]]:
     return route, sorted(methods)
 
 
-def _error(error: GatewayError) -> web.Response:
-    return web.Response(status=error.status, body=error_json(error), content_type=_JSON)
+def is_anthropic_request(request: web.Request) -> bool:
+    """Whether an Anthropic client sent ``request``: an Anthropic path (``/v1/messages…``), or
+    the ``anthropic-version`` header every Anthropic SDK sends. Its errors use Anthropic's shape."""
+    return request.path.startswith("/v1/messages") or "anthropic-version" in request.headers
+
+
+def error_response(
+    error: GatewayError, *, anthropic_shape: bool, request_id: str | None = None
+) -> web.Response:
+    """``error`` in OpenAI's or Anthropic's error shape, with its status and retry headers (and
+    ``request-id`` for Anthropic's SDKs when ``request_id`` is given)."""
+    headers = error.response_headers()
+    if anthropic_shape:
+        body = anthropic.error_json(error, request_id)
+        if request_id is not None:
+            headers["request-id"] = request_id
+    else:
+        body = error_json(error)
+    return web.Response(status=error.status, body=body, content_type=_JSON, headers=headers)
+
+
+def _error(error: GatewayError, request: web.Request) -> web.Response:
+    return error_response(error, anthropic_shape=is_anthropic_request(request))

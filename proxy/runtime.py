@@ -141,7 +141,7 @@ class Loader:
 
 
 class Snapshot:
-    """One config's live runtime. ``chain`` is the whole plugin chain ending at the upstream;
+    """One config's live runtime. ``chain`` is the whole plugin chain ending at ``upstream``;
     ``authenticate`` identifies a caller outside it (:func:`proxy.chain.authenticator`)."""
 
     def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
@@ -170,6 +170,7 @@ class Snapshot:
             on_upstream_error,
             on_dropped=on_dropped,
         )
+        self.upstream = upstream
         self.chain: Next = compose(self.plugins, upstream)
         self.authenticate: Authenticate = authenticator(self.plugins)
         self._active = 0

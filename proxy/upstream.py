@@ -327,6 +327,38 @@ class Upstream:
             return Reply(provider=deployment.provider, model=deployment.model, response=result)
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
 
+    async def count_tokens(self, call: Call, deployments: list[Deployment]) -> int | None:
+        """The exact input tokens of ``call`` from the first of ``deployments`` whose provider
+        can count them (an in-process ``count_tokens``, or an API's counting endpoint, asked
+        under the provider's clocks); None when none can. Raises a sanitised
+        :class:`GatewayError` when the counting upstream fails."""
+        for deployment in deployments:
+            provider = self._providers[deployment.provider]
+            local = getattr(provider, "count_tokens", None)
+            if local is not None:
+                return int(local(call, deployment.model))
+            if getattr(provider, "count_tokens_request", None) is not None:
+                try:
+                    return await self._count(provider, call, deployment)  # type: ignore[arg-type]
+                except GatewayError as error:
+                    self._fail(deployment.provider, error)
+                    raise
+        return None
+
+    async def _count(self, provider: Any, call: Call, deployment: Deployment) -> int:
+        request = provider.count_tokens_request(call, deployment.model)
+        clocks = _Clocks(provider.config.timeouts)
+        try:
+            with clocks:
+                status, headers, body = await self._transport.request(provider, request)
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            clocks.close()
+        if status >= 300:
+            raise provider.parse_error(status, headers, body)
+        return int(provider.parse_token_count(body))
+
     def _pick(self, deployments: list[Deployment]) -> Deployment:
         if len(deployments) == 1:
             return deployments[0]

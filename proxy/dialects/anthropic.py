@@ -187,7 +187,21 @@ class _Request(Struct):
     output_config: _OutputConfig | None = None
 
 
+class _CountRequest(Struct):
+    """``POST /v1/messages/count_tokens``: what a Messages request sends, without generation
+    settings (no ``max_tokens``)."""
+
+    model: Annotated[str, Meta(min_length=1)]
+    messages: Annotated[list[_MessageIn], Meta(min_length=1)]
+    system: str | list[_Text] | None = None
+    tools: list[_ToolIn] | None = None
+    tool_choice: _ChoiceAuto | _ChoiceAny | _ChoiceTool | _ChoiceNone | None = None
+    thinking: _ThinkingEnabled | _ThinkingDisabled | _ThinkingAdaptive | None = None
+    output_config: _OutputConfig | None = None
+
+
 _REQUEST = msgspec.json.Decoder(_Request)
+_COUNT_REQUEST = msgspec.json.Decoder(_CountRequest)
 _ENCODER = msgspec.json.Encoder()
 _EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 _CLIENT_TOOL_TYPES = (None, "custom")
@@ -391,23 +405,7 @@ class AnthropicDialect:
             request = _REQUEST.decode(body)
         except msgspec.DecodeError as exc:
             raise bad_request(exc) from None
-        messages = _system(request.system)
-        for index, message in enumerate(request.messages):
-            messages.extend(_canonical_messages(message, f"messages[{index}]"))
-        extra: dict[str, Raw] = {}
-        if request.top_k is not None:
-            extra["top_k"] = Raw(_ENCODER.encode(request.top_k))
-        return Call(
-            request_id=request_id,
-            dialect=self.name,
-            model=request.model,
-            messages=messages,
-            stream=bool(request.stream),
-            params=_params(request),
-            extra=extra,
-            client_headers=headers,
-            timings=Timings(start=start),
-        )
+        return _call(request, headers, request_id, start)
 
     def encode_response(self, call: Call, reply: Reply) -> bytes:
         """See :meth:`proxy.dialects.base.Dialect.encode_response`."""
@@ -419,7 +417,7 @@ class AnthropicDialect:
         reason = stop_reason(choice.finish_reason, called_tools, matched)
         return _ENCODER.encode(
             _MessageOut(
-                id=response.id or f"msg_{call.request_id}",
+                id=message_id(response.id, call.request_id),
                 model=response.model or reply.model,
                 content=_blocks(choice.message),
                 stop_reason=reason,
@@ -430,7 +428,9 @@ class AnthropicDialect:
 
     def stream_encoder(self, call: Call, reply: Reply) -> AnthropicStreamEncoder:
         """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
-        return AnthropicStreamEncoder(fallback_id=f"msg_{call.request_id}", model=reply.model)
+        return AnthropicStreamEncoder(
+            fallback_id=message_id("", call.request_id), model=reply.model
+        )
 
     def encode_error(self, error: GatewayError, request_id: str) -> bytes:
         """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
@@ -449,9 +449,80 @@ class AnthropicDialect:
         return {"request-id": request_id}
 
 
+def decode_count_tokens(
+    body: bytes, headers: Mapping[str, str], request_id: str, start: float
+) -> Call:
+    """The call whose input a ``POST /v1/messages/count_tokens`` body asks about: decoded as a
+    Messages request is (same fields, same 400s), without ``max_tokens``; never streamed."""
+    try:
+        count = _COUNT_REQUEST.decode(body)
+    except msgspec.DecodeError as exc:
+        raise bad_request(exc) from None
+    request = _Request(
+        model=count.model,
+        max_tokens=1,
+        messages=count.messages,
+        system=count.system,
+        tools=count.tools,
+        tool_choice=count.tool_choice,
+        thinking=count.thinking,
+        output_config=count.output_config,
+    )
+    call = _call(request, headers, request_id, start)
+    call.params.max_tokens = UNSET
+    return call
+
+
+def token_count_json(input_tokens: int) -> bytes:
+    """``{"input_tokens": N}``: what ``count_tokens`` answers."""
+    return _ENCODER.encode({"input_tokens": input_tokens})
+
+
+def message_id(upstream_id: str, request_id: str) -> str:
+    """An Anthropic-style ``msg_…`` id: the upstream's when it is one, else ``msg_`` and the
+    letters and digits of the upstream's id (of the request id when the upstream gave none)."""
+    return _styled("msg_", upstream_id or request_id)
+
+
+def tool_use_id(call_id: str) -> str:
+    """An Anthropic-style ``toolu_…`` id for a tool call: the call's own when it is one, else
+    ``toolu_`` and the letters and digits of the call's id after any ``call`` prefix. The same
+    id always maps to the same ``toolu_`` id, so a tool result the client sends back with it
+    answers the same call in the conversation the upstream sees."""
+    if call_id.startswith("toolu_"):
+        return call_id
+    return _styled("toolu_", call_id.removeprefix("call_").removeprefix("call-"))
+
+
+def _styled(prefix: str, value: str) -> str:
+    if value.startswith(prefix):
+        return value
+    return prefix + "".join(c for c in value[:64] if c.isascii() and (c.isalnum() or c == "_"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Decoding helpers
 # ---------------------------------------------------------------------------------------------
+
+
+def _call(request: _Request, headers: Mapping[str, str], request_id: str, start: float) -> Call:
+    messages = _system(request.system)
+    for index, message in enumerate(request.messages):
+        messages.extend(_canonical_messages(message, f"messages[{index}]"))
+    extra: dict[str, Raw] = {}
+    if request.top_k is not None:
+        extra["top_k"] = Raw(_ENCODER.encode(request.top_k))
+    return Call(
+        request_id=request_id,
+        dialect=AnthropicDialect.name,
+        model=request.model,
+        messages=messages,
+        stream=bool(request.stream),
+        params=_params(request),
+        extra=extra,
+        client_headers=headers,
+        timings=Timings(start=start),
+    )
 
 
 def _system(system: str | list[_Text] | None) -> list[Message]:
@@ -632,7 +703,9 @@ def _blocks(message: Message) -> list[_BlockOut]:
     for call in message.tool_calls or ():
         blocks.append(
             _ToolUseOut(
-                id=call.id, name=call.function.name, input=_tool_input(call.function.arguments)
+                id=tool_use_id(call.id),
+                name=call.function.name,
+                input=_tool_input(call.function.arguments),
             )
         )
     return blocks
@@ -647,8 +720,9 @@ def _frame(event: Struct) -> bytes:
 class AnthropicStreamEncoder:
     """Anthropic's named stream events for one reply (choice 0).
 
-    ``message_start`` goes out with the first chunk (usage zero: the counts come with the last
-    chunk and are sent, cumulative, in ``message_delta``). Content blocks follow
+    ``message_start`` goes out with the first chunk, with the usage the upstream announced
+    before its first delta (``Chunk.input_usage``; zero when it announced none); the counts of
+    the last chunk are sent, cumulative, in ``message_delta``. Content blocks follow
     :class:`~proxy.dialects.blocks.StreamBlocks`: one text or thinking block at a time, each
     tool call in its own block from its first fragment to the end of the answer.
     """
@@ -667,7 +741,7 @@ class AnthropicStreamEncoder:
 
     def chunk(self, chunk: Chunk) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
-        out = bytearray(self._start(chunk.id, chunk.model))
+        out = bytearray(self._start(chunk.id, chunk.model, chunk.input_usage))
         if chunk.usage is not None:
             self._usage = chunk.usage
         blocks = self._blocks
@@ -718,16 +792,16 @@ class AnthropicStreamEncoder:
         """See :meth:`proxy.dialects.base.StreamEncoder.error`."""
         return encode_named_frame("error", error_json(error, None))
 
-    def _start(self, message_id: str, model: str) -> bytes:
+    def _start(self, upstream_id: str, model: str, usage: Usage | None = None) -> bytes:
         if self._started:
             return b""
         self._started = True
         message = _MessageOut(
-            id=message_id or self._fallback_id,
+            id=_styled("msg_", upstream_id) if upstream_id else self._fallback_id,
             model=model or self._model,
             content=[],
             stop_reason=None,
-            usage=AnthropicUsage.of(None),
+            usage=AnthropicUsage.of(usage),
         )
         return _frame(_MessageStart(message=message))
 
@@ -745,7 +819,7 @@ def _changes(changes: list[Change]) -> bytes:
         elif block.kind == "reasoning":
             content = _ThinkingOut(thinking="")
         else:
-            content = _ToolUseOut(id=block.call_id, name=block.name, input={})
+            content = _ToolUseOut(id=tool_use_id(block.call_id), name=block.name, input={})
         out += _frame(_BlockStart(index=block.index, content_block=content))
     return out
 

@@ -41,6 +41,9 @@ disjoint buckets: ``input_tokens`` excludes cache reads (``cache_read_input_toke
 to argument deltas of the right tool call. Errors: the ``{"type": "error", "error": {type,
 message}}`` envelope, classified by status and message (prompt too long → context window,
 content filtering → content policy, 529 ``overloaded_error`` → overloaded).
+
+Token counting: :meth:`AnthropicProvider.count_tokens_request` asks the API's own
+``POST /v1/messages/count_tokens`` for the exact input tokens of a call, translated as above.
 """
 
 from __future__ import annotations
@@ -240,6 +243,19 @@ class _Request(Struct, omit_defaults=True):
     stream: bool = False
 
 
+class _CountRequest(Struct, omit_defaults=True):
+    model: str
+    messages: list[_Turn]
+    system: list[_TextBlock] | UnsetType = UNSET
+    tools: list[_ToolSpec] | UnsetType = UNSET
+    tool_choice: _ToolChoice | UnsetType = UNSET
+    thinking: _Thinking | UnsetType = UNSET
+
+
+class _TokenCount(Struct):
+    input_tokens: Annotated[int, Meta(ge=0)]
+
+
 # --- response and stream -----------------------------------------------------------------------
 
 
@@ -317,6 +333,7 @@ _ENCODER = msgspec.json.Encoder()
 _MESSAGE_DECODER = msgspec.json.Decoder(_WireMessage)
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
+_COUNT_DECODER = msgspec.json.Decoder(_TokenCount)
 _OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any])
 
 
@@ -329,6 +346,7 @@ class AnthropicProvider:
         self.ready = bool(config.api_key)
         self.secrets: tuple[str, ...] = (config.api_key,) if config.api_key else ()
         self._url = config.base_url.rstrip("/") + "/v1/messages"
+        self._count_url = self._url + "/count_tokens"
         self._headers = {
             "content-type": "application/json",
             **config.headers,
@@ -372,6 +390,32 @@ class AnthropicProvider:
         body = merge_json_objects(_ENCODER.encode(request), encode_raw_fields(extra))
         headers = with_plugin_headers(self._headers, call.upstream_headers)
         return HttpRequest(url=self._url, headers=headers, body=body)
+
+    def count_tokens_request(self, call: Call, model: str) -> HttpRequest:
+        """``POST /v1/messages/count_tokens`` for ``call``'s input: what :meth:`build_request`
+        would send (system, turns, tools, tool choice, thinking), without generation settings.
+        Raises :class:`BadRequest` as :meth:`build_request` does."""
+        system, turns = _conversation(call.messages)
+        params = call.params
+        budget = THINKING_BUDGETS.get(params.reasoning_effort or "")
+        request = _CountRequest(
+            model=model,
+            messages=turns,
+            system=system or UNSET,
+            tools=_tools(call),
+            tool_choice=_tool_choice(params.tool_choice, params.parallel_tool_calls),
+            thinking=UNSET if budget is None else _Thinking(type="enabled", budget_tokens=budget),
+        )
+        headers = with_plugin_headers(self._headers, call.upstream_headers)
+        return HttpRequest(url=self._count_url, headers=headers, body=_ENCODER.encode(request))
+
+    def parse_token_count(self, body: bytes) -> int:
+        """The ``input_tokens`` of a 2xx ``count_tokens`` body; :class:`UpstreamError` if it is
+        not one."""
+        try:
+            return _COUNT_DECODER.decode(body).input_tokens
+        except msgspec.DecodeError as exc:
+            raise malformed(self.name, "token count", exc) from None
 
     def parse_response(self, body: bytes, model: str) -> Response:
         """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""
@@ -454,10 +498,11 @@ class AnthropicProvider:
 class AnthropicStreamParser:
     """Translates one Anthropic event stream; see :class:`proxy.providers.base.StreamParser`.
 
-    ``message_start`` opens the reply (role chunk) and announces input usage; each tool-use
-    content block becomes the next tool call (its block index mapped to a tool-call index);
-    ``message_delta`` carries the stop reason and cumulative usage; ``message_stop`` ends the
-    stream with a usage-only chunk. A body that ends before ``message_stop`` was cut.
+    ``message_start`` opens the reply: a role chunk carrying the usage it announced as
+    ``input_usage``. Each tool-use content block becomes the next tool call (its block index
+    mapped to a tool-call index); ``message_delta`` carries the stop reason and cumulative
+    usage; ``message_stop`` ends the stream with a usage-only chunk. A body that ends before
+    ``message_stop`` was cut.
     """
 
     __slots__ = ("_id", "_model", "_provider", "_stopped", "_tools", "_usage")
@@ -485,9 +530,11 @@ class AnthropicStreamParser:
             message = wire.message
             self._id = message.id
             self._model = message.model
+            chunk = self._chunk(Delta(role="assistant", content=""))
             if message.usage is not None:
                 self._usage.update(message.usage)
-            return self._chunk(Delta(role="assistant", content=""))
+                chunk.input_usage = self._usage.canonical()
+            return chunk
         if kind == "message_delta":
             if wire.usage is not None:
                 self._usage.update(wire.usage)

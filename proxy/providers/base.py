@@ -81,7 +81,10 @@ class HttpProvider(Protocol):
     ``relay_frames(data: bytes) -> tuple[RawFrames | None, bytes]``: offered each network read
     that starts on an SSE frame boundary, it returns the run of ordinary chunks the read starts
     with, undecoded (see :class:`~proxy.canonical.RawFrames`), so that OpenAI clients get them
-    verbatim, and the rest of the read, which goes through :meth:`parse_event` as usual.
+    verbatim, and the rest of the read, which goes through :meth:`parse_event` as usual. A
+    provider whose API counts tokens defines ``count_tokens_request(call, model) -> HttpRequest``
+    and ``parse_token_count(body) -> int`` (its errors go through :meth:`parse_error`): the
+    gateway's ``count_tokens`` is then exact for it.
     """
 
     name: str
@@ -118,7 +121,9 @@ class LocalProvider(Protocol):
     """An upstream answered in-process (the ``mock`` provider).
 
     Optional, for any provider: ``listed_models: tuple[str, ...]``, upstream model names that
-    ``/v1/models`` lists as ``<provider>/<model>`` while the provider is ready.
+    ``/v1/models`` lists as ``<provider>/<model>`` while the provider is ready. Optional for a
+    local provider: ``count_tokens(call, model) -> int``, the input tokens it would report for
+    ``call``.
     """
 
     name: str

@@ -149,6 +149,11 @@ class MockProvider:
         )
         yield Chunk(id=response_id, model=model, created=_CREATED, choices=[], usage=usage)
 
+    def count_tokens(self, call: Call, model: str) -> int:
+        """The input tokens the mock reports for ``call`` (one per word, one more per message):
+        exact, as a provider's counting endpoint is."""
+        return _prompt_tokens(call)
+
     def _plan(self, model: str) -> _Plan:
         delay = self.config.latency_ms / 1000.0
         if model == "hang":

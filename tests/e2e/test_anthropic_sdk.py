@@ -146,7 +146,7 @@ async def test_tool_use_round_trip(gateway: Gateway) -> None:
     (tool_use,) = first.content
     assert tool_use.type == "tool_use"
     assert (tool_use.id, tool_use.name, tool_use.input) == (
-        "call_fake_1",
+        "toolu_fake_1",  # Anthropic-style, from the upstream's call_fake_1
         "get_weather",
         {"city": "Paris", "days": 3},
     )
@@ -177,13 +177,13 @@ async def test_tool_use_round_trip(gateway: Gateway) -> None:
             "content": None,
             "tool_calls": [
                 {
-                    "id": "call_fake_1",
+                    "id": "toolu_fake_1",  # the id the client saw, in call and result alike
                     "type": "function",
                     "function": {"name": "get_weather", "arguments": '{"city":"Paris","days":3}'},
                 }
             ],
         },
-        {"role": "tool", "content": "18C, sunny", "tool_call_id": "call_fake_1"},
+        {"role": "tool", "content": "18C, sunny", "tool_call_id": "toolu_fake_1"},
     ]
 
 

@@ -26,7 +26,14 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.anthropic import PING_FRAME, AnthropicDialect
+from proxy.dialects.anthropic import (
+    PING_FRAME,
+    AnthropicDialect,
+    decode_count_tokens,
+    message_id,
+    token_count_json,
+    tool_use_id,
+)
 from proxy.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -537,18 +544,18 @@ def test_thinking_text_and_tool_use_blocks() -> None:
     assert out["content"] == [
         {"type": "thinking", "thinking": "Hmm.", "signature": ""},
         {"type": "text", "text": "Checking.", "citations": None},
-        {"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}, "caller": direct},
-        {"type": "tool_use", "id": "call_2", "name": "g", "input": {}, "caller": direct},
+        {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}, "caller": direct},
+        {"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}, "caller": direct},
         {
             "type": "tool_use",
-            "id": "call_3",
+            "id": "toolu_3",
             "name": "h",
             "input": {"arguments": [1]},
             "caller": direct,
         },
         {
             "type": "tool_use",
-            "id": "call_4",
+            "id": "toolu_4",
             "name": "i",
             "input": {"arguments": "{oops"},
             "caller": direct,
@@ -731,7 +738,7 @@ def test_thinking_text_and_tool_use_blocks_get_their_own_indexes() -> None:
     ]
     assert out[7][1]["content_block"] == {
         "type": "tool_use",
-        "id": "call_1",
+        "id": "toolu_1",  # Anthropic-style: the upstream's call_1 after the prefix
         "name": "f",
         "input": {},
         "caller": {"type": "direct"},
@@ -787,3 +794,92 @@ def test_length_with_tool_calls_stays_max_tokens() -> None:
     call = ToolCall(id="call_1", function=FunctionCall(name="f", arguments="{"))
     message = Message(role="assistant", content=None, tool_calls=[call])
     assert encode(message, finish="length")["stop_reason"] == "max_tokens"
+
+
+# ---------------------------------------------------------------------------------------------
+# Anthropic-style ids, the input usage message_start announces, count_tokens requests
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("upstream", "expected"),
+    [("msg_01Abc", "msg_01Abc"), ("chatcmpl-9x_Y", "msg_chatcmpl9x_Y"), ("", "msg_req1")],
+)
+def test_message_ids_are_anthropic_style(upstream: str, expected: str) -> None:
+    assert message_id(upstream, "req-1") == expected
+    response = Response(
+        id=upstream,
+        model="m",
+        choices=[Choice(index=0, message=Message(role="assistant", content="x"))],
+    )
+    call = decode(body())
+    out = json.loads(
+        DIALECT.encode_response(call, Reply(provider="up", model="m", response=response))
+    )
+    assert out["id"] == message_id(upstream, call.request_id)
+
+
+@pytest.mark.parametrize(
+    ("call_id", "expected"),
+    [
+        ("toolu_01A", "toolu_01A"),
+        ("call_abc", "toolu_abc"),
+        ("call-x.1", "toolu_x1"),
+        ("fc", "toolu_fc"),
+    ],
+)
+def test_tool_use_ids_are_anthropic_style_whole_and_streamed(call_id: str, expected: str) -> None:
+    assert tool_use_id(call_id) == expected
+    calls = [ToolCall(id=call_id, function=FunctionCall(name="f", arguments="{}"))]
+    whole = encode(Message(role="assistant", content=None, tool_calls=calls), finish="tool_calls")
+    assert whole["content"][0]["id"] == expected
+    streamed = run_stream([chunk(tool(0, id=call_id, function=FunctionCallDelta(name="f")))])
+    assert streamed[1][1]["content_block"]["id"] == expected
+
+
+def test_message_start_carries_the_input_usage_the_upstream_announced() -> None:
+    first = chunk(Delta(role="assistant", content=""))
+    first.input_usage = Usage(input=11, cache_read=7, cache_write=5, output=1)
+    out = run_stream([first, chunk(Delta(content="Hi")), chunk(usage=Usage(input=11, output=9))])
+    assert out[0][1]["message"]["usage"] == {
+        "input_tokens": 11,
+        "output_tokens": 1,
+        "cache_creation_input_tokens": 5,
+        "cache_read_input_tokens": 7,
+        "cache_creation": None,
+        "inference_geo": None,
+        "server_tool_use": None,
+        "service_tier": None,
+    }
+    silent = run_stream([chunk(Delta(content="Hi"))])
+    assert silent[0][1]["message"]["usage"]["input_tokens"] == 0
+
+
+def test_a_count_tokens_body_decodes_like_a_messages_request_without_max_tokens() -> None:
+    raw = json.dumps(
+        {
+            "model": "claude-x",
+            "system": "Be brief.",
+            "messages": HI,
+            "tools": [WEATHER],
+            "thinking": {"type": "enabled", "budget_tokens": 2048},
+        }
+    ).encode()
+    call = decode_count_tokens(raw, {}, "req-1", 0.0)
+    assert [m.role for m in call.messages] == ["system", "user"]
+    assert call.params.max_tokens is UNSET
+    assert call.params.reasoning_effort == "low"
+    assert call.params.tools is not UNSET
+    assert call.stream is False
+    with pytest.raises(BadRequest) as info:
+        decode_count_tokens(b'{"model": "m"}', {}, "r", 0.0)
+    assert info.value.param == "messages"
+    with pytest.raises(BadRequest) as info:
+        decode_count_tokens(
+            json.dumps({"model": "m", "messages": [{"role": "system", "content": "x"}]}).encode(),
+            {},
+            "r",
+            0.0,
+        )
+    assert info.value.param == "messages[0].role"
+    assert json.loads(token_count_json(42)) == {"input_tokens": 42}

@@ -289,3 +289,39 @@ def test_in_band_errors_are_classified_by_type():
         parser.parse_event("error", data)
     assert caught.value.kind == "rate_limited"
     assert caught.value.status == 429
+
+
+# --- token counting --------------------------------------------------------------------------
+
+
+def test_a_count_request_is_the_input_of_a_messages_request():
+    counted = call(
+        Message(role="system", content="Be brief."),
+        Message(role="user", content="hi"),
+        max_tokens=50,
+        temperature=0.5,
+        stop=["END"],
+        reasoning_effort="medium",
+        tool_choice="required",
+        parallel_tool_calls=False,
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    )
+    request = provider(base_url="https://api.example/").count_tokens_request(counted, "claude-x")
+    assert request.url == "https://api.example/v1/messages/count_tokens"
+    assert request.headers["x-api-key"] == KEY
+    assert strict_json(request.body) == {
+        "model": "claude-x",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "system": [{"type": "text", "text": "Be brief."}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "thinking": {"type": "enabled", "budget_tokens": 8192},
+    }
+
+
+def test_a_token_count_is_read_or_the_upstream_is_malformed():
+    assert provider().parse_token_count(b'{"input_tokens": 17}') == 17
+    for bad in (b"{}", b'{"input_tokens": -1}', b"not json"):
+        with pytest.raises(UpstreamError) as info:
+            provider().parse_token_count(bad)
+        assert info.value.status == 502

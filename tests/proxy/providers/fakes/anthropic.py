@@ -6,7 +6,8 @@ events: ``message_start``, ``content_block_start``/``_delta``/``_stop``, ``ping`
 ``message_delta``, ``message_stop``; a streamed tool call comes after a text block, so the
 content-block index differs from the tool-call index. A request asking for structured output
 (``output_config.format.schema``) is answered with JSON built from the schema
-(:func:`structured_answer`) instead of the text.
+(:func:`structured_answer`) instead of the text. ``POST /v1/messages/count_tokens`` answers
+:data:`COUNTED_TOKENS` for any valid body (one without ``max_tokens``, as the API wants).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tests.proxy.providers.fakes.base import (
 KEY = "sk-ant-fake-key-0123456789"
 MESSAGE_ID = "msg_01XFDUDYJgAACzvnptvVoYEL"
 TOOL_USE_ID = "toolu_01A09q90qw90lq917835lq9"
+COUNTED_TOKENS = 1234
 USAGE = {
     "input_tokens": 11,
     "cache_creation_input_tokens": 5,
@@ -128,10 +130,28 @@ class AnthropicFake:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         return app
 
     def view(self, body: Any) -> RequestView:
         return anthropic_view(body)
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        received = await receive(request, self.requests)
+        body = received.body
+        if request.headers.get("x-api-key") != KEY:
+            return _error(401, "authentication_error", "invalid x-api-key")
+        if "max_tokens" in body or "stream" in body:
+            return _error(
+                400, "invalid_request_error", "max_tokens: Extra inputs are not permitted"
+            )
+        if not body.get("messages") or not body.get("model"):
+            return _error(400, "invalid_request_error", "messages: Field required")
+        if body["model"] in _ERRORS:
+            status, kind, message = _ERRORS[body["model"]]
+            headers = {"retry-after": RETRY_AFTER} if status == 429 else {}
+            return _error(status, kind, message, **headers)
+        return web.json_response({"input_tokens": COUNTED_TOKENS})
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         received = await receive(request, self.requests)
