@@ -101,8 +101,8 @@ class HttpEdges:
     def _finish(
         self, response: web.StreamResponse, route: str, request_id: str
     ) -> web.StreamResponse:
-        if not response.prepared:
-            response.headers[REQUEST_ID] = request_id
+        if not response.prepared and REQUEST_ID not in response.headers:
+            response.headers[REQUEST_ID] = request_id  # unless the handler named it already
         self._metrics.http_requests(route, f"{response.status // 100}xx").inc()
         return response
 
@@ -182,9 +182,11 @@ def is_anthropic_request(request: web.Request) -> bool:
 def error_response(
     error: GatewayError, *, anthropic_shape: bool, request_id: str | None = None
 ) -> web.Response:
-    """``error`` in OpenAI's or Anthropic's error shape, with its status and retry headers (and
-    ``request-id`` for Anthropic's SDKs when ``request_id`` is given)."""
+    """``error`` in OpenAI's or Anthropic's error shape, with its status and retry headers, and
+    ``request_id`` (when given) as ``x-request-id`` and, for Anthropic's SDKs, ``request-id``."""
     headers = error.response_headers()
+    if request_id is not None:
+        headers[REQUEST_ID] = request_id
     if anthropic_shape:
         body = anthropic.error_json(error, request_id)
         if request_id is not None:

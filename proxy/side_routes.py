@@ -109,7 +109,7 @@ class SideRoutes:
             return error_response(error, anthropic_shape=True, request_id=request_id)
         if count is None:
             count = estimate_input_tokens(call)
-        headers = {"content-type": _JSON, "request-id": request_id}
+        headers = {"content-type": _JSON, "request-id": request_id, "x-request-id": request_id}
         return web.Response(body=anthropic.token_count_json(count), headers=headers)
 
 

@@ -213,3 +213,15 @@ async def test_message_start_carries_the_input_usage_an_anthropic_upstream_annou
     assert start.message.id.startswith("msg_")  # type: ignore[union-attr]
     final = await stream.get_final_message()
     assert (final.usage.input_tokens, final.usage.output_tokens) == (11, 9)
+
+
+async def test_a_count_names_its_request_once(gateway: Gateway) -> None:
+    body = {"model": "mock/echo", "messages": HELLO}
+    answer = await post(gateway.url, "/v1/messages/count_tokens", body)
+    assert answer.headers["request-id"] == answer.headers["x-request-id"]
+    failed = await post(gateway.url, "/v1/messages/count_tokens", {**body, "model": "nowhere/x"})
+    assert (
+        failed.json()["request_id"]
+        == failed.headers["x-request-id"]
+        == failed.headers["request-id"]
+    )
