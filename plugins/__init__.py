@@ -5,6 +5,8 @@ so an unused plugin costs nothing.
 """
 
 BUILTINS: dict[str, str] = {
+    "auth": "plugins.auth:AuthPlugin",
+    "limits": "plugins.limits:LimitsPlugin",
     "headers": "plugins.headers:HeadersPlugin",
     "cache": "plugins.cache:CachePlugin",
     "retry": "plugins.retry:RetryPlugin",

@@ -42,16 +42,17 @@ import functools
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 from plugins.health import Health, HealthConfig
-from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Usage, batched
+from proxy.canonical import Call, Deployment, Reply, Usage
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
+from proxy.observed import ObservedStream
 from proxy.pricing import expected_nanos, expected_tokens
 from proxy.store import MemoryStore, Store, StoreUnavailable
 
@@ -336,7 +337,7 @@ class BalancePlugin:
         counts_tokens = limits is not None and limits.tpm is not None
         if reply.stream is not None and (stats is not None or counts_tokens):
             on_end = functools.partial(self._stream_ended, deployment.target, stats)
-            reply.stream = _Tracked(reply.stream, on_end, counts_tokens)
+            reply.stream = ObservedStream(reply.stream, on_end, counts_tokens)
         elif stats is not None:
             stats.in_flight -= 1
         try:
@@ -379,69 +380,3 @@ class BalancePlugin:
             stats.in_flight -= 1
         if usage is not None and self._limits.get(target) is not None:
             await self._count(target, "tpm", usage.total_tokens, self._clock())
-
-
-class _Tracked:
-    """A reply stream that tells the balancer when it is over (in flight, tokens used)."""
-
-    __slots__ = ("_batches", "_counts_tokens", "_done", "_inner", "_on_end", "_usage")
-
-    def __init__(
-        self,
-        inner: AsyncIterator[Chunk],
-        on_end: Callable[[Usage | None], Awaitable[None]],
-        counts_tokens: bool,
-    ) -> None:
-        """``on_end(usage)`` is awaited exactly once: at the end, on a failure, or on close."""
-        self._inner = inner
-        self._batches = batched(inner)
-        self._on_end = on_end
-        self._counts_tokens = counts_tokens
-        self._usage: Usage | None = None
-        self._done = False
-
-    @property
-    def ended(self) -> bool:
-        """Whether the inner stream has received its end (see ``BatchedStream``)."""
-        return self._batches.ended
-
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """The inner stream's next batch (see ``BatchedStream``; one chunk per batch when it
-        has no batches of its own). Raw frames never carry usage, so they pass unread."""
-        try:
-            batch = await self._batches.next_batch(raw)
-        except BaseException:
-            await self._end()
-            raise
-        if not batch:
-            await self._end()
-        elif self._counts_tokens:
-            for item in batch:
-                if type(item) is Chunk and item.usage is not None:
-                    self._usage = item.usage
-        return batch
-
-    def __aiter__(self) -> _Tracked:
-        return self
-
-    async def __anext__(self) -> Chunk:
-        try:
-            chunk = await anext(self._inner)
-        except BaseException:
-            await self._end()
-            raise
-        if chunk.usage is not None and self._counts_tokens:
-            self._usage = chunk.usage
-        return chunk
-
-    async def aclose(self) -> None:
-        """End the stream early (or again): frees the upstream connection."""
-        await self._end()
-        aclose = getattr(self._inner, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-    async def _end(self) -> None:
-        if not self._done:
-            self._done = True
-            await self._on_end(self._usage)

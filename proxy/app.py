@@ -22,11 +22,15 @@ from typing import Any
 from aiohttp import web
 
 from plugins import BUILTINS
-from proxy.canonical import BatchedStream, Call, Chunk, RawFrames, Reply, Usage, batched
+from proxy.admin import add_admin_routes
+from proxy.admin.guard import AdminContext
+from proxy.canonical import ANONYMOUS, BatchedStream, Call, Chunk, RawFrames, Reply, Usage, batched
 from proxy.config import ConfigError, ServerConfig, load_config
+from proxy.db import Database, DatabaseError
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder
 from proxy.errors import (
+    AuthenticationFailed,
     GatewayError,
     InternalError,
     NoReadyDeployment,
@@ -60,11 +64,17 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     """The gateway application for the config file at ``config_path`` (re-read on SIGHUP).
 
     Logs go to ``log_stream`` (stdout by default). Raises :class:`ConfigError` if the config or
-    a plugin's options are invalid. The ``metrics`` section applies from the first load on.
+    a plugin's options are invalid. The ``metrics`` and ``database`` sections apply from the
+    first load on. The database is opened (created, migrated) at start-up when the config
+    demands keys or has a master key, else on first use.
     """
     config = load_config(Path(config_path))
+    try:
+        database = Database(config.database.url)
+    except DatabaseError as exc:
+        raise ConfigError([str(exc)]) from None
     metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
-    loader = Loader(Path(config_path), BUILTINS, metrics, log_stream)
+    loader = Loader(Path(config_path), BUILTINS, metrics, log_stream, database=database)
     blueprint = loader.load()
     config = blueprint.config
     app = web.Application(client_max_size=config.server.max_body_bytes)
@@ -81,6 +91,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
 
     async def start(app: web.Application) -> None:
         snapshot = Snapshot(blueprint, on_upstream_error)
+        if snapshot.gate is not None or config.auth.master_key:
+            await database.open()
         app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
         _export_readiness(metrics, snapshot)
         _install_reload_signal(app)
@@ -89,6 +101,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await app[RUNTIME].close()
+        await database.close()
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
@@ -116,6 +129,13 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app.router.add_get("/metrics", edges.plain("/metrics", _metrics))
     app.router.add_get("/health/live", edges.plain("/health/live", _live))
     app.router.add_get("/health/ready", edges.plain("/health/ready", _ready))
+    add_admin_routes(
+        app,
+        AdminContext(
+            database, lambda: app[RUNTIME].snapshot.authenticator, lambda: reload_runtime(app)
+        ),
+        edges.plain,
+    )
     app.router.add_route("*", "/{tail:.*}", edges.unmatched)
     edges.install(app)
     return app
@@ -216,12 +236,17 @@ def _dialect_handler(
         in_flight.inc()
         outcome = _Outcome()
         call: Call | None = None
+        gate = snapshot.gate
         try:
             try:
+                # Authenticated before the body is read: a client without a key costs no decoding
+                principal = ANONYMOUS if gate is None else await gate(request.headers)
                 body = await _read_body(request, server)
                 call = dialect.decode(body, request.headers, request_id, start)
                 if not call.model:  # a dialect that lets the client omit it (Fabro)
                     call.model = snapshot.router.default_model(call.options.provider)
+                if gate is not None:
+                    call.principal = principal
                 try:
                     call.deployments = snapshot.router.resolve(call.model, call.options.provider)
                 except NoReadyDeployment:  # the upstream refuses, unless a plugin reroutes
@@ -441,6 +466,12 @@ def _access_log(
         fields["stream"] = call.stream
         if timings.first_token is not None:
             fields["ttft_ms"] = round(timings.first_token * 1000, 3)
+        principal = call.principal
+        if principal is not ANONYMOUS:
+            fields["key_id"] = principal.key_id
+            fields["key_alias"] = principal.key_alias
+            fields["team"] = principal.team
+            fields["user"] = principal.user
     usage = outcome.usage
     if usage is not None:
         fields["input_tokens"] = usage.prompt_tokens
@@ -456,9 +487,15 @@ def _access_log(
 
 
 async def _models(request: web.Request) -> web.Response:
-    """``GET /v1/models``: the aliases and direct targets that can be routed right now, then
-    the models ready providers list themselves (the mock's ``echo``, ``tools`` and ``*``)."""
+    """``GET /v1/models``: the aliases and direct targets that can be routed right now (those
+    the client's key may use, when the gateway demands keys)."""
     snapshot = request.app[RUNTIME].snapshot
+    principal = ANONYMOUS
+    if snapshot.gate is not None:
+        try:
+            principal = await snapshot.gate(request.headers)
+        except GatewayError as error:
+            return _plain_error(error)
     router = snapshot.router
     entries: list[tuple[str, str]] = []
     for alias, deployments in router.aliases().items():
@@ -471,14 +508,19 @@ async def _models(request: web.Request) -> web.Response:
     data: list[dict[str, Any]] = []
     seen: set[str] = set()
     for model_id, owner in entries:
-        if model_id not in seen:
+        if model_id not in seen and principal.allows(model_id):
             seen.add(model_id)
             data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner})
     return web.json_response({"object": "list", "data": data})
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    """``GET /metrics``: Prometheus exposition."""
+    """``GET /metrics``: Prometheus exposition (open unless ``require_auth_for_metrics``)."""
+    snapshot = request.app[RUNTIME].snapshot
+    if snapshot.config.server.require_auth_for_metrics:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not snapshot.authenticator.is_master(token.strip()):
+            return _plain_error(AuthenticationFailed("/metrics needs the master key (Bearer)"))
     body = request.app[METRICS].render()
     return web.Response(body=body, headers={"content-type": CONTENT_TYPE})
 
@@ -497,3 +539,21 @@ async def _ready(request: web.Request) -> web.Response:
         {"status": "ready" if ready else "not_ready", "providers": providers},
         status=200 if ready else 503,
     )
+
+
+def _plain_error(error: GatewayError) -> web.Response:
+    """``error`` as OpenAI's error JSON, for routes outside the dialects."""
+    return web.Response(
+        status=error.status,
+        body=error_json(error),
+        content_type=_JSON,
+        headers=error.response_headers(),
+    )
+
+
+def _is_known_path(request: web.Request) -> bool:
+    for resource in request.app.router.resources():
+        info = resource.get_info()
+        if info.get("path") == request.path:
+            return True
+    return False

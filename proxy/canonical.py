@@ -266,6 +266,18 @@ class GatewayOptions(Struct):
     metadata: dict[str, Any] | None = None
 
 
+class RateLimits(Struct, frozen=True):
+    """Limits of one key or one team; None is unlimited.
+
+    ``rpm``: requests per minute; ``tpm``: input + output tokens per minute; ``max_parallel``:
+    requests in flight at once. A team's limits are shared by every key of the team.
+    """
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_parallel: int | None = None
+
+
 class Principal(Struct, frozen=True):
     """Who is calling, as the ``auth`` plugin established it; every field None when anonymous.
 
@@ -273,7 +285,9 @@ class Principal(Struct, frozen=True):
     ``cost`` charges and enforces budgets, ``cache`` scopes entries, the access log and the
     ledger record it. ``key_id`` is the virtual key's stable id (never the key itself),
     ``key_alias`` its human name, ``team`` its team's id, ``user`` the user the key belongs to.
-    ``models`` are the models (aliases or ``provider/model``) it may use; None means all.
+    ``models`` are the models (aliases or ``provider/model``; ``provider/*`` for all of a
+    provider's) it may use, the key's and its team's lists intersected; None means all.
+    ``limits`` are the key's own, ``team_limits`` its team's (counted for the whole team).
     Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
     """
 
@@ -282,10 +296,16 @@ class Principal(Struct, frozen=True):
     team: str | None = None
     user: str | None = None
     models: frozenset[str] | None = None
+    limits: RateLimits | None = None
+    team_limits: RateLimits | None = None
 
     def allows(self, model: str) -> bool:
         """Whether this principal may use ``model`` (an alias or ``provider/model``)."""
-        return self.models is None or model in self.models
+        models = self.models
+        if models is None or model in models:
+            return True
+        provider, slash, _ = model.partition("/")
+        return bool(slash) and f"{provider}/*" in models
 
 
 ANONYMOUS = Principal()

@@ -24,7 +24,7 @@ import functools
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 import structlog
@@ -35,6 +35,10 @@ from proxy.metrics import Metrics
 from proxy.pricing import Catalog, PriceBook
 from proxy.redact import Redactor
 from proxy.store import MemoryStore, Store
+
+if TYPE_CHECKING:
+    from proxy.auth.authenticator import Authenticator
+    from proxy.db import Database
 
 Next = Callable[[Call], Awaitable[Reply]]
 Authenticate = Callable[[Mapping[str, str]], Awaitable[Principal]]
@@ -50,6 +54,10 @@ class PluginContext:
     health, cache entries live there, not in a snapshot); a fresh :class:`MemoryStore` when
     none is given. ``prices`` is the config's :class:`~proxy.pricing.PriceBook` (the catalog
     with the config's overrides; an empty one when none is given).
+    ``database`` is the process's SQL database (:mod:`proxy.db`; kept across
+    reloads, opened on first use), None when validating only. ``authenticator`` resolves
+    client keys to principals for this config (:mod:`proxy.auth.authenticator`); when none is
+    given, one that knows no key.
     """
 
     def __init__(
@@ -59,12 +67,22 @@ class PluginContext:
         logger: Any,
         store: Store | None = None,
         prices: PriceBook | None = None,
+        *,
+        database: Database | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
         self.resolve = resolve
         self.metrics = metrics
         self.logger = logger
         self.store: Store = MemoryStore() if store is None else store
         self.prices = PriceBook(Catalog({})) if prices is None else prices
+        self.database = database
+        if authenticator is None:
+            from proxy.auth.authenticator import Authenticator
+            from proxy.auth.config import AuthConfig
+
+            authenticator = Authenticator(AuthConfig(), None, metrics, logger)
+        self.authenticator: Authenticator = authenticator
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""The ``crossway`` command: ``serve``, ``check`` and ``--version``."""
+"""The ``crossway`` command: ``serve``, ``check``, ``keys``, ``teams`` and ``--version``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
     check = commands.add_parser("check", help="validate a config and print what it resolves to")
     check.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG), help="YAML config")
+    from proxy.admin.cli import add_commands
+
+    add_commands(commands, Path(DEFAULT_CONFIG))
     return parser
 
 
@@ -38,6 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check":
             return check(args.config, sys.stdout)
+        if args.command in ("keys", "teams"):
+            from proxy.admin.cli import run
+
+            return run(args, sys.stdout, sys.stderr)
         from proxy.server import ServeOptions, serve
 
         if args.workers is not None and args.workers < 1:

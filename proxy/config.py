@@ -20,6 +20,7 @@ import msgspec
 import yaml
 from msgspec import Meta, Struct
 
+from proxy.auth.config import DEFAULT_DATABASE_URL, AuthConfig, DatabaseConfig, check_auth
 from proxy.pricing import ModelPrice, PriceSpec, PricingConfig, PricingError, parse_price
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
@@ -67,6 +68,7 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     slow-header client is disconnected). ``shutdown_timeout`` seconds in-flight requests get to
     finish on SIGTERM. ``access_log`` one JSON line per request on stdout. ``cors`` lets
     browser pages of the listed origins call the gateway (off when absent).
+    ``require_auth_for_metrics`` makes ``/metrics`` demand the master key (Bearer).
     """
 
     host: str = "127.0.0.1"
@@ -79,6 +81,7 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     access_log: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     cors: CorsConfig | None = None
+    require_auth_for_metrics: bool = False
 
 
 class MetricsConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -135,6 +138,8 @@ class GatewayConfig(Struct, frozen=True):
     pricing: PricingConfig = PricingConfig()
     provider_prices: dict[str, dict[str, ModelPrice]] = msgspec.field(default_factory=dict)
     deployment_prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
+    database: DatabaseConfig = DatabaseConfig()
+    auth: AuthConfig = AuthConfig()
 
 
 class ConfigError(Exception):
@@ -151,7 +156,17 @@ class ConfigError(Exception):
 
 
 _TOP_LEVEL = frozenset(
-    {"server", "metrics", "responses", "providers", "models", "plugins", "pricing"}
+    {
+        "server",
+        "metrics",
+        "responses",
+        "providers",
+        "models",
+        "plugins",
+        "pricing",
+        "database",
+        "auth",
+    }
 )
 
 
@@ -176,6 +191,9 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
         raise ConfigError(["$: the config must be a mapping"])
     errors: list[str] = []
     substituted: list[str] = []
+    database_node = tree.get("database")
+    if isinstance(database_node, dict | None) and not (database_node or {}).get("url"):
+        tree = {**tree, "database": {**(database_node or {}), "url": DEFAULT_DATABASE_URL}}
     tree = _expand(tree, "$", os.environ if environ is None else environ, errors, substituted)
     for key in tree:
         if key not in _TOP_LEVEL:
@@ -189,7 +207,19 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     deployment_prices: dict[str, ModelPrice] = {}
     models = _models(tree.get("models", {}), providers, errors, deployment_prices)
     plugins = _plugins(tree.get("plugins", []), errors, tuple(substituted))
-    if errors or server is None or metrics is None or responses is None or pricing is None:
+    database = _convert(tree.get("database"), DatabaseConfig, "$.database", errors)
+    auth = _convert(tree.get("auth") or {}, AuthConfig, "$.auth", errors)
+    if auth is not None:
+        check_auth(auth, errors)
+    if (
+        errors
+        or server is None
+        or metrics is None
+        or responses is None
+        or pricing is None
+        or database is None
+        or auth is None
+    ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
         raise ConfigError([redactor.text(error) for error in errors], plugins)
@@ -203,6 +233,8 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
         pricing=pricing,
         provider_prices=provider_prices,
         deployment_prices=deployment_prices,
+        database=database,
+        auth=auth,
     )
 
 

@@ -132,6 +132,16 @@ class MethodNotAllowed(GatewayError):
     kind = "bad_request"
 
 
+class Conflict(GatewayError):
+    """The request conflicts with what exists (409): an id already taken, a record the
+    config file owns."""
+
+    status = 409
+    type = "invalid_request_error"
+    default_code = "conflict"
+    kind = "bad_request"
+
+
 class RequestTimeout(GatewayError):
     """The client did not send its body in time (408)."""
 

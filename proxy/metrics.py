@@ -398,6 +398,18 @@ class Metrics:
             "(backend, corrupt).",
             ["reason"],
         )
+        self.auth_failures = self._counter(
+            "crossway_auth_failures",
+            "Requests refused by the auth plugin, by reason (missing, malformed, invalid, "
+            "blocked, expired, unavailable, model_not_allowed).",
+            ["reason"],
+        )
+        self.rate_limited = self._counter(
+            "crossway_rate_limited",
+            "Requests refused by the limits plugin, by scope (key, team) and limit (rpm, tpm, "
+            "max_parallel).",
+            ["scope", "limit"],
+        )
         # Series that alerts watch with increase() exist from the start, at 0.
         for result in ("ok", "error"):
             self.config_reloads(result)

@@ -14,17 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from proxy.auth.authenticator import Authenticator
 from proxy.chain import (
     Authenticate,
     Next,
     Plugin,
     PluginContext,
     PluginLoadError,
+    anonymous,
     authenticator,
     compose,
     load_plugins,
 )
 from proxy.config import ConfigError, GatewayConfig, load_config
+from proxy.db import Database
 from proxy.errors import GatewayError
 from proxy.logs import make_logger
 from proxy.metrics import Metrics
@@ -52,8 +55,8 @@ class Blueprint:
     """The parts of a snapshot that need no event loop: validated, ready to describe or build.
 
     Besides providers, router and plugins it holds the logger of this config (its redactor knows
-    this config's keys), its price book and the plugin context. Raises :class:`ConfigError` if a
-    plugin or the price catalog cannot be loaded.
+    this config's keys), its price book, the authenticator of its ``auth`` section and the
+    plugin context. Raises :class:`ConfigError` if a plugin or the price catalog cannot be loaded.
     """
 
     def __init__(self, config: GatewayConfig, loader: Loader) -> None:
@@ -77,8 +80,17 @@ class Blueprint:
         self.logger = make_logger(
             self.redactor, level=config.server.log_level, stream=loader.log_stream
         )
+        self.authenticator = Authenticator(
+            config.auth, loader.database, loader.metrics, self.logger
+        )
         context = PluginContext(
-            self.router.resolve, loader.metrics, self.logger, loader.store, self.prices
+            self.router.resolve,
+            loader.metrics,
+            self.logger,
+            loader.store,
+            self.prices,
+            database=loader.database,
+            authenticator=self.authenticator,
         )
         try:
             self.plugins: list[Plugin] = load_plugins(config.plugins, loader.builtins, context)
@@ -108,7 +120,8 @@ def price_book(config: GatewayConfig, config_dir: Path) -> PriceBook:
 
 class Loader:
     """Loads one config file into blueprints, with what every snapshot of it shares: the
-    metrics, the log stream and the state store (so that counters outlive a reload)."""
+    metrics, the log stream, the state store (so that counters outlive a reload) and the
+    database (None when only validating)."""
 
     def __init__(
         self,
@@ -117,12 +130,14 @@ class Loader:
         metrics: Metrics,
         log_stream: IO[str] | None = None,
         store: Store | None = None,
+        database: Database | None = None,
     ) -> None:
         self.config_path = config_path
         self.builtins = builtins
         self.metrics = metrics
         self.log_stream = log_stream
         self.store: Store = MemoryStore() if store is None else store
+        self.database = database
 
     def load(self) -> Blueprint:
         """Read and validate the file and its plugins, reporting every error at once.
@@ -142,7 +157,11 @@ class Loader:
 
 class Snapshot:
     """One config's live runtime. ``chain`` is the whole plugin chain ending at ``upstream``;
-    ``authenticate`` identifies a caller outside it (:func:`proxy.chain.authenticator`)."""
+    ``authenticate`` identifies a caller outside it (:func:`proxy.chain.authenticator`).
+
+    ``gate`` is that same function when a plugin demands a key (the ``auth`` plugin), which
+    every client request must then pass before its body is read; None when the gateway is open.
+    """
 
     def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
         """Build the transport and chain. Must run inside the event loop."""
@@ -152,6 +171,11 @@ class Snapshot:
         self.redactor = blueprint.redactor
         self.logger = blueprint.logger
         self.plugins = blueprint.plugins
+        self.authenticator = blueprint.authenticator
+        self.authenticate: Authenticate = authenticator(self.plugins)
+        self.gate: Authenticate | None = (
+            None if self.authenticate is anonymous else self.authenticate
+        )
         http = {n: p for n, p in self.providers.items() if not isinstance(p, LocalProvider)}
         self.transport = HttpTransport(http)  # type: ignore[arg-type]
         on_dropped = None
@@ -172,7 +196,6 @@ class Snapshot:
         )
         self.upstream = upstream
         self.chain: Next = compose(self.plugins, upstream)
-        self.authenticate: Authenticate = authenticator(self.plugins)
         self._active = 0
         self._retired = False
         self._closed: asyncio.Future[None] | None = None

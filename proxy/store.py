@@ -10,19 +10,56 @@ worker processes.
 Every method is a coroutine. A backend raises :class:`StoreUnavailable` when it cannot answer
 (a Redis outage); each caller decides its own failure policy (fail open or closed). The memory
 backend never raises it.
+
+Rate limits (:meth:`Store.rate_take`, :meth:`Store.rate_adjust`) use GCRA, the generic cell
+rate algorithm, which is a token bucket kept as one number per bucket: its *theoretical arrival
+time* (TAT). A bucket of ``limit`` units per ``period`` seconds refills one unit every
+``period / limit`` seconds and holds at most ``limit``; ``debt = max(TAT - now, 0)`` is how far
+the bucket is from full, in seconds. Taking ``cost`` units adds ``cost * period / limit`` to the
+debt and is allowed while the debt stays within ``period``. Accuracy: a burst gets exactly
+``limit`` units, and over any ``n`` consecutive periods at most ``(n + 1) * limit`` (a full
+bucket, then its refill); the long-run rate is exact, and there is no boundary burst of the
+kind fixed windows allow. A Redis backend implements each call as one Lua script over GET/SET
+with ``PX`` expiry at the TAT (so an idle bucket costs nothing), with the server's clock.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import msgspec
+
 Clock = Callable[[], float]
+
+# Slack for float arithmetic: 7 units of a 7-per-minute bucket add up to 60.000000000000007 s.
+_SLACK = 1e-6
 
 
 class StoreUnavailable(Exception):
     """The store's backend cannot be reached; the caller applies its failure policy."""
+
+
+class RateBucket(msgspec.Struct, frozen=True):
+    """One GCRA bucket: ``cost`` units to take from a bucket of ``limit`` per ``period`` s."""
+
+    key: str
+    cost: int
+    limit: int
+    period: float = 60.0
+
+
+class RateState(msgspec.Struct, frozen=True):
+    """A bucket after :meth:`Store.rate_take`: whether it ``allowed`` the take, the units it
+    has left (``remaining``), seconds until it is full again (``reset_after``) and, when it
+    refused, seconds until the take would fit (``retry_after``; 0 when allowed)."""
+
+    allowed: bool
+    remaining: int
+    reset_after: float
+    retry_after: float = 0.0
 
 
 class Store(Protocol):
@@ -57,6 +94,23 @@ class Store(Protocol):
         """Seconds until ``key`` expires; None when it is missing or never expires."""
         ...
 
+    async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
+        """Take from every bucket, or from none: atomically, all or nothing (module docstring).
+
+        Returns one state per bucket, in order. When any bucket refuses, none is charged, and
+        each refusing bucket's state says when the take would fit. A ``cost`` above a bucket's
+        ``limit`` never fits: callers cap it.
+        """
+        ...
+
+    async def rate_adjust(self, bucket: RateBucket) -> None:
+        """Charge ``bucket.cost`` units without a check (negative: give units back).
+
+        Used to correct a reservation once the real cost is known: the debt may exceed the
+        period (later takes wait until it drains) and never goes below zero.
+        """
+        ...
+
 
 class MemoryStore:
     """The in-process :class:`Store`: a dict with lazy expiry on ``clock`` (seconds).
@@ -76,7 +130,7 @@ class MemoryStore:
         self._max_keys = max_keys
         self._sweep_every = sweep_every
         self._writes = 0
-        self._data: dict[str, tuple[bytes | int, float | None]] = {}
+        self._data: dict[str, tuple[bytes | int | float, float | None]] = {}
 
     async def get(self, key: str) -> bytes | None:
         """See :meth:`Store.get`."""
@@ -84,7 +138,7 @@ class MemoryStore:
         if entry is None:
             return None
         value = entry[0]
-        return str(value).encode() if isinstance(value, int) else value
+        return value if isinstance(value, bytes) else str(value).encode()
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """See :meth:`Store.set`."""
@@ -97,6 +151,8 @@ class MemoryStore:
             count, expires = amount, self._expiry(ttl)
         else:
             current, expires = entry
+            if isinstance(current, float):
+                raise ValueError(f"key {key!r} holds a rate bucket, not an integer")
             if not isinstance(current, int):
                 try:
                     current = int(current)
@@ -118,6 +174,49 @@ class MemoryStore:
             return None
         return entry[1] - now
 
+    async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
+        """See :meth:`Store.rate_take`."""
+        now = self._clock()
+        debts = [self._debt(bucket.key, now) for bucket in buckets]
+        after = [
+            debt + bucket.cost * bucket.period / bucket.limit
+            for bucket, debt in zip(buckets, debts, strict=True)
+        ]
+        allowed = all(
+            new <= bucket.period + _SLACK for bucket, new in zip(buckets, after, strict=True)
+        )
+        states: list[RateState] = []
+        for bucket, debt, new in zip(buckets, debts, after, strict=True):
+            interval = bucket.period / bucket.limit
+            if allowed:
+                if new > 0:
+                    self._write(bucket.key, now + new, now + new)
+                remaining = math.floor((bucket.period - new) / interval + _SLACK)
+                states.append(RateState(True, max(remaining, 0), new))
+                continue
+            remaining = math.floor((bucket.period - debt) / interval + _SLACK)
+            states.append(RateState(False, max(remaining, 0), debt, max(new - bucket.period, 0.0)))
+        return states
+
+    async def rate_adjust(self, bucket: RateBucket) -> None:
+        """See :meth:`Store.rate_adjust`."""
+        now = self._clock()
+        new = self._debt(bucket.key, now) + bucket.cost * bucket.period / bucket.limit
+        if new > 0:
+            self._write(bucket.key, now + new, now + new)
+        else:
+            self._data.pop(bucket.key, None)
+
+    def _debt(self, key: str, now: float) -> float:
+        """Seconds a GCRA bucket is from full (its TAT minus now, at least 0)."""
+        entry = self._live(key, now)
+        if entry is None:
+            return 0.0
+        tat = entry[0]
+        if not isinstance(tat, float):
+            raise ValueError(f"key {key!r} does not hold a rate bucket")
+        return max(tat - now, 0.0)
+
     def __len__(self) -> int:
         """The number of keys held, expired ones not yet swept included."""
         return len(self._data)
@@ -129,7 +228,9 @@ class MemoryStore:
             raise ValueError("ttl must be positive")
         return self._clock() + ttl
 
-    def _live(self, key: str, now: float | None = None) -> tuple[bytes | int, float | None] | None:
+    def _live(
+        self, key: str, now: float | None = None
+    ) -> tuple[bytes | int | float, float | None] | None:
         entry = self._data.get(key)
         if entry is None:
             return None
@@ -139,7 +240,7 @@ class MemoryStore:
             return None
         return entry
 
-    def _write(self, key: str, value: bytes | int, expires: float | None) -> None:
+    def _write(self, key: str, value: bytes | int | float, expires: float | None) -> None:
         data = self._data
         data.pop(key, None)  # re-insert so that dict order is write order (oldest first)
         data[key] = (value, expires)

@@ -1,0 +1,116 @@
+"""What every admin route shares: the master-key guard, JSON bodies in and out, errors.
+
+An admin handler is ``async (request) -> web.Response`` wrapped by :func:`admin_route`, which
+refuses any request without ``Authorization: Bearer <master key>`` (401; the admin API is off
+while ``auth.master_key`` is empty), turns a :class:`~proxy.errors.GatewayError` into OpenAI's
+error JSON with its status, and a database that cannot answer (or answers later than
+:data:`DATABASE_TIMEOUT`) into 503 ``database_unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+import sqlalchemy as sa
+from aiohttp import web
+
+from proxy.auth.authenticator import Authenticator
+from proxy.auth.registry import Registry
+from proxy.db import Database, DatabaseError
+from proxy.dialects.base import bad_request
+from proxy.dialects.openai_chat import error_json
+from proxy.errors import AuthenticationFailed, BadRequest, GatewayError
+
+DATABASE_TIMEOUT = 10.0
+_JSON = "application/json"
+_ENCODER = msgspec.json.Encoder()
+_T = TypeVar("_T")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class AdminContext:
+    """What the admin routes need from the app: the process's database, the current
+    snapshot's authenticator (a function: it changes on reload), and how to reload."""
+
+    def __init__(
+        self,
+        database: Database,
+        authenticator: Callable[[], Authenticator],
+        reload: Callable[[], bool],
+    ) -> None:
+        self.database = database
+        self.authenticator = authenticator
+        self.reload = reload
+
+    def registry(self) -> Registry:
+        """A registry over the database and the current config."""
+        return Registry(self.database, self.authenticator())
+
+
+ADMIN = web.AppKey("admin", AdminContext)
+
+
+class DatabaseUnavailable(GatewayError):
+    """The database did not answer an admin request (503)."""
+
+    status = 503
+    type = "api_error"
+    default_code = "database_unavailable"
+    kind = "internal"
+
+
+def admin_route(handler: Handler) -> Handler:
+    """``handler`` behind the master-key guard, with errors as JSON (module docstring)."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        context = request.app[ADMIN]
+        try:
+            _check_master_key(request, context.authenticator())
+            async with asyncio.timeout(DATABASE_TIMEOUT):
+                return await handler(request)
+        except GatewayError as error:
+            return error_response(error)
+        except (sa.exc.SQLAlchemyError, DatabaseError, OSError, TimeoutError):
+            return error_response(DatabaseUnavailable("the database cannot answer right now"))
+
+    return guarded
+
+
+def _check_master_key(request: web.Request, authenticator: Authenticator) -> None:
+    if authenticator.master_hash is None:
+        raise AuthenticationFailed(
+            "the admin API is off: set auth.master_key to use it", code="admin_disabled"
+        )
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not authenticator.is_master(token.strip()):
+        raise AuthenticationFailed("the admin API needs 'Authorization: Bearer <master key>'")
+
+
+async def read_body(request: web.Request, body_type: type[_T]) -> _T:
+    """The JSON body as ``body_type``; raises :class:`BadRequest` naming the bad field."""
+    body = await request.read()
+    if not body:
+        raise BadRequest("a JSON body is required", code="invalid_json")
+    try:
+        return msgspec.json.decode(body, type=body_type)
+    except msgspec.DecodeError as exc:
+        raise bad_request(exc) from None
+
+
+def json_response(value: Any, status: int = 200) -> web.Response:
+    """``value`` (Structs, lists, dicts) as a JSON response."""
+    return web.Response(body=_ENCODER.encode(value), status=status, content_type=_JSON)
+
+
+def error_response(error: GatewayError) -> web.Response:
+    """``error`` as OpenAI's error JSON with its status and headers."""
+    return web.Response(
+        body=error_json(error),
+        status=error.status,
+        content_type=_JSON,
+        headers=error.response_headers(),
+    )

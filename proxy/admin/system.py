@@ -1,0 +1,26 @@
+"""``POST /admin/reload``: re-read the config file, as SIGHUP does.
+
+200 ``{"status": "reloaded"}`` when the new config serves; 400 ``config_invalid`` when it does
+not, and the old one keeps serving (the errors are in the log, as for SIGHUP).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.admin.guard import ADMIN, admin_route, json_response
+from proxy.errors import BadRequest
+
+
+@admin_route
+async def reload(request: web.Request) -> web.Response:
+    """``POST /admin/reload``."""
+    if not request.app[ADMIN].reload():
+        raise BadRequest(
+            "the config file is invalid: the old config keeps serving (see the log)",
+            code="config_invalid",
+        )
+    return json_response({"status": "reloaded"})
+
+
+ROUTES = (("POST", "/admin/reload", reload),)

@@ -1,0 +1,180 @@
+"""The durable store: one SQL database per process, SQLite by default, PostgreSQL for several.
+
+:class:`Database` is created once per process from ``database.url`` and kept across config
+reloads (like the state store). Nothing is opened until :meth:`Database.open` — a gateway that
+uses no key, team or ledger never creates a file. Opening creates and migrates the schema
+(Alembic, ``proxy/db/migrations``) under a lock, so that workers or instances starting together
+migrate once: a file lock beside a SQLite file, an advisory lock on PostgreSQL.
+
+SQLite files are created with mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the same
+mode), in WAL mode so that readers never wait for the writer, with a 5 s busy timeout so that
+the CLI writing beside a running gateway waits instead of failing. SQL is SQLAlchemy Core with
+bound parameters only; the repositories (``keys``, ``teams``, …) each own one table group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
+_SQLITE_PRAGMAS = (
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=NORMAL",
+    "PRAGMA busy_timeout=5000",
+    "PRAGMA foreign_keys=ON",
+)
+_MIGRATION_LOCK_ID = 0x63726F7373776179  # "crossway": the PostgreSQL advisory lock
+
+
+class DatabaseError(Exception):
+    """The database cannot be used: a bad URL, a file that cannot be created, a failed
+    migration. The message never includes the URL's password."""
+
+
+class Database:
+    """The process's SQL database (module docstring). Not usable before :meth:`open`."""
+
+    def __init__(self, url: str) -> None:
+        """Raises :class:`DatabaseError` for a URL of no supported kind (``sqlite:///path``,
+        ``postgresql://…``)."""
+        try:
+            parsed = make_url(url)
+        except sa.exc.ArgumentError:
+            raise DatabaseError("database.url is not a database URL") from None
+        driver = _DRIVERS.get(parsed.drivername.split("+")[0])
+        if driver is None:
+            raise DatabaseError(
+                f"database.url: unsupported kind {parsed.drivername!r} "
+                "(use sqlite:///path or postgresql://...)"
+            )
+        self._url: URL = parsed.set(drivername=driver)
+        self._path: Path | None = None
+        if driver.startswith("sqlite"):
+            if not parsed.database or parsed.database == ":memory:":
+                raise DatabaseError("database.url: a SQLite database must be a file path")
+            self._path = Path(parsed.database)
+        self._engine: AsyncEngine | None = None
+        self._opening = asyncio.Lock()
+
+    @property
+    def description(self) -> str:
+        """The URL without its password, for logs and ``check``."""
+        return self._url.render_as_string(hide_password=True)
+
+    @property
+    def path(self) -> Path | None:
+        """The SQLite file, or None for a server database."""
+        return self._path
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine; raises :class:`DatabaseError` before :meth:`open`."""
+        if self._engine is None:
+            raise DatabaseError("the database is not open")
+        return self._engine
+
+    async def open(self) -> None:
+        """Create the database if needed, migrate it to the newest schema, and keep a
+        connection pool (idempotent, safe to call concurrently). Raises :class:`DatabaseError`."""
+        if self._engine is not None:
+            return
+        async with self._opening:
+            if self._engine is not None:
+                return
+            engine = self._create_engine()
+            try:
+                await self._migrate(engine)
+            except DatabaseError:
+                await engine.dispose()
+                raise
+            except Exception as exc:
+                await engine.dispose()
+                raise DatabaseError(
+                    f"cannot open the database {self.description}: {type(exc).__name__}: {exc}"
+                ) from None
+            self._engine = engine
+
+    async def close(self) -> None:
+        """Close every pooled connection (idempotent)."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await engine.dispose()
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction, committed when the block ends without an error."""
+        async with self.engine.begin() as connection:
+            yield connection
+
+    def _create_engine(self) -> AsyncEngine:
+        if self._path is None:
+            return create_async_engine(self._url, pool_pre_ping=True)
+        _create_private_file(self._path)
+        engine = create_async_engine(self._url)
+
+        @sa.event.listens_for(engine.sync_engine, "connect")
+        def _pragmas(dbapi_connection: Any, record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            for pragma in _SQLITE_PRAGMAS:
+                cursor.execute(pragma)
+            cursor.close()
+
+        return engine
+
+    async def _migrate(self, engine: AsyncEngine) -> None:
+        with self._file_lock():
+            async with engine.begin() as connection:
+                if engine.dialect.name == "postgresql":
+                    await connection.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID}
+                    )
+                await connection.run_sync(_upgrade)
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        """An exclusive lock on ``<file>.lock`` while a SQLite file is migrated."""
+        if self._path is None:
+            yield
+            return
+        descriptor = os.open(f"{self._path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(descriptor)  # releases the lock
+
+
+def _create_private_file(path: Path) -> None:
+    """Create ``path`` (and its directory, 0700) with mode 0600 unless it exists."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise DatabaseError(f"cannot create the database file {path}: {exc.strerror}") from None
+    os.close(descriptor)
+
+
+def _upgrade(connection: sa.Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
