@@ -3,7 +3,8 @@
 Candidates are the call's deployments (the alias's ready ones, as resolved by the router) or,
 when a client sent load-balancer targets (orq's ``load_balancer.models``) and
 ``request_targets`` allows it, the deployments of those models (at most
-``max_request_targets``), each model's share following its weight. Among the candidates that
+``max_request_targets``; none the caller's key may not use), each model's share following its
+weight. Among the candidates that
 are not ejected (see :mod:`plugins.health`) and not at their ``limits``, ``strategy`` picks:
 
 - ``weighted`` (default): weighted random (``weight`` of each deployment).
@@ -160,7 +161,10 @@ class BalancePlugin:
         if not targets or not self._options.request_targets:
             return call.deployments
         merged: dict[str, Deployment] = {}
+        allows = call.principal.allows
         for target in targets[: self._options.max_request_targets]:
+            if not allows(target.model):
+                continue
             try:
                 deployments = self._resolve(target.model)
             except GatewayError:

@@ -21,7 +21,9 @@ order, and models without a price come last.
 
 A fallback call is a copy of the call with the next model and its deployments (resolved like a
 client's model, ignoring a client's provider pin and per-request load-balancer targets, which
-chose the primary). A model that cannot be resolved (unknown, or no ready provider) is skipped.
+chose the primary). A model that cannot be resolved (unknown, or no ready provider) is skipped,
+and so is one the caller's key may not use (``call.principal``): a configured chain never
+leads outside a key's allow-list.
 When every model failed, the last model's error is raised, ``attempts`` totalled.
 
 The reply carries ``x-crossway-attempts`` (every upstream call) and, when a fallback served,
@@ -120,7 +122,7 @@ class FallbackPlugin:
                 error.attempts = attempts
                 if chain is None:
                     chain = self._chain(call)
-                target = self._next_model(error, model, chain, tried)
+                target = self._next_model(error, model, chain, tried, call)
                 if target is None:
                     raise
                 metrics = self._metrics
@@ -157,7 +159,7 @@ class FallbackPlugin:
         return (False, min(known)) if known else (True, 0)
 
     def _next_model(
-        self, error: GatewayError, failed: str, chain: Iterator[str], tried: set[str]
+        self, error: GatewayError, failed: str, chain: Iterator[str], tried: set[str], call: Call
     ) -> tuple[str, list[Deployment]] | None:
         """The next model to try and its deployments, or None when ``error`` is final."""
         if isinstance(error, DeadlineExceeded):
@@ -170,8 +172,9 @@ class FallbackPlugin:
             candidates = chain
         else:
             return None
+        allows = call.principal.allows
         for model in candidates:
-            if model in tried:
+            if model in tried or not allows(model):
                 continue
             tried.add(model)
             try:

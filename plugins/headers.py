@@ -23,6 +23,7 @@ _NEVER_FORWARDED = frozenset(
         "proxy-authorization",
         "x-api-key",
         "api-key",
+        "x-bf-vk",  # Bifrost's virtual key header: the gateway's own client keys
         "x-goog-api-key",
         "x-amz-security-token",  # AWS session credential; the two below are SigV4's own
         "x-amz-date",

@@ -20,7 +20,13 @@ import msgspec
 import yaml
 from msgspec import Meta, Struct
 
-from proxy.auth.config import DEFAULT_DATABASE_URL, AuthConfig, DatabaseConfig, check_auth
+from proxy.auth.config import (
+    DEFAULT_DATABASE_URL,
+    AuthConfig,
+    DatabaseConfig,
+    TeamConfig,
+    check_auth,
+)
 from proxy.pricing import ModelPrice, PriceSpec, PricingConfig, PricingError, parse_price
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
@@ -208,9 +214,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     models = _models(tree.get("models", {}), providers, errors, deployment_prices)
     plugins = _plugins(tree.get("plugins", []), errors, tuple(substituted))
     database = _convert(tree.get("database"), DatabaseConfig, "$.database", errors)
-    auth = _convert(tree.get("auth") or {}, AuthConfig, "$.auth", errors)
-    if auth is not None:
-        check_auth(auth, errors)
+    auth = _auth(tree.get("auth"), errors)
     if (
         errors
         or server is None
@@ -389,6 +393,18 @@ def _deployment_price(
         return
     prices[item.target] = price
     priced_at[item.target] = path
+
+
+def _auth(node: Any, errors: list[str]) -> AuthConfig | None:
+    node = _mapping(node, "$.auth", errors)
+    teams = _mapping(node.get("teams"), "$.auth.teams", errors)
+    failed = False
+    for team_id, team in teams.items():  # one by one: an error's path names the team
+        failed |= _convert(team, TeamConfig, f"$.auth.teams.{team_id}", errors) is None
+    auth = None if failed else _convert(node, AuthConfig, "$.auth", errors)
+    if auth is not None:
+        check_auth(auth, errors)
+    return auth
 
 
 def _plugins(node: Any, errors: list[str], environment: tuple[str, ...]) -> tuple[PluginSpec, ...]:

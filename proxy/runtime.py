@@ -76,6 +76,7 @@ class Blueprint:
             },
         )
         secrets = [secret for p in self.providers.values() for secret in p.secrets]
+        secrets += [config.auth.master_key, *(declared.key for declared in config.auth.keys)]
         self.redactor = Redactor(secrets)
         self.logger = make_logger(
             self.redactor, level=config.server.log_level, stream=loader.log_stream

@@ -10,6 +10,7 @@ error JSON with its status, and a database that cannot answer (or answers later 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from proxy.errors import AuthenticationFailed, BadRequest, GatewayError
 
 DATABASE_TIMEOUT = 10.0
 _JSON = "application/json"
+_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 _ENCODER = msgspec.json.Encoder()
 _T = TypeVar("_T")
 
@@ -98,7 +100,11 @@ async def read_body(request: web.Request, body_type: type[_T]) -> _T:
     try:
         return msgspec.json.decode(body, type=body_type)
     except msgspec.DecodeError as exc:
-        raise bad_request(exc) from None
+        error = bad_request(exc)
+        unknown = _UNKNOWN_FIELD.search(str(exc))
+        if unknown is not None:
+            error.param = unknown.group(1)
+        raise error from None
 
 
 def json_response(value: Any, status: int = 200) -> web.Response:

@@ -14,7 +14,8 @@ auth:
 ```
 
 :func:`check_auth` adds what types cannot say: the master key and declared keys are at least
-32 characters, no declared key is the master key or another declared key, aliases are unique.
+32 characters, no declared key is the master key or another declared key, aliases are unique,
+and a declared key's team is declared too.
 Errors never quote a key.
 """
 
@@ -107,6 +108,10 @@ def check_auth(auth: AuthConfig, errors: list[str]) -> None:
         elif key in seen_keys:
             errors.append(f"{path}.key: the same key is declared twice")
         seen_keys.add(key)
+        if declared.team is not None and declared.team not in auth.teams:
+            errors.append(
+                f"{path}.team: unknown team {declared.team!r} (declare it under auth.teams)"
+            )
         if declared.alias in seen_aliases:
             errors.append(f"{path}.alias: {declared.alias!r} is declared twice")
         seen_aliases.add(declared.alias)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -136,23 +136,23 @@ class Database:
         return engine
 
     async def _migrate(self, engine: AsyncEngine) -> None:
-        with self._file_lock():
-            async with engine.begin() as connection:
-                if engine.dialect.name == "postgresql":
-                    await connection.execute(
-                        sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID}
-                    )
-                await connection.run_sync(_upgrade)
+        async with self._file_lock(), engine.begin() as connection:
+            if engine.dialect.name == "postgresql":
+                await connection.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID}
+                )
+            await connection.run_sync(_upgrade)
 
-    @contextlib.contextmanager
-    def _file_lock(self) -> Iterator[None]:
-        """An exclusive lock on ``<file>.lock`` while a SQLite file is migrated."""
+    @contextlib.asynccontextmanager
+    async def _file_lock(self) -> AsyncIterator[None]:
+        """An exclusive lock on ``<file>.lock`` while a SQLite file is migrated (waited for
+        in a thread: the event loop keeps running)."""
         if self._path is None:
             yield
             return
         descriptor = os.open(f"{self._path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            await asyncio.to_thread(fcntl.flock, descriptor, fcntl.LOCK_EX)
             yield
         finally:
             os.close(descriptor)  # releases the lock
@@ -164,7 +164,9 @@ def _create_private_file(path: Path) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except FileExistsError:
-        return
+        if path.is_file():
+            return
+        raise DatabaseError(f"cannot create the database file {path}: not a directory") from None
     except OSError as exc:
         raise DatabaseError(f"cannot create the database file {path}: {exc.strerror}") from None
     os.close(descriptor)

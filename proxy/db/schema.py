@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 METADATA = sa.MetaData()
+VERSION_TABLE = "crossway_schema_version"  # Alembic's record of the migrations applied
 
 
 class UtcDateTime(sa.types.TypeDecorator[datetime]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.store import MemoryStore
+from proxy.store import MemoryStore, RateBucket
 from tests.faults import FakeClock
 
 
@@ -118,3 +118,70 @@ async def test_ttl_of_a_live_key_is_positive_even_when_the_clock_moves_while_rea
     store = MemoryStore(lambda: next(times))
     await store.set("k", b"v", ttl=10.25)
     assert await store.ttl("k") == pytest.approx(0.25)  # judged and measured at the same 10.0
+    remaining = await store.ttl("k")
+    assert remaining is None or remaining > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# GCRA rate buckets
+# ---------------------------------------------------------------------------------------------
+
+
+def bucket(key: str = "b", cost: int = 1, limit: int = 10, period: float = 60.0) -> RateBucket:
+    return RateBucket(key=key, cost=cost, limit=limit, period=period)
+
+
+async def test_a_burst_gets_exactly_the_limit(store: MemoryStore):
+    states = [(await store.rate_take([bucket(limit=7)]))[0] for _ in range(10)]
+    assert [s.allowed for s in states] == [True] * 7 + [False] * 3
+    assert [s.remaining for s in states[:7]] == [6, 5, 4, 3, 2, 1, 0]
+    assert states[-1].retry_after == pytest.approx(60 / 7)
+
+
+async def test_the_bucket_refills_at_the_limit_rate(store: MemoryStore, clock: FakeClock):
+    for _ in range(10):
+        await store.rate_take([bucket()])
+    assert not (await store.rate_take([bucket()]))[0].allowed
+    clock.advance(5.9)
+    assert not (await store.rate_take([bucket()]))[0].allowed
+    clock.advance(0.1)  # one unit per 6 s
+    state = (await store.rate_take([bucket()]))[0]
+    assert state.allowed
+    assert state.reset_after == pytest.approx(60)
+    clock.advance(60)
+    assert (await store.rate_take([bucket()]))[0].remaining == 9
+    assert await store.ttl("b") == pytest.approx(6)  # an idle bucket expires once full
+
+
+async def test_a_take_is_all_or_nothing(store: MemoryStore):
+    tight, loose = bucket("tight", limit=1), bucket("loose", limit=100)
+    first = await store.rate_take([loose, tight])
+    assert [s.allowed for s in first] == [True, True]
+    second = await store.rate_take([loose, tight])
+    assert [s.allowed for s in second] == [False, False]
+    assert second[0].retry_after == 0
+    assert second[1].retry_after == pytest.approx(60)
+    assert second[0].remaining == 99  # the refused take charged nothing
+
+
+async def test_weighted_costs_and_adjustments(store: MemoryStore):
+    tokens = bucket("t", cost=400, limit=1000)
+    assert (await store.rate_take([tokens]))[0].remaining == 600
+    await store.rate_adjust(bucket("t", cost=-300, limit=1000))  # the call used 100
+    assert (await store.rate_take([bucket("t", cost=0, limit=1000)]))[0].remaining == 900
+    await store.rate_adjust(bucket("t", cost=5000, limit=1000))  # far over: later takes wait
+    refused = (await store.rate_take([bucket("t", cost=1, limit=1000)]))[0]
+    assert not refused.allowed
+    assert refused.remaining == 0
+    await store.rate_adjust(bucket("t", cost=-10_000, limit=1000))  # never below empty
+    assert await store.get("t") is None
+    assert (await store.rate_take([tokens]))[0].remaining == 600
+
+
+async def test_rate_buckets_and_counters_do_not_mix(store: MemoryStore):
+    await store.rate_take([bucket("b")])
+    with pytest.raises(ValueError, match="rate bucket"):
+        await store.incr("b")
+    await store.set("s", b"text")
+    with pytest.raises(ValueError, match="rate bucket"):
+        await store.rate_take([bucket("s")])

@@ -2,9 +2,7 @@
 
 from alembic import context
 
-from proxy.db.schema import METADATA
-
-VERSION_TABLE = "crossway_schema_version"
+from proxy.db.schema import METADATA, VERSION_TABLE
 
 context.configure(
     connection=context.config.attributes["connection"],

@@ -1,0 +1,154 @@
+"""proxy/db: the database is created private, in WAL mode, migrated once, and reopened as is."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from proxy.auth.records import KeyRecord, TeamRecord
+from proxy.db import Database, DatabaseError
+from proxy.db.keys import KeyRepository
+from proxy.db.schema import VERSION_TABLE
+from proxy.db.teams import TeamRepository
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def key(key_id: str = "key_1", team: str | None = None, **fields) -> KeyRecord:
+    values = dict(
+        id=key_id,
+        alias="a",
+        key_prefix="sk-cw-abcd",
+        team=team,
+        user="u",
+        models=["fast"],
+        rpm=1,
+        tpm=None,
+        max_parallel=None,
+        blocked=False,
+        expires_at=None,
+        metadata={"owner": "x"},
+        created_at=NOW,
+    )
+    values.update(fields)
+    return KeyRecord(**values)
+
+
+@pytest.fixture
+async def database(tmp_path: Path):
+    db = Database(f"sqlite:///{tmp_path}/data/crossway.db")
+    await db.open()
+    yield db
+    await db.close()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+async def test_a_new_file_is_private_in_wal_mode_and_migrated(tmp_path: Path):
+    db = Database(f"sqlite:///{tmp_path}/data/crossway.db")
+    assert not (tmp_path / "data").exists()  # nothing happens before open()
+    await db.open()
+    try:
+        path = tmp_path / "data" / "crossway.db"
+        assert mode(path) == 0o600
+        assert mode(tmp_path / "data") == 0o700
+        async with db.connect() as connection:
+            journal = (await connection.execute(sa.text("PRAGMA journal_mode"))).scalar()
+            version = (
+                await connection.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}"))
+            ).scalar()
+            await connection.execute(sa.text("SELECT id FROM keys"))  # the table exists
+        assert journal == "wal"
+        assert version == "0001"
+        for name in os.listdir(tmp_path / "data"):  # -wal, -shm, .lock: all private
+            assert mode(tmp_path / "data" / name) == 0o600, name
+    finally:
+        await db.close()
+
+
+async def test_reopening_and_concurrent_opens_migrate_once(database: Database, tmp_path: Path):
+    await KeyRepository(database).insert(key(), "h" * 64)
+    others = [Database(f"sqlite:///{tmp_path}/data/crossway.db") for _ in range(3)]
+    await asyncio.gather(*(other.open() for other in others), database.open())
+    try:
+        for other in others:
+            assert await KeyRepository(other).get("key_1") == key()
+    finally:
+        for other in others:
+            await other.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://x/y", "unsupported kind 'mysql'"),
+        ("sqlite://", "must be a file path"),
+        ("not a url", "not a database URL"),
+    ],
+)
+def test_unsupported_urls_are_refused(url: str, message: str):
+    with pytest.raises(DatabaseError, match=message):
+        Database(url)
+
+
+def test_the_description_hides_a_password():
+    db = Database("postgresql://crossway:s3cret@db:5432/crossway")
+    assert "s3cret" not in db.description
+    assert db.description.startswith("postgresql+asyncpg://crossway:***@db:5432")
+
+
+async def test_a_file_that_cannot_be_created_is_a_clear_error(tmp_path: Path):
+    (tmp_path / "file").write_text("")
+    db = Database(f"sqlite:///{tmp_path}/file/crossway.db")
+    with pytest.raises(DatabaseError, match="cannot create the database file"):
+        await db.open()
+
+
+async def test_keys_round_trip_with_their_team(database: Database):
+    keys, teams = KeyRepository(database), TeamRepository(database)
+    team = TeamRecord(
+        id="search",
+        models=["fast"],
+        rpm=5,
+        tpm=None,
+        max_parallel=2,
+        metadata=None,
+        created_at=NOW,
+    )
+    await teams.insert(team)
+    await keys.insert(key("key_1", team="search", expires_at=NOW), "a" * 64)
+    await keys.insert(key("key_2"), "b" * 64)
+    found = await keys.by_hash("a" * 64)
+    assert found == (key("key_1", team="search", expires_at=NOW), team)
+    assert await keys.by_hash("b" * 64) == (key("key_2"), None)
+    assert await keys.by_hash("c" * 64) is None
+    assert [k.id for k in await keys.list()] == ["key_1", "key_2"]
+    assert [k.id for k in await keys.list("search")] == ["key_1"]
+    assert await keys.count_in_team("search") == 1
+    updated = await keys.update("key_2", {"user": None, "blocked": True, "models": None})
+    assert updated == (key("key_2", user=None, blocked=True, models=None), "b" * 64)
+    assert await keys.update("nope", {"rpm": 2}) is None
+    assert await keys.delete("key_2") == "b" * 64
+    assert await keys.delete("key_2") is None
+    assert await teams.update("search", {"rpm": None}) is not None
+    assert (await teams.get("search")).rpm is None
+    assert await teams.delete("search")
+    assert not await teams.delete("search")
+
+
+async def test_queries_are_parameterised(database: Database):
+    keys = KeyRepository(database)
+    await keys.insert(key(), "h" * 64)
+    hostile = "' OR '1'='1"
+    assert await keys.by_hash(hostile) is None
+    assert await keys.get(hostile) is None
+    assert await keys.list(hostile) == []
+    assert await keys.get("key_1") is not None
