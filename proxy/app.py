@@ -38,7 +38,7 @@ from proxy.errors import (
     RequestTimeout,
 )
 from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.middleware import HttpEdges, RequestIds
+from proxy.middleware import HttpEdges, RequestIds, error_response, is_anthropic_request
 from proxy.pricing import nanos_to_usd
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore
@@ -495,7 +495,7 @@ async def _models(request: web.Request) -> web.Response:
         try:
             principal = await snapshot.gate(request.headers)
         except GatewayError as error:
-            return _plain_error(error)
+            return error_response(error, anthropic_shape=is_anthropic_request(request))
     router = snapshot.router
     entries: list[tuple[str, str]] = []
     for alias, deployments in router.aliases().items():
@@ -520,7 +520,8 @@ async def _metrics(request: web.Request) -> web.Response:
     if snapshot.config.server.require_auth_for_metrics:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not snapshot.authenticator.is_master(token.strip()):
-            return _plain_error(AuthenticationFailed("/metrics needs the master key (Bearer)"))
+            error = AuthenticationFailed("/metrics needs the master key (Bearer)")
+            return error_response(error, anthropic_shape=False)
     body = request.app[METRICS].render()
     return web.Response(body=body, headers={"content-type": CONTENT_TYPE})
 
@@ -539,21 +540,3 @@ async def _ready(request: web.Request) -> web.Response:
         {"status": "ready" if ready else "not_ready", "providers": providers},
         status=200 if ready else 503,
     )
-
-
-def _plain_error(error: GatewayError) -> web.Response:
-    """``error`` as OpenAI's error JSON, for routes outside the dialects."""
-    return web.Response(
-        status=error.status,
-        body=error_json(error),
-        content_type=_JSON,
-        headers=error.response_headers(),
-    )
-
-
-def _is_known_path(request: web.Request) -> bool:
-    for resource in request.app.router.resources():
-        info = resource.get_info()
-        if info.get("path") == request.path:
-            return True
-    return False
