@@ -13,4 +13,5 @@ BUILTINS: dict[str, str] = {
     "fallback": "plugins.fallback:FallbackPlugin",
     "balance": "plugins.balance:BalancePlugin",
     "cost": "plugins.cost:CostPlugin",
+    "masking": "plugins.masking:MaskingPlugin",
 }

@@ -371,6 +371,12 @@ class Metrics:
             'route="unmatched"), by route and status class.',
             ["route", "status_class"],
         )
+        self.pii_detections = self._counter(
+            "crossway_pii_detections",
+            "PII values found by the masking plugin, by entity and action (mask, redact, hash,"
+            " block; redact_output for values the model wrote).",
+            ["entity", "action"],
+        )
         self.store_degraded = self._counter(
             "crossway_store_degraded",
             "Decisions taken without the state store because it was unavailable, by use.",

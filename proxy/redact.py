@@ -16,8 +16,9 @@ MASK = "[REDACTED]"
 # Shapes of credentials worth catching even when the gateway did not configure them (a client's
 # own key echoed back by an upstream, a key in an exception message). Each comes with a needle:
 # text that every match contains, so that text without any needle is known clean without
-# running the regular expression (most logged strings: ids, model names, numbers).
-_KEY_SHAPES = (
+# running the regular expression (most logged strings: ids, model names, numbers). The PII
+# secret detector (proxy.pii.secrets) finds the same shapes in prompts.
+KEY_SHAPES = (
     ("sk-", r"\bsk-[A-Za-z0-9_\-]{12,}"),  # OpenAI, Anthropic (sk-ant-…), OpenRouter, DeepSeek
     ("AIza", r"\bAIza[0-9A-Za-z_\-]{30,}"),  # Google
     ("gsk_", r"\bgsk_[A-Za-z0-9]{20,}"),  # Groq
@@ -51,9 +52,9 @@ class Redactor:
         literals = sorted(
             {s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH}, key=len, reverse=True
         )
-        alternatives = [re.escape(s) for s in literals] + [shape for _, shape in _KEY_SHAPES]
+        alternatives = [re.escape(s) for s in literals] + [shape for _, shape in KEY_SHAPES]
         self._pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
-        self._needles = tuple(needle for needle, _ in _KEY_SHAPES) + tuple(literals)
+        self._needles = tuple(needle for needle, _ in KEY_SHAPES) + tuple(literals)
 
     def text(self, value: str) -> str:
         """``value`` with every secret replaced by ``[REDACTED]``."""

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.logs import make_logger
-from proxy.redact import _KEY_SHAPES, MASK, Redactor
+from proxy.redact import KEY_SHAPES, MASK, Redactor
 
 CONFIGURED = "prov-key-0123456789-configured"  # no known key shape: only caught as configured
 OPENAI_KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123"
@@ -89,7 +89,7 @@ def test_bearer_tokens_are_replaced(text: str):
     assert MASK in redacted
 
 
-@pytest.mark.parametrize(("needle", "shape"), _KEY_SHAPES, ids=[n for n, _ in _KEY_SHAPES])
+@pytest.mark.parametrize(("needle", "shape"), KEY_SHAPES, ids=[n for n, _ in KEY_SHAPES])
 def test_every_key_shape_holds_its_needle_so_the_quick_check_misses_none(needle, shape):
     @given(text=st.from_regex(shape))
     def check(text: str) -> None:

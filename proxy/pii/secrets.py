@@ -1,0 +1,70 @@
+"""The ``secret`` detector: API keys, tokens and private keys in text.
+
+Three kinds of evidence, each validated so that ordinary words and ids are not taken for keys:
+
+- a vendor's key shape — those the log redactor knows (:data:`proxy.redact.KEY_SHAPES`: OpenAI
+  and Anthropic ``sk-…``, Google ``AIza…``, Groq ``gsk_…``, xAI ``xai-…``, AWS ``AKIA…``) and
+  GitHub ``ghp_…``/``github_pat_…``, Slack ``xoxb-…``, Stripe ``sk_live_…``, JSON Web Tokens
+  — that also looks generated (:func:`proxy.pii.checks.looks_random`: letters and digits, high
+  entropy), so ``sk-this-is-not-a-key`` is not one;
+- a high-entropy token behind a credential-ish name (``api_key=``, ``token:``,
+  ``"client_secret": "…"``, ``password=``) or after ``Bearer``: the token is the span;
+- a PEM private-key block, from its ``-----BEGIN … PRIVATE KEY-----`` line to its END line
+  (or to the end of the text when the END line has not come yet, as in a stream).
+
+Every secret kind but PEM blocks is a token of at least 16 characters, so a text without such a
+token (the common case, answered by one byte search) is skipped without running a pattern.
+"""
+
+from __future__ import annotations
+
+import re
+
+from proxy.pii.checks import looks_random
+from proxy.pii.text import LONG_TOKEN, Span, TextView
+from proxy.redact import KEY_SHAPES
+
+_VENDOR_SHAPES = (
+    *(shape for needle, shape in KEY_SHAPES if needle != "earer"),  # bearer tokens: below
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}",  # GitHub
+    r"\bgithub_pat_[A-Za-z0-9_]{22,}",  # GitHub fine-grained
+    r"\bxox[abeoprs]-[A-Za-z0-9\-]{10,}",  # Slack
+    r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
+    r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
+)
+_TOKEN_CHARS = r"[A-Za-z0-9_\-+/=.~]"
+_SECRET = re.compile(
+    "|".join(f"(?:{shape})" for shape in _VENDOR_SHAPES)
+    + r"|(?i:[\w\-.]*(?:key|token|secret|passw(?:or)?d|pwd|credentials?))[\"']?\s{0,3}[:=]\s{0,3}"
+    + rf"[\"']?(?P<value>{_TOKEN_CHARS}{{16,}})"
+    + rf"|\b[Bb]earer\s+(?P<bearer>{_TOKEN_CHARS}{{16,}})"
+)
+_PEM = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*\Z)"
+)
+# Context kept before a long token, for a credential name or "Bearer" in front of its value.
+_LEAD = 48
+
+
+def find_secrets(view: TextView) -> list[Span]:
+    """The secrets in ``view`` (see the module docstring)."""
+    text = view.text
+    spans: list[Span] = []
+    if text.find("-----BEGIN") >= 0:
+        spans.extend(match.span() for match in _PEM.finditer(text))
+    tokens = view.tokens
+    at = tokens.find(LONG_TOKEN)
+    while at >= 0:
+        start = tokens.rfind(b" ", 0, at) + 1
+        end = tokens.find(b" ", at)
+        end = len(tokens) if end < 0 else end
+        for match in _SECRET.finditer(text, max(start - _LEAD, 0), end):
+            value = match.lastgroup
+            first, last = match.span(value) if value is not None else match.span()
+            while last > first and text[last - 1] == ".":
+                last -= 1  # a sentence's full stop
+            if last > start and looks_random(text[first:last]):
+                spans.append((first, last))
+        at = tokens.find(LONG_TOKEN, end)
+    return spans
