@@ -145,6 +145,8 @@ def ssn_ok(digits: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+# Segments each of letters only or digits only: words and numbers joined (YOUR_API_KEY_HERE_1).
+_WORDS = re.compile(r"(?:[A-Za-z]+|[0-9]+)(?:[_\-.](?:[A-Za-z]+|[0-9]+))*")
 MIN_SECRET_ENTROPY = 3.0  # bits per character
 MIN_SECRET_LENGTH = 16
 
@@ -161,10 +163,12 @@ def looks_random(token: str) -> bool:
     """Whether ``token`` looks like generated key material rather than a word or an id.
 
     At least :data:`MIN_SECRET_LENGTH` characters, letters and digits both, at least
-    :data:`MIN_SECRET_ENTROPY` bits of entropy per character, and not a UUID (UUIDs are
-    request and record ids far more often than credentials).
+    :data:`MIN_SECRET_ENTROPY` bits of entropy per character, not a UUID (UUIDs are request
+    and record ids far more often than credentials), and not words and numbers joined by
+    ``_``, ``-`` or ``.`` (``YOUR_API_KEY_HERE_1``, ``build-2024-11``): generated keys mix
+    letters and digits within their runs.
     """
-    if len(token) < MIN_SECRET_LENGTH or _UUID.fullmatch(token):
+    if len(token) < MIN_SECRET_LENGTH or _UUID.fullmatch(token) or _WORDS.fullmatch(token):
         return False
     has_digit = has_letter = False
     for char in token:

@@ -93,6 +93,9 @@ _EMAIL = re.compile(
 )
 
 
+_URL_USERINFO = re.compile(r"://[^\s/@]*\Z")
+
+
 def find_emails(view: TextView) -> list[Span]:
     """See the module docstring."""
     if view.ascii.find(b"@") < 0:
@@ -105,6 +108,8 @@ def find_emails(view: TextView) -> list[Span]:
             continue
         if text.startswith(":", end) and end + 1 < len(text) and not text[end + 1].isspace():
             continue  # git@github.com:org/repo
+        if _URL_USERINFO.search(text, max(match.start() - 64, 0), match.start()):
+            continue  # https://user:token@host: credentials in a URL, not an address
         spans.append(match.span())
     return spans
 
@@ -127,6 +132,14 @@ _PHONE_WORDS = re.compile(
     r"dial|hotline|telefon|handy|t[ée]l[ée]phone|tel[ée]fono|num[ée]ro)\b"
 )
 _DOUBLE_SEPARATOR = re.compile(r"[ .\-]{2}")
+_FIRST_GROUP = re.compile(r"\d+")
+_GROUP_BEFORE = re.compile(r"\d[ \-]\Z")
+_GROUP_AFTER = re.compile(r"[ \-]\d")
+_NOT_A_PHONE = re.compile(
+    r"(?i)\b(?:ein|zip|postcode|order|invoice|inv|ref|reference|account|acct|tracking|isbn|"
+    r"serial|part|sku|batch|id)\b[\s#:.no]*\Z"
+)
+_ZIP_PLUS_FOUR = re.compile(r"\d{5}-\d{4}")
 _DATE_START = re.compile(r"\(?\d{1,2}\)?[./\-]\d{1,2}[./\-]\d{2,4}\b")
 _SSN_SHAPE = re.compile(r"\d{3}([ \-])\d{2}\1\d{4}")
 
@@ -147,35 +160,60 @@ def find_phones(view: TextView) -> list[Span]:
         return []
     text = view.text
     return [
-        *_number_spans(view, _PHONE_INTERNATIONAL, _international),
-        *_number_spans(view, _PHONE_NANP, _nanp),
-        *_number_spans(view, _PHONE_TRUNK, _trunk),
+        *_number_spans(view, _PHONE_INTERNATIONAL, lambda match: _international(text, match)),
+        *_number_spans(view, _PHONE_NANP, lambda match: _nanp(text, match)),
+        *_number_spans(view, _PHONE_TRUNK, lambda match: _trunk(text, match)),
         *_number_spans(view, _PHONE_BARE, lambda match: _bare(text, match)),
     ]
 
 
-def _international(match: re.Match[str]) -> Span | None:
-    for prefix in _group_prefixes(match.group()):
+def _international(text: str, match: re.Match[str]) -> Span | None:
+    candidate = match.group()
+    if candidate.startswith("00") and _in_digit_groups(text, match):
+        return None
+    for prefix in _group_prefixes(candidate):
         if _DOUBLE_SEPARATOR.search(prefix):
             continue
         digits = _digits(prefix.replace("(0)", ""))
         if prefix.startswith("00"):
             digits = digits[2:]
-        if phone.international_ok(digits):
+        if phone.international_ok(digits) and _code_is_a_group(prefix):
             return (match.start(), match.start() + len(prefix))
     return None
 
 
-def _nanp(match: re.Match[str]) -> Span | None:
+def _code_is_a_group(candidate: str) -> bool:
+    """A written-out number keeps its country code apart: ``+44 20 …``, not ``+442 0 …``."""
+    body = candidate[1:] if candidate.startswith("+") else candidate[2:]
+    first = _FIRST_GROUP.match(body)
+    if first is None or first.end() == len(body):
+        return True  # written without separators: the code cannot be seen, only checked
+    return first.group() in phone.CALLING_CODES
+
+
+def _in_digit_groups(text: str, match: re.Match[str]) -> bool:
+    """Whether the match continues a longer run of digit groups (``9400 1103 0797 0163``)."""
+    return bool(
+        _GROUP_BEFORE.search(text, max(match.start() - 2, 0), match.start())
+        or _GROUP_AFTER.match(text, match.end())
+        or _NOT_A_PHONE.search(text, max(match.start() - 24, 0), match.start())
+    )
+
+
+def _nanp(text: str, match: re.Match[str]) -> Span | None:
+    if _in_digit_groups(text, match):
+        return None
     digits = _digits(match.group())
     return match.span() if phone.nanp_ok(digits[1:] if len(digits) == 11 else digits) else None
 
 
-def _trunk(match: re.Match[str]) -> Span | None:
+def _trunk(text: str, match: re.Match[str]) -> Span | None:
     candidate = match.group()
     if (
-        _DATE_START.match(candidate)
+        _in_digit_groups(text, match)
+        or _DATE_START.match(candidate)
         or _SSN_SHAPE.fullmatch(candidate)
+        or _ZIP_PLUS_FOUR.fullmatch(candidate)
         or _DOUBLE_SEPARATOR.search(candidate)
     ):
         return None
@@ -183,6 +221,8 @@ def _trunk(match: re.Match[str]) -> Span | None:
 
 
 def _bare(text: str, match: re.Match[str]) -> Span | None:
+    if _in_digit_groups(text, match):
+        return None
     if phone.bare_ok(_digits(match.group())) and _word_before(text, match.start(), _PHONE_WORDS):
         return match.span()
     return None
