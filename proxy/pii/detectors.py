@@ -84,15 +84,14 @@ def _word_before(text: str, start: int, words: re.Pattern[str], reach: int = 32)
 # ---------------------------------------------------------------------------------------------
 
 _ATOM = r"[\w%+\-]"
+# Simple repeats only (nested ones cost Python's engine far more per character); the shape of
+# the dots, labels and TLD is checked on the match.
 _EMAIL = re.compile(
     # The first character, then a look-behind: a local part starts at a token boundary.
-    rf"{_ATOM}(?<![\w%+\-.]{_ATOM})(?:{_ATOM}|\.(?={_ATOM})){{0,63}}@"
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.){1,8}"
-    r"(?P<tld>[A-Za-z]{2,63}|xn--[A-Za-z0-9\-]{1,59})"
-    r"(?![A-Za-z0-9\-@_]|\.[A-Za-z0-9])"
+    rf"{_ATOM}(?<![\w%+\-.]{_ATOM})[\w%+\-.]{{0,63}}@"
+    r"[A-Za-z0-9][A-Za-z0-9\-]{0,62}\.[A-Za-z0-9\-.]{0,190}[A-Za-z0-9]"
 )
-
-
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?")
 _URL_USERINFO = re.compile(r"://[^\s/@]*\Z")
 
 
@@ -103,15 +102,30 @@ def find_emails(view: TextView) -> list[Span]:
     text = view.text
     spans: list[Span] = []
     for match in _EMAIL.finditer(text):
-        end = match.end()
-        if match.group("tld").lower() not in TLDS or end - match.start() > 254:
-            continue
-        if text.startswith(":", end) and end + 1 < len(text) and not text[end + 1].isspace():
-            continue  # git@github.com:org/repo
-        if _URL_USERINFO.search(text, max(match.start() - 64, 0), match.start()):
-            continue  # https://user:token@host: credentials in a URL, not an address
-        spans.append(match.span())
+        span = _email_span(text, match)
+        if span is not None:
+            spans.append(span)
     return spans
+
+
+def _email_span(text: str, match: re.Match[str]) -> Span | None:
+    start = match.start()
+    local, _, domain = match.group().partition("@")
+    domain = domain.rstrip(".-")  # a sentence's full stop
+    end = start + len(local) + 1 + len(domain)
+    if local.endswith(".") or ".." in local or end - start > 254:
+        return None
+    labels = domain.split(".")
+    if len(labels) < 2 or labels[-1].lower() not in TLDS:
+        return None
+    if not all(_LABEL.fullmatch(label) for label in labels):
+        return None
+    after = text[end : end + 2]
+    if after[:1] in ("@", "_") or (after[:1] == ":" and after[1:2] not in ("", " ", "\n")):
+        return None  # git@github.com:org/repo
+    if _URL_USERINFO.search(text, max(start - 64, 0), start):
+        return None  # https://user:token@host: credentials in a URL, not an address
+    return (start, end)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +246,8 @@ def _bare(text: str, match: re.Match[str]) -> Span | None:
 # Payment cards
 # ---------------------------------------------------------------------------------------------
 
-_CARD = re.compile(rf"{_BEFORE}\d(?:[ \-]?\d){{12,18}}(?![\w]|[\-.]\d)")
+# Every printed card format starts with a group of four digits (4-4-4-4, 4-6-5, 4-6-4).
+_CARD = re.compile(rf"{_BEFORE}\d{{4}}(?:[ \-]?\d){{9,15}}(?![\w]|[\-.]\d)")
 
 
 def find_cards(view: TextView) -> list[Span]:
@@ -241,15 +256,23 @@ def find_cards(view: TextView) -> list[Span]:
 
 
 def _card(match: re.Match[str]) -> Span | None:
-    for candidate in _group_prefixes(match.group()):
-        digits = _digits(candidate)
-        if (
-            checks.card_grouping_ok(candidate)
-            and checks.card_issuer_ok(digits)
-            and checks.luhn_ok(digits)
-        ):
-            return (match.start(), match.start() + len(candidate))
+    """The card in ``match``: all of it, or its first groups (``4111 1111 1111 1111 2025``)."""
+    candidate = match.group()
+    separator = next((char for char in candidate if not char.isdigit()), None)
+    if separator is None:
+        return match.span() if _card_ok(candidate) else None
+    groups = candidate.split(separator)
+    for count in range(len(groups), 1, -1):
+        digits = "".join(groups[:count])
+        if 13 <= len(digits) <= 19 and _card_ok(digits):
+            written = separator.join(groups[:count])
+            if checks.card_grouping_ok(written):
+                return (match.start(), match.start() + len(written))
     return None
+
+
+def _card_ok(digits: str) -> bool:
+    return checks.card_issuer_ok(digits) and checks.luhn_ok(digits)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +289,8 @@ def find_ibans(view: TextView) -> list[Span]:
     spans: list[Span] = []
     at = shape.find(b"AA00")
     while at >= 0:
-        match = None if at and text[at - 1].isalnum() else _IBAN.match(text, at)
+        known = text[at : at + 2] in checks.IBAN_LENGTHS and not (at and text[at - 1].isalnum())
+        match = _IBAN.match(text, at) if known else None
         span = None if match is None else _iban_span(text, at, match.end())
         if span is not None:
             spans.append(span)
@@ -326,7 +350,7 @@ def find_ssns(view: TextView) -> list[Span]:
 _IPV4 = re.compile(r"(?<![\w.\-])(?:\d{1,3}\.){3}\d{1,3}(?![\w\-]|\.\d)")
 _NOT_AN_ADDRESS = re.compile(
     r"(?i)(?:\bversion|\bver\.?|\brelease|\bbuild|\brev\.?|\brevision|\bsection|\bchapter|"
-    r"\bclause|§|\bstep|\bitem|\bfigure|\bfig\.|\btable|\boid|\bpart|\barticle)\s*$"
+    r"\bclause|\bstep|\bitem|\bfigure|\bfig\.|\btable|\boid|\bpart|\barticle)\s*$"
 )
 # Any IPv6 address has two colons with at most four hex digits between them.
 _IPV6_ANCHOR = re.compile(r":[0-9A-Fa-f]{0,4}:")
@@ -338,7 +362,7 @@ def find_ip_addresses(view: TextView) -> list[Span]:
     """See the module docstring."""
     text = view.text
     spans = _number_spans(view, _IPV4, lambda match: _ipv4(text, match))
-    if view.ascii.find(b":") >= 0:
+    if view.ascii.count(b":") >= 2:  # every IPv6 address has two colons at least
         spans.extend(_ipv6_spans(text))
     return spans
 

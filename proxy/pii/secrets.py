@@ -24,21 +24,26 @@ from proxy.pii.checks import looks_random
 from proxy.pii.text import LONG_TOKEN, Span, TextView
 from proxy.redact import KEY_SHAPES
 
-_VENDOR_SHAPES = (
-    *(shape for needle, shape in KEY_SHAPES if needle != "earer"),  # bearer tokens: below
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}",  # GitHub
-    r"\bgithub_pat_[A-Za-z0-9_]{22,}",  # GitHub fine-grained
-    r"\bxox[abeoprs]-[A-Za-z0-9\-]{10,}",  # Slack
-    r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
-    r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
+# (needle, pattern): every match of a pattern contains its needle, so a pattern runs only where
+# its needle is; one alternation of them all would try every branch at every character.
+_VENDOR_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (needle, re.compile(shape))
+    for needle, shape in (
+        *((needle, shape) for needle, shape in KEY_SHAPES if needle != "earer"),  # see below
+        ("gh", r"\bgh[pousr]_[A-Za-z0-9]{36,}"),  # GitHub
+        ("github_pat_", r"\bgithub_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained
+        ("xox", r"\bxox[abeoprs]-[A-Za-z0-9\-]{10,}"),  # Slack
+        ("k_", r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
+        ("eyJ", r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
+    )
 )
 _TOKEN_CHARS = r"[A-Za-z0-9_\-+/=.~]"
-_SECRET = re.compile(
-    "|".join(f"(?:{shape})" for shape in _VENDOR_SHAPES)
-    + r"|(?i:[\w\-.]*(?:key|token|secret|passw(?:or)?d|pwd|credentials?))[\"']?\s{0,3}[:=]\s{0,3}"
-    + rf"[\"']?(?P<value>{_TOKEN_CHARS}{{16,}})"
-    + rf"|\b[Bb]earer\s+(?P<bearer>{_TOKEN_CHARS}{{16,}})"
+_NAMES = ("key", "token", "secret", "passw", "pwd", "credential")
+_NAMED = re.compile(
+    r"(?i:key|token|secret|passw(?:or)?d|pwd|credentials?)[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
+    rf"(?P<value>{_TOKEN_CHARS}{{16,}})"
 )
+_BEARER = re.compile(rf"\b[Bb]earer\s+(?P<value>{_TOKEN_CHARS}{{16,}})")
 _PEM = re.compile(
     r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
     r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*\Z)"
@@ -59,12 +64,27 @@ def find_secrets(view: TextView) -> list[Span]:
         start = tokens.rfind(b" ", 0, at) + 1
         end = tokens.find(b" ", at)
         end = len(tokens) if end < 0 else end
-        for match in _SECRET.finditer(text, max(start - _LEAD, 0), end):
-            value = match.lastgroup
-            first, last = match.span(value) if value is not None else match.span()
-            while last > first and text[last - 1] == ".":
-                last -= 1  # a sentence's full stop
-            if last > start and looks_random(text[first:last]):
-                spans.append((first, last))
+        spans.extend(_in_window(text, start, max(start - _LEAD, 0), end))
         at = tokens.find(LONG_TOKEN, end)
+    return spans
+
+
+def _in_window(text: str, token_start: int, start: int, end: int) -> list[Span]:
+    """The secrets of ``text[start:end]`` that reach into the long token at ``token_start``."""
+    window = text[start:end]
+    matches: list[tuple[int, int]] = []
+    for needle, pattern in _VENDOR_SHAPES:
+        if needle in window:
+            matches.extend(match.span() for match in pattern.finditer(text, start, end))
+    lowered = window.lower()
+    if any(name in lowered for name in _NAMES):
+        matches.extend(match.span("value") for match in _NAMED.finditer(text, start, end))
+    if "earer" in window:
+        matches.extend(match.span("value") for match in _BEARER.finditer(text, start, end))
+    spans: list[Span] = []
+    for first, last in matches:
+        while last > first and text[last - 1] == ".":
+            last -= 1  # a sentence's full stop
+        if last > token_start and looks_random(text[first:last]):
+            spans.append((first, last))
     return spans
