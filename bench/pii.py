@@ -13,7 +13,7 @@ Each figure is the median of ``--repeat`` timed runs (and the best one) of this 
 time, so time spent waiting for a core on a loaded machine is not counted; the report says
 which targets are met. The gateway's CPU per request with the
 plugin on against off is measured by the HTTP benchmark (``python -m bench --targets
-passthrough,gateway,gateway-masking``).
+passthrough,gateway,gateway-masking``; its config is in ``bench/targets.py``).
 """
 
 from __future__ import annotations

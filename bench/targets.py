@@ -27,7 +27,16 @@ _READY_TIMEOUT_S = 20.0
 GATEWAY_VARIANTS = {
     "gateway-default": "the shipped config's access log and plugin chain",
     "gateway-cost": "the cost plugin (pricing every reply) in front of the empty chain",
+    "gateway-masking": "the masking plugin (every built-in entity) in front of the empty chain",
 }
+
+# The plugin chain of the HTTP benchmark's gateway-masking target: every built-in entity.
+MASKING_PLUGINS = (
+    "plugins:\n"
+    "  - masking:\n"
+    "      entities: {email: mask, phone: mask, credit_card: block, iban: mask, us_ssn: redact,\n"
+    "                 ip_address: redact, secret: block}\n"
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,9 @@ def gateway_config_yaml(port: int, upstream_port: int, *, variant: str | None = 
     :data:`GATEWAY_VARIANTS`: ``gateway-default`` is what
     ``config/gateway.yaml`` turns on — the access log and the chain headers, fallback, retry,
     balance, with the same options; ``gateway-cost`` adds the ``cost`` plugin, with a price
-    for every model of the provider. This is the single place to adjust if the gateway's config
-    schema changes.
+    for every model of the provider; ``gateway-masking`` the ``masking`` plugin on every
+    built-in entity (:data:`MASKING_PLUGINS`). This is the single place to adjust if the
+    gateway's config schema changes.
     """
     access_log = str(variant == "gateway-default").lower()
     server = f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {access_log}}}\n"
@@ -70,6 +80,8 @@ def gateway_config_yaml(port: int, upstream_port: int, *, variant: str | None = 
     if variant == "gateway-cost":
         priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
         return server + priced + "plugins:\n  - cost: {}\n"
+    if variant == "gateway-masking":
+        return server + provider + MASKING_PLUGINS
     if variant != "gateway-default":
         raise ValueError(f"unknown gateway variant {variant!r}")
     return (

@@ -20,8 +20,9 @@ plugins that honour it:
   ``options.metadata["identity" | "thread" | "name"]`` (for logs, never metric labels);
 - ``inputs {name: value}`` → each ``{{name}}`` in the prompt is replaced, here in the dialect;
 - ``security {mask: [input | output | system | all]}`` → ``options.mask`` (else a 400);
-- ``plugins [{id: pii_redaction, entities, on_failure: block | passthrough}]`` → ``options.pii``
-  (one dict per entry, every key present: ``entities`` null when not given);
+- ``plugins [{id: pii_redaction, entities, on_failure: block | passthrough, language: en | nl,
+  threshold 0-1}]`` → ``options.pii`` (one dict per entry, every key present: ``entities``,
+  ``language`` and ``threshold`` null when not given);
 - ``knowledge_bases`` → a 400: no knowledge base can be configured on this gateway.
 
 A ``{{name}}`` with no matching input is left as written; non-string inputs are rendered as
@@ -124,6 +125,8 @@ class _PiiRedaction(Struct, forbid_unknown_fields=True):
     id: Literal["pii_redaction"]
     entities: list[_NonEmpty] | None = None
     on_failure: Literal["block", "passthrough"] = "block"
+    language: Literal["en", "nl"] | None = None
+    threshold: Annotated[float, Meta(ge=0, le=1)] | None = None
 
 
 class _Controls(Struct):

@@ -88,3 +88,12 @@ def test_the_cost_variant_prices_every_reply_of_the_bench_model(tmp_path: Path) 
     assert [spec.ref for spec in blueprint.config.plugins] == ["cost"]
     assert blueprint.prices.price("upstream", "bench-model") is not None
     assert blueprint.config.server.access_log is False  # the plugin alone is measured
+
+
+def test_the_masking_variant_runs_the_masking_plugin(tmp_path: Path) -> None:
+    config_path = tmp_path / "gateway-masking.yaml"
+    config_path.write_text(gateway_config_yaml(8080, 9090, variant="gateway-masking"))
+    bench = load_config(config_path)
+    assert [spec.ref for spec in bench.plugins] == ["masking"]
+    assert len(bench.plugins[0].options["entities"]) == 7
+    Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()

@@ -231,7 +231,7 @@ async def test_orq_per_request_pii_redaction(gateway: Gateway) -> None:
     body = {
         "model": "openai/echo",
         "prompt": "contact 10.1.2.3",
-        "plugins": [{"id": "pii_redaction", "entities": ["IP_ADDRESS"]}],
+        "plugins": [{"id": "pii_redaction", "entities": ["IP_ADDRESS"], "threshold": 0.5}],
     }
     answer = await post(gateway.url, "/v2/router/completions", body)
     assert answer.status == 200, answer.body
@@ -264,3 +264,30 @@ async def post_get(url: str, path: str) -> bytes:
 
     async with aiohttp.ClientSession() as session, session.get(url + path) as response:
         return await response.read()
+
+
+async def test_masking_before_the_cache_shares_entries_between_customers(tmp_path: Path) -> None:
+    """Two customers' prompts of the same shape mask to the same text: one upstream call, one
+    cache entry, and each customer gets their own value back."""
+    upstream = EchoUpstream()
+    upstream_runner, upstream_url = await start_site(upstream.app())
+    path = tmp_path / "gateway.yaml"
+    path.write_text(config(upstream_url) + "  - cache: {scope: global}\n")
+    runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
+    try:
+        answers = []
+        for address in ("alice@example.com", "bob@example.org"):
+            body = {
+                "model": "openai/echo",
+                "messages": [{"role": "user", "content": f"Mail {address}"}],
+            }
+            answer = await post(url, "/v1/chat/completions", body)
+            assert answer.status == 200, answer.body
+            answers.append(answer)
+        assert [a.headers["x-crossway-cache"] for a in answers] == ["miss", "hit"]
+        texts = [a.json()["choices"][0]["message"]["content"] for a in answers]
+        assert texts == ["Mail alice@example.com", "Mail bob@example.org"]
+        assert [r["messages"][-1]["content"] for r in upstream.requests] == ["Mail <EMAIL_1>"]
+    finally:
+        await runner.cleanup()
+        await upstream_runner.cleanup()
