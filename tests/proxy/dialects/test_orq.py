@@ -171,7 +171,13 @@ def _expected_options_checks(call: Call) -> None:
     assert options.timeout == 30.0
     assert options.mask == frozenset({"input", "output", "system", "all"})
     assert options.pii == [
-        {"id": "pii_redaction", "entities": ["email", "phone"], "on_failure": "block"}
+        {
+            "id": "pii_redaction",
+            "entities": ["email", "phone"],
+            "on_failure": "block",
+            "language": None,
+            "threshold": None,
+        }
     ]
     assert options.metadata == {
         "identity": ORQ["identity"],
@@ -216,7 +222,15 @@ def test_documented_defaults() -> None:
     assert call.options.retry == RetryOptions(count=3, on_codes=(429, 500, 502, 503, 504))
     assert call.options.cache == CacheOptions(ttl=1800)
     assert call.options.load_balancer == [WeightedTarget(model="a/b", weight=0.5)]
-    assert call.options.pii == [{"id": "pii_redaction", "entities": None, "on_failure": "block"}]
+    assert call.options.pii == [
+        {
+            "id": "pii_redaction",
+            "entities": None,
+            "on_failure": "block",
+            "language": None,
+            "threshold": None,
+        }
+    ]
 
 
 def test_seed_example_optional_fields_take_their_defaults() -> None:
@@ -307,6 +321,16 @@ def test_limits_are_exact(body: dict[str, Any], ok: bool) -> None:
         (minimal(cache={"type": "semantic"}), "cache.type", "semantic"),
         (minimal(orq={"security": {"mask": ["input", "pii"]}}), "orq.security.mask[1]", "'pii'"),
         (minimal(security={"mask": "all"}), "security.mask", "array"),
+        (
+            minimal(plugins=[{"id": "pii_redaction", "threshold": 2}]),
+            "plugins[0].threshold",
+            "<= 1",
+        ),
+        (
+            minimal(plugins=[{"id": "pii_redaction", "language": "fr"}]),
+            "plugins[0].language",
+            "'fr'",
+        ),
         (
             minimal(load_balancer={"type": "round_robin", "models": [{"model": "a/b"}]}),
             "load_balancer.type",
