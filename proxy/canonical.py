@@ -94,7 +94,9 @@ class Message(Struct):
     """One conversation turn. ``content`` is text, a list of parts, or null (tool-call turns).
 
     ``content`` is always encoded (as ``null`` when absent, as OpenAI does); every other optional
-    field only when set.
+    field only when set. ``annotations`` are what an answer cites, as OpenAI's objects
+    (``{"type": "url_citation", "url_citation": {start_index, end_index, url, title}}``), kept
+    whole whatever their type; they belong to answers, and providers do not send them upstream.
     """
 
     role: Role
@@ -104,6 +106,7 @@ class Message(Struct):
     tool_call_id: str | UnsetType = UNSET
     refusal: str | UnsetType | None = UNSET
     reasoning_content: str | UnsetType | None = UNSET
+    annotations: list[dict[str, Any]] | UnsetType | None = UNSET
 
     def text(self) -> str:
         """The message's text: the string content, or its text parts joined; ``""`` if none."""
@@ -398,6 +401,8 @@ class Call(Struct):
 # The reply
 # ---------------------------------------------------------------------------------------------
 
+_FINGERPRINTS = msgspec.json.Encoder()
+
 
 class Choice(Struct):
     """One alternative of a whole response (``finish_reason``, ``logprobs`` always encoded).
@@ -414,7 +419,16 @@ class Choice(Struct):
 
 
 class Response(Struct, omit_defaults=True):
-    """A whole (non-streamed) completion."""
+    """A whole (non-streamed) completion.
+
+    ``raw`` is the upstream's own JSON body when it is a complete OpenAI ``chat.completion``
+    (an OpenAI-compatible provider keeps it with :meth:`keep_raw`), so that OpenAI clients also
+    get what the canonical types do not model: a vendor's extra fields, ``message.audio``,
+    usage details. While the canonical fields are as they were parsed (:meth:`unchanged`) the
+    body is sent as it is; once a plugin changed them they win, and only the members they do
+    not model are taken from ``raw``. A plugin that must let nothing unmodelled through (it
+    rewrites the answer entirely) sets ``raw`` to None.
+    """
 
     id: str
     model: str
@@ -423,6 +437,22 @@ class Response(Struct, omit_defaults=True):
     usage: Usage | None = None
     system_fingerprint: str | UnsetType | None = UNSET
     service_tier: str | UnsetType | None = UNSET
+    raw: bytes | None = None
+    raw_fingerprint: bytes | None = None  # fingerprint() when raw was kept
+
+    def fingerprint(self) -> bytes:
+        """The canonical fields, encoded: equal to an earlier fingerprint only if nothing
+        changed them since."""
+        return _FINGERPRINTS.encode(msgspec.structs.replace(self, raw=None, raw_fingerprint=None))
+
+    def keep_raw(self, body: bytes) -> None:
+        """Keep ``body``, the upstream JSON these canonical fields were just parsed from."""
+        self.raw = body
+        self.raw_fingerprint = self.fingerprint()
+
+    def unchanged(self) -> bool:
+        """Whether ``raw`` is kept and says exactly what the canonical fields say."""
+        return self.raw is not None and self.raw_fingerprint == self.fingerprint()
 
 
 class ToolCallDelta(Struct, omit_defaults=True):
@@ -449,6 +479,7 @@ class Delta(Struct, omit_defaults=True):
     reasoning_content: str | UnsetType | None = UNSET
     tool_calls: list[ToolCallDelta] | UnsetType = UNSET
     refusal: str | UnsetType | None = UNSET
+    annotations: list[dict[str, Any]] | UnsetType | None = UNSET  # as Message's
 
 
 class ChunkChoice(Struct):
@@ -470,8 +501,9 @@ class Chunk(Struct, omit_defaults=True):
 
     ``raw`` is the upstream's own JSON for this event when it already is an OpenAI
     ``chat.completion.chunk`` (an OpenAI-compatible provider sets it), so that the OpenAI chat
-    dialect can send it on unchanged instead of encoding it again. It describes the chunk as
-    received: code that changes a chunk must set ``raw`` to None (a new Chunk has none).
+    dialect can send it on unchanged instead of encoding it again, with whatever fields the
+    canonical types do not model (the usage chunk's details included). It describes the chunk
+    as received: code that changes a chunk must set ``raw`` to None (a new Chunk has none).
     ``input_usage`` is the usage an upstream announced before its first delta (Anthropic's
     ``message_start``): the input buckets, and whatever output it counted by then. It only
     informs dialects that say it early too; ``usage`` on a later chunk still carries the totals.

@@ -22,11 +22,14 @@ blocks map onto the OpenAI-shaped canonical call:
   (``cache_control``, ``service_tier``, ``container`` …) are ignored.
 
 Replies are ``message`` objects: a ``thinking`` block (empty signature: the gateway has none to
-give), the text block, then ``tool_use`` blocks. Stop reasons: stop → ``end_turn``, length →
-``max_tokens``, tool calls (or a natural end after tool calls) → ``tool_use``, content filter →
-``refusal``, and a natural end at a stop sequence the upstream named (``Choice.stop_sequence``:
-an Anthropic upstream says which one matched; OpenAI-compatible ones do not) →
-``stop_sequence``, with that sequence. Usage:
+give), the text, then ``tool_use`` blocks. OpenAI ``url_citation`` annotations of the answer
+become ``web_search_result_location`` citations: the cited spans become text blocks of their own
+carrying them (in streams, ``citations_delta`` events in the open text block); other annotation
+types, and an upstream's fields the canonical types do not model (``audio`` …), are lost.
+Stop reasons: stop → ``end_turn``, length → ``max_tokens``, tool calls (or a natural end after
+tool calls) → ``tool_use``, content filter → ``refusal``, and a natural end at a stop sequence
+the upstream named (``Choice.stop_sequence``: an Anthropic upstream says which one matched;
+OpenAI-compatible ones do not) → ``stop_sequence``, with that sequence. Usage:
 ``input_tokens`` is the uncached input, ``cache_read_input_tokens`` and
 ``cache_creation_input_tokens`` the cache buckets, ``output_tokens`` output plus reasoning.
 Streams use Anthropic's named events (``message_start``, ``content_block_start`` / ``_delta`` /
@@ -211,9 +214,16 @@ _CLIENT_TOOL_TYPES = (None, "custom")
 # ---------------------------------------------------------------------------------------------
 
 
+class _WebCitation(Struct, tag="web_search_result_location", tag_field="type"):
+    cited_text: str
+    url: str
+    title: str | None
+    encrypted_index: str = ""  # Anthropic's own reference into its search results: none here
+
+
 class _TextOut(Struct, tag="text", tag_field="type"):
     text: str
-    citations: None = None
+    citations: list[_WebCitation] | None = None
 
 
 class _ThinkingOut(Struct, tag="thinking", tag_field="type"):
@@ -301,9 +311,13 @@ class _JsonDelta(Struct, tag="input_json_delta", tag_field="type"):
     partial_json: str
 
 
+class _CitationsDelta(Struct, tag="citations_delta", tag_field="type"):
+    citation: _WebCitation
+
+
 class _BlockDelta(Struct, tag="content_block_delta", tag_field="type"):
     index: int
-    delta: _TextDelta | _ThinkingDelta | _JsonDelta
+    delta: _TextDelta | _ThinkingDelta | _JsonDelta | _CitationsDelta
 
 
 class _BlockStop(Struct, tag="content_block_stop", tag_field="type"):
@@ -699,7 +713,7 @@ def _blocks(message: Message) -> list[_BlockOut]:
         blocks.append(_ThinkingOut(thinking=message.reasoning_content))
     text = message.text()
     if text:
-        blocks.append(_TextOut(text=text))
+        blocks.extend(_cited_text(text, message.annotations or ()))
     for call in message.tool_calls or ():
         blocks.append(
             _ToolUseOut(
@@ -708,6 +722,74 @@ def _blocks(message: Message) -> list[_BlockOut]:
                 input=_tool_input(call.function.arguments),
             )
         )
+    return blocks
+
+
+def _url_citation(annotation: Any) -> dict[str, Any] | None:
+    """An OpenAI ``url_citation`` annotation's body, or None for anything else."""
+    if not isinstance(annotation, dict) or annotation.get("type") != "url_citation":
+        return None
+    body = annotation.get("url_citation")
+    if not isinstance(body, dict) or not isinstance(body.get("url"), str) or not body["url"]:
+        return None
+    return body
+
+
+def _span(body: dict[str, Any], length: int) -> tuple[int, int] | None:
+    start, end = body.get("start_index"), body.get("end_index")
+    if isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= length:
+        return start, end
+    return None
+
+
+def _citation(body: dict[str, Any], text: str) -> _WebCitation:
+    """Anthropic's web citation for an OpenAI ``url_citation`` of ``text`` (the whole answer)."""
+    title = body.get("title")
+    span = _span(body, len(text))
+    return _WebCitation(
+        cited_text=text[span[0] : span[1]] if span is not None else "",
+        url=body["url"],
+        title=title if isinstance(title, str) and title else None,
+    )
+
+
+def _cited_text(text: str, annotations: Any) -> list[_TextOut]:
+    """``text`` as Anthropic text blocks: each span OpenAI's ``url_citation`` annotations cite
+    becomes a block of its own carrying those citations (overlapping spans share one), the
+    rest plain blocks; a citation without a usable span goes to the last block."""
+    spans: list[tuple[int, int, _WebCitation]] = []
+    loose: list[_WebCitation] = []
+    for annotation in annotations:
+        body = _url_citation(annotation)
+        if body is None:
+            continue
+        span = _span(body, len(text))
+        if span is None:
+            loose.append(_citation(body, text))
+        else:
+            spans.append((*span, _citation(body, text)))
+    if not spans and not loose:
+        return [_TextOut(text=text)]
+    blocks: list[_TextOut] = []
+    position = 0
+    spans.sort(key=lambda span: span[0])
+    groups: list[tuple[int, int, list[_WebCitation]]] = []
+    for start, end, citation in spans:
+        if groups and start < groups[-1][1]:
+            first, last, cited = groups[-1]
+            groups[-1] = (first, max(last, end), [*cited, citation])
+        else:
+            groups.append((start, end, [citation]))
+    for start, end, cited in groups:
+        if start > position:
+            blocks.append(_TextOut(text=text[position:start]))
+        blocks.append(_TextOut(text=text[start:end], citations=cited))
+        position = end
+    if position < len(text):
+        blocks.append(_TextOut(text=text[position:]))
+    if loose:
+        last = blocks[-1]
+        last.citations = [*(last.citations or ()), *loose]
     return blocks
 
 
@@ -727,7 +809,16 @@ class AnthropicStreamEncoder:
     tool call in its own block from its first fragment to the end of the answer.
     """
 
-    __slots__ = ("_blocks", "_fallback_id", "_finish", "_matched", "_model", "_started", "_usage")
+    __slots__ = (
+        "_blocks",
+        "_fallback_id",
+        "_finish",
+        "_matched",
+        "_model",
+        "_started",
+        "_text",
+        "_usage",
+    )
     keepalive = KEEPALIVE_SECONDS
 
     def __init__(self, *, fallback_id: str, model: str) -> None:
@@ -738,6 +829,7 @@ class AnthropicStreamEncoder:
         self._finish: str | None = None
         self._matched: str | None = None
         self._usage: Usage | None = None
+        self._text: list[str] = []  # the answer so far, for the text a citation quotes
 
     def chunk(self, chunk: Chunk) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
@@ -757,6 +849,9 @@ class AnthropicStreamEncoder:
                 block, changes = blocks.prose("text")
                 out += _changes(changes)
                 out += _delta(block, _TextDelta(text=delta.content))
+                self._text.append(delta.content)
+            if delta.annotations:
+                out += self._citations(delta.annotations)
             for fragment in delta.tool_calls or ():
                 block, changes, pieces = blocks.tool_fragment(fragment)
                 out += _changes(changes)
@@ -792,6 +887,19 @@ class AnthropicStreamEncoder:
         """See :meth:`proxy.dialects.base.StreamEncoder.error`."""
         return encode_named_frame("error", error_json(error, None))
 
+    def _citations(self, annotations: list[dict[str, Any]]) -> bytes:
+        """``citations_delta`` events, in the open text block (one is opened if none is), for
+        the ``url_citation`` annotations of a delta (spans index the whole answer)."""
+        out = b""
+        for annotation in annotations:
+            body = _url_citation(annotation)
+            if body is None:
+                continue
+            block, changes = self._blocks.prose("text")
+            citation = _citation(body, "".join(self._text))
+            out += _changes(changes) + _delta(block, _CitationsDelta(citation=citation))
+        return out
+
     def _start(self, upstream_id: str, model: str, usage: Usage | None = None) -> bytes:
         if self._started:
             return b""
@@ -824,5 +932,7 @@ def _changes(changes: list[Change]) -> bytes:
     return out
 
 
-def _delta(block: Block, delta: _TextDelta | _ThinkingDelta | _JsonDelta) -> bytes:
+def _delta(
+    block: Block, delta: _TextDelta | _ThinkingDelta | _JsonDelta | _CitationsDelta
+) -> bytes:
     return _frame(_BlockDelta(index=block.index, delta=delta))

@@ -16,7 +16,8 @@ param}}`` with the error's own HTTP status.
 
 Response: a ``BifrostResponse`` (``object: "text.completion"``) whose text is in
 ``choices[].message.content`` (omitted, not null, on a tool-call-only message, as Bifrost's
-schema has no null content), and ``extra_fields``: ``provider`` (the configured name of the
+schema has no null content) with the answer's ``annotations`` (OpenAI's url citations, which
+Bifrost's message shares), and ``extra_fields``: ``provider`` (the configured name of the
 provider that served, after any fallback — Bifrost's schema enumerates its own provider names,
 so schema-strict clients need providers named after them), ``model_params`` (the sampling
 parameters used), ``latency`` (seconds since the request arrived) and ``chat_history`` (the
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -113,6 +114,7 @@ class _Message(Struct, omit_defaults=True):
     tool_calls: list[ToolCall] | UnsetType = UNSET
     refusal: str | UnsetType = UNSET
     thought: str | UnsetType = UNSET
+    annotations: list[dict[str, Any]] | UnsetType = UNSET  # OpenAI's url citations, as they are
 
     @classmethod
     def of(cls, message: Message) -> _Message:
@@ -123,6 +125,7 @@ class _Message(Struct, omit_defaults=True):
             tool_calls=message.tool_calls or UNSET,
             refusal=message.refusal or UNSET,
             thought=message.reasoning_content or UNSET,
+            annotations=message.annotations or UNSET,
         )
 
 

@@ -38,6 +38,7 @@ from proxy.canonical import (
     Usage,
 )
 from proxy.dialects.base import bad_request
+from proxy.dialects.passthrough import merged, without_usage
 from proxy.errors import BadRequest, GatewayError
 from proxy.sse import encode_data_frame
 
@@ -190,23 +191,29 @@ class OpenAIChatDialect:
         )
 
     def encode_response(self, call: Call, reply: Reply) -> bytes:
-        """See :meth:`proxy.dialects.base.Dialect.encode_response`."""
+        """See :meth:`proxy.dialects.base.Dialect.encode_response`: the upstream's own body
+        while nothing changed the answer, else the canonical fields plus the members of that
+        body they do not model (:mod:`proxy.dialects.passthrough`)."""
         response = reply.response
         assert response is not None
+        if response.unchanged():
+            return response.raw  # type: ignore[return-value]
         for choice in response.choices:
             _complete_message(choice.message)
-        return _ENCODER.encode(
-            _Response(
-                id=response.id,
-                object="chat.completion",
-                created=response.created or int(time.time()),
-                model=response.model,
-                choices=_openai_choices(response.choices),
-                usage=OpenAIUsage.of(response.usage) if response.usage is not None else None,
-                system_fingerprint=response.system_fingerprint,
-                service_tier=response.service_tier,
-            )
+        usage = response.usage
+        body = _Response(
+            id=response.id,
+            object="chat.completion",
+            created=response.created or int(time.time()),
+            model=response.model,
+            choices=_openai_choices(response.choices),
+            usage=OpenAIUsage.of(usage) if usage is not None else None,
+            system_fingerprint=response.system_fingerprint,
+            service_tier=response.service_tier,
         )
+        if response.raw is None:
+            return _ENCODER.encode(body)
+        return merged(msgspec.to_builtins(body), response.raw)
 
     def stream_encoder(self, call: Call, reply: Reply) -> ChatStreamEncoder:
         """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
@@ -246,8 +253,11 @@ class ChatStreamEncoder:
     def chunk(self, chunk: Chunk) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
         usage = chunk.usage
-        if chunk.raw is not None and usage is None:
-            return b"data: " + chunk.raw + b"\n\n"  # already an OpenAI chunk: as it came
+        raw = chunk.raw
+        if raw is not None:  # already an OpenAI chunk: as it came, usage details and all
+            if usage is None or self._include_usage:
+                return b"data: " + raw + b"\n\n"
+            return b"data: " + without_usage(raw) + b"\n\n" if chunk.choices else b""
         if usage is not None and not self._include_usage:
             if not chunk.choices:
                 return b""

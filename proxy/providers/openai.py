@@ -5,7 +5,9 @@ adds: the Bearer key and configured headers, the upstream model name,
 ``stream_options.include_usage`` on every stream (so that the gateway always learns token
 usage), request fields the gateway does not model passed through verbatim, and usage
 normalised into disjoint buckets (OpenAI's ``prompt_tokens`` includes cached tokens;
-``completion_tokens`` includes reasoning tokens). With a ``preset`` (see
+``completion_tokens`` includes reasoning tokens). Answers keep the upstream's own JSON
+(``Response.raw``, ``Chunk.raw``), so that OpenAI clients also get the fields the canonical types
+do not model. With a ``preset`` (see
 :mod:`proxy.providers.presets`) the same provider reaches a named vendor: its base URL by default,
 and each request adapted to the fields that vendor accepts.
 """
@@ -205,10 +207,12 @@ class OpenAIProvider:
         messages, params, extra = call.messages, call.params, call.extra
         if self._quirks is not None:
             messages, params, extra = adapt(self._quirks, call, model)
-        if any(message.reasoning_content is not UNSET for message in messages):
-            # A client's thinking (from Anthropic or Fabro dialects) is not an OpenAI input field.
+        if any(m.reasoning_content is not UNSET or m.annotations is not UNSET for m in messages):
+            # A client's thinking (from Anthropic or Fabro dialects), and the citations of an
+            # earlier answer sent back, are not OpenAI input fields.
             messages = [
-                msgspec.structs.replace(message, reasoning_content=UNSET) for message in messages
+                msgspec.structs.replace(message, reasoning_content=UNSET, annotations=UNSET)
+                for message in messages
             ]
         head = _RequestHead(
             model=model, messages=messages, stream=call.stream, stream_options=stream_options
@@ -241,7 +245,7 @@ class OpenAIProvider:
             raise UpstreamError(
                 "upstream answered with no choices", upstream_status=200, provider=self.name
             )
-        return Response(
+        response = Response(
             id=wire.id,
             model=wire.model or model,
             choices=wire.choices,
@@ -250,6 +254,10 @@ class OpenAIProvider:
             system_fingerprint=wire.system_fingerprint,
             service_tier=wire.service_tier,
         )
+        if wire.id and wire.created and wire.model:
+            # A complete body: OpenAI clients get it whole, with what the canonical types lack.
+            response.keep_raw(body)
+        return response
 
     def parse_event(self, event: str, data: bytes) -> Chunk | None:
         """See :meth:`proxy.providers.base.HttpProvider.parse_event`."""
@@ -284,8 +292,9 @@ class OpenAIProvider:
             created=wire.created,
             usage=usage.canonical() if usage is not None else None,
             system_fingerprint=wire.system_fingerprint,
-            # Complete OpenAI chunks can go to OpenAI clients as they came.
-            raw=data if usage is None and wire.id and wire.created and wire.model else None,
+            # Complete OpenAI chunks, the usage chunk included, can go to OpenAI clients as
+            # they came.
+            raw=data if wire.id and wire.created and wire.model else None,
         )
 
     def relay_frames(self, data: bytes) -> tuple[RawFrames | None, bytes]:

@@ -12,6 +12,8 @@ Its behaviour is chosen by the requested model name:
 - ``burst-stream``: the normal stream, every frame of it sent in one write (``burst_frames``
   gives those bytes), as a fast upstream's frames arrive.
 - ``gated``: the normal answer, once the test sets ``gate`` (for requests held in flight).
+- ``gpt-rich``: an answer with what the gateway does not model, at every level (``RICH_BODY``,
+  ``rich_frames``): url-citation annotations, ``audio``, a vendor's fields, usage details.
 
 Every request (body and headers) is recorded; ``closed_streams`` counts streams whose client
 went away before the end.
@@ -61,6 +63,8 @@ class FakeOpenAI:
             await asyncio.Event().wait()
         if model == "gated":
             await self.gate.wait()
+        if model == "gpt-rich":
+            return await self._rich(request, body)
         tool_call = _tool_call(body)
         if body.get("stream"):
             return await self._stream(request, body, model, tool_call)
@@ -82,6 +86,17 @@ class FakeOpenAI:
                 "system_fingerprint": "fp_fake",
             }
         )
+
+    async def _rich(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        if not body.get("stream"):
+            return web.json_response(RICH_BODY)
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        for frame in rich_frames(include_usage):
+            await response.write(b"data: " + json.dumps(frame).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
 
     def _fail(self, status: int, request: web.Request) -> web.Response:
         key = request.headers.get("authorization", "").removeprefix("Bearer ")
@@ -200,3 +215,88 @@ def _chunk(model: str, choices: list[dict[str, Any]], usage: Any) -> dict[str, A
 def _frame(model: str, delta: dict[str, Any], finish: str | None) -> bytes:
     chunk = _chunk(model, [{"index": 0, "delta": delta, "finish_reason": finish}], None)
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+RICH_TEXT = "Paris is the capital of France."
+RICH_ANNOTATIONS = [
+    {
+        "type": "url_citation",
+        "url_citation": {
+            "start_index": 0,
+            "end_index": 5,
+            "url": "https://en.wikipedia.org/wiki/Paris",
+            "title": "Paris - Wikipedia",
+        },
+    }
+]
+RICH_USAGE = {
+    "prompt_tokens": 12,
+    "completion_tokens": 9,
+    "total_tokens": 21,
+    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+    "completion_tokens_details": {
+        "reasoning_tokens": 0,
+        "audio_tokens": 4,
+        "accepted_prediction_tokens": 0,
+        "rejected_prediction_tokens": 0,
+    },
+    "vendor_units": 7,
+}
+RICH_BODY: dict[str, Any] = {
+    "id": "chatcmpl-rich",
+    "object": "chat.completion",
+    "created": 1_700_000_002,
+    "model": "gpt-rich",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": RICH_TEXT,
+                "refusal": None,
+                "annotations": RICH_ANNOTATIONS,
+                "audio": {
+                    "id": "audio_abc",
+                    "data": "UklGRg==",
+                    "expires_at": 1_700_003_600,
+                    "transcript": RICH_TEXT,
+                },
+                "vendor_message_note": "kept",
+            },
+            "finish_reason": "stop",
+            "logprobs": None,
+            "content_filter_results": {"hate": {"filtered": False, "severity": "safe"}},
+        }
+    ],
+    "usage": RICH_USAGE,
+    "service_tier": "default",
+    "system_fingerprint": "fp_rich",
+    "vendor_trace": {"region": "eu-west", "hops": [1, 2]},
+}
+
+
+def rich_frames(include_usage: bool) -> list[dict[str, Any]]:
+    """The ``gpt-rich`` stream's chunks (usage last when asked), as JSON objects."""
+    head = {
+        "id": "chatcmpl-rich",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_002,
+        "model": "gpt-rich",
+        "service_tier": "default",
+        "vendor_trace": {"region": "eu-west"},
+    }
+    deltas: list[dict[str, Any]] = [
+        {"role": "assistant", "content": "", "refusal": None},
+        {"content": "Paris"},
+        {"content": " is the capital of France."},
+        {"annotations": RICH_ANNOTATIONS},
+        {"audio": {"id": "audio_abc", "transcript": RICH_TEXT}},
+    ]
+    frames = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        for delta in deltas
+    ]
+    frames.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    if include_usage:
+        frames.append({**head, "choices": [], "usage": RICH_USAGE})
+    return frames

@@ -351,3 +351,28 @@ providers:
     for answer in (message, streamed):
         assert (answer.stop_reason, answer.stop_sequence) == ("stop_sequence", ", three")
         assert answer.content[0].text == "One, two"  # type: ignore[union-attr]
+
+
+async def test_openai_url_citations_become_anthropic_citations(gateway: Gateway) -> None:
+    client = gateway.client()
+    request = {"model": "up/gpt-rich", "max_tokens": 50, "messages": HI}
+    message = await client.messages.create(**request)  # type: ignore[call-overload]
+    async with client.messages.stream(**request) as stream:  # type: ignore[arg-type]
+        streamed = await stream.get_final_message()
+    citation = {
+        "type": "web_search_result_location",
+        "cited_text": "Paris",
+        "url": "https://en.wikipedia.org/wiki/Paris",
+        "title": "Paris - Wikipedia",
+        "encrypted_index": "",
+    }
+    blocks = [block.model_dump(exclude_none=True) for block in message.content]
+    assert blocks == [
+        {"type": "text", "text": "Paris", "citations": [citation]},
+        {"type": "text", "text": " is the capital of France."},
+    ]
+    validate_in(SPEC, "Message", message.to_dict(exclude_none=False))  # type: ignore[arg-type]
+    text = "".join(block.text for block in streamed.content if block.type == "text")
+    assert text == "Paris is the capital of France."
+    cited = [c.model_dump() for block in streamed.content for c in (block.citations or [])]  # type: ignore[union-attr]
+    assert cited == [citation]

@@ -12,7 +12,7 @@ import aiohttp
 
 from proxy.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, Running, start_site
-from tests.e2e.fake_openai import burst_frames
+from tests.e2e.fake_openai import RICH_ANNOTATIONS, burst_frames
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -293,3 +293,13 @@ async def test_mock_tools_and_truncation(gateway: Running) -> None:
     _, _, raw = await _post(gateway, body)
     choice = json.loads(raw)["choices"][0]
     assert (choice["finish_reason"], len(choice["message"]["content"].split())) == ("length", 3)
+
+
+async def test_bifrost_messages_carry_the_upstreams_url_citations(gateway: Running) -> None:
+    status, _, raw = await _post(
+        gateway, {"model": "up/gpt-rich", "text": "Capital of France?"}, path="/v1/text/completions"
+    )
+    assert status == 200, raw
+    message = json.loads(raw)["choices"][0]["message"]
+    assert message["annotations"] == RICH_ANNOTATIONS
+    assert "audio" not in message  # Bifrost's message has no audio: that is lost

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import UPSTREAM_KEY, Running
-from tests.e2e.fake_openai import ANSWER
+from tests.e2e.fake_openai import ANSWER, RICH_BODY, RICH_TEXT, rich_frames
 
 TOOLS = [
     {
@@ -207,3 +207,40 @@ async def test_trace_header_forwarded_but_client_key_is_not(gateway: Running) ->
     headers = {k.lower(): v for k, v in gateway.upstream.headers[-1].items()}
     assert headers["x-trace-id"] == "trace-123"
     assert "client-key" not in json.dumps(headers)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the gateway does not model still reaches OpenAI clients
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_unmodelled_response_fields_reach_the_client_whole(gateway: Running) -> None:
+    raw = await gateway.client().chat.completions.with_raw_response.create(
+        model="up/gpt-rich", messages=MESSAGES
+    )
+    assert json.loads(raw.content) == RICH_BODY  # every member, at every level
+    completion = raw.parse()
+    message = completion.choices[0].message
+    assert message.annotations is not None
+    assert message.annotations[0].url_citation.url == "https://en.wikipedia.org/wiki/Paris"
+    assert message.audio is not None
+    assert (message.audio.id, message.audio.transcript) == ("audio_abc", RICH_TEXT)
+    usage = completion.usage
+    assert usage is not None
+    assert usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.audio_tokens == 4
+    assert usage.completion_tokens_details.accepted_prediction_tokens == 0
+    assert completion.model_extra == {"vendor_trace": {"region": "eu-west", "hops": [1, 2]}}
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+async def test_unmodelled_stream_fields_reach_the_client(
+    gateway: Running, include_usage: bool
+) -> None:
+    extra = {"stream_options": {"include_usage": True}} if include_usage else {}
+    stream = await gateway.client().chat.completions.create(
+        model="up/gpt-rich", messages=MESSAGES, stream=True, **extra
+    )
+    received = [chunk.model_dump(exclude_unset=True) async for chunk in stream]
+    assert received == rich_frames(include_usage)
+    assert gateway.upstream.requests[-1]["stream_options"] == {"include_usage": True}

@@ -106,6 +106,8 @@ def test_request_translation(fixture: dict[str, Any]):
 def test_response_translation(fixture: dict[str, Any]):
     body = json.dumps(fixture["body"]).encode()
     response = provider().parse_response(body, fixture["requested_model"])
+    assert response.raw in (None, body)  # a complete body is kept whole, for OpenAI clients
+    response.raw = response.raw_fingerprint = None
     assert msgspec.to_builtins(response) == fixture["expected"]
 
 
@@ -405,14 +407,32 @@ def test_client_reasoning_is_not_sent_upstream():
     assert call.messages[1].reasoning_content == "thinking...", "the call itself is unchanged"
 
 
-def test_complete_chunks_keep_their_raw_json_and_usage_chunks_do_not():
+def test_an_earlier_answers_citations_are_not_sent_upstream():
+    provider = OpenAIProvider("up", OpenAIConfig(base_url="http://127.0.0.1:9/v1", api_key="k"))
+    cited = [{"type": "url_citation", "url_citation": {"url": "https://a.example"}}]
+    call = Call(
+        request_id="r",
+        dialect="openai",
+        model="up/m",
+        messages=[
+            Message(role="assistant", content="Hello", annotations=cited),
+            Message(role="user", content="More?"),
+        ],
+    )
+    body = json.loads(provider.build_request(call, "m").body)
+    assert body["messages"][0] == {"role": "assistant", "content": "Hello"}
+
+
+def test_complete_chunks_keep_their_raw_json_usage_chunks_included():
     data = b'{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}'
     assert provider().parse_event("", data).raw == data
     with_usage = (
         b'{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
-        b'"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}'
+        b'"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,'
+        b'"completion_tokens_details":{"audio_tokens":0}}}'
     )
-    assert provider().parse_event("", with_usage).raw is None
+    chunk = provider().parse_event("", with_usage)
+    assert (chunk.raw, chunk.usage) == (with_usage, Usage(input=1, output=2))
     no_created = b'{"id":"c1","model":"m","choices":[]}'
     assert provider().parse_event("", no_created).raw is None
 
@@ -432,7 +452,7 @@ def test_usage_is_translated_whatever_the_whitespace_and_null_usage_is_none():
     )
     chunk = provider().parse_event("", spaced)
     assert (chunk.usage.input, chunk.usage.cache_read, chunk.usage.output) == (7, 3, 4)
-    assert chunk.raw is None
+    assert chunk.raw == spaced
     null = (
         b'{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
         b'"choices":[],"usage":null}'
