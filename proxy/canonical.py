@@ -438,12 +438,15 @@ class Response(Struct, omit_defaults=True):
     system_fingerprint: str | UnsetType | None = UNSET
     service_tier: str | UnsetType | None = UNSET
     raw: bytes | None = None
-    raw_fingerprint: bytes | None = None  # fingerprint() when raw was kept
+    raw_fingerprint: int | None = None  # fingerprint() when raw was kept
 
-    def fingerprint(self) -> bytes:
-        """The canonical fields, encoded: equal to an earlier fingerprint only if nothing
-        changed them since."""
-        return _FINGERPRINTS.encode(msgspec.structs.replace(self, raw=None, raw_fingerprint=None))
+    def fingerprint(self) -> int:
+        """A hash of the canonical fields' encoding: equal to an earlier fingerprint only if
+        nothing changed them since (but for a 64-bit collision). It is per process: one read
+        back in another process does not match, which only costs the verbatim answer."""
+        return hash(
+            _FINGERPRINTS.encode(msgspec.structs.replace(self, raw=None, raw_fingerprint=None))
+        )
 
     def keep_raw(self, body: bytes) -> None:
         """Keep ``body``, the upstream JSON these canonical fields were just parsed from."""

@@ -377,12 +377,14 @@ async def test_orq_cache_control_in_opt_in_mode(launch: Launch) -> None:
 
 
 async def test_max_bytes_evicts_the_least_recently_used(launch: Launch) -> None:
-    gateway = await launch("{max_bytes: 1000, max_entry_bytes: 600}")
+    # An entry of the fake's answer is about 750 bytes (its upstream body included, which
+    # OpenAI clients are answered with): two fit in 2000, three do not.
+    gateway = await launch("{max_bytes: 2000, max_entry_bytes: 1000}")
     for word in ("one", "two", "three"):
         _, headers = await gateway.chat(messages=[{"role": "user", "content": word}])
         assert headers["x-crossway-cache"] == "miss"
         await gateway.settle()
-        assert 0 < await gateway.metric("crossway_cache_bytes") <= 1000
+        assert 0 < await gateway.metric("crossway_cache_bytes") <= 2000
     _, headers = await gateway.chat(messages=[{"role": "user", "content": "three"}])
     assert headers["x-crossway-cache"] == "hit"
     _, headers = await gateway.chat(messages=[{"role": "user", "content": "one"}])
