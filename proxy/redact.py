@@ -2,7 +2,8 @@
 
 A :class:`Redactor` knows the configured credential values (provider keys) and the shapes of
 common API keys; :meth:`Redactor.text` replaces either with ``[REDACTED]``. It is applied to
-upstream error messages before they become client-visible, and is the first log processor.
+every text field of an upstream error before it becomes client-visible (:func:`sanitise_error`),
+and is the first log processor.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import re
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+from proxy.errors import GatewayError
+
 MASK = "[REDACTED]"
+MAX_MESSAGE_CHARS = 1000
+"""The longest error message the gateway relays (after redaction)."""
+MAX_FIELD_CHARS = 256
+"""The longest other error text (``code``, ``param``, strings in nested values) it relays."""
 
 # Shapes of credentials worth catching even when the gateway did not configure them (a client's
 # own key echoed back by an upstream, a key in an exception message). Each comes with a needle:
@@ -63,17 +70,22 @@ class Redactor:
                 return self._pattern.sub(MASK, value)
         return value
 
-    def value(self, value: Any) -> Any:
+    def value(self, value: Any, max_chars: int | None = None) -> Any:
         """Redact strings inside ``value`` (nested dicts, lists and tuples included; list and
-        tuple subclasses come back as plain lists and tuples)."""
+        tuple subclasses come back as plain lists and tuples). With ``max_chars`` every string
+        (dict keys included) is cut to that length after redaction."""
         if isinstance(value, str):
-            return self.text(value)
+            clean = self.text(value)
+            return clean if max_chars is None else clean[:max_chars]
         if isinstance(value, dict):
-            return {k: MASK if _is_sensitive(k) else self.value(v) for k, v in value.items()}
+            return {
+                self.value(k, max_chars): MASK if _is_sensitive(k) else self.value(v, max_chars)
+                for k, v in value.items()
+            }
         if isinstance(value, list):
-            return [self.value(v) for v in value]
+            return [self.value(v, max_chars) for v in value]
         if isinstance(value, tuple):  # a plain tuple: a named tuple's constructor differs
-            return tuple(self.value(v) for v in value)
+            return tuple(self.value(v, max_chars) for v in value)
         return value
 
     def __call__(
@@ -90,6 +102,24 @@ class Redactor:
             elif isinstance(value, dict | list | tuple):
                 event[key] = self.value(value)
         return event
+
+
+def sanitise_error(error: GatewayError, redactor: Redactor) -> None:
+    """Clean, in place, every text an upstream may have put into ``error``.
+
+    Every string attribute of the error instance (its ``message``, ``code``, ``param`` and any
+    a subclass adds) and every string inside a dict, list or tuple attribute is redacted, then
+    cut: the message to :data:`MAX_MESSAGE_CHARS`, everything else to :data:`MAX_FIELD_CHARS`.
+    Class-level constants (``type``, ``default_code``) are the gateway's own and left alone.
+    Redaction comes first, so a cut never leaves the start of a secret behind.
+    """
+    for name, value in vars(error).items():
+        if isinstance(value, str):
+            limit = MAX_MESSAGE_CHARS if name == "message" else MAX_FIELD_CHARS
+            setattr(error, name, redactor.text(value)[:limit])
+        elif isinstance(value, dict | list | tuple):
+            setattr(error, name, redactor.value(value, MAX_FIELD_CHARS))
+    error.args = (error.message,)
 
 
 def _is_sensitive(key: object) -> bool:

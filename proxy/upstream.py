@@ -19,10 +19,8 @@ from typing import Any
 from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Response, Timings
 from proxy.errors import GatewayError, NoReadyDeployment, UpstreamTimeout
 from proxy.providers.base import HttpProvider, LocalProvider, Provider, Timeouts
-from proxy.redact import Redactor
+from proxy.redact import Redactor, sanitise_error
 from proxy.transport import HttpTransport
-
-MAX_ERROR_MESSAGE = 1000
 
 ErrorHook = Callable[[str, GatewayError], None]
 DroppedHook = Callable[[str, str, list[str]], None]
@@ -370,10 +368,9 @@ class Upstream:
         return self._rng.choices(deployments, weights=weights)[0]
 
     def _fail(self, provider: str, error: GatewayError) -> None:
-        """Sanitise ``error`` in place (no secrets, bounded length) and report it."""
-        clean = self._redactor.text(error.message)[:MAX_ERROR_MESSAGE]
-        error.message = clean
-        error.args = (clean,)
+        """Sanitise ``error`` in place (no secrets, bounded lengths: see
+        :func:`~proxy.redact.sanitise_error`) and report it."""
+        sanitise_error(error, self._redactor)
         self._on_error(provider, error)
 
     async def _local(

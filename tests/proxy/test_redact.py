@@ -10,8 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.errors import UpstreamError
 from proxy.logs import make_logger
-from proxy.redact import KEY_SHAPES, MASK, Redactor
+from proxy.redact import (
+    KEY_SHAPES,
+    MASK,
+    MAX_FIELD_CHARS,
+    MAX_MESSAGE_CHARS,
+    Redactor,
+    sanitise_error,
+)
 
 CONFIGURED = "prov-key-0123456789-configured"  # no known key shape: only caught as configured
 OPENAI_KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123"
@@ -300,3 +308,25 @@ def test_a_named_tuple_value_is_redacted_not_an_error(logged):
     logger.info("pair", pair=Pair("openai", OPENAI_KEY))
     (line,) = log_lines(stream)
     assert line["pair"] == ["openai", MASK]
+
+
+def test_sanitise_error_cleans_and_caps_every_text_field_of_an_error() -> None:
+    key = "sk-live-0123456789abcdefghij"
+    error = UpstreamError(
+        f"bad key {key} " + "m" * 5000,
+        upstream_status=400,
+        code=key + "c" * 5000,
+        param=f"messages {key}",
+    )
+    error.details = {key: [key, {"deeper": key + "d" * 5000}]}  # type: ignore[attr-defined]
+    sanitise_error(error, Redactor([key]))
+    assert error.message.startswith("bad key [REDACTED] ")
+    assert len(error.message) == MAX_MESSAGE_CHARS
+    assert error.args == (error.message,)
+    assert error.code.startswith("[REDACTED]")
+    assert len(error.code) == MAX_FIELD_CHARS
+    assert error.param == "messages [REDACTED]"
+    assert key not in repr(error.details)  # type: ignore[attr-defined]
+    deeper = error.details["[REDACTED]"][1]["deeper"]  # type: ignore[attr-defined]
+    assert len(deeper) == MAX_FIELD_CHARS
+    assert error.type == "api_error"  # the gateway's own constants are left alone
