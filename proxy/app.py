@@ -28,7 +28,7 @@ from proxy.canonical import ANONYMOUS, BatchedStream, Call, Chunk, RawFrames, Re
 from proxy.config import ConfigError, ServerConfig, load_config
 from proxy.db import Database, DatabaseError
 from proxy.dialects import all_dialects
-from proxy.dialects.base import Dialect, StreamEncoder
+from proxy.dialects.base import Dialect, StreamEncoder, check_json_depth
 from proxy.errors import (
     AuthenticationFailed,
     GatewayError,
@@ -242,6 +242,7 @@ def _dialect_handler(
                 # Authenticated before the body is read: a client without a key costs no decoding
                 principal = ANONYMOUS if gate is None else await gate(request.headers)
                 body = await _read_body(request, server)
+                check_json_depth(body)
                 call = dialect.decode(body, request.headers, request_id, start)
                 if not call.model:  # a dialect that lets the client omit it (Fabro)
                     call.model = snapshot.router.default_model(call.options.provider)
