@@ -1,7 +1,9 @@
 """The built-in ``mock`` provider: offline, deterministic, and able to fail on demand.
 
-It answers in-process, so the default config works with no network and no keys, and tests and
-benchmarks can provoke every failure the gateway must survive by choosing a model name:
+It answers in-process, so the default config works with no network and no keys. With
+``faults: true`` tests and benchmarks can also provoke every failure the gateway must survive by
+choosing a model name (the fault models; without it, the default, they are ordinary names and
+get the fixed reply, so that no client can hold a connection open or make the gateway fail):
 
 ==================  =========================================================================
 model name          behaviour
@@ -56,10 +58,12 @@ _QUOTE_WORDS = 40
 
 
 class MockConfig(ProviderConfig, tag="mock", frozen=True, forbid_unknown_fields=True):
-    """The mock provider's knobs: first-byte latency and streaming pace."""
+    """The mock provider's knobs: first-byte latency, streaming pace, and whether the fault
+    models (``error-<status>``, ``slow-<ms>``, ``hang``, ``cut-<n>``, ``stall-<n>``) act."""
 
     latency_ms: Annotated[float, Meta(ge=0)] = 0.0
     tokens_per_second: Annotated[float, Meta(ge=0)] = 0.0
+    faults: bool = False
 
 
 class _Plan(msgspec.Struct, frozen=True):
@@ -156,6 +160,8 @@ class MockProvider:
 
     def _plan(self, model: str) -> _Plan:
         delay = self.config.latency_ms / 1000.0
+        if not self.config.faults:
+            return _Plan(delay_s=delay)
         if model == "hang":
             return _Plan(delay_s=delay, hang=True)
         match = _FAULT.match(model)

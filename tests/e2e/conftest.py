@@ -49,8 +49,8 @@ def gateway_config(upstream_url: str, extra: str = "") -> str:
             base_url: "{upstream_url}/v1"
             api_key: "{UPSTREAM_KEY}"
             timeouts: {{first_byte: 2, idle: 1, total: 8}}
-          mock: {{type: mock}}
-          mockfast: {{type: mock, timeouts: {{first_byte: 0.5, idle: 0.3, total: 3}}}}
+          mock: {{type: mock, faults: true}}
+          mockfast: {{type: mock, faults: true, timeouts: {{first_byte: 0.5, idle: 0.3, total: 3}}}}
           keyless: {{type: openai, base_url: "http://127.0.0.1:9/v1", api_key: ""}}
         models:
           chat: [{{target: up/gpt-test}}]

@@ -19,7 +19,7 @@ providers:
     api_key: "{UPSTREAM_KEY}"
     default_model: gpt-test
     timeouts: {{first_byte: 2, idle: 1, total: 8}}
-  mock: {{type: mock, default_model: echo}}
+  mock: {{type: mock, default_model: echo, faults: true}}
   paced: {{type: mock, tokens_per_second: 10}}
 models:
   chat: [{{target: up/gpt-test}}]

@@ -67,3 +67,13 @@ async def test_the_readme_quick_start_uses_listed_models(url: str) -> None:
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     listed = {model.id for model in (await client.models.list()).data}
     assert names <= listed
+
+
+@pytest.mark.parametrize("model", ["hang", "slow-100000", "error-500", "cut-1", "stall-1"])
+async def test_the_shipped_mock_has_no_fault_models(url: str, model: str) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30)
+    stream = await client.chat.completions.create(
+        model=f"mock/{model}", messages=[{"role": "user", "content": "Hello"}], stream=True
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text.endswith("You said: Hello"), "an ordinary model name: the fixed reply"

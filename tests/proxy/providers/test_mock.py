@@ -37,7 +37,7 @@ SHORT = 0.05  # seconds to wait for something that must never happen
 
 
 def mock(**config: Any) -> MockProvider:
-    return MockProvider("mock", MockConfig(**config))
+    return MockProvider("mock", MockConfig(**{"faults": True, **config}))
 
 
 def make_call(text: str = "hello world", *, stream: bool = False, **params: Any) -> Call:
@@ -372,3 +372,11 @@ async def test_stall_without_stream_answers_normally():
 async def test_lookalike_names_are_ordinary_models(model: str):
     response = await whole(model)
     assert response.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("model", ["hang", "slow-100000", "error-500", "cut-0", "stall-0"])
+async def test_fault_models_are_ordinary_names_unless_faults_are_on(model: str) -> None:
+    provider = MockProvider("mock", MockConfig())
+    response = await asyncio.wait_for(provider.complete(make_call(), model), timeout=5)
+    assert isinstance(response, Response)
+    assert response.choices[0].message.content.startswith("This is the Crossway mock provider.")

@@ -23,9 +23,9 @@ from tests.e2e.conftest import start_site
 MOCK_PROVIDERS = """\
 server: {access_log: false}
 providers:
-  openai: {type: mock}
-  anthropic: {type: mock}
-  mock: {type: mock}
+  openai: {type: mock, faults: true}
+  anthropic: {type: mock, faults: true}
+  mock: {type: mock, faults: true}
 """
 
 
