@@ -176,6 +176,11 @@ class Usage(Struct, omit_defaults=True):
 # ---------------------------------------------------------------------------------------------
 
 
+MAX_TOKENS_LIMIT = 2**31 - 1
+"""The largest token limit (``max_tokens`` …) a client may ask for: no model comes near it, and
+upstreams keep the number in 32 bits (a larger one would reach them only to be refused)."""
+
+
 class Params(Struct, omit_defaults=True):
     """Generation parameters understood by the gateway; each is absent (UNSET) unless given.
 
@@ -185,8 +190,10 @@ class Params(Struct, omit_defaults=True):
 
     temperature: Annotated[float, Meta(ge=0, le=2)] | UnsetType | None = UNSET
     top_p: Annotated[float, Meta(ge=0, le=1)] | UnsetType | None = UNSET
-    max_tokens: Annotated[int, Meta(ge=1)] | UnsetType | None = UNSET
-    max_completion_tokens: Annotated[int, Meta(ge=1)] | UnsetType | None = UNSET
+    max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | UnsetType | None = UNSET
+    max_completion_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | UnsetType | None = (
+        UNSET
+    )
     n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
     stop: str | list[str] | UnsetType | None = UNSET
     seed: int | UnsetType | None = UNSET

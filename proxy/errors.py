@@ -296,7 +296,10 @@ def upstream_error_for_status(
 
     4xx keep their status (an upstream 401/403 is the *gateway's* credential problem and is shown
     as 502 so that a client never believes its own key was rejected); 5xx become 502, except
-    overload (503/529) which stays 503.
+    overload (503/529) which stays 503. The upstream's ``code`` is kept only for the 4xx that
+    keep their status; every other class carries the gateway's own code
+    (``upstream_auth_failed``, ``rate_limit_exceeded``, ``upstream_overloaded``,
+    ``upstream_error``), so that an upstream's ``invalid_api_key`` never reads as the client's.
     """
     cls = _BY_STATUS.get(status)
     if cls is None:
@@ -314,5 +317,5 @@ def upstream_error_for_status(
         status=client_status,
         provider=provider,
         retry_after=retry_after,
-        code=code,
+        code=code if cls is UpstreamClientError else None,
     )

@@ -49,15 +49,18 @@ class RequestIds:
     __slots__ = ("_counter", "_prefix")
 
     def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:16]
+        prefix = uuid.uuid4().hex[:16]
+        self._prefix = f"{prefix[:8]}-{prefix[8:12]}-{prefix[12:]}-"
         self._counter = itertools.count(1)
 
     def __call__(self, request: web.Request) -> str:
-        """The client's ``x-request-id`` if it is sane, else a fresh one (32 hex digits)."""
+        """The client's ``x-request-id`` if it is sane, else a fresh one in UUID form
+        (8-4-4-4-12 hex digits, as Fabro's schema asks of its ``request_id``)."""
         given = request.headers.get(REQUEST_ID)
         if given and len(given) <= MAX_REQUEST_ID and given.isascii() and given.isprintable():
             return given
-        return f"{self._prefix}{next(self._counter):016x}"
+        n = next(self._counter)
+        return f"{self._prefix}{n >> 48 & 0xFFFF:04x}-{n & 0xFFFFFFFFFFFF:012x}"
 
 
 class HttpEdges:

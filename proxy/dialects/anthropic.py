@@ -47,6 +47,7 @@ import msgspec
 from msgspec import UNSET, Meta, Raw, Struct
 
 from proxy.canonical import (
+    MAX_TOKENS_LIMIT,
     Call,
     Chunk,
     ContentPart,
@@ -175,7 +176,7 @@ class _OutputConfig(Struct):
 
 class _Request(Struct):
     model: Annotated[str, Meta(min_length=1)]
-    max_tokens: Annotated[int, Meta(ge=1)]
+    max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)]
     messages: Annotated[list[_MessageIn], Meta(min_length=1)]
     system: str | list[_Text] | None = None
     stream: bool | None = None
@@ -443,7 +444,9 @@ class AnthropicDialect:
     def stream_encoder(self, call: Call, reply: Reply) -> AnthropicStreamEncoder:
         """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
         return AnthropicStreamEncoder(
-            fallback_id=message_id("", call.request_id), model=reply.model
+            fallback_id=message_id("", call.request_id),
+            model=reply.model,
+            request_id=call.request_id,
         )
 
     def encode_error(self, error: GatewayError, request_id: str) -> bytes:
@@ -815,15 +818,18 @@ class AnthropicStreamEncoder:
         "_finish",
         "_matched",
         "_model",
+        "_request_id",
         "_started",
         "_text",
         "_usage",
     )
     keepalive = KEEPALIVE_SECONDS
 
-    def __init__(self, *, fallback_id: str, model: str) -> None:
+    def __init__(self, *, fallback_id: str, model: str, request_id: str | None = None) -> None:
+        """``request_id`` goes into an in-band error frame, as in Anthropic's error bodies."""
         self._fallback_id = fallback_id
         self._model = model
+        self._request_id = request_id
         self._started = False
         self._blocks = StreamBlocks("toolu_")
         self._finish: str | None = None
@@ -885,7 +891,7 @@ class AnthropicStreamEncoder:
 
     def error(self, error: GatewayError) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.error`."""
-        return encode_named_frame("error", error_json(error, None))
+        return encode_named_frame("error", error_json(error, self._request_id))
 
     def _citations(self, annotations: list[dict[str, Any]]) -> bytes:
         """``citations_delta`` events, in the open text block (one is opened if none is), for

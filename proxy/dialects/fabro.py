@@ -41,6 +41,7 @@ import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from proxy.canonical import (
+    MAX_TOKENS_LIMIT,
     Accounting,
     Call,
     Chunk,
@@ -152,7 +153,7 @@ class _Request(Struct):
     tool_choice: _ToolChoiceIn | None = None
     schema: dict[str, Any] | None = None
     temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
-    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | None = None
     top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
     stop_sequences: list[str] | None = None
     reasoning_effort: ReasoningEffort | None = None

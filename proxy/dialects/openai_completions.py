@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.canonical import Call, Chunk, Message, Params, Reply, Timings
+from proxy.canonical import MAX_TOKENS_LIMIT, Call, Chunk, Message, Params, Reply, Timings
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import DONE_FRAME, OpenAIUsage, decode_extra, error_json
 from proxy.errors import BadRequest, GatewayError
@@ -54,7 +54,7 @@ class LegacyParams(Struct, omit_defaults=True):
 
     temperature: Annotated[float, Meta(ge=0, le=2)] | UnsetType | None = UNSET
     top_p: Annotated[float, Meta(ge=0, le=1)] | UnsetType | None = UNSET
-    max_tokens: Annotated[int, Meta(ge=1)] | UnsetType | None = UNSET
+    max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | UnsetType | None = UNSET
     n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
     stop: str | Annotated[list[str], Meta(max_length=4)] | UnsetType | None = UNSET
     seed: int | UnsetType | None = UNSET

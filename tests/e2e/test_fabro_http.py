@@ -249,8 +249,8 @@ async def test_schema_returns_the_parsed_output_and_never_streams(gateway: Gatew
         ({}, 400, "invalid_request", "messages"),
         ({"messages": [user("Hi")], "provider": "nowhere"}, 400, "invalid_request", "provider"),
         ({"messages": [user("Hi")], "model": "nope/x"}, 404, "model_not_found", "model"),
-        ({"messages": [user("Hi")], "model": "up/fail-500"}, 502, "upstream_code", None),
-        ({"messages": [user("Hi")], "model": "up/fail-503"}, 502, "upstream_code", None),
+        ({"messages": [user("Hi")], "model": "up/fail-500"}, 502, "upstream_error", None),
+        ({"messages": [user("Hi")], "model": "up/fail-503"}, 502, "upstream_overloaded", None),
     ],
 )
 async def test_errors_carry_the_request_id(

@@ -762,7 +762,7 @@ def test_error_mid_stream_is_an_error_event() -> None:
     assert event == {
         "type": "error",
         "error": {"type": "api_error", "message": "cut"},
-        "request_id": None,
+        "request_id": "req-1",  # the call's, as in a whole error body
     }
     validate_in(SPEC, "ErrorResponse", event)
 
