@@ -134,7 +134,9 @@ class BalancePlugin:
         self._clock = clock
         self._rng = rng or random.Random()
         self._store: Store = store if store is not None else MemoryStore(clock)
-        self._health = Health(options.health, self._store, context.metrics, context.logger)
+        self._health = Health(
+            options.health, self._store, context.metrics, context.logger, clock=clock
+        )
         self._penalised = self._health.kinds | {"rate_limited"}
         self._track = options.strategy != "weighted"
         self._measures = options.strategy in ("latency", "cost")  # latency estimates
@@ -328,7 +330,7 @@ class BalancePlugin:
                 if self._measures and error.kind in self._penalised:
                     now = self._clock()
                     self._observe(stats, max(now - started, self._latency.failure_penalty), now)
-            await self._record_failure(deployment, candidates, error)
+            await self._record_failure(deployment, candidates, error, started)
             raise
         except BaseException:
             if stats is not None:
@@ -359,14 +361,18 @@ class BalancePlugin:
         return reply
 
     async def _record_failure(
-        self, deployment: Deployment, candidates: Sequence[Deployment], error: GatewayError
+        self,
+        deployment: Deployment,
+        candidates: Sequence[Deployment],
+        error: GatewayError,
+        started: float,
     ) -> None:
         health = self._health
         if not health.enabled:
             return
         try:
             if error.kind in health.kinds:
-                await health.failed(deployment, candidates)
+                await health.failed(deployment, candidates, started=started)
             elif isinstance(error, UpstreamError):
                 await health.answered(deployment)
         except StoreUnavailable:

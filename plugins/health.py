@@ -1,13 +1,26 @@
 """Deployment health for the ``balance`` plugin: eject what keeps failing, for a growing cooldown.
 
-A deployment (``provider/model``) that fails ``failures`` times in a row with an error of one of
-``on_kinds`` (by default upstream 5xx, overload, connection failures, timeouts and rejected
-gateway credentials — not rate limits, which say "slow down", not "dead") is ejected: not routed
-to for ``cooldown * k`` seconds, capped at ``max_cooldown``, where k counts its ejections within
-``memory`` seconds of the previous one (30 s, 60 s, 90 s … 300 s by default, as Envoy's outlier
-detection). Any answer from the deployment — a success or an error outside ``on_kinds``, such as
-a 400 — resets its count. When the cooldown ends the deployment is routable again and needs
-``failures`` new consecutive failures to be ejected again.
+A deployment (``provider/model``) is ejected — not routed to for ``cooldown * k`` seconds, capped
+at ``max_cooldown``, where k counts its ejections within ``memory`` seconds of the previous one
+(30 s, 60 s, 90 s … 300 s by default) — when it fails with an error of one of ``on_kinds`` (by
+default upstream 5xx, overload, connection failures, timeouts and rejected gateway credentials —
+not rate limits, which say "slow down", not "dead") and either trigger fires:
+
+- ``failures`` consecutive failures (Envoy's ``consecutive_5xx``). Any answer from the
+  deployment — a success or an error outside ``on_kinds``, such as a 400 — resets the count.
+- with ``failure_ratio`` > 0, that share of failures among at least ``ratio_min_requests``
+  outcomes in the current ``ratio_window``-second window (Envoy's failure-percentage detection,
+  Helicone's 5xx rate): a deployment that fails every other request never fails five times in
+  a row, yet serves nobody well. Off by default, so that a healthy deployment's success path
+  costs no store write.
+
+The outlier-detection rules of Envoy decide which failures count. A failure of a request that
+*started* before the deployment's latest ejection says nothing new — the burst of requests that
+were in flight when it was ejected fails together — and a failure while the deployment is
+ejected (panic routing) is no new evidence either: neither counts, so one burst ejects once and
+escalation (a longer cooldown) happens only when the deployment fails again after its cooldown.
+Exactly one failure ejects, even when concurrent failures race through a shared store: the
+first to claim the ejection that follows the latest one it saw.
 
 Ejection never takes the last routable deployment out of a call's candidates: a failure that
 would eject a deployment while every other candidate is already ejected is counted but ejects
@@ -18,12 +31,14 @@ fallback plugin acts on. The balancer routes to ejected deployments only when ev
 several candidates is ejected (panic mode: better a failing deployment than none).
 
 State lives in a :class:`~proxy.store.Store` under ``crossway:health:`` keys, so that a shared
-backend shares it across workers. ``failures: 0`` disables ejection.
+backend shares it across workers; times are the injected clock's (wall time by default, so that
+workers agree). ``failures: 0`` disables ejection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -45,6 +60,9 @@ class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cooldown: Annotated[float, Meta(gt=0)] = 30.0
     max_cooldown: Annotated[float, Meta(gt=0)] = 300.0
     memory: Annotated[float, Meta(gt=0)] = 600.0
+    failure_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.0
+    ratio_window: Annotated[float, Meta(gt=0)] = 30.0
+    ratio_min_requests: Annotated[int, Meta(ge=1)] = 20
     on_kinds: tuple[ErrorKind, ...] = (
         "upstream_server",
         "overloaded",
@@ -55,18 +73,28 @@ class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Health:
-    """Consecutive-failure counting and ejection of deployments, kept in ``store``.
+    """Failure counting and ejection of deployments, kept in ``store``, timed by ``clock``.
 
     Every method may raise :class:`~proxy.store.StoreUnavailable`; the caller decides what to do
     without the store (the balancer then treats every deployment as healthy).
     """
 
-    def __init__(self, config: HealthConfig, store: Store, metrics: Metrics, logger: Any) -> None:
+    def __init__(
+        self,
+        config: HealthConfig,
+        store: Store,
+        metrics: Metrics,
+        logger: Any,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
         self.kinds = frozenset(config.on_kinds)
+        self.clock = clock
+        """The time a request to a deployment starts, for :meth:`failed`."""
         self._store = store
         self._metrics = metrics
         self._logger = logger
+        self._ratio = config.failure_ratio > 0
         self._gauges: dict[str, Any] = {}  # target -> its deployment_healthy child
 
     @property
@@ -80,11 +108,17 @@ class Health:
 
     async def answered(self, deployment: Deployment) -> None:
         """``deployment`` answered (a success, or an error that is not its fault)."""
-        await self._store.delete(_PREFIX + "fails:" + deployment.target)
+        target = deployment.target
+        await self._store.delete(_PREFIX + "fails:" + target)
+        if self._ratio:
+            await self._count_outcome(target, failed=False)
         self._healthy_gauge(deployment).set(1)
 
-    async def failed(self, deployment: Deployment, candidates: Sequence[Deployment]) -> None:
-        """``deployment`` failed with one of ``on_kinds``; eject it at the threshold.
+    async def failed(
+        self, deployment: Deployment, candidates: Sequence[Deployment], *, started: float
+    ) -> None:
+        """``deployment`` failed with one of ``on_kinds`` for a request sent at ``started``
+        (:attr:`clock` time); eject it when a trigger fires (see the module docstring).
 
         ``candidates`` are the deployments the call could have used: the last routable one of
         several is never ejected.
@@ -92,17 +126,41 @@ class Health:
         config = self.config
         target = deployment.target
         store = self._store
+        if await self.ejected_for(deployment) is not None:
+            return  # no new evidence while ejected
+        last_ejection = await store.get(_PREFIX + "ejected_at:" + target)
+        if last_ejection is not None and started <= float(last_ejection):
+            return  # in flight when it was ejected: part of the burst that ejected it
         fails = await store.incr(_PREFIX + "fails:" + target, ttl=config.memory)
-        if fails < config.failures:
+        tripped = fails >= config.failures
+        if self._ratio:
+            tripped = await self._count_outcome(target, failed=True) or tripped
+        if not tripped:
             return
         others = [d for d in candidates if d.target != target]
         if others and not await self._any_routable(others):
             return
-        ejections = int(await store.get(_PREFIX + "ejections:" + target) or 0) + 1
-        await store.set(_PREFIX + "ejections:" + target, str(ejections).encode(), ttl=config.memory)
+        # One failure per ejection ejects, however many race here: the first to claim the
+        # ejection that follows the one this request saw.
+        claim = _PREFIX + "claim:" + target + ":" + (last_ejection or b"0").decode()
+        if await store.incr(claim, ttl=config.memory) == 1:
+            await self._eject(deployment, fails)
+
+    async def _eject(self, deployment: Deployment, fails: int) -> None:
+        config = self.config
+        target = deployment.target
+        store = self._store
+        ejections = await store.incr(_PREFIX + "ejections:" + target, ttl=config.memory)
         cooldown = min(config.cooldown * ejections, config.max_cooldown)
         await store.set(_PREFIX + "ejected:" + target, b"1", ttl=cooldown)
+        await store.set(
+            _PREFIX + "ejected_at:" + target, repr(self.clock()).encode(), ttl=config.memory
+        )
         await store.delete(_PREFIX + "fails:" + target)
+        if self._ratio:  # the evidence that ejected it is spent
+            key = self._window_key(target)
+            await store.delete(key + "all")
+            await store.delete(key + "failed")
         self._metrics.deployment_ejections(*self._labels(deployment)).inc()
         self._healthy_gauge(deployment).set(0)
         self._logger.warning(
@@ -112,6 +170,22 @@ class Health:
             cooldown_s=cooldown,
             ejections=ejections,
         )
+
+    async def _count_outcome(self, target: str, *, failed: bool) -> bool:
+        """Count one outcome in the current ratio window; whether its failure share has
+        reached ``failure_ratio`` over at least ``ratio_min_requests`` outcomes."""
+        config = self.config
+        key = self._window_key(target)
+        ttl = 2 * config.ratio_window
+        total = await self._store.incr(key + "all", ttl=ttl)
+        if not failed:
+            return False
+        bad = await self._store.incr(key + "failed", ttl=ttl)
+        return total >= config.ratio_min_requests and bad >= config.failure_ratio * total
+
+    def _window_key(self, target: str) -> str:
+        window = int(self.clock() // self.config.ratio_window)
+        return f"{_PREFIX}window:{target}:{window}:"
 
     async def _any_routable(self, deployments: Sequence[Deployment]) -> bool:
         for deployment in deployments:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import structlog.testing
 
@@ -24,11 +26,12 @@ class Harness:
             MemoryStore(self.clock),
             self.metrics,
             structlog.get_logger("health-test"),
+            clock=self.clock,
         )
 
     async def fail(self, deployment: Deployment, times: int, candidates=(A, B, C)) -> None:
         for _ in range(times):
-            await self.health.failed(deployment, candidates)
+            await self.health.failed(deployment, candidates, started=self.clock())
 
 
 async def test_n_consecutive_failures_eject_for_the_cooldown():
@@ -105,3 +108,88 @@ async def test_the_failure_count_expires_with_memory():
 def test_zero_failures_disables_ejection():
     assert not Harness(failures=0).health.enabled
     assert Harness().health.enabled
+
+
+# Envoy's outlier-detection semantics: a burst ejects once; escalation needs a fresh failure.
+
+
+async def test_failures_of_requests_started_before_the_ejection_are_not_counted():
+    h = Harness(failures=5, cooldown=30)
+    burst_started = h.clock()
+    h.clock.advance(0.001)  # the burst's failures arrive after it was sent
+    for _ in range(256):
+        await h.health.failed(A, (A,), started=burst_started)
+    assert sample(h.metrics, "crossway_deployment_ejections_total", provider="p", model="a") == 1
+    assert await h.health.ejected_for(A) == pytest.approx(30)
+
+
+async def test_failures_while_ejected_are_no_new_evidence():
+    h = Harness(failures=2, cooldown=30)
+    await h.fail(A, 2, candidates=(A,))
+    h.clock.advance(10)  # panic routing sends requests to the ejected deployment
+    await h.fail(A, 10, candidates=(A,))
+    assert sample(h.metrics, "crossway_deployment_ejections_total", provider="p", model="a") == 1
+    assert await h.health.ejected_for(A) == pytest.approx(20)
+
+
+async def test_escalation_needs_fresh_failures_after_the_cooldown():
+    h = Harness(failures=2, cooldown=30)
+    await h.fail(A, 2, candidates=(A,))
+    h.clock.advance(30)
+    assert await h.health.ejected_for(A) is None
+    await h.fail(A, 1, candidates=(A,))
+    assert await h.health.ejected_for(A) is None, "the count started afresh at the ejection"
+    await h.fail(A, 1, candidates=(A,))
+    assert await h.health.ejected_for(A) == pytest.approx(60)
+
+
+async def test_a_failure_ratio_over_the_window_ejects_a_flapping_deployment():
+    h = Harness(failures=5, failure_ratio=0.5, ratio_window=30, ratio_min_requests=10)
+    for _ in range(4):
+        await h.health.answered(A)
+        await h.fail(A, 1)
+    assert await h.health.ejected_for(A) is None, "9 outcomes: below the minimum"
+    await h.health.answered(A)
+    await h.fail(A, 1)  # 5 of 10 failed, never 2 in a row
+    assert await h.health.ejected_for(A) == pytest.approx(30)
+
+
+async def test_a_good_failure_ratio_ejects_nothing():
+    h = Harness(failures=5, failure_ratio=0.5, ratio_window=30, ratio_min_requests=10)
+    for _ in range(30):
+        await h.health.answered(A)
+        await h.health.answered(A)
+        await h.fail(A, 1)
+    assert await h.health.ejected_for(A) is None
+
+
+class YieldingStore(MemoryStore):
+    """A store whose every operation lets other tasks run first, as a networked one does."""
+
+    async def get(self, key):
+        await asyncio.sleep(0)
+        return await super().get(key)
+
+    async def incr(self, key, amount=1, *, ttl=None):
+        await asyncio.sleep(0)
+        return await super().incr(key, amount, ttl=ttl)
+
+    async def ttl(self, key):
+        await asyncio.sleep(0)
+        return await super().ttl(key)
+
+
+async def test_concurrent_failures_through_a_shared_store_eject_once():
+    clock = FakeClock()
+    metrics = Metrics()
+    health = Health(
+        HealthConfig(failures=5, cooldown=30),
+        YieldingStore(clock),
+        metrics,
+        structlog.get_logger("health-test"),
+        clock=clock,
+    )
+    started = clock()
+    await asyncio.gather(*(health.failed(A, (A,), started=started) for _ in range(64)))
+    assert sample(metrics, "crossway_deployment_ejections_total", provider="p", model="a") == 1
+    assert await health.ejected_for(A) == pytest.approx(30)

@@ -1,0 +1,50 @@
+"""A burst of concurrent requests to a failing upstream ejects its deployment once, through the
+HTTP server (Envoy's outlier-detection semantics; see plugins/health.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.e2e.reliability_plugins import ClockedBalance
+from tests.e2e.test_reliability import HELPERS, MESSAGES, Launch, fault, launch
+from tests.faults import status
+
+__all__ = ["fault", "launch"]  # the fixtures this module uses
+
+BURST = 256
+
+
+async def test_a_burst_of_failures_ejects_once_for_the_first_cooldown(launch: Launch) -> None:
+    gateway = await launch(
+        f"""
+        - plugin: {HELPERS}:ClockedBalance
+          options: {{health: {{failures: 5, cooldown: 30, max_cooldown: 300}}}}
+        """
+    )
+    gateway.upstream.script("gpt-a", then=status(500))
+    client = gateway.client()
+
+    async def one() -> int:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="chat", messages=MESSAGES
+        )
+        return raw.http_response.status_code
+
+    async def attempt() -> int | str:
+        try:
+            return await one()
+        except Exception as exc:  # the SDK raises for every error status
+            return getattr(exc, "status_code", type(exc).__name__)
+
+    outcomes = await asyncio.gather(*(attempt() for _ in range(BURST)))
+    assert set(outcomes) <= {502, 503}, outcomes
+    metrics = await gateway.metrics()
+    assert 'crossway_deployment_ejections_total{model="gpt-a",provider="up"} 1.0' in metrics
+    before = gateway.upstream.count("gpt-a")
+    clock = gateway.plugin(ClockedBalance).clock
+    clock.advance(29.5)
+    assert await attempt() == 503, "still cooling down: no upstream call"
+    assert gateway.upstream.count("gpt-a") == before
+    clock.advance(0.5)  # the first cooldown (30 s), not an escalated one, has passed
+    assert await attempt() == 502
+    assert gateway.upstream.count("gpt-a") == before + 1
