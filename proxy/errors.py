@@ -242,6 +242,13 @@ class ContentPolicyViolation(UpstreamClientError):
     kind = "content_policy"
 
 
+class UpstreamResponseTooLarge(UpstreamError):
+    """An upstream's answer (decompressed), or one of its stream events, exceeds the
+    provider's ``max_response_bytes`` / ``max_event_bytes`` (502)."""
+
+    default_code = "upstream_response_too_large"
+
+
 class UpstreamUnavailable(GatewayError):
     """The upstream could not be reached: connection refused, reset, DNS (502)."""
 

@@ -21,12 +21,18 @@ class SSEEvent(NamedTuple):
 class SSEDecoder:
     """Turns a byte stream into :class:`SSEEvent` values. Keeps partial lines between feeds."""
 
-    __slots__ = ("_data", "_event", "_pending")
+    __slots__ = ("_data", "_data_bytes", "_event", "_pending")
 
     def __init__(self) -> None:
         self._pending = b""
         self._event = ""
         self._data: list[bytes] = []
+        self._data_bytes = 0
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for the event not yet dispatched: its data lines and a partial line."""
+        return self._data_bytes + len(self._pending)
 
     @property
     def idle(self) -> bool:
@@ -57,9 +63,11 @@ class SSEDecoder:
                     events.append(SSEEvent(self._event, b"\n".join(self._data)))
                 self._event = ""
                 self._data = []
+                self._data_bytes = 0
             elif line.startswith(b"data:"):
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(b" ") else value)
+                self._data_bytes += len(value)
             elif line.startswith(b"event:"):
                 self._event = line[6:].strip().decode("utf-8", "replace")
             # Comments (":…"), "id:", "retry:" and unknown fields carry nothing we use.

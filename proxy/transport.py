@@ -4,7 +4,11 @@ This is the only module that talks to upstreams. It enforces the connect and poo
 (through aiohttp's connector timeouts); the first-byte, idle and total clocks are the upstream
 layer's, which wraps these coroutines. Network failures become
 :class:`~proxy.errors.UpstreamUnavailable`, connect expiry
-:class:`~proxy.errors.UpstreamTimeout`; non-2xx answers become the provider's classified error.
+:class:`~proxy.errors.UpstreamTimeout`; non-2xx answers become the provider's classified error
+(from at most :data:`MAX_ERROR_BODY` bytes of their body). Bodies are decompressed here, in
+bounded pieces (:mod:`proxy.bodies`): a whole answer past the provider's ``max_response_bytes``,
+or a stream event past its ``max_event_bytes``, is
+:class:`~proxy.errors.UpstreamResponseTooLarge`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import NoReturn
 
 import aiohttp
 
+from proxy.bodies import ACCEPT_ENCODING, body_reader, read_prefix, read_whole, too_large
 from proxy.canonical import Chunk, RawFrames
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.providers.base import (
@@ -27,6 +32,7 @@ from proxy.providers.base import (
 from proxy.sse import SSEDecoder
 
 USER_AGENT = "crossway"
+MAX_ERROR_BODY = 64 * 1024
 
 
 class HttpTransport:
@@ -50,22 +56,29 @@ class HttpTransport:
                     connect=timeouts.pool_acquire + timeouts.connect,
                     sock_connect=timeouts.connect,
                 ),
-                headers={"user-agent": USER_AGENT},
+                headers={"user-agent": USER_AGENT, "accept-encoding": ACCEPT_ENCODING},
                 trust_env=False,
                 raise_for_status=False,
+                auto_decompress=False,  # proxy.bodies inflates, within the limits
             )
 
     async def request(
         self, provider: HttpProvider, request: HttpRequest
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """POST ``request`` and read the whole answer: ``(status, headers, body)``."""
+        """POST ``request`` and read the whole answer: ``(status, headers, body)``; an error
+        answer's body is cut to :data:`MAX_ERROR_BODY` bytes."""
+        name = provider.name
         try:
-            async with self._sessions[provider.name].post(
+            async with self._sessions[name].post(
                 request.url, data=request.body, headers=request.headers
             ) as response:
-                return response.status, response.headers, await response.read()
+                if response.status >= 300:
+                    body = await read_prefix(response, name, MAX_ERROR_BODY)
+                else:
+                    body = await read_whole(response, name, provider.config.max_response_bytes)
+                return response.status, response.headers, body
         except aiohttp.ClientError as exc:
-            _raise_network_error(exc, provider.name)
+            _raise_network_error(exc, name)
 
     async def open_stream(
         self, provider: HttpProvider, request: HttpRequest
@@ -84,7 +97,7 @@ class HttpTransport:
             _raise_network_error(exc, provider.name)
         if response.status >= 300:
             try:
-                body = await response.read()
+                body = await read_prefix(response, provider.name, MAX_ERROR_BODY)
             except aiohttp.ClientError as exc:
                 _raise_network_error(exc, provider.name)
             finally:
@@ -108,7 +121,9 @@ async def _chunks(
     provider whose streams are not SSE has a ``stream_decoder()``: one decoder per stream frames
     its body instead of :class:`SSEDecoder`. A provider with ``relay_frames(data)`` (and neither
     of those) is offered each read that starts on an SSE frame boundary: the frames it vouches
-    for travel as one :class:`RawFrames` item instead of being decoded here.
+    for travel as one :class:`RawFrames` item instead of being decoded here. An event that grows
+    past ``max_event_bytes`` (decompressed) ends the stream with
+    :class:`~proxy.errors.UpstreamResponseTooLarge`.
     """
     make_decoder = getattr(provider, "stream_decoder", None)
     decoder: StreamDecoder = make_decoder() if make_decoder is not None else SSEDecoder()
@@ -117,10 +132,11 @@ async def _chunks(
     parse = parser.parse_event if parser is not None else provider.parse_event
     relay = getattr(provider, "relay_frames", None) if parser is None else None
     sse = decoder if relay is not None and isinstance(decoder, SSEDecoder) else None
-    content = response.content
+    max_event = provider.config.max_event_bytes
     try:
+        read = body_reader(response, provider.name)
         while True:
-            data = await content.readany()
+            data = await read()
             batch: list[Chunk | RawFrames | None] = []
             if sse is not None and data and sse.idle:
                 frames, rest = relay(data)  # type: ignore[misc]
@@ -143,6 +159,10 @@ async def _chunks(
                     raise
                 if chunk is not None:
                     batch.append(chunk)
+            if decoder.pending > max_event:
+                if batch:  # what arrived before the oversized event still reaches the client
+                    yield batch
+                raise too_large(provider.name, "a stream event", max_event)
             if batch:
                 yield batch
             if not data:

@@ -48,11 +48,16 @@ class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field=
 
     ``default_model`` is the upstream model used when a client names no model (a dialect that
     allows that, such as Fabro): the first ready provider, in config order, that has one serves.
+    ``max_response_bytes`` bounds a whole (non-streamed) answer and ``max_event_bytes`` one
+    stream event, both counted after decompression; past either the call fails with 502
+    ``upstream_response_too_large`` (in-band once a stream has started).
     """
 
     default_model: str | None = None
     timeouts: Timeouts = Timeouts()
     max_connections: Annotated[int, Meta(ge=1, le=65536)] = 1024
+    max_response_bytes: Annotated[int, Meta(ge=1024)] = 32 * 1024 * 1024
+    max_event_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
 
 
 class HttpRequest(Struct):
@@ -182,8 +187,12 @@ class StreamDecoder(Protocol):
     """The framing of one upstream stream body, from ``HttpProvider.stream_decoder()``.
 
     Fed the body in whatever pieces the network delivers; yields the same events for any split.
-    Raises :class:`UpstreamError` for bytes that cannot be framed.
+    Raises :class:`UpstreamError` for bytes that cannot be framed. ``pending`` is the number of
+    bytes held for an event not yet complete (the transport bounds it by ``max_event_bytes``).
     """
+
+    @property
+    def pending(self) -> int: ...
 
     def feed(self, data: bytes) -> Sequence[StreamEvent]:
         """The events that ``data`` completes (possibly none)."""

@@ -460,6 +460,11 @@ class ConverseStreamFrames:
         self._provider = provider
         self._decoder = EventStreamDecoder()
 
+    @property
+    def pending(self) -> int:
+        """Bytes held for a frame not yet complete."""
+        return self._decoder.pending
+
     def feed(self, data: bytes) -> list[StreamEvent]:
         """The events ``data`` completes."""
         try:

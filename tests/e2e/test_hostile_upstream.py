@@ -46,6 +46,8 @@ providers:
     type: openai
     base_url: "{upstream_url}/v1"
     api_key: "{UPSTREAM_KEY}"
+    max_response_bytes: {MAX_RESPONSE_BYTES}
+    max_event_bytes: {MAX_EVENT_BYTES}
     timeouts: {{first_byte: 10, idle: 10, total: 20}}
 """
     )
@@ -99,9 +101,40 @@ async def test_every_field_of_a_streamed_upstream_error_is_redacted_and_capped(
     _assert_clean_logs(gateway.logs)
 
 
-def _error_code(logs: io.StringIO) -> list[str]:
+@pytest.mark.parametrize("model", ["gzip-bomb", "huge"])
+@pytest.mark.parametrize("dialect", sorted(ADAPTERS))
+async def test_a_reply_past_max_response_bytes_is_a_502_upstream_response_too_large(
+    gateway: Gateway, dialect: str, model: str
+) -> None:
+    adapter = ADAPTERS[dialect]
+    path, body = adapter.request(f"openai/{model}", "Hi", stream=False)
+    answer = await post(gateway.url, path, body)
+    assert answer.status == 502, answer.body[:300]
+    message = adapter.read_error(502, answer.json())
+    assert f"larger than the {MAX_RESPONSE_BYTES}-byte limit" in message
+    assert _error_codes(gateway.logs) == ["upstream_response_too_large"]
+
+
+@pytest.mark.parametrize("model", ["huge-event", "gzip-huge-event"])
+@pytest.mark.parametrize("dialect", sorted(ADAPTERS))
+async def test_a_stream_event_past_max_event_bytes_ends_the_stream_in_band(
+    gateway: Gateway, dialect: str, model: str
+) -> None:
+    adapter = ADAPTERS[dialect]
+    path, body = adapter.request(f"openai/{model}", "Hi", stream=True)
+    answer = await post(gateway.url, path, body)
+    assert answer.status == 200
+    assert len(answer.body) < 64 * 1024, "the oversized event never reached the client"
+    outcome = adapter.read_stream(answer.body)
+    assert outcome.text == "fine"
+    assert outcome.error is not None
+    assert f"larger than the {MAX_EVENT_BYTES}-byte limit" in outcome.error
+    assert _error_codes(gateway.logs) == ["upstream_response_too_large"]
+
+
+def _error_codes(logs: io.StringIO) -> list[str]:
     return [
         json.loads(line).get("error_code", "")
         for line in logs.getvalue().splitlines()
-        if '"request"' in line
+        if json.loads(line).get("event") == "request"
     ]
