@@ -40,6 +40,7 @@ from proxy.errors import (
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.middleware import HttpEdges, RequestIds, error_response, is_anthropic_request
 from proxy.pricing import nanos_to_usd
+from proxy.protocol import hide_server_version
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
@@ -112,6 +113,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         lambda request: _read_body(request, config.server),
         edges.request_id,
     )
+    app.on_response_prepare.append(hide_server_version)
     for dialect in all_dialects():
         around = _with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
         handler = _dialect_handler(dialect, app, edges.request_id, around)

@@ -416,6 +416,11 @@ class Metrics:
             "max_parallel).",
             ["scope", "limit"],
         )
+        self.http_rejected = self._counter(
+            "crossway_http_rejected",
+            "Requests refused below the routes (malformed HTTP; the error handler), by status.",
+            ["status"],
+        )
         # Series that alerts watch with increase() exist from the start, at 0.
         for result in ("ok", "error"):
             self.config_reloads(result)

@@ -10,6 +10,7 @@ restarts a worker that dies unexpectedly. uvloop is used when installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import multiprocessing
 import multiprocessing.connection
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proxy.metrics import MULTIPROC_ENV
 
@@ -95,23 +96,22 @@ def run_worker(
     announce: bool = True,
 ) -> None:
     """Run one gateway process on ``host:port`` until SIGTERM/SIGINT; with ``announce``, log
-    the start-up line (see :func:`serve`) once it listens, as one of ``workers``."""
+    the start-up line (see :func:`serve`) once it listens, as one of ``workers``.
+
+    The app is served through :class:`proxy.protocol.GatewayRunner` (requests aiohttp's parser
+    rejects are answered as the gateway), on a loop of its own, as ``web.run_app`` would.
+    """
     from aiohttp import web
 
-    from proxy.app import SERVER, create_app
+    from proxy.app import METRICS, RUNTIME, SERVER, create_app
+    from proxy.protocol import GatewayRunner, reporter
 
     app = create_app(config_path)
     server = app[SERVER]
-    tune_gc()
-
-    def listening(_: str) -> None:  # aiohttp calls it once every site listens
-        log_listening(app, host, port, workers)
-
-    web.run_app(
+    runner = GatewayRunner(
         app,
-        host=host,
-        port=port,
-        reuse_port=reuse_port,
+        on_rejected=reporter(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+        handle_signals=True,  # SIGTERM/SIGINT raise GracefulExit in the loop
         shutdown_timeout=server.shutdown_timeout,
         # aiohttp closes a connection that has no whole request once this passes, from its
         # start or its last answer: idle keep-alive connections and slow-header clients alike.
@@ -119,9 +119,36 @@ def run_worker(
         handler_cancellation=True,
         max_field_size=MAX_HEADER_FIELD_BYTES,
         access_log=None,
-        print=listening if announce else None,
-        loop=new_event_loop(),
     )
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    tune_gc()
+    serving: asyncio.Task[None] | None = None
+    try:
+        loop.run_until_complete(_listen(runner, host, port, reuse_port))
+        if announce:
+            log_listening(app, host, port, workers)
+        serving = loop.create_task(asyncio.Event().wait())  # until a signal's GracefulExit
+        loop.run_until_complete(serving)
+    except web.GracefulExit:
+        pass
+    finally:
+        if serving is not None:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError, web.GracefulExit):
+                loop.run_until_complete(serving)
+        loop.run_until_complete(runner.cleanup())  # drains in-flight requests, then stops
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+async def _listen(runner: Any, host: str, port: int, reuse_port: bool) -> None:
+    """Set ``runner`` up (the app's start-up runs here) and start listening on ``host:port``."""
+    from aiohttp import web
+
+    await runner.setup()
+    await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
 
 
 def log_listening(app: web.Application, host: str, port: int, workers: int) -> None:
