@@ -69,7 +69,8 @@ async def test_an_absurd_max_tokens_is_a_400_naming_the_field(
 ) -> None:
     adapter = ADAPTERS[dialect]
     path, body = adapter.request("mock/echo", "Hi", stream=False)
-    raw = json.dumps(body).encode()[:-1] + b', "max_tokens": 10000000000000000000000}'
+    field = "max_output_tokens" if dialect == "responses" else "max_tokens"
+    raw = json.dumps(body).encode()[:-1] + f', "{field}": 10000000000000000000000}}'.encode()
     answer = await post(mock_gateway, path, raw)
     assert answer.status == 400, answer.body[:300]
-    assert "max_tokens" in adapter.read_error(400, answer.json())
+    assert field in adapter.read_error(400, answer.json())

@@ -37,6 +37,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct
 
 from proxy.canonical import (
+    MAX_TOKENS_LIMIT,
     Call,
     ContentPart,
     FilePart,
@@ -152,7 +153,7 @@ class _Request(Struct):
     tools: list[_ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    max_output_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_output_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | None = None
     temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
     top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
     reasoning: _Reasoning | None = None
