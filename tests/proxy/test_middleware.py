@@ -68,7 +68,9 @@ async def test_every_answer_carries_a_request_id(
     got, headers, _ = await fetch(gateway + path, method, body, **{"x-request-id": "trace-7"})
     assert (got, headers["x-request-id"]) == (status, "trace-7")
     got, headers, _ = await fetch(gateway + path, method, body)
-    assert re.fullmatch(r"[0-9a-f]{32}", headers["x-request-id"])
+    assert re.fullmatch(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", headers["x-request-id"]
+    )
 
 
 async def test_405_says_which_methods_the_route_takes(gateway: str) -> None:
