@@ -176,6 +176,14 @@ def _export_readiness(metrics: Metrics, snapshot: Snapshot) -> None:
 
 
 async def _read_body(request: web.Request, server: ServerConfig) -> bytes:
+    """The request's JSON body, read within the server's size and time limits and checked for
+    nesting (:func:`~proxy.dialects.base.check_json_depth`) before any decoder sees it."""
+    body = await _read_bounded(request, server)
+    check_json_depth(body)
+    return body
+
+
+async def _read_bounded(request: web.Request, server: ServerConfig) -> bytes:
     limit = server.max_body_bytes
     length = request.content_length
     if length is not None and length > limit:
@@ -244,7 +252,6 @@ def _dialect_handler(
                 # Authenticated before the body is read: a client without a key costs no decoding
                 principal = ANONYMOUS if gate is None else await gate(request.headers)
                 body = await _read_body(request, server)
-                check_json_depth(body)
                 call = dialect.decode(body, request.headers, request_id, start)
                 if not call.model:  # a dialect that lets the client omit it (Fabro)
                     call.model = snapshot.router.default_model(call.options.provider)

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = ["README.md", "ARCHITECTURE.md", "THREAT_MODEL.md", "deploy/README.md", "bench/README.md"]
+DOCUMENTS = [
+    "README.md",
+    "ARCHITECTURE.md",
+    "THREAT_MODEL.md",
+    "deploy/README.md",
+    "bench/README.md",
+]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 NAMED = re.compile(r"\b([A-Za-z0-9_./-]+\.md)\b")
 

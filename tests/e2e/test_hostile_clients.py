@@ -51,3 +51,15 @@ def body_with(body: dict, member: bytes) -> bytes:
     import json
 
     return b"{" + member + b"," + json.dumps(body).encode()[1:]
+
+
+async def test_deeply_nested_json_is_a_400_on_the_count_tokens_route(
+    gateway: tuple[str, io.StringIO],
+) -> None:
+    url, logs = gateway
+    body = {"model": "mock/echo", "messages": [{"role": "user", "content": "Hi"}]}
+    raw = body_with(body, b'"deep": ' + b"[" * 5_000 + b"]" * 5_000)
+    answer = await post(url, "/v1/messages/count_tokens", raw)
+    assert answer.status == 400, answer.body[:300]
+    assert "nest deeper than 128 levels" in answer.json()["error"]["message"]
+    assert "Traceback" not in logs.getvalue()
