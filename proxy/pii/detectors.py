@@ -362,7 +362,9 @@ def find_ip_addresses(view: TextView) -> list[Span]:
     """See the module docstring."""
     text = view.text
     spans = _number_spans(view, _IPV4, lambda match: _ipv4(text, match))
-    if view.ascii.count(b":") >= 2:  # every IPv6 address has two colons at least
+    ascii = view.ascii
+    first = ascii.find(b":")
+    if first >= 0 and ascii.find(b":", first + 1) >= 0:  # every IPv6 address has two colons
         spans.extend(_ipv6_spans(text))
     return spans
 

@@ -12,8 +12,9 @@ Three kinds of evidence, each validated so that ordinary words and ids are not t
 - a PEM private-key block, from its ``-----BEGIN … PRIVATE KEY-----`` line to its END line
   (or to the end of the text when the END line has not come yet, as in a stream).
 
-Every secret kind but PEM blocks is a token of at least 16 characters, so a text without such a
-token (the common case, answered by one byte search) is skipped without running a pattern.
+Every kind of secret has a token of at least 16 characters (a PEM block: its base64 lines),
+so a text without such a token (the common case, answered by one byte search) is skipped
+without running a pattern.
 """
 
 from __future__ import annotations
@@ -54,12 +55,14 @@ _LEAD = 48
 
 def find_secrets(view: TextView) -> list[Span]:
     """The secrets in ``view`` (see the module docstring)."""
+    tokens = view.tokens
+    at = tokens.find(LONG_TOKEN)
+    if at < 0:  # every kind of secret has such a token (a PEM block: its base64 lines)
+        return []
     text = view.text
     spans: list[Span] = []
     if text.find("-----BEGIN") >= 0:
         spans.extend(match.span() for match in _PEM.finditer(text))
-    tokens = view.tokens
-    at = tokens.find(LONG_TOKEN)
     while at >= 0:
         start = tokens.rfind(b" ", 0, at) + 1
         end = tokens.find(b" ", at)
