@@ -101,8 +101,8 @@ class MaskingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class MaskingPlugin:
-    """See the module docstring. ``finders`` replaces the built-in detectors (tests inject a
-    failing one to prove the failure policy)."""
+    """See the module docstring. ``finders`` replaces built-in detectors by entity name (tests
+    inject a failing one to prove the failure policy)."""
 
     Options = MaskingConfig
 
@@ -113,9 +113,11 @@ class MaskingPlugin:
         *,
         finders: Mapping[str, Finder] | None = None,
     ) -> None:
-        self._finders: dict[str, Finder] = dict(
-            finders or {**BUILTIN_FINDERS, "secret": find_secrets}
-        )
+        self._finders: dict[str, Finder] = {
+            **BUILTIN_FINDERS,
+            "secret": find_secrets,
+            **(finders or {}),
+        }
         self._order = list(_BUILTIN_LABELS)
         labels = dict(_BUILTIN_LABELS)
         rules = {
