@@ -224,11 +224,16 @@ class Rewriter:
 
     def response(self, response: Response) -> Response:
         """``response`` with every text of its choices rewritten (a copy: the original may be
-        shared, as a cache's entry is)."""
+        shared, as a cache's entry is). When output is scanned, the upstream's verbatim body is
+        dropped, so that no member the canonical types do not model gets through unscanned."""
         choices = [
             msgspec.structs.replace(choice, message=_rewritten(choice.message, self))
             for choice in response.choices
         ]
+        if self._redactor is not None:
+            return msgspec.structs.replace(
+                response, choices=choices, raw=None, raw_fingerprint=None
+            )
         return msgspec.structs.replace(response, choices=choices)
 
 

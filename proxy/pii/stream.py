@@ -81,6 +81,10 @@ class ChunkRewriter:
                 choices[position] = rewritten
         if choices is not None:
             chunk = msgspec.structs.replace(chunk, choices=choices, raw=None)
+        elif self._scans and chunk.raw is not None:
+            # Scanned output goes out as the canonical fields say, never as the upstream's
+            # bytes: members the canonical types do not model would pass unscanned.
+            chunk = msgspec.structs.replace(chunk, raw=None)
         before.append(chunk)
         return before
 

@@ -7,14 +7,19 @@ import json
 from collections.abc import AsyncIterator
 
 from proxy.canonical import (
+    Choice,
     Chunk,
     ChunkChoice,
     Delta,
     FunctionCallDelta,
+    Message,
     RawFrames,
+    Response,
     ToolCallDelta,
 )
-from proxy.pii.restore import Rewriter
+from proxy.pii.detectors import BUILTIN_FINDERS
+from proxy.pii.restore import OutputRedactor, Rewriter
+from proxy.pii.scanner import Scanner
 from proxy.pii.stream import ChunkRewriter, RewritingStream
 from proxy.pii.vault import Vault
 
@@ -194,3 +199,24 @@ async def test_iteration_decodes_every_frame() -> None:
     stream = RewritingStream(source, ChunkRewriter(Rewriter(vault())))  # type: ignore[arg-type]
     texts = [chunk.choices[0].delta.content async for chunk in stream]
     assert texts == [f"a {VALUE} b", None]
+
+
+def test_scanned_output_never_goes_out_as_the_upstream_s_bytes() -> None:
+    scanner = Scanner(list(BUILTIN_FINDERS.items()))
+
+    def redactor() -> OutputRedactor:
+        return OutputRedactor(scanner, {"email": "EMAIL"}, lambda _: None, 64)
+
+    rewriter = ChunkRewriter(Rewriter(None, redactor))
+    chunk = text_chunk("nothing to redact here")
+    chunk.raw = b'{"choices": [{"delta": {"content": "...", "audio": "unscanned"}}]}'
+    assert all(out.raw is None for out in rewriter.chunk(chunk))
+    response = Response(
+        id="r",
+        model="m",
+        choices=[Choice(index=0, message=Message(role="assistant", content="plain"))],
+    )
+    response.keep_raw(b'{"unmodelled": "member"}')
+    rewritten = Rewriter(None, redactor).response(response)
+    assert rewritten.raw is None
+    assert Rewriter(vault(), None).response(response).unchanged()  # restore keeps the body
