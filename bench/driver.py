@@ -46,13 +46,15 @@ def request_body(stream: bool) -> bytes:
 
 @dataclass(frozen=True)
 class LoadSpec:
-    """One load run: where to send, which mode, how many workers, and its two bounds."""
+    """One load run: where to send (with which extra headers), which mode, how many workers,
+    and its two bounds."""
 
     url: str
     stream: bool
     concurrency: int
     duration_s: float
     max_requests: int
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -121,11 +123,12 @@ async def _worker(
     budget: _Budget,
     result: LoadResult,
 ) -> None:
+    headers = {**_HEADERS, **dict(spec.headers)}
     while time.perf_counter() < deadline and budget.take():
         started = time.perf_counter()
         first_byte = 0.0
         try:
-            async with session.post(spec.url, data=body, headers=_HEADERS) as response:
+            async with session.post(spec.url, data=body, headers=headers) as response:
                 if response.status != 200:
                     await response.read()
                     result.errors[f"HTTP {response.status}"] += 1

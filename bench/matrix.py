@@ -168,6 +168,7 @@ async def _measure_slice(cell: Cell, server: Server, settings: Settings) -> _Sli
             concurrency=cell.concurrency,
             duration_s=duration_s,
             max_requests=max_requests,
+            headers=server.headers,
         )
 
     rounds = settings.rounds

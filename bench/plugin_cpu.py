@@ -1,9 +1,12 @@
-"""``python -m bench.plugin_cpu``: the CPU one plugin adds per request, measured in-process.
+"""``python -m bench.plugin_cpu``: the CPU plugins add per request, measured in-process.
 
 The HTTP benchmark cannot resolve a few microseconds in a request that costs several hundred
 on a shared machine, so this one runs the plugin chain alone: the same canned call through an
-in-process upstream, once through ``[]`` (the empty chain) and once through ``[cost]``, in
-interleaved rounds, timing process CPU (``time.process_time``) per request. A whole request is
+in-process upstream, once through ``[]`` (the empty chain) and once through the plugins
+measured — ``--plugins cost`` (the default) or ``--plugins auth`` (``auth`` then ``limits``,
+the call carrying a declared key whose key and team both have rpm, tpm and max_parallel
+limits: the cache-hit path, every limit counted) — in interleaved rounds, timing process CPU
+(``time.process_time``) per request. A whole request is
 a call and its whole reply; a stream request is a call and a 20-chunk stream read to its end
 (as the app reads it) plus the per-request finalisation the app runs. The difference of the two
 chains is what the plugin costs; it is printed per mode as the median over the rounds.
@@ -21,7 +24,11 @@ from collections.abc import AsyncIterator, Sequence
 
 import structlog
 
+from plugins.auth import AuthPlugin
 from plugins.cost import CostConfig, CostPlugin
+from plugins.limits import LimitsOptions, LimitsPlugin
+from proxy.auth.authenticator import Authenticator
+from proxy.auth.config import AuthConfig, DeclaredKey, TeamConfig
 from proxy.canonical import (
     Call,
     Choice,
@@ -101,6 +108,11 @@ class _Upstream:
         return Reply(provider="upstream", model="gpt-4o-mini", response=response)
 
 
+_KEY = "sk-cw-bench-" + "0123456789abcdef" * 3
+_HEADERS = {"content-type": "application/json", "authorization": f"Bearer {_KEY}"}
+_LIMITS = {"rpm": 10**9, "tpm": 10**12, "max_parallel": 10**6}
+
+
 def _call(stream: bool) -> Call:
     return Call(
         request_id="bench",
@@ -108,6 +120,7 @@ def _call(stream: bool) -> Call:
         model="fast",
         messages=[Message(role="user", content="How much does this cost? " * 4)],
         stream=stream,
+        client_headers=_HEADERS,
     )
 
 
@@ -131,24 +144,41 @@ async def _cpu_per_request(chain: Next, stream: bool, requests: int) -> float:
 def _context() -> PluginContext:
     prices = PriceBook(load_catalog(SHIPPED_CATALOG), {"upstream": ProviderPricing("openai")})
     router = Router({}, {"upstream": True})
-    return PluginContext(router.resolve, Metrics(), structlog.get_logger(), prices=prices)
+    metrics = Metrics()
+    auth = AuthConfig(
+        teams={"bench": TeamConfig(**_LIMITS)},
+        keys=(DeclaredKey(key=_KEY, alias="bench", team="bench", models=("fast",), **_LIMITS),),
+    )
+    logger = structlog.get_logger()
+    authenticator = Authenticator(auth, None, metrics, logger)
+    return PluginContext(
+        router.resolve, metrics, logger, prices=prices, authenticator=authenticator
+    )
+
+
+def _plugins(name: str) -> Sequence[Plugin]:
+    context = _context()
+    if name == "auth":
+        return [AuthPlugin(context=context), LimitsPlugin(LimitsOptions(), context)]
+    return [CostPlugin(CostConfig(), context)]
 
 
 MODES = {"non-stream": (False, False), "stream": (True, False), "relay": (True, True)}
 
 
-def chains(relay: bool = False) -> dict[str, Next]:
-    """The chains compared: ``empty`` and ``cost``."""
+def chains(relay: bool = False, plugins: str = "cost") -> dict[str, Next]:
+    """The chains compared: ``empty`` and ``plugins`` (``cost`` or ``auth``)."""
     upstream = _Upstream(relay)
-    cost: Sequence[Plugin] = [CostPlugin(CostConfig(), _context())]
-    return {"empty": compose([], upstream), "cost": compose(cost, upstream)}
+    return {"empty": compose([], upstream), "plugins": compose(_plugins(plugins), upstream)}
 
 
-async def measure(requests: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+async def measure(
+    requests: int, rounds: int, plugins: str = "cost"
+) -> dict[str, dict[str, list[float]]]:
     """Per mode and chain, the CPU per request (µs) of each round."""
     results: dict[str, dict[str, list[float]]] = {}
     for mode, (stream, relay) in MODES.items():
-        compared = chains(relay)
+        compared = chains(relay, plugins)
         results[mode] = {name: [] for name in compared}
         for chain in compared.values():  # warm-up: caches, metric children, memo
             await _cpu_per_request(chain, stream, requests // 10 or 1)
@@ -163,16 +193,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.plugin_cpu", description=__doc__)
     parser.add_argument("--requests", type=int, default=20_000, help="per round and chain")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--plugins", choices=("cost", "auth"), default="cost")
     args = parser.parse_args(argv)
-    results = asyncio.run(measure(args.requests, args.rounds))
+    results = asyncio.run(measure(args.requests, args.rounds, args.plugins))
+    label = "auth+limits" if args.plugins == "auth" else "cost"
     print(f"CPU per request, median of {args.rounds} interleaved rounds of {args.requests}:")
     for mode, by_chain in results.items():
         empty = statistics.median(by_chain["empty"])
-        cost = statistics.median(by_chain["cost"])
-        deltas = [c - e for c, e in zip(by_chain["cost"], by_chain["empty"], strict=True)]
+        plugged = statistics.median(by_chain["plugins"])
+        deltas = [c - e for c, e in zip(by_chain["plugins"], by_chain["empty"], strict=True)]
         print(
-            f"  {mode:<10}  empty chain {empty:6.2f} µs   with cost {cost:6.2f} µs   "
-            f"cost plugin {statistics.median(deltas):5.2f} µs "
+            f"  {mode:<10}  empty chain {empty:6.2f} µs   with {label} {plugged:6.2f} µs   "
+            f"{label} {statistics.median(deltas):5.2f} µs "
             f"(rounds {min(deltas):.2f}..{max(deltas):.2f})"
         )
     return 0

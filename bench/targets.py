@@ -28,7 +28,12 @@ GATEWAY_VARIANTS = {
     "gateway-default": "the shipped config's access log and plugin chain",
     "gateway-cost": "the cost plugin (pricing every reply) in front of the empty chain",
     "gateway-masking": "the masking plugin (every built-in entity) in front of the empty chain",
+    "gateway-auth": "the auth and limits plugins (a key with key and team limits in every request)",
 }
+# The key every gateway-auth request carries: declared in its config, with limits far above
+# what a run sends, so every request is admitted and every limit is counted.
+AUTH_KEY = "sk-cw-bench-" + "0123456789abcdef" * 3
+_AUTH_HEADERS = (("Authorization", f"Bearer {AUTH_KEY}"),)
 
 # The plugin chain of the HTTP benchmark's gateway-masking target: every built-in entity.
 MASKING_PLUGINS = (
@@ -41,10 +46,12 @@ MASKING_PLUGINS = (
 
 @dataclass(frozen=True)
 class Server:
-    """A running server: its root PID, port and chat-completions URL."""
+    """A running server: its root PID, port and chat-completions URL, and the headers every
+    request to it must carry (the gateway-auth target's key)."""
 
     pid: int
     port: int
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def base_url(self) -> str:
@@ -57,7 +64,9 @@ class Server:
         return self.base_url + CHAT_PATH
 
 
-def gateway_config_yaml(port: int, upstream_port: int, *, variant: str | None = None) -> str:
+def gateway_config_yaml(
+    port: int, upstream_port: int, *, variant: str | None = None, database: Path | None = None
+) -> str:
     """Return the gateway config: one worker, one OpenAI provider.
 
     By default no access log and no plugins (the ``gateway`` target). ``variant`` names one of
@@ -65,8 +74,10 @@ def gateway_config_yaml(port: int, upstream_port: int, *, variant: str | None = 
     ``config/gateway.yaml`` turns on — the access log and the chain headers, fallback, retry,
     balance, with the same options; ``gateway-cost`` adds the ``cost`` plugin, with a price
     for every model of the provider; ``gateway-masking`` the ``masking`` plugin on every
-    built-in entity (:data:`MASKING_PLUGINS`). This is the single place to adjust if the
-    gateway's config schema changes.
+    built-in entity (:data:`MASKING_PLUGINS`); ``gateway-auth`` puts ``auth`` and ``limits`` in
+    front of the empty chain, with :data:`AUTH_KEY` declared in a team, both with rpm, tpm and
+    max_parallel limits, and its database at ``database``. This is the single place to adjust if
+    the gateway's config schema changes.
     """
     access_log = str(variant == "gateway-default").lower()
     server = f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {access_log}}}\n"
@@ -77,6 +88,17 @@ def gateway_config_yaml(port: int, upstream_port: int, *, variant: str | None = 
     )
     if variant is None:
         return server + provider + "plugins: []\n"
+    if variant == "gateway-auth":
+        limits = "rpm: 100000000, tpm: 100000000000, max_parallel: 100000"
+        return (
+            server
+            + provider
+            + f'database: {{url: "sqlite:///{database}"}}\n'
+            + "auth:\n"
+            + f"  teams: {{bench: {{{limits}}}}}\n"
+            + f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {limits}}}]\n'
+            + "plugins:\n  - auth: {}\n  - limits: {}\n"
+        )
     if variant == "gateway-cost":
         priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
         return server + priced + "plugins:\n  - cost: {}\n"
@@ -139,12 +161,16 @@ async def start_gateway(
     """
     port = free_port()
     config_path = log_dir / f"{name}.yaml"
-    config_path.write_text(gateway_config_yaml(port, upstream.port, variant=variant))
+    database = log_dir / f"{name}.db"
+    config_path.write_text(
+        gateway_config_yaml(port, upstream.port, variant=variant, database=database)
+    )
     values = {"python": sys.executable, "config": str(config_path), "port": str(port)}
     argv = [token.format(**values) for token in shlex.split(command_template)]
     child = spawn(stack, name, argv, REPO_ROOT, log_dir)
     await wait_ready(child, f"http://{HOST}:{port}/health/ready", _READY_TIMEOUT_S)
-    return Server(pid=child.pid, port=port)
+    headers = _AUTH_HEADERS if variant == "gateway-auth" else ()
+    return Server(pid=child.pid, port=port, headers=headers)
 
 
 async def set_upstream_latency(

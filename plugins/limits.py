@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
-from proxy.canonical import Call, Principal, RateLimits, Reply, Usage
+from proxy.canonical import Call, Principal, Reply, Usage
 from proxy.chain import Next, PluginContext
 from proxy.errors import RateLimited
 from proxy.observed import ObservedStream
@@ -42,6 +41,7 @@ from proxy.store import RateBucket, RateState, Store, StoreUnavailable
 _PREFIX = "crossway:limits:"
 _CHARS_PER_TOKEN = 4
 _PARALLEL_RETRY_AFTER = 1.0
+_MAX_PLANS = 10_000  # principals whose plan is kept; past it the plans are rebuilt
 
 
 class LimitsOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -65,15 +65,41 @@ class LimitExceeded(RateLimited):
         return headers
 
 
-class _Scope:
-    """One limited scope of a call: ``key`` or ``team``, its id and its limits."""
+class _Plan:
+    """What limiting one principal takes, built once per principal: its in-flight counters,
+    its request buckets (the same every call) and its token buckets' keys and limits."""
 
-    __slots__ = ("ident", "limits", "name")
+    __slots__ = ("principal", "rpm", "rpm_labels", "slot_labels", "slot_limits", "slots", "tpm")
 
-    def __init__(self, name: str, ident: str, limits: RateLimits) -> None:
-        self.name = name
-        self.ident = ident
-        self.limits = limits
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+        self.slots: list[str] = []
+        self.slot_limits: list[int] = []
+        self.slot_labels: list[str] = []
+        self.rpm: list[RateBucket] = []
+        self.rpm_labels: list[str] = []
+        self.tpm: list[tuple[str, int, str]] = []
+        scopes = (
+            ("key", principal.key_id, principal.limits),
+            ("team", principal.team, principal.team_limits),
+        )
+        for scope, ident, limits in scopes:
+            if ident is None or limits is None:
+                continue
+            if limits.max_parallel is not None:
+                self.slots.append(f"{_PREFIX}parallel:{scope}:{ident}")
+                self.slot_limits.append(limits.max_parallel)
+                self.slot_labels.append(scope)
+            if limits.rpm is not None:
+                self.rpm.append(RateBucket(f"{_PREFIX}rpm:{scope}:{ident}", 1, limits.rpm))
+                self.rpm_labels.append(scope)
+            if limits.tpm is not None:
+                self.tpm.append((f"{_PREFIX}tpm:{scope}:{ident}", limits.tpm, scope))
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to limit."""
+        return not (self.slots or self.rpm or self.tpm)
 
 
 class LimitsPlugin:
@@ -85,171 +111,151 @@ class LimitsPlugin:
         self._reserve = options.output_reserve
         self._store: Store = context.store
         self._metrics = context.metrics
+        self._plans: dict[str | None, _Plan] = {}
 
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Admit ``call`` within its principal's limits, or raise :class:`LimitExceeded`."""
-        scopes = _scopes(call.principal)
-        if not scopes:
+        principal = call.principal
+        if principal.limits is None and principal.team_limits is None:
             return await next(call)
-        held = await self._hold_slots(scopes)
-        buckets, kinds = self._buckets(call, scopes)
+        plan = self._plan(principal)
+        if plan.empty:
+            return await next(call)
+        held = await self._hold(plan)
+        tokens = self._token_buckets(call, plan) if plan.tpm else []
+        buckets = plan.rpm + tokens if tokens else plan.rpm
         taken = False
         try:
-            states = await self._take(buckets, kinds)
+            states = await self._take(plan, buckets)
             taken = True
             reply = await next(call)
         except BaseException:
             await self._release(held)
-            if taken:
-                await self._refund(buckets, kinds)
+            if taken and tokens:
+                await self._adjust([_costing(b, -b.cost) for b in tokens])
             raise
-        reply.headers.update(_headers(buckets, kinds, states))
-        reserved = [b for b, kind in zip(buckets, kinds, strict=True) if kind[1] == "tpm"]
+        if states:
+            reply.headers.update(_headers(buckets, states, len(plan.rpm)))
         if reply.stream is not None:
-            on_end = functools.partial(self._ended, held, reserved)
-            reply.stream = ObservedStream(reply.stream, on_end)
+            reply.stream = ObservedStream(
+                reply.stream, functools.partial(self._ended, held, tokens)
+            )
         else:
-            await self._ended(held, reserved, reply.response.usage if reply.response else None)
+            await self._ended(held, tokens, reply.response.usage if reply.response else None)
         return reply
 
-    async def _hold_slots(self, scopes: Sequence[_Scope]) -> list[str]:
-        """Take a parallel slot in every scope with ``max_parallel``; all or none."""
-        held: list[str] = []
-        for scope in scopes:
-            limit = scope.limits.max_parallel
-            if limit is None:
-                continue
-            key = f"{_PREFIX}parallel:{scope.name}:{scope.ident}"
+    def _plan(self, principal: Principal) -> _Plan:
+        plan = self._plans.get(principal.key_id)
+        if plan is None or plan.principal is not principal:  # new, or the key changed
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            plan = self._plans[principal.key_id] = _Plan(principal)
+        return plan
+
+    async def _hold(self, plan: _Plan) -> list[str]:
+        """Take a slot in every scope with ``max_parallel``, all or none; the slots held."""
+        if not plan.slots:
+            return plan.slots
+        try:
+            full = await self._store.hold(plan.slots, plan.slot_limits)
+        except StoreUnavailable:
+            self._metrics.store_degraded("limits").inc()
+            return []
+        if full is None:
+            return plan.slots
+        scope = plan.slot_labels[full]
+        self._metrics.rate_limited(scope, "max_parallel").inc()
+        raise LimitExceeded(
+            f"this {scope}'s {plan.slot_limits[full]} requests in flight are taken",
+            retry_after=_PARALLEL_RETRY_AFTER,
+            headers={},
+        )
+
+    async def _release(self, held: list[str]) -> None:
+        if held:
             try:
-                count = await self._store.incr(key)
+                await self._store.release(held)
             except StoreUnavailable:
                 self._metrics.store_degraded("limits").inc()
-                continue
-            held.append(key)
-            if count > limit:
-                await self._release(held)
-                self._metrics.rate_limited(scope.name, "max_parallel").inc()
-                raise LimitExceeded(
-                    f"this {scope.name}'s {limit} requests in flight are taken",
-                    retry_after=_PARALLEL_RETRY_AFTER,
-                    headers={},
-                )
-        return held
 
-    async def _release(self, held: Sequence[str]) -> None:
-        for key in held:
-            try:
-                await self._store.incr(key, -1)
-            except StoreUnavailable:
-                self._metrics.store_degraded("limits").inc()
-
-    def _buckets(
-        self, call: Call, scopes: Sequence[_Scope]
-    ) -> tuple[list[RateBucket], list[tuple[str, str]]]:
-        buckets: list[RateBucket] = []
-        kinds: list[tuple[str, str]] = []
-        estimate: int | None = None
-        for scope in scopes:
-            limits = scope.limits
-            if limits.rpm is not None:
-                buckets.append(
-                    RateBucket(f"{_PREFIX}rpm:{scope.name}:{scope.ident}", 1, limits.rpm)
-                )
-                kinds.append((scope.name, "rpm"))
-            if limits.tpm is not None:
-                if estimate is None:
-                    estimate = self._estimate(call)
-                cost = min(estimate, limits.tpm)
-                buckets.append(
-                    RateBucket(f"{_PREFIX}tpm:{scope.name}:{scope.ident}", cost, limits.tpm)
-                )
-                kinds.append((scope.name, "tpm"))
-        return buckets, kinds
-
-    def _estimate(self, call: Call) -> int:
-        """Tokens to reserve for ``call``: its text / 4 plus its output bound."""
-        chars = sum(len(message.text()) for message in call.messages)
+    def _token_buckets(self, call: Call, plan: _Plan) -> list[RateBucket]:
+        """This call's token reservations: its text / 4 plus its output bound, per scope."""
+        chars = 0
+        for message in call.messages:
+            chars += len(message.text())
         params = call.params
         output = params.max_completion_tokens or params.max_tokens or self._reserve
-        return max(1, chars // _CHARS_PER_TOKEN + output)
+        estimate = max(1, chars // _CHARS_PER_TOKEN + output)
+        return [RateBucket(key, min(estimate, limit), limit) for key, limit, _ in plan.tpm]
 
-    async def _take(
-        self, buckets: list[RateBucket], kinds: list[tuple[str, str]]
-    ) -> list[RateState] | None:
-        """Take from every bucket; raise :class:`LimitExceeded` when one refuses. None when
-        the store is unavailable (admitted, counted as degraded)."""
+    async def _take(self, plan: _Plan, buckets: list[RateBucket]) -> list[RateState]:
+        """Take from every bucket; raise :class:`LimitExceeded` when one refuses. ``[]`` when
+        there are none, or when the store is unavailable (admitted, counted as degraded)."""
         if not buckets:
             return []
         try:
             states = await self._store.rate_take(buckets)
         except StoreUnavailable:
             self._metrics.store_degraded("limits").inc()
-            return None
-        refused = [i for i, state in enumerate(states) if not state.allowed]
-        if refused:
-            first = refused[0]
-            scope, limit = kinds[first]
-            self._metrics.rate_limited(scope, limit).inc()
-            raise LimitExceeded(
-                f"this {scope}'s {limit} limit of {buckets[first].limit} is reached",
-                retry_after=max(states[i].retry_after for i in refused),
-                headers=_headers(buckets, kinds, states),
-            )
+            return []
+        for index, state in enumerate(states):
+            if not state.allowed:
+                rpm = len(plan.rpm)
+                scope = plan.rpm_labels[index] if index < rpm else plan.tpm[index - rpm][2]
+                limit = "rpm" if index < rpm else "tpm"
+                self._metrics.rate_limited(scope, limit).inc()
+                raise LimitExceeded(
+                    f"this {scope}'s {limit} limit of {buckets[index].limit} is reached",
+                    retry_after=max(s.retry_after for s in states if not s.allowed),
+                    headers=_headers(buckets, states, rpm),
+                )
         return states
 
-    async def _refund(self, buckets: Sequence[RateBucket], kinds: list[tuple[str, str]]) -> None:
-        """Give back the token reservations of a call that failed."""
-        for bucket, (_, limit) in zip(buckets, kinds, strict=True):
-            if limit == "tpm":
-                await self._adjust(msgspec.structs.replace(bucket, cost=-bucket.cost))
-
     async def _ended(
-        self, held: Sequence[str], reserved: Sequence[RateBucket], usage: Usage | None
+        self, held: list[str], reserved: list[RateBucket], usage: Usage | None
     ) -> None:
         """The reply is over: free the slots, correct the token reservations with ``usage``."""
         await self._release(held)
-        if usage is None:
+        if usage is None or not reserved:
             return
         used = usage.total_tokens
-        for bucket in reserved:
-            if used != bucket.cost:
-                await self._adjust(msgspec.structs.replace(bucket, cost=used - bucket.cost))
+        await self._adjust([_costing(b, used - b.cost) for b in reserved if used != b.cost])
 
-    async def _adjust(self, bucket: RateBucket) -> None:
-        try:
-            await self._store.rate_adjust(bucket)
-        except StoreUnavailable:
-            self._metrics.store_degraded("limits").inc()
-
-
-def _scopes(principal: Principal) -> list[_Scope]:
-    scopes: list[_Scope] = []
-    if principal.limits is not None and principal.key_id is not None:
-        scopes.append(_Scope("key", principal.key_id, principal.limits))
-    if principal.team_limits is not None and principal.team is not None:
-        scopes.append(_Scope("team", principal.team, principal.team_limits))
-    return scopes
+    async def _adjust(self, buckets: list[RateBucket]) -> None:
+        if buckets:
+            try:
+                await self._store.rate_adjust(buckets)
+            except StoreUnavailable:
+                self._metrics.store_degraded("limits").inc()
 
 
-def _headers(
-    buckets: Sequence[RateBucket],
-    kinds: Sequence[tuple[str, str]],
-    states: Sequence[RateState] | None,
-) -> dict[str, str]:
-    """OpenAI's ``x-ratelimit-*`` headers, for each kind from the bucket with least left."""
+def _costing(bucket: RateBucket, cost: int) -> RateBucket:
+    return RateBucket(bucket.key, cost, bucket.limit, bucket.period)
+
+
+_HEADER_NAMES = tuple(
+    (f"x-ratelimit-limit-{kind}", f"x-ratelimit-remaining-{kind}", f"x-ratelimit-reset-{kind}")
+    for kind in ("requests", "tokens")
+)
+
+
+def _headers(buckets: list[RateBucket], states: list[RateState], rpm: int) -> dict[str, str]:
+    """OpenAI's ``x-ratelimit-*`` headers: per kind (the first ``rpm`` buckets count requests,
+    the others tokens), from the bucket with the least left."""
     headers: dict[str, str] = {}
-    if not states:
-        return headers
-    for limit, suffix in (("rpm", "requests"), ("tpm", "tokens")):
-        tightest: tuple[RateBucket, RateState] | None = None
-        for bucket, (_, kind), state in zip(buckets, kinds, states, strict=True):
-            if kind == limit and (tightest is None or state.remaining < tightest[1].remaining):
-                tightest = (bucket, state)
-        if tightest is not None:
-            bucket, state = tightest
-            headers[f"x-ratelimit-limit-{suffix}"] = str(bucket.limit)
-            headers[f"x-ratelimit-remaining-{suffix}"] = str(state.remaining)
-            headers[f"x-ratelimit-reset-{suffix}"] = duration(state.reset_after)
+    for (limit, remaining, reset), first, last in zip(
+        _HEADER_NAMES, (0, rpm), (rpm, len(buckets)), strict=True
+    ):
+        if first == last:
+            continue
+        tightest = first
+        for index in range(first + 1, last):
+            if states[index].remaining < states[tightest].remaining:
+                tightest = index
+        state = states[tightest]
+        headers[limit] = str(buckets[tightest].limit)
+        headers[remaining] = str(state.remaining)
+        headers[reset] = duration(state.reset_after)
     return headers
 
 

@@ -25,7 +25,6 @@ with ``PX`` expiry at the TAT (so an idle bucket costs nothing), with the server
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -103,12 +102,25 @@ class Store(Protocol):
         """
         ...
 
-    async def rate_adjust(self, bucket: RateBucket) -> None:
-        """Charge ``bucket.cost`` units without a check (negative: give units back).
+    async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
+        """Charge each bucket's ``cost`` without a check (negative: give units back).
 
-        Used to correct a reservation once the real cost is known: the debt may exceed the
-        period (later takes wait until it drains) and never goes below zero.
+        Used to correct reservations once the real cost is known: a debt may exceed the period
+        (later takes wait until it drains) and never goes below zero.
         """
+        ...
+
+    async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
+        """Add one to every counter of ``keys`` unless one is already at its limit (the same
+        index of ``limits``): atomically, all or nothing.
+
+        Returns None when every counter was incremented, else the index of the first counter
+        at its limit (nothing changed). Counters of requests in flight: :meth:`release` them.
+        """
+        ...
+
+    async def release(self, keys: Sequence[str]) -> None:
+        """Subtract one from every counter of ``keys`` (never below zero)."""
         ...
 
 
@@ -178,44 +190,75 @@ class MemoryStore:
         """See :meth:`Store.rate_take`."""
         now = self._clock()
         debts = [self._debt(bucket.key, now) for bucket in buckets]
-        after = [
-            debt + bucket.cost * bucket.period / bucket.limit
-            for bucket, debt in zip(buckets, debts, strict=True)
-        ]
-        allowed = all(
-            new <= bucket.period + _SLACK for bucket, new in zip(buckets, after, strict=True)
-        )
+        allowed = True
+        for bucket, debt in zip(buckets, debts, strict=True):
+            if debt + bucket.cost * bucket.period / bucket.limit > bucket.period + _SLACK:
+                allowed = False
+                break
         states: list[RateState] = []
-        for bucket, debt, new in zip(buckets, debts, after, strict=True):
-            interval = bucket.period / bucket.limit
+        for bucket, debt in zip(buckets, debts, strict=True):
+            period = bucket.period
+            interval = period / bucket.limit
+            new = debt + bucket.cost * interval
             if allowed:
                 if new > 0:
                     self._write(bucket.key, now + new, now + new)
-                remaining = math.floor((bucket.period - new) / interval + _SLACK)
-                states.append(RateState(True, max(remaining, 0), new))
-                continue
-            remaining = math.floor((bucket.period - debt) / interval + _SLACK)
-            states.append(RateState(False, max(remaining, 0), debt, max(new - bucket.period, 0.0)))
+                remaining = int((period - new) / interval + _SLACK)
+                states.append(RateState(True, remaining if remaining > 0 else 0, new))
+            else:
+                remaining = int((period - debt) / interval + _SLACK)
+                retry = new - period if new > period else 0.0
+                states.append(RateState(False, remaining if remaining > 0 else 0, debt, retry))
         return states
 
-    async def rate_adjust(self, bucket: RateBucket) -> None:
+    async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
         """See :meth:`Store.rate_adjust`."""
         now = self._clock()
-        new = self._debt(bucket.key, now) + bucket.cost * bucket.period / bucket.limit
-        if new > 0:
-            self._write(bucket.key, now + new, now + new)
-        else:
-            self._data.pop(bucket.key, None)
+        for bucket in buckets:
+            new = self._debt(bucket.key, now) + bucket.cost * bucket.period / bucket.limit
+            if new > 0:
+                self._write(bucket.key, now + new, now + new)
+            else:
+                self._data.pop(bucket.key, None)
+
+    async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
+        """See :meth:`Store.hold`."""
+        counts = [self._count(key) for key in keys]
+        for index, (count, limit) in enumerate(zip(counts, limits, strict=True)):
+            if count >= limit:
+                return index
+        for key, count in zip(keys, counts, strict=True):
+            self._write(key, count + 1, None)
+        return None
+
+    async def release(self, keys: Sequence[str]) -> None:
+        """See :meth:`Store.release`."""
+        for key in keys:
+            count = self._count(key)
+            if count > 1:
+                self._write(key, count - 1, None)
+            else:
+                self._data.pop(key, None)
+
+    def _count(self, key: str) -> int:
+        entry = self._data.get(key)
+        if entry is None:
+            return 0
+        value = entry[0]
+        if type(value) is not int:
+            raise ValueError(f"key {key!r} does not hold an in-flight counter")
+        return value
 
     def _debt(self, key: str, now: float) -> float:
-        """Seconds a GCRA bucket is from full (its TAT minus now, at least 0)."""
-        entry = self._live(key, now)
+        """Seconds a GCRA bucket is from full (its TAT minus now, at least 0). A bucket's
+        entry expires at its TAT, so an expired one needs no expiry check: its debt is 0."""
+        entry = self._data.get(key)
         if entry is None:
             return 0.0
         tat = entry[0]
-        if not isinstance(tat, float):
+        if type(tat) is not float:
             raise ValueError(f"key {key!r} does not hold a rate bucket")
-        return max(tat - now, 0.0)
+        return tat - now if tat > now else 0.0
 
     def __len__(self) -> int:
         """The number of keys held, expired ones not yet swept included."""

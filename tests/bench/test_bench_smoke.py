@@ -8,7 +8,13 @@ import yaml
 
 from bench import aio
 from bench.matrix import DIRECT, CellResult, Settings, _comparable_groups, plan, run_matrix
-from bench.targets import REPO_ROOT, gateway_config_yaml, start_passthrough, start_upstream
+from bench.targets import (
+    AUTH_KEY,
+    REPO_ROOT,
+    gateway_config_yaml,
+    start_passthrough,
+    start_upstream,
+)
 from plugins import BUILTINS
 from proxy.config import load_config
 from proxy.metrics import Metrics
@@ -97,3 +103,19 @@ def test_the_masking_variant_runs_the_masking_plugin(tmp_path: Path) -> None:
     assert [spec.ref for spec in bench.plugins] == ["masking"]
     assert len(bench.plugins[0].options["entities"]) == 7
     Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
+
+
+def test_the_auth_variant_admits_its_key_within_limits(tmp_path: Path) -> None:
+    config_path = tmp_path / "gateway-auth.yaml"
+    database = tmp_path / "auth.db"
+    config_path.write_text(
+        gateway_config_yaml(8080, 9090, variant="gateway-auth", database=database)
+    )
+    blueprint = Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
+    assert [spec.ref for spec in blueprint.config.plugins] == ["auth", "limits"]
+    assert blueprint.config.database.url == f"sqlite:///{database}"
+    (declared,) = blueprint.config.auth.keys
+    assert declared.key == AUTH_KEY
+    assert declared.team == "bench"
+    assert declared.rpm
+    assert blueprint.config.auth.teams["bench"].max_parallel

@@ -167,13 +167,13 @@ async def test_a_take_is_all_or_nothing(store: MemoryStore):
 async def test_weighted_costs_and_adjustments(store: MemoryStore):
     tokens = bucket("t", cost=400, limit=1000)
     assert (await store.rate_take([tokens]))[0].remaining == 600
-    await store.rate_adjust(bucket("t", cost=-300, limit=1000))  # the call used 100
+    await store.rate_adjust([bucket("t", cost=-300, limit=1000)])  # the call used 100
     assert (await store.rate_take([bucket("t", cost=0, limit=1000)]))[0].remaining == 900
-    await store.rate_adjust(bucket("t", cost=5000, limit=1000))  # far over: later takes wait
+    await store.rate_adjust([bucket("t", cost=5000, limit=1000)])  # far over: later takes wait
     refused = (await store.rate_take([bucket("t", cost=1, limit=1000)]))[0]
     assert not refused.allowed
     assert refused.remaining == 0
-    await store.rate_adjust(bucket("t", cost=-10_000, limit=1000))  # never below empty
+    await store.rate_adjust([bucket("t", cost=-10_000, limit=1000)])  # never below empty
     assert await store.get("t") is None
     assert (await store.rate_take([tokens]))[0].remaining == 600
 
@@ -185,3 +185,20 @@ async def test_rate_buckets_and_counters_do_not_mix(store: MemoryStore):
     await store.set("s", b"text")
     with pytest.raises(ValueError, match="rate bucket"):
         await store.rate_take([bucket("s")])
+
+
+async def test_slots_are_held_all_or_nothing(store: MemoryStore):
+    keys, limits = ["key", "team"], [2, 1]
+    assert await store.hold(keys, limits) is None
+    assert await store.hold(keys, limits) == 1  # the team's one slot is taken
+    assert await store.get("key") == b"1"  # nothing changed for the key
+    await store.release(keys)
+    assert await store.get("team") is None  # at zero a counter is gone
+    assert await store.hold(keys, limits) is None
+    assert await store.hold(["key"], [2]) is None
+    assert await store.hold(["key"], [2]) == 0
+    await store.release(["key", "key", "key"])  # never below zero
+    assert await store.get("key") is None
+    await store.set("text", b"x")
+    with pytest.raises(ValueError, match="in-flight counter"):
+        await store.hold(["text"], [1])
