@@ -95,7 +95,23 @@ def check(config_path: Path, out: TextIO) -> int:
         print("  (empty)", file=out)
     for spec, plugin in zip(config.plugins, blueprint.plugins, strict=True):
         print(f"  {spec.ref}: {type(plugin).__module__}.{type(plugin).__name__}", file=out)
+    _print_auth(blueprint, out)
     return 0
+
+
+def _print_auth(blueprint: Any, out: TextIO) -> None:
+    """Whether keys are demanded, the admin API, declared keys and teams, the database."""
+    auth = blueprint.config.auth
+    demanded = any(hasattr(plugin, "authenticate") for plugin in blueprint.plugins)
+    admin = "on (master key set)" if auth.master_key else "off (no auth.master_key)"
+    print(
+        f"auth: {'keys demanded' if demanded else 'open (no auth plugin)'}; admin API {admin}; "
+        f"{len(auth.keys)} declared key(s), {len(auth.teams)} declared team(s)",
+        file=out,
+    )
+    from proxy.db import Database
+
+    print(f"database: {Database(blueprint.config.database.url).description}", file=out)
 
 
 def _print_prices(blueprint: Any, out: TextIO) -> None:

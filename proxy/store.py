@@ -51,9 +51,10 @@ class RateBucket(msgspec.Struct, frozen=True):
 
 
 class RateState(msgspec.Struct, frozen=True):
-    """A bucket after :meth:`Store.rate_take`: whether it ``allowed`` the take, the units it
-    has left (``remaining``), seconds until it is full again (``reset_after``) and, when it
-    refused, seconds until the take would fit (``retry_after``; 0 when allowed)."""
+    """A bucket after :meth:`Store.rate_take`: whether it ``allowed`` the take (had room for
+    it; the take happened only if every bucket did), the units it has left (``remaining``),
+    seconds until it is full again (``reset_after``) and, when it refused, seconds until the
+    take would fit (``retry_after``; 0 when allowed)."""
 
     allowed: bool
     remaining: int
@@ -96,9 +97,9 @@ class Store(Protocol):
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
         """Take from every bucket, or from none: atomically, all or nothing (module docstring).
 
-        Returns one state per bucket, in order. When any bucket refuses, none is charged, and
-        each refusing bucket's state says when the take would fit. A ``cost`` above a bucket's
-        ``limit`` never fits: callers cap it.
+        Returns one state per bucket, in order. When any bucket refuses (``allowed`` False),
+        none is charged, and each refusing bucket's state says when the take would fit. A
+        ``cost`` above a bucket's ``limit`` never fits: callers cap it.
         """
         ...
 
@@ -207,8 +208,9 @@ class MemoryStore:
                 states.append(RateState(True, remaining if remaining > 0 else 0, new))
             else:
                 remaining = int((period - debt) / interval + _SLACK)
-                retry = new - period if new > period else 0.0
-                states.append(RateState(False, remaining if remaining > 0 else 0, debt, retry))
+                fits = new <= period + _SLACK
+                retry = 0.0 if fits else new - period
+                states.append(RateState(fits, remaining if remaining > 0 else 0, debt, retry))
         return states
 
     async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:

@@ -31,6 +31,7 @@ from proxy.auth.tokens import MAX_KEY_LENGTH, MIN_DECLARED_KEY_LENGTH
 
 DEFAULT_DATABASE_URL = "sqlite:///${CROSSWAY_DATA_DIR:-./data}/crossway.db"
 MIN_MASTER_KEY_LENGTH = 32
+_DATABASE_URL = r"^(sqlite:///.+|postgres(ql)?(\+asyncpg)?://.+)$"  # a SQLite file or PostgreSQL
 
 Positive = Annotated[int, Meta(ge=1)]
 ModelName = Annotated[str, Meta(min_length=1, max_length=256)]
@@ -44,7 +45,7 @@ class DatabaseConfig(Struct, frozen=True, forbid_unknown_fields=True):
     and migrated on first use) or ``postgresql://…``. Applies as the process started. When the
     section is omitted, the file is ``crossway.db`` in ``$CROSSWAY_DATA_DIR`` (``./data``)."""
 
-    url: Annotated[str, Meta(min_length=1)] = "sqlite:///./data/crossway.db"
+    url: Annotated[str, Meta(pattern=_DATABASE_URL)] = "sqlite:///./data/crossway.db"
 
 
 class TeamConfig(Struct, frozen=True, forbid_unknown_fields=True):

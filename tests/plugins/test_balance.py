@@ -17,6 +17,7 @@ from proxy.canonical import (
     GatewayOptions,
     Message,
     Params,
+    Principal,
     RawFrames,
     Usage,
     WeightedTarget,
@@ -503,3 +504,12 @@ async def test_cost_skips_the_cheapest_once_it_is_ejected():
     assert isinstance(await h.send("pair"), GatewayError)
     reply = await h.send("pair")
     assert (reply.provider, reply.model) == ("p", "b")
+
+
+async def test_request_targets_outside_the_key_s_allow_list_are_never_chosen():
+    h = Harness()
+    principal = Principal(key_id="k", models=frozenset({"solo", "y"}))
+    options = GatewayOptions(load_balancer=[WeightedTarget("x", 0.9), WeightedTarget("y", 0.1)])
+    for _ in range(50):
+        await h.send("solo", options=options, principal=principal)
+    assert set(h.upstream.targets()) == {"q/y"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plugins.fallback import FallbackConfig, FallbackPlugin
-from proxy.canonical import Call, GatewayOptions, Message, WeightedTarget
+from proxy.canonical import Call, GatewayOptions, Message, Principal, WeightedTarget
 from proxy.chain import PluginLoadError, compose, load_plugins
 from proxy.config import PluginSpec
 from proxy.errors import (
@@ -303,3 +303,12 @@ async def test_order_config_is_the_default_and_ignores_prices():
     h.upstream.script("p/primary-model", then=fail(503, provider="p"))
     reply = await h.chain(make_call())
     assert reply.headers["x-crossway-fallback"] == "backup"
+
+
+async def test_a_configured_chain_skips_models_the_key_may_not_use():
+    h = Harness(chains={"primary": ("backup", "second")})
+    h.upstream.script("p/primary-model", then=fail(503, provider="p"))
+    principal = Principal(key_id="k", models=frozenset({"primary", "second"}))
+    reply = await h.chain(make_call(principal=principal))
+    assert reply.headers["x-crossway-fallback"] == "second"
+    assert "q/backup-model" not in h.upstream.targets()

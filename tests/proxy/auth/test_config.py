@@ -93,3 +93,9 @@ def test_bad_fields_name_their_path():
         "$.auth.keys[0]: Object missing required field `alias`"
     ]
     assert errors_of("database: {url: 42}") == ["$.database.url: Expected `str`, got `int`"]
+
+
+def test_the_database_url_is_a_sqlite_file_or_postgresql():
+    assert parse_config("database: {url: 'postgresql://u:p@db/x'}", {}).database.url
+    [error] = errors_of("database: {url: 'mysql://db/x'}")
+    assert error.startswith("$.database.url: Expected `str` matching regex")
