@@ -25,8 +25,10 @@ from plugins import BUILTINS
 from proxy.admin import add_admin_routes
 from proxy.admin.guard import AdminContext
 from proxy.canonical import ANONYMOUS, BatchedStream, Call, Chunk, RawFrames, Reply, Usage, batched
-from proxy.config import ConfigError, ServerConfig, load_config
+from proxy.chain import anonymous, authenticator
+from proxy.config import ConfigError, ResponsesConfig, ServerConfig, load_config
 from proxy.db import Database, DatabaseError
+from proxy.db.responses import DatabaseResponseStore
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder, check_json_depth
 from proxy.errors import (
@@ -42,7 +44,7 @@ from proxy.middleware import HttpEdges, RequestIds, error_response, is_anthropic
 from proxy.pricing import nanos_to_usd
 from proxy.protocol import hide_server_version
 from proxy.response_state import ResponseState
-from proxy.response_store import MemoryResponseStore
+from proxy.response_store import MemoryResponseStore, ResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
 from proxy.side_routes import SideRoutes
 
@@ -81,10 +83,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app = web.Application(client_max_size=config.server.max_body_bytes)
     app[METRICS] = metrics
     app[SERVER] = config.server
-    stored = config.responses  # like `metrics`, as the process started
-    store = MemoryResponseStore(
-        ttl=stored.ttl, max_entries=stored.max_entries, max_bytes=stored.max_bytes
-    )
+    uses_database = authenticator(blueprint.plugins) is not anonymous or config.auth.master_key
+    store = _response_store(config.responses, database, bool(uses_database))
     app[RESPONSES] = ResponseState(store, lambda: app[RUNTIME].snapshot.logger)
 
     def on_upstream_error(provider: str, error: GatewayError) -> None:
@@ -141,6 +141,19 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app.router.add_route("*", "/{tail:.*}", edges.unmatched)
     edges.install(app)
     return app
+
+
+def _response_store(
+    config: ResponsesConfig, database: Database, uses_database: bool
+) -> ResponseStore:
+    """Where stored responses go (``responses.store``; ``auto`` follows ``uses_database``)."""
+    if config.store == "database" or (config.store == "auto" and uses_database):
+        return DatabaseResponseStore(
+            database, ttl=config.ttl, max_entries=config.max_entries, max_bytes=config.max_bytes
+        )
+    return MemoryResponseStore(
+        ttl=config.ttl, max_entries=config.max_entries, max_bytes=config.max_bytes
+    )
 
 
 def reload_runtime(app: web.Application) -> bool:

@@ -12,7 +12,8 @@ the ``GET`` / ``DELETE /v1/responses/{id}`` they allow.
   reply before it is sent, a stream when its last chunk has arrived (before the client gets
   ``response.completed``), so a client may chain on it at once. A stream that fails or whose
   client goes away is not stored; a response too large for the store is answered but not kept.
-  ``store: false`` stores nothing.
+  ``store: false`` stores nothing. A store that cannot be read is a 503
+  ``response_store_unavailable`` for what needs it (a continued response, ``GET``, ``DELETE``).
 
 The caller is identified by ``authenticate(headers)`` — the auth plugin's, when the chain has
 one that offers it (:func:`proxy.chain.authenticator`), else the anonymous principal. A record
@@ -34,7 +35,7 @@ from proxy.dialects.responses import envelope_of, whole_response
 from proxy.dialects.responses.objects import ENCODER, DeletedResponse, Envelope
 from proxy.dialects.responses.output import OutputBuilder
 from proxy.dialects.responses.stream import final_response
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import BadRequest, GatewayError, NotFound
 from proxy.response_store import ResponseStore, StoredResponse
 
 _MESSAGES = msgspec.json.Decoder(list[Message])
@@ -75,20 +76,40 @@ class ResponseState:
         return msgspec.structs.replace(reply, stream=stream)
 
     async def fetch(self, response_id: str, principal: Principal) -> bytes:
-        """The stored response object (``GET``); :class:`NotFound` if the caller has none."""
-        record = await self._store.get(response_id, principal.key_id)
+        """The stored response object (``GET``); :class:`NotFound` if the caller has none, a 503
+        ``response_store_unavailable`` if the store cannot answer."""
+        record = await self._lookup(response_id, principal)
         if record is None:
             raise _not_found(response_id)
         return record.body
 
     async def delete(self, response_id: str, principal: Principal) -> bytes:
-        """Delete the caller's stored response (``DELETE``); :class:`NotFound` if there is none."""
-        if not await self._store.delete(response_id, principal.key_id):
+        """Delete the caller's stored response (``DELETE``); :class:`NotFound` if there is none,
+        a 503 ``response_store_unavailable`` if the store cannot answer."""
+        try:
+            deleted = await self._store.delete(response_id, principal.key_id)
+        except Exception:
+            raise self._unavailable(response_id) from None
+        if not deleted:
             raise _not_found(response_id)
         return ENCODER.encode(DeletedResponse(id=response_id))
 
+    async def _lookup(self, response_id: str, principal: Principal) -> StoredResponse | None:
+        try:
+            return await self._store.get(response_id, principal.key_id)
+        except Exception:
+            raise self._unavailable(response_id) from None
+
+    def _unavailable(self, response_id: str) -> GatewayError:
+        self._logger().exception("response_store_failed", response_id=response_id)
+        return GatewayError(
+            "stored responses cannot be read now: try again",
+            status=503,
+            code="response_store_unavailable",
+        )
+
     async def _history(self, response_id: str, principal: Principal) -> list[Message]:
-        record = await self._store.get(response_id, principal.key_id)
+        record = await self._lookup(response_id, principal)
         if record is None:
             raise BadRequest(
                 f"Previous response with id {response_id!r} not found.",

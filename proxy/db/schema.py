@@ -75,3 +75,15 @@ keys = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
 )
+
+responses = sa.Table(
+    "responses",
+    METADATA,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("owner", sa.String(128), nullable=True),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("messages", sa.LargeBinary, nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
+)

@@ -6,6 +6,7 @@ stored responses scoped to the key that created them (a stand-in auth plugin,
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,64 @@ async def test_the_route_without_v1_and_errors_in_openais_shape(gateway: Gateway
     assert tool.status == 400
     assert tool.json()["error"]["param"] == "tools[0].type"
     assert "web_search_preview" in tool.json()["error"]["message"]
+
+
+def database_config(upstream_url: str, database: Path, store: str | None) -> str:
+    setting = f"responses: {{store: {store}}}\n" if store else ""
+    return f"""\
+server: {{access_log: false}}
+database: {{url: "sqlite:///{database}"}}
+{setting}providers:
+  up:
+    type: openai
+    base_url: "{upstream_url}/v1"
+    api_key: "{UPSTREAM_KEY}"
+plugins:
+  - plugin: tests.e2e.key_plugin:HeaderKey
+"""
+
+
+async def test_in_the_database_two_workers_share_stored_responses(
+    tmp_path: Path, upstream: tuple[FakeOpenAI, str]
+) -> None:
+    fake, upstream_url = upstream
+    database = tmp_path / "data" / "crossway.db"
+    config = database_config(upstream_url, database, "database")
+    for worker in ("a", "b"):
+        (tmp_path / worker).mkdir()
+    async with (
+        serve(tmp_path / "a", config) as first_url,
+        serve(tmp_path / "b", config) as second_url,
+    ):
+        first, second = Gateway(first_url, fake), Gateway(second_url, fake)
+        created = await first.create(key="key-a", input="Weather in Paris?")
+        response_id = created.json()["id"]
+        assert (await second.stored("GET", response_id, key="key-a")).json() == created.json()
+        assert (await second.stored("GET", response_id, key="key-b")).status == 404
+        chained = await second.create(
+            key="key-a", input="And Rome?", previous_response_id=response_id
+        )
+        assert chained.status == 200, chained.body
+        assert [m["content"] for m in fake.requests[-1]["messages"]] == [
+            "Weather in Paris?",
+            ANSWER,
+            "And Rome?",
+        ]
+        assert (await first.stored("DELETE", response_id, key="key-a")).status == 200
+        assert (await second.stored("GET", response_id, key="key-a")).status == 404
+    stored = database.read_bytes() + b"".join(
+        path.read_bytes() for path in database.parent.glob("crossway.db-*")
+    )
+    assert UPSTREAM_KEY.encode() not in stored
+
+
+async def test_auto_stores_in_the_database_when_the_gateway_demands_keys(
+    tmp_path: Path, upstream: tuple[FakeOpenAI, str]
+) -> None:
+    fake, upstream_url = upstream
+    database = tmp_path / "crossway.db"
+    async with serve(tmp_path, database_config(upstream_url, database, None)) as url:
+        created = await Gateway(url, fake).create(key="key-a", input="Hi")
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute("SELECT id, owner FROM responses").fetchall()
+    assert rows == [(created.json()["id"], "key-a")]

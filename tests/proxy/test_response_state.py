@@ -27,7 +27,7 @@ from proxy.canonical import (
     batched,
 )
 from proxy.dialects.responses import ResponsesDialect
-from proxy.errors import BadRequest, NotFound, UpstreamUnavailable
+from proxy.errors import BadRequest, GatewayError, NotFound, UpstreamUnavailable
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore, StoredResponse
 
@@ -228,6 +228,30 @@ async def test_responses_belong_to_the_key_that_created_them() -> None:
 class BrokenStore(MemoryResponseStore):
     async def put(self, response_id: str, record: StoredResponse) -> bool:
         raise ConnectionError("database is down")
+
+    async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
+        raise ConnectionError("database is down")
+
+    async def delete(self, response_id: str, owner: str | None) -> bool:
+        raise ConnectionError("database is down")
+
+
+async def test_a_store_that_cannot_be_read_is_a_503_for_what_needs_it() -> None:
+    broken = state(BrokenStore(ttl=60, max_entries=10, max_bytes=10_000))
+    attempts = [
+        broken.run(
+            responses_call(input="x", previous_response_id="resp_1"),
+            Chain(),
+            authenticate_as(ANONYMOUS),
+        ),
+        broken.fetch("resp_1", ANONYMOUS),
+        broken.delete("resp_1", ANONYMOUS),
+    ]
+    for attempt in attempts:
+        with capture_logs() as logs, pytest.raises(GatewayError) as info:
+            await attempt
+        assert (info.value.status, info.value.code) == (503, "response_store_unavailable")
+        assert [entry["event"] for entry in logs] == ["response_store_failed"]
 
 
 async def test_a_store_that_fails_or_is_full_still_answers() -> None:
