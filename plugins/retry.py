@@ -24,10 +24,14 @@ is absolute, so a retry plugin inside a fallback shares one deadline across ever
 
 How many: ``retries`` per request by default; a client's ``retry`` option may ask for up to
 ``max_retries`` and narrow (never widen) ``on_status``. A retry budget bounds the extra load a
-provider outage can cause: over a sliding ``budget_window`` (seconds), retries may not exceed
-``budget_ratio`` of the requests seen, with ``budget_min`` always allowed. When the budget is
-spent the attempt's error is raised and ``crossway_retries_denied_total{cause="budget"}`` counts
-it. The budget is in-process, per plugin instance.
+provider outage can cause, as Envoy's ``retry_budget`` does: the retries in flight may not
+exceed ``budget_ratio`` of the requests in flight, with ``budget_min`` concurrent retries always
+allowed. A retry is in flight from the decision to make it (its wait included) until its
+attempt returns. So N requests failing together cause at most ``max(budget_min, budget_ratio
+* N)`` upstream calls beyond their own at any moment, while a client that sends its requests
+one at a time always gets its retries. When the budget is spent the attempt's error is raised
+and ``crossway_retries_denied_total{cause="budget"}`` counts it. The budget is in-process, per
+plugin instance.
 
 The reply's ``attempts`` counts every upstream call made, and header ``x-crossway-attempts``
 shows it. Recommended chain order: ``fallback`` → ``retry`` → ``balance`` (outermost first), so
@@ -39,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -51,7 +54,6 @@ from proxy.chain import Next, PluginContext
 from proxy.errors import DeadlineExceeded, GatewayError, UpstreamError
 
 Sleep = Callable[[float], Awaitable[None]]
-Clock = Callable[[], float]
 
 _NEVER_RETRIED = frozenset({400, 401, 403, 404})
 _NEVER_RETRIED_KINDS = frozenset(
@@ -74,54 +76,38 @@ class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     deadline: Annotated[float, Meta(gt=0)] | None = None
     budget_ratio: Annotated[float, Meta(ge=0, le=10)] = 0.2
     budget_min: Annotated[int, Meta(ge=0)] = 3
-    budget_window: Annotated[float, Meta(gt=0)] = 10.0
 
 
 class RetryBudget:
-    """Retries allowed over a sliding window: at most ``ratio * requests``, ``minimum`` always.
+    """Envoy's retry budget: retries in flight at most ``max(minimum, ratio * requests in
+    flight)``. The plugin counts its requests in :attr:`requests`; a retry holds a slot from
+    :meth:`try_acquire` to :meth:`release`."""
 
-    The window is kept as ``buckets`` slots of ``window / buckets`` seconds on ``clock``, so
-    the counts cover between ``window * (1 - 1/buckets)`` and ``window`` seconds of history.
-    """
+    __slots__ = ("_minimum", "_ratio", "requests", "retries")
 
-    def __init__(
-        self, ratio: float, minimum: int, window: float, clock: Clock, buckets: int = 10
-    ) -> None:
+    def __init__(self, ratio: float, minimum: int) -> None:
         self._ratio = ratio
         self._minimum = minimum
-        self._slot = window / buckets
-        self._buckets = buckets
-        self._clock = clock
-        self._counts: deque[list[int]] = deque()  # [slot number, requests, retries], oldest first
+        self.requests = 0  # in flight through the plugin
+        self.retries = 0  # in flight: decided and not yet answered
 
-    def record_request(self) -> None:
-        """Count one request (call this once per request, before any retry)."""
-        self._current()[1] += 1
-
-    def try_spend(self) -> bool:
-        """Take one retry from the budget; False (and nothing taken) when it is spent."""
-        current = self._current()
-        requests = sum(counts[1] for counts in self._counts)
-        retries = sum(counts[2] for counts in self._counts)
-        if retries >= max(self._minimum, self._ratio * requests):
+    def try_acquire(self) -> bool:
+        """Take a slot for one retry; False (and nothing taken) when the budget is spent."""
+        if self.retries >= max(self._minimum, self._ratio * self.requests):
             return False
-        current[2] += 1
+        self.retries += 1
         return True
 
-    def _current(self) -> list[int]:
-        slot = int(self._clock() // self._slot)
-        counts = self._counts
-        while counts and counts[0][0] <= slot - self._buckets:
-            counts.popleft()
-        if not counts or counts[-1][0] != slot:
-            counts.append([slot, 0, 0])
-        return counts[-1]
+    def release(self) -> None:
+        """Give back the slot of a retry whose attempt has returned (or was abandoned)."""
+        self.retries -= 1
 
 
 class RetryPlugin:
     """Retries failed attempts of the next link; see the module docstring.
 
-    ``sleep``, ``rng`` and ``clock`` (the budget's, in seconds) are injectable for tests.
+    ``sleep`` and ``rng`` are injectable for tests; :attr:`budget` holds the counts of
+    requests and retries in flight.
     """
 
     Options = RetryConfig
@@ -133,7 +119,6 @@ class RetryPlugin:
         *,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
-        clock: Clock = time.monotonic,
     ) -> None:
         refused = sorted(set(options.on_status) & _NEVER_RETRIED)
         if refused:
@@ -148,9 +133,7 @@ class RetryPlugin:
         self._metrics = context.metrics
         self._sleep = sleep
         self._rng = rng or random.Random()
-        self._budget = RetryBudget(
-            options.budget_ratio, options.budget_min, options.budget_window, clock
-        )
+        self.budget = RetryBudget(options.budget_ratio, options.budget_min)
 
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Call ``next`` until it answers, the error is final, or retries/deadline run out.
@@ -158,7 +141,6 @@ class RetryPlugin:
         Raises the last attempt's error (its ``attempts`` set to the calls made), or
         :class:`DeadlineExceeded` when the deadline passes during an attempt.
         """
-        self._budget.record_request()
         retries, statuses = self._policy(call.options.retry)
         limit = self._deadline(call)
         run = _Run(retries, statuses)
@@ -189,34 +171,46 @@ class RetryPlugin:
         return min(configured, requested)
 
     async def _attempts(self, call: Call, next: Next, run: _Run, ends: float | None) -> Reply:
+        budget = self.budget
+        budget.requests += 1
         current = call
-        while True:
-            run.pending = 1
-            try:
-                reply = await next(current)
-            except GatewayError as error:
-                run.pending = 0
-                run.attempts += error.attempts
-                error.attempts = run.attempts
-                if run.retried >= run.retries or not self._retriable(error, run.statuses):
-                    raise
-                elsewhere = _other_providers(call, error)  # from all candidates: alternate
-                delay = self._delay(error, run.retried, switching=elsewhere is not current)
-                if delay is None or (ends is not None and time.perf_counter() + delay >= ends):
-                    self._metrics.retries_denied("wait").inc()
-                    raise
-                if not self._budget.try_spend():
-                    self._metrics.retries_denied("budget").inc()
-                    raise
-                self._metrics.retries(error.kind).inc()
-                run.retried += 1
-                if delay:
-                    await self._sleep(delay)
-                current = elsewhere
-                continue
-            reply.attempts += run.attempts
-            reply.headers[ATTEMPTS_HEADER] = str(reply.attempts)
-            return reply
+        holding = False  # a budget slot, for the retry being waited for or made
+        try:
+            while True:
+                run.pending = 1
+                try:
+                    reply = await next(current)
+                except GatewayError as error:
+                    run.pending = 0
+                    if holding:
+                        budget.release()
+                        holding = False
+                    run.attempts += error.attempts
+                    error.attempts = run.attempts
+                    if run.retried >= run.retries or not self._retriable(error, run.statuses):
+                        raise
+                    elsewhere = _other_providers(call, error)  # from all candidates: alternate
+                    delay = self._delay(error, run.retried, switching=elsewhere is not current)
+                    if delay is None or (ends is not None and time.perf_counter() + delay >= ends):
+                        self._metrics.retries_denied("wait").inc()
+                        raise
+                    if not budget.try_acquire():
+                        self._metrics.retries_denied("budget").inc()
+                        raise
+                    holding = True
+                    self._metrics.retries(error.kind).inc()
+                    run.retried += 1
+                    if delay:
+                        await self._sleep(delay)
+                    current = elsewhere
+                    continue
+                reply.attempts += run.attempts
+                reply.headers[ATTEMPTS_HEADER] = str(reply.attempts)
+                return reply
+        finally:
+            budget.requests -= 1
+            if holding:
+                budget.release()
 
     def _retriable(self, error: GatewayError, statuses: frozenset[int]) -> bool:
         if error.kind in _NEVER_RETRIED_KINDS or error.should_retry is False:

@@ -13,6 +13,10 @@ the model's ``then`` fault (an answer by default). Faults:
 - ``slow(seconds)``: the answer after that real delay.
 - ``cut(n)``: a stream sends ``n`` chunks, then the connection drops (a non-streamed answer
   sends its headers and ``n`` bytes of the body, then drops).
+- ``held(code)``: an error with that status once the test opens the gate the request waits at
+  (:meth:`FaultUpstream.release` opens it and sets up the next one), so that a test controls
+  which requests are in flight together; ``held`` counts requests in flight through held
+  faults, ``waiting`` those at the gate not yet opened.
 
 Every request is recorded in ``calls`` (model names, in order). ``latency[model]`` is a
 *virtual* time to first byte: each answer from that model advances ``clock`` (a
@@ -57,7 +61,7 @@ class FakeClock:
 class Fault:
     """One scripted behaviour of the upstream; build them with the functions below."""
 
-    kind: Literal["ok", "status", "reset", "hang", "slow", "cut"]
+    kind: Literal["ok", "status", "reset", "hang", "slow", "cut", "held"]
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     code: str | None = None
@@ -104,6 +108,10 @@ def cut(after: int) -> Fault:
     return Fault("cut", after=after)
 
 
+def held(code: int) -> Fault:
+    return Fault("held", status=code)
+
+
 class FaultUpstream:
     """The upstream's scripts, records and handlers."""
 
@@ -114,6 +122,15 @@ class FaultUpstream:
         self.clock = FakeClock()
         self._scripts: dict[str, collections.deque[Fault]] = {}
         self._then: dict[str, Fault] = {}
+        self._gate = asyncio.Event()
+        self.held = 0
+        self.waiting = 0
+
+    def release(self) -> None:
+        """Let the requests held at the current gate answer; later ones wait at a new gate."""
+        gate, self._gate = self._gate, asyncio.Event()
+        self.waiting = 0
+        gate.set()
 
     def script(self, model: str, faults: Iterable[Fault] = (), then: Fault | None = None) -> None:
         """Requests for ``model`` get ``faults`` in order, then ``then`` (an answer) forever."""
@@ -149,6 +166,14 @@ class FaultUpstream:
             return web.Response()
         if fault.kind == "hang":
             await asyncio.Event().wait()
+        if fault.kind == "held":
+            self.held += 1
+            self.waiting += 1
+            try:
+                await self._gate.wait()
+            finally:
+                self.held -= 1
+            return _error(fault)
         if fault.kind == "slow":
             await asyncio.sleep(fault.seconds)
         self.clock.advance(self.latency.get(model, 0.0))

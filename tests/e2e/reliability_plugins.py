@@ -17,14 +17,11 @@ from tests.faults import FakeClock
 
 
 class RecordingRetry(RetryPlugin):
-    """``retry`` whose waits are recorded in ``delays`` (not slept); budget on ``clock``."""
+    """``retry`` whose waits are recorded in ``delays`` (not slept)."""
 
     def __init__(self, options: RetryConfig, context: PluginContext) -> None:
         self.delays: list[float] = []
-        self.clock = FakeClock()
-        super().__init__(
-            options, context, sleep=self._record, rng=random.Random(5), clock=self.clock
-        )
+        super().__init__(options, context, sleep=self._record, rng=random.Random(5))
 
     async def _record(self, seconds: float) -> None:
         self.delays.append(seconds)

@@ -9,6 +9,7 @@ the Bifrost and orq dialects, raw aiohttp requests in those wire formats.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +24,7 @@ from aiohttp import web
 from proxy.app import RUNTIME, create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.reliability_plugins import ClockedBalance, RecordingRetry
-from tests.faults import FaultUpstream, answer_text, burst, cut, hang, reset, status
+from tests.faults import FaultUpstream, answer_text, burst, cut, hang, held, reset, status
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 HELPERS = "tests.e2e.reliability_plugins"
@@ -95,7 +96,7 @@ async def launch(tmp_path: Path, fault: tuple[FaultUpstream, str]) -> AsyncItera
     async def start(plugins: str = CHAIN, first_byte: float = 5) -> Gateway:
         provider = (
             f'{{type: openai, base_url: "{upstream_url}/v1", api_key: "sk-test-0123456789abcdef",'
-            f" timeouts: {{first_byte: {first_byte}, idle: 2, total: 10}}}}"
+            f" timeouts: {{first_byte: {first_byte}, idle: 2, total: {max(10, 2 * first_byte)}}}}}"
         )
         config = tmp_path / "gateway.yaml"
         config.write_text(
@@ -411,7 +412,7 @@ async def collect(stream: Any, into: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-async def test_the_retry_budget_caps_the_extra_load_of_a_full_outage(launch: Launch):
+async def test_a_client_sending_one_request_at_a_time_always_gets_its_retries(launch: Launch):
     gateway = await launch(
         f"""
         - plugin: {HELPERS}:RecordingRetry
@@ -422,8 +423,55 @@ async def test_the_retry_budget_caps_the_extra_load_of_a_full_outage(launch: Lau
     for _ in range(30):
         with pytest.raises(openai.APIStatusError):
             await chat(gateway, "up/gpt-a")
-    # Unbudgeted: 30 x 4 = 120 attempts. Budgeted: the first request's 3 retries, then one
-    # more each time 20% of the requests seen exceeds the retries made (at 16, 21, 26).
-    assert gateway.upstream.count("gpt-a") == 30 + 6
-    denied = 'crossway_retries_denied_total{cause="budget"} 29.0'  # every request after the first
+    body = {"model": "up/gpt-a", "prompt": "Hi", "retry": {"count": 2, "on_codes": [503]}}
+    for _ in range(5):  # orq's per-request retry.count, asked for one request after another
+        status_code, _, _ = await gateway.post("/v2/router/completions", body)
+        assert status_code == 503
+    assert gateway.upstream.count("gpt-a") == 30 * 4 + 5 * 3
+    assert 'crossway_retries_denied_total{cause="budget"}' not in await gateway.metrics()
+
+
+async def test_a_full_outage_adds_at_most_the_budget_in_flight(launch: Launch):
+    gateway = await launch(
+        f"""
+        - plugin: {HELPERS}:RecordingRetry
+          options: {{retries: 3, backoff_base: 0.01, budget_ratio: 0.2, budget_min: 3}}
+        """,
+        first_byte=60,  # requests wait at the gate for the test, however loaded the machine
+    )
+    upstream = gateway.upstream
+    upstream.script("gpt-a", then=held(503))
+    budget = gateway.plugin(RecordingRetry).budget
+
+    async def one() -> int:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await chat(gateway, "up/gpt-a")
+        return caught.value.status_code
+
+    def settled() -> bool:
+        """Every retry in flight has reached the upstream and waits at the closed gate."""
+        return upstream.held == upstream.waiting == budget.retries == budget.requests
+
+    requests = [asyncio.ensure_future(one()) for _ in range(30)]
+    await until(lambda: upstream.waiting == 30, "30 requests in flight")
+    upstream.release()
+    # 20% of the 30 requests in flight may be retries in flight: 6; the other 24 fail now.
+    await until(lambda: settled() and budget.retries == 6, "6 retries in flight")
+    while budget.requests:
+        upstream.release()
+        await until(lambda: budget.requests == 0 or settled(), "the next wave")
+    assert [await r for r in requests] == [503] * 30
+    # Unbudgeted: 30 x 4 = 120 upstream calls. Budgeted: 30, 6, then 3 and 3.
+    assert upstream.count("gpt-a") == 30 + 6 + 3 + 3
+    denied = 'crossway_retries_denied_total{cause="budget"} 27.0'  # 24, then 3 of the 6
     assert denied in await gateway.metrics()
+
+
+async def until(condition: Callable[[], bool], what: str, deadline: float = 30.0) -> None:
+    """Wait until ``condition()`` holds, polling the loop up to ``deadline`` seconds."""
+    loop = asyncio.get_running_loop()
+    stop = loop.time() + deadline
+    while not condition():
+        if loop.time() > stop:
+            raise AssertionError(f"never reached: {what}")
+        await asyncio.sleep(0.005)

@@ -23,7 +23,6 @@ from proxy.errors import (
     UpstreamUnavailable,
 )
 from proxy.metrics import Metrics
-from tests.faults import FakeClock
 from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, sample
 
 TARGET = "p/m"
@@ -44,14 +43,12 @@ class Harness:
         options.setdefault("backoff_cap", 1.0)
         self.metrics = metrics or Metrics()
         self.delays: list[float] = []
-        self.clock = FakeClock()
         self.upstream = ScriptedUpstream()
         self.plugin = RetryPlugin(
             RetryConfig(**options),
             context(metrics=self.metrics),
             sleep=self._sleep,
             rng=random.Random(3),
-            clock=self.clock,
         )
         self.chain = compose([self.plugin], self.upstream)
 
@@ -322,30 +319,101 @@ async def test_a_wait_past_the_deadline_is_not_started():
     assert sample(h.metrics, "crossway_retries_denied_total", cause="wait") == 1
 
 
-def test_budget_allows_the_minimum_then_a_ratio_of_recent_requests():
-    clock = FakeClock()
-    budget = RetryBudget(ratio=0.2, minimum=3, window=10, clock=clock)
-    for _ in range(5):
-        budget.record_request()
-    assert [budget.try_spend() for _ in range(4)] == [True, True, True, False]
-    for _ in range(15):
-        budget.record_request()
-    assert budget.try_spend()  # 20 requests: 4 retries allowed
-    assert not budget.try_spend()
-    clock.advance(10)  # the window slid past every count
-    assert [budget.try_spend() for _ in range(4)] == [True, True, True, False]
+def test_the_budget_allows_the_minimum_then_a_ratio_of_the_requests_in_flight():
+    budget = RetryBudget(ratio=0.2, minimum=3)
+    budget.requests = 5
+    assert [budget.try_acquire() for _ in range(4)] == [True, True, True, False]
+    budget.requests = 20  # 20 in flight: 4 retries at once
+    assert budget.try_acquire()
+    assert not budget.try_acquire()
+    budget.release()
+    assert budget.try_acquire()
 
 
-async def test_the_budget_caps_retries_during_a_full_outage():
-    h = Harness(retries=3, budget_ratio=0.2, budget_min=3)
+async def test_a_sequential_client_always_gets_its_retries():
+    # The old per-window budget denied retries after any three failures in ten seconds.
+    h = Harness(retries=2, budget_ratio=0.2, budget_min=3)
     h.upstream.script(TARGET, then=fail(503))
-    for _ in range(20):
-        await h.error()
-    # Without a budget 20 requests would make 80 attempts.
-    assert len(h.upstream.calls) == 20 + 4
-    assert sample(h.metrics, "crossway_retries_denied_total", cause="budget") == 19
-    h.clock.advance(10)  # a fresh window has its minimum again
-    assert (await h.error()).attempts == 4
+    for _ in range(30):
+        assert (await h.error()).attempts == 3
+    asked = make_call(options=GatewayOptions(retry=RetryOptions(count=2)))  # orq's retry.count
+    assert (await h.error(asked)).attempts == 3
+    assert len(h.upstream.calls) == 31 * 3
+    assert sample(h.metrics, "crossway_retries_denied_total", cause="budget") == 0
+
+
+class GatedOutage:
+    """An upstream that fails every call (503), each held until the test opens the gate of its
+    wave; it records the calls in flight (``held``; ``waiting`` of them at the gate not yet
+    opened), and how many of them were retries at most."""
+
+    def __init__(self, budget: RetryBudget) -> None:
+        self.budget = budget
+        self.gate = asyncio.Event()
+        self.calls = 0
+        self.held = 0
+        self.waiting = 0
+        self.peak = 0
+        self.peak_retries = 0
+
+    def release(self) -> None:
+        """Open the current wave's gate; later calls wait for the next."""
+        gate, self.gate = self.gate, asyncio.Event()
+        self.waiting = 0
+        gate.set()
+
+    def settled(self) -> bool:
+        """Every call in flight waits at the unopened gate (the released ones are gone)."""
+        return self.held == self.waiting
+
+    async def __call__(self, call: Call):
+        self.calls += 1
+        self.held += 1
+        self.waiting += 1
+        self.peak = max(self.peak, self.held)
+        self.peak_retries = max(self.peak_retries, self.budget.retries)
+        try:
+            await self.gate.wait()
+        finally:
+            self.held -= 1
+        raise fail(503)()
+
+
+async def until(condition, what: str) -> None:
+    """Let the tasks run until ``condition()`` holds (a bounded number of loop turns)."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never reached: {what}")
+
+
+async def test_a_full_outage_cannot_add_more_calls_in_flight_than_the_budget():
+    metrics = Metrics()
+    plugin = RetryPlugin(
+        RetryConfig(retries=3, budget_ratio=0.2, budget_min=3, backoff_base=0),
+        context(metrics=metrics),
+        rng=random.Random(3),
+    )
+    upstream = GatedOutage(plugin.budget)
+    chain = compose([plugin], upstream)
+    requests = [asyncio.ensure_future(chain(make_call())) for _ in range(50)]
+    await until(lambda: upstream.held == 50, "50 first attempts in flight")
+    upstream.release()
+    # 20% of 50 in flight: 10 retries may be in flight; the other 40 requests fail at once.
+    await until(lambda: upstream.settled() and upstream.held == 10, "the first retries")
+    assert sum(r.done() for r in requests) == 40
+    assert (upstream.peak, upstream.peak_retries) == (50, 10)
+    while upstream.held:
+        upstream.release()
+        await until(upstream.settled, "the next wave")
+    await until(lambda: all(r.done() for r in requests), "every request answered")
+    assert all(isinstance(r.exception(), GatewayError) for r in requests)
+    # Unbudgeted: 50 x 4 = 200 calls. Budgeted: 50, then 10 retries; as those fail, 7 of the
+    # 10 are denied (their peers still hold slots) and 3 retry twice more, 3 at a time.
+    assert upstream.calls == 50 + 10 + 3 + 3
+    assert upstream.peak_retries == 10
+    assert plugin.budget.retries == plugin.budget.requests == 0
 
 
 @pytest.mark.parametrize(
