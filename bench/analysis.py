@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from bench.cache_lookup import CONVERSATION_BYTES, CacheLookup
 from bench.matrix import BASELINE_CONCURRENCY, DIRECT, CellResult, mode_name
 from bench.procstat import Memory
 
@@ -15,6 +16,9 @@ MIN_THROUGHPUT_RATIO = 0.75
 MAX_CPU_RATIO = 1.5
 MAX_P50_OVERHEAD_MS = 1.0
 MAX_RSS_MIB = 100.0
+MIN_CACHE_HIT_CPU_SAVING = 3.0
+MAX_CACHE_LOOKUP_US = 15.0
+MAX_CACHE_MISS_CPU_RATIO = 1.2
 LOAD_CONCURRENCY = 64
 STRESS_CONCURRENCY = 256
 STRESS_LATENCY_MS = 50
@@ -148,14 +152,76 @@ def _rss_check(memory: Mapping[str, Memory]) -> Check:
     return Check(name, "PASS" if gateway.rss_mib <= MAX_RSS_MIB else "FAIL", detail)
 
 
+def _cache_hit_check(results: Sequence[CellResult], stream: bool) -> Check:
+    name = f"cache hit CPU <= 1/{MIN_CACHE_HIT_CPU_SAVING:g} of a miss through the empty chain "
+    name += f"(c={LOAD_CONCURRENCY}, 0 ms, {mode_name(stream)})"
+    miss = _find(results, "gateway", stream, 0, LOAD_CONCURRENCY)
+    hit = _find(results, "gateway-cache", stream, 0, LOAD_CONCURRENCY)
+    if miss is None or hit is None or not miss.cpu_ms_per_request:
+        return Check(name, "SKIP", "not measured")
+    if not hit.cpu_ms_per_request:
+        return Check(name, "FAIL", "gateway-cache completed no request")
+    ratio = miss.cpu_ms_per_request / hit.cpu_ms_per_request
+    detail = (
+        f"hit {hit.cpu_ms_per_request:.3f} ms (p50 {_number(hit.p50_ms)} ms) vs miss "
+        f"{miss.cpu_ms_per_request:.3f} ms (p50 {_number(miss.p50_ms)} ms) = {ratio:.2f}x cheaper"
+    )
+    return Check(name, "PASS" if ratio >= MIN_CACHE_HIT_CPU_SAVING else "FAIL", detail)
+
+
+def _cache_miss_check(results: Sequence[CellResult], stream: bool) -> Check:
+    name = f"cache miss CPU <= {MAX_CACHE_MISS_CPU_RATIO}x the empty chain's "
+    name += f"(c={LOAD_CONCURRENCY}, 0 ms, {mode_name(stream)})"
+    plain = _find(results, "gateway", stream, 0, LOAD_CONCURRENCY)
+    miss = _find(results, "gateway-cache-miss", stream, 0, LOAD_CONCURRENCY)
+    if plain is None or miss is None or not plain.cpu_ms_per_request:
+        return Check(name, "SKIP", "not measured")
+    if not miss.cpu_ms_per_request:
+        return Check(name, "FAIL", "gateway-cache-miss completed no request")
+    ratio = miss.cpu_ms_per_request / plain.cpu_ms_per_request
+    detail = (
+        f"miss through the cache {miss.cpu_ms_per_request:.3f} ms (p50 {_number(miss.p50_ms)} "
+        f"ms) vs without {plain.cpu_ms_per_request:.3f} ms (p50 {_number(plain.p50_ms)} ms) "
+        f"= {ratio:.2f}x"
+    )
+    return Check(name, "PASS" if ratio <= MAX_CACHE_MISS_CPU_RATIO else "FAIL", detail)
+
+
+def _cache_lookup_check(lookup: CacheLookup | None) -> Check:
+    name = f"cache miss lookup <= {MAX_CACHE_LOOKUP_US:g} us ({CONVERSATION_BYTES} B conversation)"
+    if lookup is None:
+        return Check(name, "SKIP", "not measured")
+    detail = (
+        f"{lookup.lookup_us:.1f} us CPU for a {lookup.request_bytes} B request; "
+        f"then {lookup.store_us:.1f} us to store its answer, after the reply"
+    )
+    return Check(name, "PASS" if lookup.lookup_us <= MAX_CACHE_LOOKUP_US else "FAIL", detail)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def checks(
-    results: Sequence[CellResult], found: Sequence[Overhead], memory: Mapping[str, Memory]
+    results: Sequence[CellResult],
+    found: Sequence[Overhead],
+    memory: Mapping[str, Memory],
+    cache_lookup: CacheLookup | None = None,
 ) -> list[Check]:
-    """Evaluate every target; a check whose cells were not run is ``SKIP``."""
-    return [
+    """Evaluate every target; a check whose cells were not run is ``SKIP``. The cache checks
+    appear only when a cache target ran (``cache_lookup`` is the in-process figure measured
+    with ``gateway-cache``)."""
+    found_checks = [
         *(_throughput_check(results, stream) for stream in _MODES),
         *(_cpu_check(results, stream) for stream in _MODES),
         *(_overhead_check(found, stream) for stream in _MODES),
         *(_error_check(results, stream) for stream in _MODES),
         _rss_check(memory),
     ]
+    targets = {result.cell.target for result in results}
+    if "gateway-cache" in targets:
+        found_checks += [_cache_hit_check(results, stream) for stream in _MODES]
+        found_checks.append(_cache_lookup_check(cache_lookup))
+    if "gateway-cache-miss" in targets:
+        found_checks += [_cache_miss_check(results, stream) for stream in _MODES]
+    return found_checks

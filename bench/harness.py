@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bench import aio, procstat
+from bench import aio, cache_lookup, procstat
 from bench.analysis import checks, overheads
 from bench.matrix import DIRECT, TARGETS, CellResult, Settings, plan, run_matrix
 from bench.report import BenchReport, table_header, table_row
@@ -86,13 +86,18 @@ async def _measure(
     results = await run_matrix(cells, servers, servers[DIRECT], options.settings, report_cell)
     memory = {name: procstat.memory(servers[name].pid) for name in TARGETS if name in servers}
     found = overheads(results)
+    lookup = None
+    if "gateway-cache" in options.targets:
+        progress("measuring the cache's work on a miss, in process")
+        lookup = await cache_lookup.measure()
     return BenchReport(
         environment=_environment(),
         settings=options.settings,
         cells=results,
         overheads=found,
         memory=memory,
-        checks=checks(results, found, memory),
+        checks=checks(results, found, memory, lookup),
+        cache_lookup=lookup,
     )
 
 

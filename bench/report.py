@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.analysis import Check, Overhead
+from bench.cache_lookup import CacheLookup
 from bench.matrix import CellResult, Settings
 from bench.procstat import Memory
 
@@ -37,6 +38,7 @@ class BenchReport:
     overheads: list[Overhead]
     memory: dict[str, Memory]
     checks: list[Check]
+    cache_lookup: CacheLookup | None = None
 
     @property
     def failed(self) -> bool:
@@ -115,7 +117,7 @@ def format_text(report: BenchReport) -> str:
         f"({m.processes} process{'es' if m.processes != 1 else ''})"
         for name, m in report.memory.items()
     ]
-    lines += ["", "Targets (single worker, empty plugin chain):"]
+    lines += ["", "Targets (single worker, empty plugin chain; the cache's with gateway-cache):"]
     lines += [f"  {c.status:<4}  {c.name}: {c.detail}" for c in report.checks]
     return "\n".join(lines)
 

@@ -29,6 +29,12 @@ GATEWAY_VARIANTS = {
     "gateway-cost": "the cost plugin (pricing every reply) in front of the empty chain",
     "gateway-masking": "the masking plugin (every built-in entity) in front of the empty chain",
     "gateway-auth": "the auth and limits plugins (a key with key and team limits in every request)",
+    "gateway-cache": "the response cache (memory backend): repeated requests are hits",
+    "gateway-cache-miss": "the response cache storing and sharing nothing: every request misses",
+}
+_CACHE_OPTIONS = {
+    "gateway-cache": "{}",
+    "gateway-cache-miss": "{max_entry_bytes: 1, coalesce: false}",
 }
 # The key every gateway-auth request carries: declared in its config, with limits far above
 # what a run sends, so every request is admitted and every limit is counted.
@@ -76,8 +82,11 @@ def gateway_config_yaml(
     for every model of the provider; ``gateway-masking`` the ``masking`` plugin on every
     built-in entity (:data:`MASKING_PLUGINS`); ``gateway-auth`` puts ``auth`` and ``limits`` in
     front of the empty chain, with :data:`AUTH_KEY` declared in a team, both with rpm, tpm and
-    max_parallel limits, and its database at ``database``. This is the single place to adjust if
-    the gateway's config schema changes.
+    max_parallel limits, and its database at ``database``; ``gateway-cache`` adds the ``cache``
+    plugin on its defaults, and ``gateway-cache-miss`` the ``cache`` plugin with
+    ``max_entry_bytes: 1, coalesce: false``, so that nothing is stored or shared and every
+    request does all of a miss's work (lookup, the stream tee, the answer folded, encoded and
+    refused). This is the single place to adjust if the gateway's config schema changes.
     """
     access_log = str(variant == "gateway-default").lower()
     server = f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {access_log}}}\n"
@@ -99,6 +108,8 @@ def gateway_config_yaml(
             + f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {limits}}}]\n'
             + "plugins:\n  - auth: {}\n  - limits: {}\n"
         )
+    if variant in _CACHE_OPTIONS:
+        return server + provider + f"plugins:\n  - cache: {_CACHE_OPTIONS[variant]}\n"
     if variant == "gateway-cost":
         priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
         return server + priced + "plugins:\n  - cost: {}\n"

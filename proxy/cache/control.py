@@ -68,9 +68,11 @@ def directives(
         asked_ttl = options.cache.ttl
     if options.no_cache or (mode == "opt_in" and asked_ttl is None):
         return Directives(read=False, write=False, max_age=None, ttl=ttl)
+    control = headers.get("cache-control")
+    if not control and asked_ttl is None:
+        return Directives(read=True, write=True, max_age=None, ttl=min(ttl, max_ttl))
     read = write = True
     max_age: float | None = None
-    control = headers.get("cache-control")
     if control:
         for directive in control.lower().split(","):
             name, _, value = directive.strip().partition("=")

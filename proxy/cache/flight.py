@@ -50,6 +50,7 @@ from proxy.errors import GatewayError, UpstreamUnavailable
 _PENDING, _WHOLE, _STREAM, _FAILED = "pending", "whole", "stream", "failed"
 _CHUNK_ENCODER = msgspec.msgpack.Encoder()
 _CHUNK_DECODER = msgspec.msgpack.Decoder(Chunk)
+_CHUNKS_DECODER = msgspec.json.Decoder(list[Chunk])
 
 Kept = bytes | RawFrames
 EndHook = Callable[[bool], None]
@@ -142,7 +143,7 @@ class Flight:
         if not self._ended or self._kept is None:
             return None
         try:
-            return assemble(_decoded(self._kept))
+            return assemble(_folded(self._kept))
         except GatewayError:  # a verbatim frame the provider cannot read
             return None
 
@@ -358,6 +359,39 @@ class FlightReader:
         if not self._closed:
             self._closed = True
             await self._flight._leave()
+
+
+def _folded(kept: list[Kept]) -> list[Chunk]:
+    """Chunks for kept items, to fold into an answer (not for a client: no ``raw``).
+
+    Each run of verbatim frames is decoded in one pass, as one JSON array of OpenAI chunks
+    (which the frames are, see :class:`~proxy.canonical.RawFrames`), instead of frame by frame:
+    about half the cost for a typical stream. A run that does not decode so is parsed frame by
+    frame by its provider.
+    """
+    chunks: list[Chunk] = []
+    run: list[RawFrames] = []
+    for item in kept:
+        if type(item) is RawFrames:
+            run.append(item)
+            continue
+        if run:
+            chunks.extend(_frames_at_once(run))
+            run = []
+        chunks.append(_CHUNK_DECODER.decode(item))  # type: ignore[arg-type]
+    if run:
+        chunks.extend(_frames_at_once(run))
+    return chunks
+
+
+def _frames_at_once(run: list[RawFrames]) -> list[Chunk]:
+    data = b"".join(frames.data for frames in run)
+    # Every frame is ``data: {...}\n\n``, and JSON text holds no raw newline.
+    array = b"[" + data[6:-2].replace(b"\n\ndata: ", b",") + b"]"
+    try:
+        return _CHUNKS_DECODER.decode(array)
+    except msgspec.DecodeError:
+        return _decoded(run)  # type: ignore[arg-type]
 
 
 def _decoded(items: list[Kept] | list[Chunk | RawFrames]) -> list[Chunk]:

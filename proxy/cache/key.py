@@ -22,12 +22,12 @@ their nested key order does not matter either. The digest is SHA-256.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 from msgspec import UNSET
 
-from proxy.canonical import Call, Message, Params, Principal, WeightedTarget
+from proxy.canonical import Call, Principal
 
 Scope = Literal["key", "team", "global"]
 
@@ -37,18 +37,6 @@ FORMAT = 1
 PREFIX = f"crossway:cache:v{FORMAT}:"
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
-
-
-class _Material(msgspec.Struct, array_like=True):
-    """Everything that goes into the hash, in a fixed order."""
-
-    scope: tuple[str, str | None]
-    model: str
-    messages: list[Message]
-    params: Params
-    extra: dict[str, Any]
-    provider: str | None
-    load_balancer: list[WeightedTarget] | None
 
 
 def scope_of(principal: Principal, scope: Scope) -> tuple[str, str | None]:
@@ -78,13 +66,13 @@ def cache_key(call: Call, scope: Scope) -> str:
         params = msgspec.structs.replace(params, user=UNSET)
     extra = call.extra
     options = call.options
-    material = _Material(
-        scope=scope_of(call.principal, scope),
-        model=call.model,
-        messages=call.messages,
-        params=params,
-        extra={name: msgspec.json.decode(raw) for name, raw in extra.items()} if extra else {},
-        provider=options.provider,
-        load_balancer=options.load_balancer,
+    material = (  # a fixed order; a tuple encodes as a msgpack array
+        scope_of(call.principal, scope),
+        call.model,
+        call.messages,
+        params,
+        {name: msgspec.json.decode(raw) for name, raw in extra.items()} if extra else None,
+        options.provider,
+        options.load_balancer,
     )
     return PREFIX + hashlib.sha256(_ENCODER.encode(material)).hexdigest()

@@ -294,3 +294,19 @@ async def test_a_stream_past_the_buffer_limit_takes_no_joiners_and_gives_no_answ
 async def test_an_unshared_flight_never_takes_joiners() -> None:
     f = flight(joinable=False)
     assert await f.join(Timings(start=0.0)) is None
+
+
+async def test_frames_the_array_decoder_cannot_read_are_parsed_by_their_provider() -> None:
+    def lenient(payload: bytes) -> Chunk:  # as a provider that fills in a missing model
+        return msgspec.json.decode(payload.replace(b'{"id"', b'{"model":"m","id"'), type=Chunk)
+
+    no_model = b'data: {"id":"s","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    f = flight()
+    reader, upstream, _ = streaming(f)
+    upstream.push(frames("a"), RawFrames(no_model, lenient))
+    upstream.push(chunk(finish="stop"), chunk(usage=USAGE))
+    upstream.end()
+    await drain(reader)
+    answer = f.answer()
+    assert answer is not None
+    assert answer.choices[0].message.content == "ax"
