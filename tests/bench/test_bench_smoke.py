@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import aio
+from bench import aio, cache_lookup
 from bench.matrix import DIRECT, CellResult, Settings, _comparable_groups, plan, run_matrix
 from bench.targets import (
     AUTH_KEY,
@@ -119,3 +119,19 @@ def test_the_auth_variant_admits_its_key_within_limits(tmp_path: Path) -> None:
     assert declared.team == "bench"
     assert declared.rpm
     assert blueprint.config.auth.teams["bench"].max_parallel
+
+
+def test_the_cache_variants_run_the_cache_plugin_alone(tmp_path: Path) -> None:
+    for name in ("gateway-cache", "gateway-cache-miss"):
+        config_path = tmp_path / f"{name}.yaml"
+        config_path.write_text(gateway_config_yaml(8080, 9090, variant=name))
+        blueprint = Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
+        assert [spec.ref for spec in blueprint.config.plugins] == ["cache"]
+        assert blueprint.config.server.access_log is False  # the plugin alone is measured
+
+
+async def test_the_miss_lookup_measurement_measures_a_2kb_miss() -> None:
+    figures = await cache_lookup.measure()
+    assert figures.request_bytes >= cache_lookup.CONVERSATION_BYTES
+    assert figures.lookup_us > 0
+    assert figures.store_us > 0
