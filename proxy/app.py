@@ -502,6 +502,8 @@ def _access_log(
     if call is not None and call.accounting.cost_nanos is not None:
         fields["cost_usd"] = nanos_to_usd(call.accounting.cost_nanos)
         fields["cost_source"] = call.accounting.cost_source
+    if call is not None and call.accounting.cache is not None:
+        fields["cache"] = call.accounting.cache
     error = outcome.error
     if error is not None:
         fields["error_code"] = error.code

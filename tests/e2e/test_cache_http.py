@@ -36,12 +36,19 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 class Gateway:
     """A running gateway with the cache, and clients for it."""
 
-    def __init__(self, url: str, app: web.Application, upstream: FakeOpenAI) -> None:
+    def __init__(
+        self, url: str, app: web.Application, upstream: FakeOpenAI, logs: io.StringIO
+    ) -> None:
         self.url = url
         self.app = app
         self.upstream = upstream
+        self.logs = logs
         self.openai = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
         self.anthropic = anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0)
+
+    def access_lines(self) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in self.logs.getvalue().splitlines() if line]
+        return [line for line in lines if line.get("event") == "request"]
 
     @property
     def cache(self) -> ClockedCache:
@@ -98,7 +105,7 @@ async def launch(tmp_path: Path, upstream: tuple[FakeOpenAI, str]) -> AsyncItera
         config.write_text(
             textwrap.dedent(
                 f"""
-                server: {{access_log: false}}
+                server: {{access_log: true}}
                 providers:
                   up:
                     type: openai
@@ -116,9 +123,10 @@ async def launch(tmp_path: Path, upstream: tuple[FakeOpenAI, str]) -> AsyncItera
                 """
             )
         )
-        app = create_app(config, log_stream=io.StringIO())
+        logs = io.StringIO()
+        app = create_app(config, log_stream=logs)
         runner, url = await start_site(app)
-        gateway = Gateway(url, app, fake)
+        gateway = Gateway(url, app, fake, logs)
         started.append((runner, gateway))
         return gateway
 
@@ -153,6 +161,9 @@ async def test_the_second_identical_openai_call_is_a_hit_and_the_upstream_saw_on
     assert await gateway.metric("crossway_cache_requests_total", result="hit") == 1
     assert await gateway.metric("crossway_cache_bytes") > 0
     assert await gateway.metric("crossway_cache_saved_usd_total") == pytest.approx(0.00002)
+    miss_line, hit_line = gateway.access_lines()
+    assert (miss_line["cache"], miss_line["cost_usd"]) == ("miss", 0.00002)
+    assert (hit_line["cache"], hit_line["cost_usd"]) == ("hit", 0)
     output = await gateway.metric(
         "crossway_tokens_total", model="chat", provider="up", kind="output"
     )
