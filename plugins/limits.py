@@ -121,12 +121,14 @@ class LimitsPlugin:
         plan = self._plan(principal)
         if plan.empty:
             return await next(call)
-        held = await self._hold(plan)
+        # Every store call is awaited only when it has something to do: the common key has
+        # one or two buckets and no slot.
+        held = await self._hold(plan) if plan.slots else plan.slots
         tokens = self._token_buckets(call, plan) if plan.tpm else []
         buckets = plan.rpm + tokens if tokens else plan.rpm
         taken = False
         try:
-            states = await self._take(plan, buckets)
+            states = await self._take(plan, buckets) if buckets else []
             taken = True
             reply = await next(call)
         except BaseException:
@@ -136,6 +138,8 @@ class LimitsPlugin:
             raise
         if states:
             reply.headers.update(_headers(buckets, states, len(plan.rpm)))
+        if not (held or tokens):
+            return reply
         if reply.stream is not None:
             reply.stream = ObservedStream(
                 reply.stream, functools.partial(self._ended, held, tokens)
