@@ -11,9 +11,9 @@ Measures, in this process, with every built-in entity enabled:
 
 Each figure is the median of ``--repeat`` timed runs (and the best one) of this process's CPU
 time, so time spent waiting for a core on a loaded machine is not counted; the report says
-which targets are met. The gateway's CPU per request with the
-plugin on against off is measured by the HTTP benchmark (``python -m bench --targets
-passthrough,gateway,gateway-masking``; its config is in ``bench/targets.py``).
+which targets are met. The plugin's CPU per request against the empty chain is measured by
+``python -m bench.masking_cpu`` (in-process) and by the HTTP benchmark (``python -m bench
+--targets passthrough,gateway,gateway-masking``; its config is in ``bench/targets.py``).
 """
 
 from __future__ import annotations
