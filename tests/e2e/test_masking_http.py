@@ -14,7 +14,10 @@ import anthropic
 import openai
 import pytest
 
+from plugins.masking import MaskingConfig, MaskingPlugin
 from proxy.app import create_app
+from proxy.chain import PluginContext
+from proxy.pii.text import TextView
 from tests.e2e.conftest import start_site
 from tests.e2e.masking_upstream import EchoUpstream
 from tests.proxy.dialects.adapters import load_adapters
@@ -288,6 +291,48 @@ async def test_masking_before_the_cache_shares_entries_between_customers(tmp_pat
         texts = [a.json()["choices"][0]["message"]["content"] for a in answers]
         assert texts == ["Mail alice@example.com", "Mail bob@example.org"]
         assert [r["messages"][-1]["content"] for r in upstream.requests] == ["Mail <EMAIL_1>"]
+    finally:
+        await runner.cleanup()
+        await upstream_runner.cleanup()
+
+
+def _broken_finder(view: TextView) -> list[tuple[int, int]]:
+    raise RuntimeError("a detector bug")
+
+
+class FailingMasking(MaskingPlugin):
+    """The masking plugin with a broken e-mail detector, loaded by ``module:Class``."""
+
+    def __init__(self, options: MaskingConfig, context: PluginContext) -> None:
+        super().__init__(options, context, finders={"email": _broken_finder})
+
+
+@pytest.mark.parametrize("on_error", ["block", "passthrough"])
+async def test_a_detector_error_fails_closed_unless_passthrough(
+    tmp_path: Path, on_error: str
+) -> None:
+    upstream = EchoUpstream()
+    upstream_runner, upstream_url = await start_site(upstream.app())
+    path = tmp_path / "gateway.yaml"
+    chain = (
+        f"plugins:\n  - plugin: {__name__}:FailingMasking\n"
+        f"    options: {{entities: {{email: mask}}, on_error: {on_error}}}\n"
+    )
+    path.write_text(config(upstream_url).split("plugins:")[0] + chain)
+    logs = io.StringIO()
+    runner, url = await start_site(create_app(path, log_stream=logs))
+    try:
+        body = {"model": "openai/echo", "messages": [{"role": "user", "content": f"to {EMAIL}"}]}
+        answer = await post(url, "/v1/chat/completions", body)
+        if on_error == "block":
+            assert answer.status == 500
+            assert answer.json()["error"]["code"] == "pii_detection_failed"
+            assert upstream.requests == []
+        else:
+            assert answer.status == 200
+            assert upstream.requests[0]["messages"][-1]["content"] == f"to {EMAIL}"
+        assert '"event":"pii_detection_failed"' in logs.getvalue()
+        assert EMAIL not in logs.getvalue()
     finally:
         await runner.cleanup()
         await upstream_runner.cleanup()
