@@ -123,32 +123,36 @@ def run_worker(
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     tune_gc()
-    serving: asyncio.Task[None] | None = None
+    # One run of the loop from set-up to the stop signal: uvloop drops a signal that arrives
+    # while its loop is not running, so there must be no gap between runs once the handlers
+    # are installed (a SIGTERM right after start-up would otherwise leave the worker serving).
+    serving = loop.create_task(_serve(runner, host, port, reuse_port, announce, workers))
     try:
-        loop.run_until_complete(_listen(runner, host, port, reuse_port))
-        if announce:
-            log_listening(app, host, port, workers)
-        serving = loop.create_task(asyncio.Event().wait())  # until a signal's GracefulExit
         loop.run_until_complete(serving)
     except web.GracefulExit:
         pass
     finally:
-        if serving is not None:
-            serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError, web.GracefulExit):
-                loop.run_until_complete(serving)
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError, web.GracefulExit):
+            loop.run_until_complete(serving)
         loop.run_until_complete(runner.cleanup())  # drains in-flight requests, then stops
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
         asyncio.set_event_loop(None)
 
 
-async def _listen(runner: Any, host: str, port: int, reuse_port: bool) -> None:
-    """Set ``runner`` up (the app's start-up runs here) and start listening on ``host:port``."""
+async def _serve(
+    runner: Any, host: str, port: int, reuse_port: bool, announce: bool, workers: int
+) -> None:
+    """Set ``runner`` up (the app's start-up runs here), listen on ``host:port``, announce it
+    when asked, then wait until a signal's ``GracefulExit`` ends the loop's run."""
     from aiohttp import web
 
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
+    if announce:
+        log_listening(runner.app, host, port, workers)
+    await asyncio.Event().wait()
 
 
 def log_listening(app: web.Application, host: str, port: int, workers: int) -> None:
@@ -239,7 +243,10 @@ def _supervise(config_path: Path, host: str, port: int, count: int) -> None:
     reaped: set[int | None] = set()
     try:
         while not (stopping and all(p.exitcode is not None for p in workers)):
-            multiprocessing.connection.wait([p.sentinel for p in workers], timeout=1.0)
+            # Only the sentinels of workers still running: a reaped worker's stays ready for
+            # good, and waiting on it would spin while the others drain.
+            running = [p.sentinel for p in workers if p.pid not in reaped]
+            multiprocessing.connection.wait(running, timeout=1.0)
             for i, process in enumerate(workers):
                 if process.exitcode is None or process.pid in reaped:
                     continue

@@ -57,7 +57,7 @@ def _http(url: str, body: bytes | None = None) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def _wait_ready(url: str, deadline: float = 20.0) -> None:
+def _wait_ready(url: str, deadline: float = 60.0) -> None:
     stop = time.monotonic() + deadline
     while time.monotonic() < stop:
         try:
@@ -354,7 +354,11 @@ def test_one_start_up_line_says_where_it_listens(tmp_path: Path, workers: int) -
         assert announced.wait(timeout=20), "no start-up line"
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=20)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            _kill_tree(process)
+            raise
         reader.join(timeout=10)
     logged = [json.loads(line) for line in lines if line.startswith("{")]
     started = [line for line in logged if line["event"].startswith("listening on")]
@@ -363,3 +367,43 @@ def test_one_start_up_line_says_where_it_listens(tmp_path: Path, workers: int) -
     assert line["event"] == f"listening on http://127.0.0.1:{port}"
     assert (line["workers"], line["config"]) == (workers, str(config))
     assert (line["providers_ready"], line["providers_not_ready"]) == (["mock"], ["openai"])
+
+
+_STOP_WHEN_ANNOUNCED = """
+import os, signal, sys
+from pathlib import Path
+
+import proxy.server as server
+
+announce = server.log_listening
+
+
+def announce_then_stop(*args):
+    announce(*args)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+server.log_listening = announce_then_stop
+server.run_worker(Path(sys.argv[1]), "127.0.0.1", int(sys.argv[2]), reuse_port=False)
+"""
+
+
+def test_a_worker_stops_on_a_sigterm_that_comes_as_soon_as_it_listens(tmp_path: Path) -> None:
+    # The signal arrives right after the start-up line, as a supervisor's SIGTERM does when a
+    # test stops the gateway the moment it is ready. uvloop drops a signal that comes while its
+    # loop is not running, so a worker that ran its loop once to listen and again to serve
+    # kept serving forever.
+    port = _free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(CONFIG.format(port=port, workers=1, alias="first"))
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STOP_WHEN_ANNOUNCED, str(config), str(port)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process.wait(timeout=60) == 0
+    except subprocess.TimeoutExpired:
+        _kill_tree(process)
+        pytest.fail("the worker did not stop on a SIGTERM that came once it listened")
