@@ -12,6 +12,8 @@ Its behaviour is chosen by the requested model name:
 - ``burst-stream``: the normal stream, every frame of it sent in one write (``burst_frames``
   gives those bytes), as a fast upstream's frames arrive.
 - ``gated``: the normal answer, once the test sets ``gate`` (for requests held in flight).
+- ``gated-stream``: the normal stream's first chunk at once, the second once ``gate`` is set,
+  the rest once ``second_gate`` is set.
 - ``gpt-rich``: an answer with what the gateway does not model, at every level (``RICH_BODY``,
   ``rich_frames``): url-citation annotations, ``audio``, a vendor's fields, usage details.
 
@@ -46,6 +48,7 @@ class FakeOpenAI:
         self.closed_streams = 0
         self.stream_started = asyncio.Event()
         self.gate = asyncio.Event()
+        self.second_gate = asyncio.Event()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -135,6 +138,8 @@ class FakeOpenAI:
                     request.transport.close()
                     return response
                 await response.write(_frame(model, delta, None))
+                if model == "gated-stream" and i < 2:
+                    await (self.gate if i == 0 else self.second_gate).wait()
                 if model == "slow-stream":
                     self.stream_started.set()
                     await asyncio.sleep(0.2 if i else 0)

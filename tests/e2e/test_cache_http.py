@@ -451,3 +451,38 @@ async def test_20_concurrent_identical_requests_reach_the_upstream_20_times_with
     results = await asyncio.gather(*requests)
     assert [text for _, text in results] == [ANSWER] * 20
     assert [verdict for verdict, _ in results] == ["miss"] * 20
+
+
+async def test_the_first_clients_disconnect_does_not_cut_a_stream_another_client_shares(
+    launch: Launch,
+) -> None:
+    gateway = await launch()
+    upstream = gateway.upstream
+    first = await gateway.openai.chat.completions.create(
+        model="up/gated-stream", messages=MESSAGES, stream=True
+    )
+    first_chunks = aiter(first)
+    await anext(first_chunks)  # chunk 1 of 7; the upstream holds the rest behind its gates
+    joining = asyncio.ensure_future(
+        gateway.openai.chat.completions.with_raw_response.create(
+            model="up/gated-stream", messages=MESSAGES, stream=True
+        )
+    )
+    await until(lambda: gateway.cache.waiting == 1, what="the second request waiting")
+    upstream.gate.set()  # chunk 2 arrives: the second request joins the stream
+    raw = await joining
+    assert raw.headers["x-crossway-cache"] == "hit", "the second request joined the first"
+    await anext(first_chunks)
+    await first.close()  # the first client goes away mid-stream
+    for _ in range(500):  # until the gateway has seen it go (each poll is an HTTP round trip)
+        if await gateway.metric("crossway_requests_in_flight", dialect="openai") == 1:
+            break
+    else:
+        raise AssertionError("the gateway never saw the first client go")
+    upstream.second_gate.set()
+    chunks = [chunk async for chunk in raw.parse()]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
+    assert len(upstream.requests) == 1
+    assert upstream.closed_streams == 0, "the shared upstream stream ran to its end"
+    await gateway.settle()
+    assert (await gateway.chat("up/gated-stream"))[1]["x-crossway-cache"] == "hit"
