@@ -2,7 +2,8 @@
 
 Per choice index: the text, reasoning and refusal deltas are concatenated, tool-call fragments
 are joined by their index (id, type and name from the first fragment that has them, argument
-pieces in order), logprob lists are concatenated, and the last finish reason counts. The first
+pieces in order), logprob and annotation lists are concatenated, and the last finish reason
+(with its stop sequence) counts. The first
 chunk gives the id, model, creation time and fingerprint; the last usage seen is the usage.
 
 Only a *complete* stream becomes an answer: every choice finished and the usage reported.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from proxy.canonical import (
     Choice,
@@ -60,14 +61,25 @@ class _ToolCallParts:
 
 
 class _ChoiceParts:
-    __slots__ = ("content", "finish", "logprobs", "reasoning", "refusal", "tools")
+    __slots__ = (
+        "annotations",
+        "content",
+        "finish",
+        "logprobs",
+        "reasoning",
+        "refusal",
+        "stop_sequence",
+        "tools",
+    )
 
     def __init__(self) -> None:
         self.content: list[str] | None = None
         self.reasoning: list[str] = []
         self.refusal: list[str] = []
+        self.annotations: list[dict[str, Any]] = []
         self.tools: dict[int, _ToolCallParts] = {}
         self.finish: FinishReason | None = None
+        self.stop_sequence: str | UnsetType = UNSET
         self.logprobs: dict[str, Any] | None = None
 
     def message(self) -> Message:
@@ -78,6 +90,7 @@ class _ChoiceParts:
             tool_calls=tools or UNSET,
             refusal="".join(self.refusal) if self.refusal else UNSET,
             reasoning_content="".join(self.reasoning) if self.reasoning else UNSET,
+            annotations=self.annotations or UNSET,
         )
 
     def add_logprobs(self, logprobs: dict[str, Any]) -> None:
@@ -116,6 +129,8 @@ def assemble(chunks: Iterable[Chunk]) -> Response | None:
                 parts.reasoning.append(delta.reasoning_content)
             if delta.refusal:
                 parts.refusal.append(delta.refusal)
+            if delta.annotations:
+                parts.annotations.extend(delta.annotations)
             for fragment in delta.tool_calls or ():
                 tool = parts.tools.get(fragment.index)
                 if tool is None:
@@ -125,6 +140,7 @@ def assemble(chunks: Iterable[Chunk]) -> Response | None:
                 parts.add_logprobs(choice.logprobs)
             if choice.finish_reason is not None:
                 parts.finish = choice.finish_reason
+                parts.stop_sequence = choice.stop_sequence
     if first is None or usage is None or not choices:
         return None
     if any(parts.finish is None for parts in choices.values()):
@@ -141,6 +157,7 @@ def assemble(chunks: Iterable[Chunk]) -> Response | None:
                 message=parts.message(),
                 finish_reason=parts.finish,
                 logprobs=parts.logprobs,
+                stop_sequence=parts.stop_sequence,
             )
             for index, parts in sorted(choices.items())
         ],

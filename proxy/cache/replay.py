@@ -1,12 +1,14 @@
 """A whole answer told again as a stream: the chunks a client would have received.
 
 For each choice, in index order: a chunk opening the assistant turn (role, and an empty text, or
-null for a turn without text as OpenAI sends before tool calls), then the
-reasoning, the text (with its logprobs), the refusal and each complete tool call, each in a chunk
-of its own, then a chunk with the finish reason; after every choice, a usage chunk with no
-choices. The ids, model, creation time and fingerprint are the answer's own. Dialect encoders turn
-these into valid frames of their own kind (and drop the usage chunk when the client did not ask
-for it), and the app adds the end marker.
+null for a turn without text as OpenAI sends before tool calls), then the reasoning, the text
+(with its logprobs and annotations), the refusal and each complete tool call, each in a chunk of
+its own, then a chunk with the finish reason (and the stop sequence that matched); after every
+choice, a usage chunk with no choices. The first chunk also carries the input part of the usage
+as ``input_usage``, for dialects that announce it at the start. The ids, model, creation time
+and fingerprint are the answer's own. Dialect encoders turn these into valid frames of their own
+kind (and drop the usage chunk when the client did not ask for it), and the app adds the end
+marker.
 
 :class:`ReplayStream` hands all of them over in one batch, so the whole replay leaves in one
 write.
@@ -14,17 +16,17 @@ write.
 
 from __future__ import annotations
 
-from typing import Any
+from msgspec import UNSET
 
 from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
-    FinishReason,
     FunctionCallDelta,
     RawFrames,
     Response,
     ToolCallDelta,
+    Usage,
 )
 
 
@@ -32,36 +34,33 @@ def replay_chunks(response: Response) -> list[Chunk]:
     """The stream that carries ``response`` (see the module docstring)."""
     chunks: list[Chunk] = []
 
-    def add(
-        index: int,
-        delta: Delta,
-        finish_reason: FinishReason | None = None,
-        logprobs: dict[str, Any] | None = None,
-    ) -> None:
-        choice = ChunkChoice(
-            index=index, delta=delta, finish_reason=finish_reason, logprobs=logprobs
-        )
+    def add(choices: list[ChunkChoice], usage: Usage | None = None) -> None:
         chunks.append(
             Chunk(
                 id=response.id,
                 model=response.model,
                 created=response.created,
                 system_fingerprint=response.system_fingerprint,
-                choices=[choice],
+                choices=choices,
+                usage=usage,
             )
         )
 
     for choice in response.choices:
         message = choice.message
         index = choice.index
-        add(index, Delta(role="assistant", content="" if message.content is not None else None))
+        opening = Delta(role="assistant", content="" if message.content is not None else None)
+        add([ChunkChoice(index=index, delta=opening)])
         if message.reasoning_content:
-            add(index, Delta(reasoning_content=message.reasoning_content))
+            add(
+                [ChunkChoice(index=index, delta=Delta(reasoning_content=message.reasoning_content))]
+            )
         text = message.text()
-        if text or choice.logprobs is not None:
-            add(index, Delta(content=text), logprobs=choice.logprobs)
+        if text or choice.logprobs is not None or message.annotations:
+            delta = Delta(content=text, annotations=message.annotations or UNSET)
+            add([ChunkChoice(index=index, delta=delta, logprobs=choice.logprobs)])
         if message.refusal:
-            add(index, Delta(refusal=message.refusal))
+            add([ChunkChoice(index=index, delta=Delta(refusal=message.refusal))])
         for position, call in enumerate(message.tool_calls or ()):
             fragment = ToolCallDelta(
                 index=position,
@@ -71,18 +70,17 @@ def replay_chunks(response: Response) -> list[Chunk]:
                     name=call.function.name, arguments=call.function.arguments
                 ),
             )
-            add(index, Delta(tool_calls=[fragment]))
-        add(index, Delta(), finish_reason=choice.finish_reason)
-    if response.usage is not None:
-        chunks.append(
-            Chunk(
-                id=response.id,
-                model=response.model,
-                created=response.created,
-                system_fingerprint=response.system_fingerprint,
-                choices=[],
-                usage=response.usage,
-            )
+            add([ChunkChoice(index=index, delta=Delta(tool_calls=[fragment]))])
+        finish = ChunkChoice(
+            index=index, finish_reason=choice.finish_reason, stop_sequence=choice.stop_sequence
+        )
+        add([finish])
+    usage = response.usage
+    if usage is not None:
+        add([], usage)
+        # Dialects that announce the input at the start (Anthropic's message_start) can.
+        chunks[0].input_usage = Usage(
+            input=usage.input, cache_read=usage.cache_read, cache_write=usage.cache_write
         )
     return chunks
 

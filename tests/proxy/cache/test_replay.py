@@ -37,9 +37,14 @@ def response(*choices: Choice, usage: Usage | None = USAGE) -> Response:
 
 TEXT = Choice(
     index=0,
-    message=Message(role="assistant", content="Hello there"),
+    message=Message(
+        role="assistant",
+        content="Hello there",
+        annotations=[{"type": "url_citation", "url_citation": {"url": "https://example.com"}}],
+    ),
     finish_reason="stop",
     logprobs={"content": [{"token": "Hello", "logprob": -0.1}], "refusal": None},
+    stop_sequence="END",
 )
 TOOLS = Choice(
     index=0,
@@ -76,6 +81,8 @@ def test_replay_opens_the_turn_and_ends_with_usage() -> None:
     assert chunks[-1].choices == []
     assert chunks[-1].usage == USAGE
     assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-2].choices[0].stop_sequence == "END"
+    assert chunks[0].input_usage == Usage(input=5, cache_read=1)
     assert all(c.id == "chatcmpl-1" and c.system_fingerprint == "fp_1" for c in chunks)
 
 
