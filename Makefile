@@ -40,7 +40,10 @@ lint: setup-test
 	$(BIN)/ruff check .
 
 test: setup-test lint
-	$(BIN)/pytest -q
+	$(BIN)/coverage erase
+	$(BIN)/coverage run -m pytest -q
+	$(BIN)/coverage combine -q
+	$(BIN)/coverage report
 
 bench: setup
 	$(BIN)/python -m bench
