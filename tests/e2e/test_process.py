@@ -241,7 +241,7 @@ def _worker_pids(supervisor: int) -> list[int]:
     for pid in children:
         try:
             cmdline = _proc(f"/proc/{pid}/cmdline")
-        except FileNotFoundError:  # gone between the two reads
+        except (FileNotFoundError, ProcessLookupError):  # gone between the two reads
             continue
         if "resource_tracker" not in cmdline:
             workers.append(int(pid))
