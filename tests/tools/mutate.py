@@ -13,7 +13,7 @@ guarded module or its tests change::
     .venv/bin/python -m tests.tools.mutate --list       # the mutants, without running them
 
 A group names its modules and the tests that guard them; add one to :data:`GROUPS` when a
-security-critical module lands (the auth plugin and its key store, say). The exit status is 1
+security-critical module lands. The exit status is 1
 when a mutant survived, 2 when the unmutated copy already fails its tests.
 """
 
@@ -69,6 +69,22 @@ GROUPS: dict[str, Group] = {
             "tests/e2e/test_openai_sdk.py",
             "tests/e2e/test_gateway_http.py",
             "tests/e2e/test_reload.py",
+        ),
+    ),
+    # Who may call, and with what: key parsing and hashing, the authenticator, the plugin's
+    # model allow-list, and the master-key guard of the admin API.
+    "auth": Group(
+        targets=(
+            Target("proxy/auth/tokens.py"),
+            Target("proxy/auth/authenticator.py"),
+            Target("plugins/auth.py"),
+            Target("proxy/admin/guard.py", scope=("_check_master_key", "admin_route.guarded")),
+        ),
+        tests=(
+            "tests/proxy/auth",
+            "tests/proxy/admin",
+            "tests/e2e/test_auth.py",
+            "tests/e2e/test_auth_headers.py",
         ),
     ),
 }
@@ -222,7 +238,8 @@ def _constant_mutations(node: ast.Constant) -> Iterator[tuple[ast.AST, str]]:
         yield ast.Constant(not value), f"`{value}` -> `{not value}`"
     elif isinstance(value, int):
         yield ast.Constant(value + 1), f"`{value}` -> `{value + 1}`"
-    elif isinstance(value, str) and value:
+    elif isinstance(value, str) and value and not any(c.isspace() for c in value):
+        # Names, codes, header names and patterns; prose (messages) is left to the reviewer.
         yield ast.Constant(_MUTANT_TEXT), f"string {value!r} -> {_MUTANT_TEXT!r}"
 
 
