@@ -29,10 +29,10 @@ from typing import Any
 
 import msgspec
 
-from proxy.canonical import Call, Chunk, Message, Principal, RawFrames, Reply
+from proxy.canonical import Call, Chunk, Message, Principal, RawFrames, Reply, batched
 from proxy.chain import Authenticate, Next
 from proxy.dialects.responses import envelope_of, whole_response
-from proxy.dialects.responses.objects import ENCODER, DeletedResponse, Envelope
+from proxy.dialects.responses.objects import ENCODER, DeletedResponse
 from proxy.dialects.responses.output import OutputBuilder
 from proxy.dialects.responses.stream import final_response
 from proxy.errors import BadRequest, GatewayError, NotFound
@@ -63,6 +63,7 @@ class ResponseState:
         owner = call.principal.key_id
         if reply.response is not None:
             body = ENCODER.encode(whole_response(call, reply))
+            call.dialect_state["encoded"] = (reply.response, body)  # the client's body too
             message = _turn(reply.response.choices[0].message)
             await self._remember(envelope.id, owner, body, _append(conversation, message))
             return reply
@@ -72,7 +73,9 @@ class ResponseState:
             body = ENCODER.encode(final_response(envelope, builder, reply.model))
             await self._remember(envelope.id, owner, body, _append(conversation, builder.message()))
 
-        stream = _RecordingStream(reply.stream, envelope, on_complete)
+        builder = OutputBuilder(envelope.id, emit=True)
+        call.dialect_state["builder"] = builder  # the stream encoder frames what it builds
+        stream = _RecordingStream(reply.stream, builder, on_complete)
         return msgspec.structs.replace(reply, stream=stream)
 
     async def fetch(self, response_id: str, principal: Principal) -> bytes:
@@ -156,40 +159,37 @@ def _append(conversation: bytes, message: Message) -> bytes:
 
 
 class _RecordingStream:
-    """A reply stream that also builds the response's output, and calls ``on_complete`` once it
-    ended normally. It forwards :class:`~proxy.canonical.BatchedStream` (always decoded: the
-    Responses encoder has no verbatim relay) and ``aclose``."""
+    """A reply stream that feeds every chunk to ``builder`` before handing it on (the call's
+    stream encoder frames the builder's events: the output is assembled once), and calls
+    ``on_complete`` once the stream ended normally. It forwards
+    :class:`~proxy.canonical.BatchedStream` (always decoded: the Responses encoder has no
+    verbatim relay) and ``aclose``."""
 
-    __slots__ = ("_builder", "_done", "_inner", "_on_complete")
+    __slots__ = ("_batches", "_builder", "_done", "_inner", "_on_complete")
 
     def __init__(
         self,
         inner: AsyncIterator[Chunk],
-        envelope: Envelope,
+        builder: OutputBuilder,
         on_complete: Callable[[OutputBuilder], Awaitable[None]],
     ) -> None:
         self._inner = inner
-        self._builder = OutputBuilder(envelope.id, emit=False)
+        self._batches = batched(inner)
+        self._builder = builder
         self._on_complete = on_complete
         self._done = False
 
     @property
     def ended(self) -> bool:
         """See :class:`~proxy.canonical.BatchedStream`."""
-        return bool(getattr(self._inner, "ended", False))
+        return self._batches.ended
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
         """See :class:`~proxy.canonical.BatchedStream`."""
-        next_batch = getattr(self._inner, "next_batch", None)
-        if next_batch is not None:
-            batch: list[Chunk | RawFrames] = await next_batch(False)
-        else:
-            try:
-                batch = [await anext(self._inner)]
-            except StopAsyncIteration:
-                batch = []
+        batch = await self._batches.next_batch(False)
+        add = self._builder.add
         for chunk in batch:
-            self._builder.add(chunk)  # type: ignore[arg-type]
+            add(chunk)  # type: ignore[arg-type]
         if not batch:
             await self._complete()
         return batch

@@ -57,12 +57,19 @@ class ResponsesDialect:
         )
 
     def encode_response(self, call: Call, reply: Reply) -> bytes:
-        """See :meth:`proxy.dialects.base.Dialect.encode_response`."""
+        """See :meth:`proxy.dialects.base.Dialect.encode_response`; the body the conversation
+        state already encoded for this very reply (``dialect_state["encoded"]``) is reused."""
+        encoded = call.dialect_state.get("encoded")
+        if encoded is not None and encoded[0] is reply.response:
+            return encoded[1]  # type: ignore[no-any-return]
         return ENCODER.encode(whole_response(call, reply))
 
     def stream_encoder(self, call: Call, reply: Reply) -> ResponsesStreamEncoder:
-        """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
-        return ResponsesStreamEncoder(envelope_of(call), reply.model)
+        """See :meth:`proxy.dialects.base.Dialect.stream_encoder`; it frames the output the
+        conversation state assembles (``dialect_state["builder"]``) when it records the
+        stream."""
+        builder = call.dialect_state.get("builder")
+        return ResponsesStreamEncoder(envelope_of(call), reply.model, builder)
 
     def encode_error(self, error: GatewayError, request_id: str) -> bytes:
         """See :meth:`proxy.dialects.base.Dialect.encode_error`: OpenAI's error body."""

@@ -219,6 +219,8 @@ class OutputBuilder:
         "_blocks",
         "_done",
         "_emit",
+        "_hot",
+        "_ids",
         "_items",
         "_parts",
         "_response_id",
@@ -235,6 +237,8 @@ class OutputBuilder:
         self._items: list[Block] = []  # every block so far, in output order
         self._parts: dict[int, list[_Part]] = {}  # content parts of prose blocks, by index
         self._done: set[int] = set()
+        self._ids: list[str] = []  # item ids, by block index
+        self._hot: tuple[str, str, Block, _Part, int] | None = None  # where prose deltas go
         self.events: list[ItemEvent] = []
         self.finish_reason: FinishReason | None = None
         self.usage: Usage | None = None
@@ -303,8 +307,7 @@ class OutputBuilder:
         )
 
     def _id(self, block: Block) -> str:
-        prefix = {"text": "msg", "reasoning": "rs"}.get(block.kind, "fc")
-        return item_id(self._response_id, prefix, block.index)
+        return self._ids[block.index]
 
     def _render(self, block: Block, status: ItemStatus) -> OutputItem:
         if block.kind == "tool_call":
@@ -322,21 +325,27 @@ class OutputBuilder:
 
     def _prose(self, kind: Literal["text", "reasoning"], part_kind: str, piece: str) -> None:
         """Add ``piece`` to the open prose item of ``kind``, in a part of ``part_kind``."""
-        block, changes = self._blocks.prose(kind)
-        self._apply(changes)
-        parts = self._parts[block.index]
-        if not parts or parts[-1].kind != part_kind:
-            if parts:
-                self._close_part(block, len(parts) - 1)
-            parts.append(_Part(part_kind))
-            if self._emit:
-                part = _Part(part_kind).render()
-                self.events.append(
-                    ContentPartAdded(self._id(block), block.index, len(parts) - 1, part)
-                )
-        parts[-1].pieces.append(piece)
+        hot = self._hot
+        if hot is not None and hot[0] == kind and hot[1] == part_kind:
+            block, part, position = hot[2], hot[3], hot[4]
+        else:
+            block, changes = self._blocks.prose(kind)
+            self._apply(changes)
+            parts = self._parts[block.index]
+            if not parts or parts[-1].kind != part_kind:
+                if parts:
+                    self._close_part(block, len(parts) - 1)
+                parts.append(_Part(part_kind))
+                if self._emit:
+                    empty = _Part(part_kind).render()
+                    self.events.append(
+                        ContentPartAdded(self._id(block), block.index, len(parts) - 1, empty)
+                    )
+            part, position = parts[-1], len(parts) - 1
+            self._hot = (kind, part_kind, block, part, position)
+        part.pieces.append(piece)
         if self._emit and piece:
-            item, index, position = self._id(block), block.index, len(parts) - 1
+            item, index = self._ids[block.index], block.index
             event: ItemEvent
             if part_kind == "output_text":
                 event = OutputTextDelta(item, index, position, piece, [])
@@ -348,9 +357,13 @@ class OutputBuilder:
 
     def _apply(self, changes: list[Change]) -> None:
         """Items opened and closed as their blocks were."""
+        if changes:
+            self._hot = None
         for opened, block in changes:
             if opened:
                 self._items.append(block)
+                prefix = {"text": "msg", "reasoning": "rs"}.get(block.kind, "fc")
+                self._ids.append(item_id(self._response_id, prefix, block.index))
                 if block.kind != "tool_call":
                     self._parts[block.index] = []
                 if self._emit:

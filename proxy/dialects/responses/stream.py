@@ -11,6 +11,10 @@ SSE comment keeps intermediaries from closing the connection (clients ignore it)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import get_args
+
 from msgspec import Struct
 
 from proxy.canonical import Chunk
@@ -22,7 +26,7 @@ from proxy.dialects.responses.objects import (
     response_object,
     status_of,
 )
-from proxy.dialects.responses.output import OutputBuilder
+from proxy.dialects.responses.output import ItemEvent, OutputBuilder
 from proxy.errors import GatewayError
 from proxy.sse import encode_named_frame
 
@@ -69,23 +73,33 @@ def final_response(envelope: Envelope, builder: OutputBuilder, model: str) -> Re
 
 
 class ResponsesStreamEncoder:
-    """Encodes one streamed reply (see the module docstring)."""
+    """Encodes one streamed reply (see the module docstring).
 
-    __slots__ = ("_builder", "_envelope", "_model", "_sequence", "_started")
+    It assembles the output with its own :class:`OutputBuilder`, or frames the events of
+    ``builder`` when one is given: then whoever gave it feeds it every chunk before the encoder
+    sees that chunk (the conversation state's recording stream, which needs the same output to
+    store), and the encoder only frames what the builder emitted.
+    """
+
+    __slots__ = ("_builder", "_envelope", "_feeds", "_model", "_sequence", "_started")
     keepalive = KEEPALIVE_SECONDS
 
-    def __init__(self, envelope: Envelope, model: str) -> None:
+    def __init__(
+        self, envelope: Envelope, model: str, builder: OutputBuilder | None = None
+    ) -> None:
         """``model`` names the serving model until the upstream's chunks name it."""
         self._envelope = envelope
         self._model = model
-        self._builder = OutputBuilder(envelope.id, emit=True)
+        self._feeds = builder is None
+        self._builder = OutputBuilder(envelope.id, emit=True) if builder is None else builder
         self._sequence = 0
         self._started = False
 
     def chunk(self, chunk: Chunk) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.chunk`."""
         builder = self._builder
-        builder.add(chunk)
+        if self._feeds:
+            builder.add(chunk)
         out = self._start()
         if builder.events:
             out += self._drain()
@@ -134,13 +148,25 @@ class ResponsesStreamEncoder:
 
     def _drain(self) -> bytes:
         events = self._builder.events
-        out = b"".join([self._frame(event) for event in events])
+        frame = self._frame
+        out = b"".join([frame(event) for event in events])
         events.clear()
         return out
 
     def _frame(self, event: Struct) -> bytes:
         event.sequence_number = self._sequence  # type: ignore[attr-defined]
         self._sequence += 1
-        tag = event.__struct_config__.tag
-        assert isinstance(tag, str)
-        return encode_named_frame(tag, ENCODER.encode(event))
+        return _HEADS[type(event)] + ENCODER.encode(event) + b"\n\n"
+
+
+def _head(kind: type[Struct]) -> bytes:
+    tag = kind.__struct_config__.tag
+    assert isinstance(tag, str)
+    return encode_named_frame(tag, b"")[:-2]
+
+
+_LIFECYCLE = (ResponseCreated, ResponseInProgress, ResponseCompleted, ResponseIncomplete)
+_HEADS: Mapping[type, bytes] = MappingProxyType(
+    {kind: _head(kind) for kind in (*_LIFECYCLE, ResponseFailed, *get_args(ItemEvent))}
+)
+"""``event: <type>\ndata: `` for every event class, built once."""
