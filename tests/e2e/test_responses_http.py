@@ -23,10 +23,11 @@ from tests.schemas import validate_in
 SPEC = "openai-responses.openapi.json"
 
 
-def config(upstream_url: str) -> str:
+def config(upstream_url: str, database: Path) -> str:
     return f"""\
 server: {{access_log: false}}
-responses: {{ttl: 3600, max_entries: 100, max_bytes: 1048576}}
+database: {{url: "sqlite:///{database}"}}
+responses: {{store: memory, ttl: 3600, max_entries: 100, max_bytes: 1048576}}
 providers:
   up:
     type: openai
@@ -66,7 +67,7 @@ async def request(
 @pytest.fixture
 async def gateway(tmp_path: Path, upstream: tuple[FakeOpenAI, str]) -> AsyncIterator[Gateway]:
     fake, upstream_url = upstream
-    async with serve(tmp_path, config(upstream_url)) as url:
+    async with serve(tmp_path, config(upstream_url, tmp_path / "crossway.db")) as url:
         yield Gateway(url, fake)
 
 
