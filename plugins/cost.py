@@ -1,70 +1,154 @@
-"""``cost``: what each reply costs, told to the client and recorded for the spend ledger.
+"""``cost``: what each reply costs, budgets that stop spending, and the spend ledger.
 
-Place it after ``limits`` (and after ``cache``, whose hits cost nothing and never reach it),
-before ``fallback`` / ``retry`` / ``balance``, so that one request is charged once for the
-deployment that finally served it.
+Place it after ``auth`` / ``limits`` / ``cache`` (a cache hit costs nothing and never reaches
+it) and before ``fallback`` / ``retry`` / ``balance``, so that a request is charged once, for
+the deployment that finally served it.
 
-The cost of a reply is computed from its usage with the config's
+**Cost.** A reply is priced from its usage with the config's
 :class:`~proxy.pricing.PriceBook` (exact integer nano-dollars): the provider's own billed
 amount when it reports one (``authoritative``), else the price of the usage buckets
-(``estimated``). It is written to the call's :class:`~proxy.canonical.Accounting`
-(``cost_nanos``, ``cost_source``), counted in ``crossway_cost_usd_total{provider,model}`` (model
-= the alias the client asked for, bounded) and, on whole responses, sent as
-``x-crossway-cost-usd`` (a plain decimal, e.g. ``0.000245``). A model with no price has an
-unknown cost (None, never 0), counted in ``crossway_cost_unknown_total{provider}``.
+(``estimated``). It goes to the call's :class:`~proxy.canonical.Accounting`, to
+``crossway_cost_usd_total{provider,model}`` (model = the alias asked for, bounded) and, on whole
+responses, to ``x-crossway-cost-usd`` (``0.000245``). A model with no price has an unknown
+cost (None, never 0), counted in ``crossway_cost_unknown_total{provider}``. Streams are charged
+when they end, fail midway or are closed by a client that went away, for what was generated:
+the usage the upstream reported, else an estimate (the prompt's text, and the streamed text at
+one token per four characters, a verbatim OpenAI frame counting one token), ``estimated``, kept
+in ``accounting.usage``. A whole response without usage is estimated the same way; a failed
+call costs 0.
 
-Streams are charged when they end, fail midway or are closed by a client that went away,
-for what was generated: the usage the upstream reported if it did, else an estimate (the
-prompt's text, and the streamed text at one token per four characters, each verbatim OpenAI
-frame counted as one token), always ``estimated``, kept in ``accounting.usage``. A whole
-response without usage is estimated the same way. A failed call (no reply) costs 0.
+**Budgets** (:mod:`proxy.budgets`). A request's scopes are its key, its key's team and, when
+``auth.user_budget`` is set, the end user it names; each may have a budget on the principal.
+Before the call, each budgeted scope reserves the request's worst case — its estimated prompt
+plus ``max_tokens`` (else ``reserve_output_tokens``) at the dearest price among its deployments
+— and a scope that has already spent its budget refuses: 429 ``budget_exceeded`` with
+``x-should-retry: false``, naming the scope and when its budget resets; nothing is sent
+upstream. When the request ends the reservation becomes the real cost; scopes without a budget
+are charged too, so that a budget set later starts from what they spent. A request whose
+models have no price reserves nothing. When the state store cannot be reached, a budgeted
+request is refused with 503 ``budget_unavailable`` (``on_store_error: closed``, the default)
+or served unchecked (``open``); either is counted in ``crossway_store_degraded_total{use=
+"budget"}``. Crossing a budget's ``soft_usd`` logs a warning once per period, counts
+``crossway_budget_alerts_total{scope}`` and, with ``alerts.webhook_url``, POSTs a JSON alert
+(retried, never holding up a request).
+
+**Ledger** (``ledger: true``, the default). Every request that ran on this config — served,
+failed, refused, cancelled, answered from the cache — becomes one record
+(:mod:`proxy.ledger.records`) queued for the database (:mod:`proxy.ledger.writer`). On start
+the budget counters are rebuilt from the ledger (keys and teams; the 10,000 most recent end
+users).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
-from proxy.canonical import Call, Chunk, Message, RawFrames, Reply, Usage, batched
-from proxy.chain import Next, PluginContext
+from proxy.alerts import WebhookAlerts
+from proxy.budgets import (
+    Crossing,
+    Refusal,
+    Reservation,
+    Scope,
+    SpendCounters,
+    day_of,
+    max_nanos,
+    resets_at,
+)
+from proxy.canonical import Budget, Call, Chunk, Message, RawFrames, Reply, Usage, batched
+from proxy.chain import FinishedRequest, Next, PluginContext
+from proxy.db.spend import SpendRepository
+from proxy.errors import BudgetExceeded, BudgetUnavailable
+from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.pricing import (
     PriceBook,
     estimate_prompt_tokens,
     estimate_tokens,
+    expected_nanos,
+    expected_tokens,
     format_usd,
     nanos_to_usd,
 )
+from proxy.store import StoreUnavailable
 
 COST_HEADER = "x-crossway-cost-usd"
+_REBUILD_DAYS = 40
+_REBUILD_USERS = 10_000
+_REBUILD_TIMEOUT = 30.0
+
+ScopeList = list[tuple[Scope, str, Budget | None]]
+
+
+class AlertsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where soft-limit alerts are POSTed (JSON), and how hard a delivery is tried."""
+
+    webhook_url: Annotated[str, Meta(pattern=r"^https?://")] | None = None
+    attempts: Annotated[int, Meta(ge=1, le=10)] = 3
+    timeout: Annotated[float, Meta(gt=0, le=60)] = 5.0
 
 
 class CostConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """See the module docstring."""
 
+    ledger: bool = True
+    reserve_output_tokens: Annotated[int, Meta(ge=0)] = 4096
+    on_store_error: Literal["closed", "open"] = "closed"
+    alerts: AlertsConfig = AlertsConfig()
+
 
 class CostPlugin:
-    """Prices every reply; see the module docstring."""
+    """Prices replies, enforces budgets, records every request; see the module docstring."""
 
     Options = CostConfig
 
     def __init__(self, options: CostConfig, context: PluginContext) -> None:
+        self._options = options
         self._prices: PriceBook = context.prices
         self._metrics = context.metrics
+        self._logger = context.logger
+        self._counters = SpendCounters(context.store)
+        self._ledger = context.ledger if options.ledger else None
+        self._database = context.database
+        self._ids = RecordIds()
+        url = options.alerts.webhook_url
+        self._webhook = (
+            None
+            if url is None
+            else WebhookAlerts(
+                url,
+                context.logger,
+                attempts=options.alerts.attempts,
+                timeout=options.alerts.timeout,
+            )
+        )
 
     async def __call__(self, call: Call, next: Next) -> Reply:
-        """Pass ``call`` on and price what comes back (a stream when it is over)."""
+        """Check budgets, pass ``call`` on, and price what comes back (a stream when it is
+        over). Raises :class:`BudgetExceeded` (429) or :class:`BudgetUnavailable` (503)
+        before any upstream call."""
+        scopes = self._scopes(call)
+        reservations: list[Reservation] = []
+        if scopes:
+            reservations = await self._reserve(call, scopes)
         try:
             reply = await next(call)
         except BaseException:
             call.accounting.cost_nanos = 0  # nothing was served
             call.accounting.cost_source = "estimated"
+            if scopes:
+                await self._settle(scopes, reservations, 0)
             raise
         response = reply.response
         if response is None:
             assert reply.stream is not None
-            reply.stream = _Metered(reply.stream, self._stream_ended(call, reply))
+            reply.stream = _Metered(
+                reply.stream, self._stream_ended(call, reply, scopes, reservations)
+            )
             return reply
         usage = response.usage
         if usage is None:
@@ -76,15 +160,156 @@ class CostPlugin:
         nanos = self._charge(call, reply.provider, reply.model, usage)
         if nanos is not None:
             reply.headers[COST_HEADER] = format_usd(nanos)
+        if scopes:
+            await self._settle(scopes, reservations, nanos or 0)
         return reply
 
-    def _stream_ended(self, call: Call, reply: Reply) -> Callable[[Usage | None, int], None]:
-        def ended(usage: Usage | None, generated: int) -> None:
+    def finished(self, request: FinishedRequest) -> None:
+        """Queue the ledger's record of ``request`` (see the module docstring)."""
+        if self._ledger is not None:
+            self._ledger.record(spend_record(request, self._ids()))
+
+    async def start(self) -> None:
+        """Rebuild the budget counters from the ledger, then start the ledger writer (which
+        replays a journal left by an earlier run). A database that does not answer is logged:
+        counters then start from what the store holds."""
+        if self._ledger is None:
+            return
+        if self._database is not None:
+            await self._rebuild()
+        self._ledger.start()
+
+    async def close(self) -> None:
+        """Stop pending alert deliveries."""
+        if self._webhook is not None:
+            await self._webhook.close()
+
+    # -- budgets --------------------------------------------------------------------------
+
+    def _scopes(self, call: Call) -> ScopeList:
+        principal = call.principal
+        scopes: ScopeList = []
+        if principal.key_id is not None:
+            scopes.append(("key", principal.key_id, principal.budget))
+        if principal.team is not None:
+            scopes.append(("team", principal.team, principal.team_budget))
+        if principal.user_budget is not None:
+            user = end_user(call)
+            if user is not None:
+                scopes.append(("user", user, principal.user_budget))
+        return scopes
+
+    async def _reserve(self, call: Call, scopes: ScopeList) -> list[Reservation]:
+        budgeted = [(scope, ident, budget) for scope, ident, budget in scopes if budget]
+        if not budgeted:
+            return []
+        worst = self._worst_case(call)
+        try:
+            reservations, refusal = await self._counters.reserve(budgeted, worst)
+        except StoreUnavailable:
+            self._metrics.store_degraded("budget").inc()
+            if self._options.on_store_error == "closed":
+                raise BudgetUnavailable(
+                    "the budget cannot be checked right now", retry_after=1.0
+                ) from None
+            return []
+        if refusal is not None:
+            raise _exceeded(refusal)
+        return reservations
+
+    def _worst_case(self, call: Call) -> int:
+        """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
+        price among its deployments (0 when none has a price)."""
+        mix = expected_tokens(call, self._options.reserve_output_tokens)
+        prices = [expected_nanos(self._prices, d, mix) for d in call.deployments]
+        known = [price for price in prices if price is not None]
+        return max(known) if known else 0
+
+    async def _settle(self, scopes: ScopeList, reservations: list[Reservation], nanos: int) -> None:
+        reserved = {(r.scope, r.ident) for r in reservations}
+        unreserved = [(s, i) for s, i, _ in scopes if (s, i) not in reserved]
+        budgets = {(s, i): b for s, i, b in scopes if b is not None}
+        try:
+            crossings = await self._counters.settle(reservations, unreserved, nanos, budgets)
+        except StoreUnavailable:
+            self._metrics.store_degraded("budget").inc()
+            return
+        for crossing in crossings:
+            await self._alert(crossing)
+
+    async def _alert(self, crossing: Crossing) -> None:
+        budget = crossing.budget
+        now = self._counters.clock()
+        try:
+            first = await self._counters.first_alert(crossing, now)
+        except StoreUnavailable:
+            self._metrics.store_degraded("budget").inc()
+            return
+        if not first:
+            return
+        self._metrics.budget_alerts(crossing.scope).inc()
+        spent = nanos_to_usd(crossing.spent)
+        self._logger.warning(
+            "budget_soft_limit_crossed",
+            scope=crossing.scope,
+            id=crossing.ident,
+            spent_usd=spent,
+            soft_usd=budget.soft_usd,
+            max_usd=budget.max_usd,
+            period=budget.period,
+        )
+        if self._webhook is not None:
+            self._webhook.send(
+                {
+                    "event": "budget.soft_limit_crossed",
+                    "scope": crossing.scope,
+                    "id": crossing.ident,
+                    "spent_usd": spent,
+                    "soft_usd": budget.soft_usd,
+                    "max_usd": budget.max_usd,
+                    "period": budget.period,
+                    "time": _rfc3339(datetime.fromtimestamp(now, UTC)),
+                }
+            )
+
+    async def _rebuild(self) -> None:
+        assert self._database is not None
+        now = self._counters.clock()
+        since = datetime.fromtimestamp(now, UTC) - timedelta(days=_REBUILD_DAYS)
+        try:
+            async with asyncio.timeout(_REBUILD_TIMEOUT):
+                repository = SpendRepository(self._database)
+                days = await repository.day_sums(since, _REBUILD_USERS)
+                totals = await repository.lifetime_sums()
+        except Exception as exc:
+            self._logger.warning(
+                "budget_counters_not_rebuilt", reason=f"{type(exc).__name__}: {exc}"
+            )
+            return
+        by_number = [
+            (scope, ident, day_of(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()), n)
+            for scope, ident, day, n in days
+        ]
+        try:
+            written = await self._counters.rebuild(by_number, totals)  # type: ignore[arg-type]
+        except StoreUnavailable:
+            self._metrics.store_degraded("budget").inc()
+            return
+        self._logger.info("budget_counters_rebuilt", counters=written)
+
+    # -- cost -----------------------------------------------------------------------------
+
+    def _stream_ended(
+        self, call: Call, reply: Reply, scopes: ScopeList, reservations: list[Reservation]
+    ) -> Callable[[Usage | None, int], Awaitable[None]]:
+        async def ended(usage: Usage | None, generated: int) -> None:
             estimated = usage is None
             if usage is None:
                 usage = Usage(input=estimate_prompt_tokens(call), output=generated)
                 call.accounting.usage = usage
-            self._charge(call, reply.provider, reply.model, usage, estimated=estimated)
+            nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated)
+            if scopes:
+                await self._settle(scopes, reservations, nanos or 0)
 
         return ended
 
@@ -109,6 +334,23 @@ class CostPlugin:
         return cost.nanos
 
 
+def _exceeded(refusal: Refusal) -> BudgetExceeded:
+    budget = refusal.budget
+    reset = resets_at(budget.period, datetime.now(UTC).timestamp())
+    when = "it does not reset" if reset is None else f"it resets at {_rfc3339(reset)}"
+    spent = format_usd(refusal.spent)
+    limit = format_usd(max_nanos(budget))
+    what = {"key": "key", "team": "team", "user": "end user"}[refusal.scope]
+    return BudgetExceeded(
+        f"the {what} budget is spent (${spent} of ${limit} per {budget.period}); {when}",
+        scope=refusal.scope,
+    )
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
 def _message_tokens(message: Message) -> int:
     characters = len(message.text()) + len(message.reasoning_content or "")
     for tool_call in message.tool_calls or ():
@@ -119,11 +361,11 @@ def _message_tokens(message: Message) -> int:
 class _Metered:
     """A reply stream that reports, once, the usage it carried and what it generated.
 
-    ``on_end(usage, generated)`` is called exactly once — at the end, on a failure, or on
+    ``on_end(usage, generated)`` is awaited exactly once — at the end, on a failure, or on
     close — with the last usage the stream carried (None if none) and the output tokens it
     estimates from the text it passed: one per four characters of decoded chunks, one per
     verbatim frame. Batches and verbatim frames pass through unchanged (see
-    ``BatchedStream``).
+    ``BatchedStream``); the end is reported outward only after ``on_end`` ran.
     """
 
     __slots__ = (
@@ -138,7 +380,9 @@ class _Metered:
     )
 
     def __init__(
-        self, inner: AsyncIterator[Chunk], on_end: Callable[[Usage | None, int], None]
+        self,
+        inner: AsyncIterator[Chunk],
+        on_end: Callable[[Usage | None, int], Awaitable[None]],
     ) -> None:
         self._inner = inner
         self._batches = batched(inner)
@@ -159,10 +403,10 @@ class _Metered:
         try:
             batch = await self._next_batch(raw)
         except BaseException:
-            self._end()
+            await self._end()
             raise
         if not batch:
-            self._end()
+            await self._end()
             return batch
         for item in batch:
             if type(item) is Chunk:
@@ -178,14 +422,14 @@ class _Metered:
         try:
             chunk = await anext(self._inner)
         except BaseException:
-            self._end()
+            await self._end()
             raise
         self._observe(chunk)
         return chunk
 
     async def aclose(self) -> None:
         """End the stream early (or again): charges what was generated, frees the upstream."""
-        self._end()
+        await self._end()
         aclose: Any = getattr(self._inner, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -207,7 +451,7 @@ class _Metered:
                         characters += len(function.arguments)
         self._characters += characters
 
-    def _end(self) -> None:
+    async def _end(self) -> None:
         if not self._done:
             self._done = True
-            self._on_end(self._usage, estimate_tokens(self._characters) + self._frames)
+            await self._on_end(self._usage, estimate_tokens(self._characters) + self._frames)

@@ -19,16 +19,28 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from plugins import BUILTINS
 from proxy.admin import add_admin_routes
 from proxy.admin.guard import AdminContext
-from proxy.canonical import ANONYMOUS, BatchedStream, Call, Chunk, RawFrames, Reply, Usage, batched
-from proxy.chain import anonymous, authenticator
+from proxy.canonical import (
+    ANONYMOUS,
+    BatchedStream,
+    Call,
+    Chunk,
+    Principal,
+    RawFrames,
+    Reply,
+    Usage,
+    batched,
+)
+from proxy.chain import FinishedRequest, anonymous, authenticator
 from proxy.config import ConfigError, ResponsesConfig, ServerConfig, load_config
 from proxy.db import Database, DatabaseError
 from proxy.db.responses import DatabaseResponseStore
+from proxy.db.spend import SpendRepository
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder, check_json_depth
 from proxy.errors import (
@@ -39,6 +51,8 @@ from proxy.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
+from proxy.ledger.journal import Journal, default_directory
+from proxy.ledger.writer import LedgerWriter
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.middleware import HttpEdges, RequestIds, error_response, is_anthropic_request
 from proxy.pricing import nanos_to_usd
@@ -77,8 +91,18 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     except DatabaseError as exc:
         raise ConfigError([str(exc)]) from None
     metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
-    loader = Loader(Path(config_path), BUILTINS, metrics, log_stream, database=database)
+    journal = config.database.journal_dir
+    ledger = LedgerWriter(
+        SpendRepository(database),
+        Journal(Path(journal) if journal else default_directory(database.path)),
+        metrics,
+        structlog.get_logger(),
+    )
+    loader = Loader(
+        Path(config_path), BUILTINS, metrics, log_stream, database=database, ledger=ledger
+    )
     blueprint = loader.load()
+    ledger.logger = blueprint.logger
     config = blueprint.config
     app = web.Application(client_max_size=config.server.max_body_bytes)
     app[METRICS] = metrics
@@ -94,6 +118,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         snapshot = Snapshot(blueprint, on_upstream_error)
         if snapshot.gate is not None or config.auth.master_key:
             await database.open()
+        await snapshot.start()
         app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
         _export_readiness(metrics, snapshot)
         _install_reload_signal(app)
@@ -102,6 +127,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await app[RUNTIME].close()
+        await ledger.close()  # after the last request: what is queued is written (or journaled)
         await database.close()
 
     app.on_startup.append(start)
@@ -134,7 +160,10 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     add_admin_routes(
         app,
         AdminContext(
-            database, lambda: app[RUNTIME].snapshot.authenticator, lambda: reload_runtime(app)
+            database,
+            lambda: app[RUNTIME].snapshot.authenticator,
+            lambda: reload_runtime(app),
+            ledger,
         ),
         edges.plain,
     )
@@ -173,6 +202,7 @@ def reload_runtime(app: web.Application) -> bool:
     metrics.config_reloads("ok").inc()
     _export_readiness(metrics, snapshot)
     snapshot.logger.info("config_reloaded", path=path)
+    runtime.starting = asyncio.ensure_future(snapshot.start())  # plugins' start() hooks
     return True
 
 
@@ -217,14 +247,26 @@ async def _read_bounded(request: web.Request, server: ServerConfig) -> bytes:
 
 
 class _Outcome:
-    """What one request did, for its metrics and access line."""
+    """What one request did, for its metrics, access line and finished hooks."""
 
-    __slots__ = ("error", "model", "provider", "status", "usage")
+    __slots__ = (
+        "attempts",
+        "error",
+        "model",
+        "principal",
+        "provider",
+        "status",
+        "upstream_model",
+        "usage",
+    )
 
     def __init__(self) -> None:
+        self.principal: Principal = ANONYMOUS  # known before the body is decoded
         self.status = 500
         self.model = "none"
         self.provider = "none"
+        self.upstream_model: str | None = None
+        self.attempts = 0
         self.usage: Usage | None = None
         self.error: GatewayError | None = None
 
@@ -264,6 +306,7 @@ def _dialect_handler(
             try:
                 # Authenticated before the body is read: a client without a key costs no decoding
                 principal = ANONYMOUS if gate is None else await gate(request.headers)
+                outcome.principal = principal
                 body = await _read_body(request, server)
                 call = dialect.decode(body, request.headers, request_id, start)
                 if not call.model:  # a dialect that lets the client omit it (Fabro)
@@ -280,6 +323,8 @@ def _dialect_handler(
                 else:
                     reply = await around(call, snapshot)
                 outcome.provider = reply.provider
+                outcome.upstream_model = reply.model
+                outcome.attempts = reply.attempts
                 if reply.stream is None:
                     return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
@@ -294,11 +339,13 @@ def _dialect_handler(
             outcome.status = CLIENT_CLOSED
             raise
         finally:
-            snapshot.leave()
             in_flight.dec()
             _observe(metrics, name, call, outcome, start)
             if snapshot.config.server.access_log or outcome.status >= 500:
                 _access_log(snapshot.logger, name, call, outcome, start, request_id)
+            if snapshot.finishers:
+                _finished(snapshot, name, call, outcome, start, request_id)
+            snapshot.leave()
 
     return handle
 
@@ -432,6 +479,7 @@ def _error_response(
     outcome.error = error
     if error.provider is not None:
         outcome.provider = error.provider
+        outcome.attempts = error.attempts
     headers = error.response_headers()
     headers.update(dialect.error_headers(error, request_id))
     headers["x-request-id"] = request_id
@@ -463,6 +511,38 @@ def _observe(
         series.time_to_first_token(timings.first_token)
     if outcome.usage is not None and served_by_upstream:
         series.record_tokens(outcome.usage)
+
+
+def _finished(
+    snapshot: Snapshot,
+    dialect: str,
+    call: Call | None,
+    outcome: _Outcome,
+    start: float,
+    request_id: str,
+) -> None:
+    """Tell the plugins that record every request (``finished`` hooks) what this one did."""
+    error = outcome.error
+    provider = outcome.provider
+    finished = FinishedRequest(
+        request_id=request_id,
+        dialect=dialect,
+        call=call,
+        principal=outcome.principal if call is None else call.principal,
+        status=outcome.status,
+        provider=None if provider == "none" else provider,
+        upstream_model=outcome.upstream_model,
+        usage=outcome.usage,
+        error_code=None if error is None else error.code,
+        duration=time.perf_counter() - start,
+        ended_at=time.time(),
+        attempts=outcome.attempts,
+    )
+    for hook in snapshot.finishers:
+        try:
+            hook(finished)
+        except Exception:
+            snapshot.logger.exception("finished_hook_failed", request_id=request_id)
 
 
 def _access_log(

@@ -288,6 +288,19 @@ class RateLimits(Struct, frozen=True):
     max_parallel: int | None = None
 
 
+BudgetPeriod = Literal["1d", "7d", "30d", "1mo", "lifetime"]
+
+
+class Budget(Struct, frozen=True, forbid_unknown_fields=True):
+    """A spending limit of a key, a team or an end user: at most ``max_usd`` per ``period``
+    (``1d``, ``7d``, ``30d``, ``1mo``, ``lifetime``; see :mod:`proxy.budgets` for when each
+    resets); spending past ``soft_usd`` raises an alert."""
+
+    max_usd: Annotated[float, Meta(gt=0)]
+    period: BudgetPeriod = "1mo"
+    soft_usd: Annotated[float, Meta(gt=0)] | None = None
+
+
 class Principal(Struct, frozen=True):
     """Who is calling, as the ``auth`` plugin established it; every field None when anonymous.
 
@@ -298,6 +311,8 @@ class Principal(Struct, frozen=True):
     ``models`` are the models (aliases or ``provider/model``; ``provider/*`` for all of a
     provider's) it may use, the key's and its team's lists intersected; None means all.
     ``limits`` are the key's own, ``team_limits`` its team's (counted for the whole team).
+    ``budget`` is the key's own budget, ``team_budget`` its team's (shared by all its keys),
+    ``user_budget`` the one each end user a request names gets (``auth.user_budget``).
     Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
     """
 
@@ -308,6 +323,9 @@ class Principal(Struct, frozen=True):
     models: frozenset[str] | None = None
     limits: RateLimits | None = None
     team_limits: RateLimits | None = None
+    budget: Budget | None = None
+    team_budget: Budget | None = None
+    user_budget: Budget | None = None
 
     def allows(self, model: str) -> bool:
         """Whether this principal may use ``model`` (an alias or ``provider/model``)."""

@@ -11,7 +11,12 @@ recommended) that its YAML options are validated against at load; it is then bui
 ``cls(options)``, otherwise as ``cls()`` and any option is an error. A constructor that has a
 ``context`` parameter also receives the :class:`PluginContext` (model resolution, metrics,
 logger). It may define ``async def close()``, awaited when the runtime snapshot that owns it is
-retired. A plugin that establishes who is calling (``auth``) may also define
+retired, ``async def start()``, awaited before its snapshot serves at start-up (and run
+beside the new snapshot after a reload), and
+``def finished(request: FinishedRequest) -> None``, called by the app once per
+request that ran on its snapshot, after the answer (it must not block and should not raise: an
+exception is logged and the other hooks still run). A plugin that establishes who is calling
+(``auth``) may also define
 ``async def authenticate(headers) -> Principal``, raising a :class:`~proxy.errors.GatewayError`
 (401) for a bad key, so that what the app does outside the chain — ``GET`` / ``DELETE
 /v1/responses/{id}``, the stored conversation a request continues — knows the caller the same
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 import structlog
 
-from proxy.canonical import ANONYMOUS, Call, Deployment, Principal, Reply
+from proxy.canonical import ANONYMOUS, Call, Deployment, Principal, Reply, Usage
 from proxy.config import PluginSpec
 from proxy.metrics import Metrics
 from proxy.pricing import Catalog, PriceBook
@@ -39,8 +44,38 @@ from proxy.store import MemoryStore, Store
 if TYPE_CHECKING:
     from proxy.auth.authenticator import Authenticator
     from proxy.db import Database
+    from proxy.ledger.writer import LedgerWriter
 
 Next = Callable[[Call], Awaitable[Reply]]
+
+
+class FinishedRequest(msgspec.Struct, gc=False):
+    """One request as the app finalised it, for plugins that keep a record of every request.
+
+    The app builds it once the answer is complete (or failed, or the client went away) and
+    gives it to the ``finished`` hook of every plugin of the snapshot the request ran on —
+    whether or not the request reached that plugin. ``call`` is None when the body could not be
+    decoded; ``principal`` is who called (known before the body is read, so also then).
+    ``provider`` / ``upstream_model`` name the deployment that answered (None when
+    none did); ``usage`` is what the reply reported; ``status`` the HTTP status sent (499: the
+    client went away); ``duration`` seconds since the request arrived; ``ended_at`` the wall
+    time (``time.time()``) at the end; ``attempts`` the upstream calls made.
+    """
+
+    request_id: str
+    dialect: str
+    call: Call | None
+    principal: Principal
+    status: int
+    provider: str | None
+    upstream_model: str | None
+    usage: Usage | None
+    error_code: str | None
+    duration: float
+    ended_at: float
+    attempts: int
+
+
 Authenticate = Callable[[Mapping[str, str]], Awaitable[Principal]]
 
 
@@ -57,7 +92,8 @@ class PluginContext:
     ``database`` is the process's SQL database (:mod:`proxy.db`; kept across
     reloads, opened on first use), None when validating only. ``authenticator`` resolves
     client keys to principals for this config (:mod:`proxy.auth.authenticator`); when none is
-    given, one that knows no key.
+    given, one that knows no key. ``ledger`` is the process's spend ledger writer
+    (:mod:`proxy.ledger.writer`; kept across reloads), None when validating only.
     """
 
     def __init__(
@@ -70,6 +106,7 @@ class PluginContext:
         *,
         database: Database | None = None,
         authenticator: Authenticator | None = None,
+        ledger: LedgerWriter | None = None,
     ) -> None:
         self.resolve = resolve
         self.metrics = metrics
@@ -77,6 +114,7 @@ class PluginContext:
         self.store: Store = MemoryStore() if store is None else store
         self.prices = PriceBook(Catalog({})) if prices is None else prices
         self.database = database
+        self.ledger = ledger
         if authenticator is None:
             from proxy.auth.authenticator import Authenticator
             from proxy.auth.config import AuthConfig

@@ -169,6 +169,36 @@ class RateLimited(GatewayError):
     kind = "rate_limited"
 
 
+class BudgetExceeded(GatewayError):
+    """A key, team or end user has spent its budget (429, never worth retrying before the
+    reset the message names: ``x-should-retry: false``)."""
+
+    status = 429
+    type = "budget_exceeded"
+    default_code = "budget_exceeded"
+    kind = "rate_limited"
+
+    def __init__(self, message: str, *, scope: str) -> None:
+        super().__init__(message, should_retry=False)
+        self.scope = scope
+
+    def response_headers(self) -> dict[str, str]:
+        """``x-should-retry: false`` and the scope that refused (``key``, ``team``, ``user``)."""
+        headers = super().response_headers()
+        headers["x-crossway-budget-scope"] = self.scope
+        return headers
+
+
+class BudgetUnavailable(GatewayError):
+    """A budget cannot be checked because the state store is down, and budgets fail closed
+    (503)."""
+
+    status = 503
+    type = "api_error"
+    default_code = "budget_unavailable"
+    kind = "internal"
+
+
 class NoReadyDeployment(GatewayError):
     """The model is known but none of its providers is ready (no credentials, ejected) (503)."""
 

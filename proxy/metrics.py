@@ -421,9 +421,32 @@ class Metrics:
             "Requests refused below the routes (malformed HTTP; the error handler), by status.",
             ["status"],
         )
+        self.budget_alerts = self._counter(
+            "crossway_budget_alerts",
+            "Budgets whose soft limit was crossed (once per period), by scope (key, team, user).",
+            ["scope"],
+        )
+        self.ledger_pending = self._gauge(
+            "crossway_ledger_pending",
+            "Spend records not yet in the database: queued, or journaled and not replayed.",
+            [],
+            "livesum",
+        )
+        self.ledger_journaled = self._counter(
+            "crossway_ledger_journaled",
+            "Spend records written to the local journal because the database failed or was slow.",
+            [],
+        )
+        self.ledger_dropped = self._counter(
+            "crossway_ledger_dropped",
+            "Spend records lost: the queue was full with the journal failing, or unreadable"
+            " journal lines.",
+            [],
+        )
         # Series that alerts watch with increase() exist from the start, at 0.
         for result in ("ok", "error"):
             self.config_reloads(result)
+        self.ledger_dropped()
 
     def _counter(self, name: str, doc: str, labels: list[str]) -> _Children:
         if self.multiprocess:

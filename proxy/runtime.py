@@ -17,6 +17,7 @@ from typing import IO
 from proxy.auth.authenticator import Authenticator
 from proxy.chain import (
     Authenticate,
+    FinishedRequest,
     Next,
     Plugin,
     PluginContext,
@@ -29,6 +30,7 @@ from proxy.chain import (
 from proxy.config import ConfigError, GatewayConfig, load_config
 from proxy.db import Database
 from proxy.errors import GatewayError
+from proxy.ledger.writer import LedgerWriter
 from proxy.logs import make_logger
 from proxy.metrics import Metrics
 from proxy.pricing import (
@@ -92,6 +94,7 @@ class Blueprint:
             self.prices,
             database=loader.database,
             authenticator=self.authenticator,
+            ledger=loader.ledger,
         )
         try:
             self.plugins: list[Plugin] = load_plugins(config.plugins, loader.builtins, context)
@@ -121,8 +124,8 @@ def price_book(config: GatewayConfig, config_dir: Path) -> PriceBook:
 
 class Loader:
     """Loads one config file into blueprints, with what every snapshot of it shares: the
-    metrics, the log stream, the state store (so that counters outlive a reload) and the
-    database (None when only validating)."""
+    metrics, the log stream, the state store (so that counters outlive a reload), the
+    database and the spend ledger writer (None when only validating)."""
 
     def __init__(
         self,
@@ -132,6 +135,7 @@ class Loader:
         log_stream: IO[str] | None = None,
         store: Store | None = None,
         database: Database | None = None,
+        ledger: LedgerWriter | None = None,
     ) -> None:
         self.config_path = config_path
         self.builtins = builtins
@@ -139,6 +143,7 @@ class Loader:
         self.log_stream = log_stream
         self.store: Store = MemoryStore() if store is None else store
         self.database = database
+        self.ledger = ledger
 
     def load(self) -> Blueprint:
         """Read and validate the file and its plugins, reporting every error at once.
@@ -162,6 +167,7 @@ class Snapshot:
 
     ``gate`` is that same function when a plugin demands a key (the ``auth`` plugin), which
     every client request must then pass before its body is read; None when the gateway is open.
+    ``finishers`` are the plugins' ``finished`` hooks, which the app calls once per request.
     """
 
     def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
@@ -197,9 +203,26 @@ class Snapshot:
         )
         self.upstream = upstream
         self.chain: Next = compose(self.plugins, upstream)
+        self.finishers: list[Callable[[FinishedRequest], None]] = [
+            plugin.finished  # type: ignore[attr-defined]
+            for plugin in self.plugins
+            if callable(getattr(plugin, "finished", None))
+        ]
         self._active = 0
         self._retired = False
         self._closed: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        """Await every plugin's ``start()`` hook, in chain order; one failing is logged and the
+        rest still start."""
+        for plugin in self.plugins:
+            start = getattr(plugin, "start", None)
+            if start is None:
+                continue
+            try:
+                await start()
+            except Exception:
+                self.logger.exception("plugin_start_failed", plugin=type(plugin).__qualname__)
 
     @property
     def ready(self) -> bool:
@@ -261,6 +284,7 @@ class Runtime:
         self.loader = loader
         self.snapshot = snapshot
         self._on_upstream_error = on_upstream_error
+        self.starting: asyncio.Future[None] | None = None  # the reloaded snapshot's start()
         self._retired: list[Snapshot] = []  # swapped out, possibly not closed yet
 
     def reload(self) -> Snapshot:

@@ -1,8 +1,8 @@
 """The admin API: JSON routes under ``/admin``, guarded by the master key.
 
-One module per group of routes (``keys``, ``teams``, ``system``), each listing its ``ROUTES``
-as (method, path, handler); :mod:`proxy.admin.guard` holds what they share (the guard, JSON in
-and out, errors). A new group is one module plus one entry in :data:`GROUPS`.
+One module per group of routes (``keys``, ``teams``, ``spend``, ``system``), each listing its
+``ROUTES`` as (method, path, handler); :mod:`proxy.admin.guard` holds what they share (the
+guard, JSON in and out, errors). A new group is one module plus one entry in :data:`GROUPS`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from proxy.admin import keys, system, teams
+from proxy.admin import keys, spend, system, teams
 from proxy.admin.guard import ADMIN, AdminContext, Handler
 
-GROUPS = (keys, teams, system)
+GROUPS = (keys, teams, spend, system)
 
 
 def add_admin_routes(

@@ -24,6 +24,7 @@ from proxy.db import Database, DatabaseError
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import AuthenticationFailed, BadRequest, GatewayError
+from proxy.ledger.writer import LedgerWriter
 
 DATABASE_TIMEOUT = 10.0
 _JSON = "application/json"
@@ -36,17 +37,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class AdminContext:
     """What the admin routes need from the app: the process's database, the current
-    snapshot's authenticator (a function: it changes on reload), and how to reload."""
+    snapshot's authenticator (a function: it changes on reload), how to reload, and the
+    process's spend ledger writer (None without one)."""
 
     def __init__(
         self,
         database: Database,
         authenticator: Callable[[], Authenticator],
         reload: Callable[[], bool],
+        ledger: LedgerWriter | None = None,
     ) -> None:
         self.database = database
         self.authenticator = authenticator
         self.reload = reload
+        self.ledger = ledger
 
     def registry(self) -> Registry:
         """A registry over the database and the current config."""

@@ -87,6 +87,7 @@ class Authenticator:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._ttl = auth.cache_ttl
+        self._user_budget = auth.user_budget
         self._timeout = auth.lookup_timeout
         self._database = database
         self._keys = None if database is None else KeyRepository(database)
@@ -106,6 +107,7 @@ class Authenticator:
                 metadata=team.metadata,
                 created_at=self.loaded_at,
                 source="config",
+                budget=team.budget,
             )
             for team_id, team in auth.teams.items()
         }
@@ -129,6 +131,7 @@ class Authenticator:
                 metadata=declared.metadata,
                 created_at=self.loaded_at,
                 source="config",
+                budget=declared.budget,
             )
             self.config_keys.append(record)
             self._declared[hash_key(declared.key)] = self._entry(record, None, 0.0)
@@ -177,7 +180,7 @@ class Authenticator:
         expires = None if key.expires_at is None else key.expires_at.timestamp()
         if key.blocked:
             return _Entry(None, "blocked", expires, fetched)
-        return _Entry(principal_of(key, team), None, expires, fetched)
+        return _Entry(principal_of(key, team, self._user_budget), None, expires, fetched)
 
     async def _lookup(self, digest: str) -> _Entry:
         pending = self._lookups.get(digest)

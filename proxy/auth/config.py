@@ -7,8 +7,10 @@ auth:
   master_key: "${CROSSWAY_MASTER_KEY:-}"   # admin API + every model; empty = admin API off
   cache_ttl: 5                             # seconds a key lookup may be served from memory
   lookup_timeout: 2                        # seconds a cache miss may wait for the database
+  user_budget: {max_usd: 5, period: 1d}    # each end user a request names (OpenAI `user`)
   teams:
-    search: {models: [fast, default], rpm: 1200, tpm: 400000, max_parallel: 50}
+    search: {models: [fast, default], rpm: 1200, tpm: 400000, max_parallel: 50,
+             budget: {max_usd: 200, period: 1mo, soft_usd: 150}}
   keys:                                    # declared keys: hashed at load, read-only
     - {key: "${SEARCH_CI_KEY}", alias: search-ci, team: search, models: [fast], rpm: 60}
 ```
@@ -28,6 +30,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from proxy.auth.tokens import MAX_KEY_LENGTH, MIN_DECLARED_KEY_LENGTH
+from proxy.canonical import Budget
 
 DEFAULT_DATABASE_URL = "sqlite:///${CROSSWAY_DATA_DIR:-./data}/crossway.db"
 MIN_MASTER_KEY_LENGTH = 32
@@ -41,11 +44,14 @@ Moment = Annotated[datetime, Meta(tz=True)]
 
 
 class DatabaseConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    """Where keys and teams (and later the spend ledger) are kept: ``sqlite:///path`` (created
-    and migrated on first use) or ``postgresql://…``. Applies as the process started. When the
-    section is omitted, the file is ``crossway.db`` in ``$CROSSWAY_DATA_DIR`` (``./data``)."""
+    """Where keys, teams and the spend ledger are kept: ``sqlite:///path`` (created and
+    migrated on first use) or ``postgresql://…``. Applies as the process started. When the
+    section is omitted, the file is ``crossway.db`` in ``$CROSSWAY_DATA_DIR`` (``./data``).
+    ``journal_dir`` is where spend records wait while the database cannot take them
+    (default: ``ledger-journal`` beside the SQLite file, or in ``$CROSSWAY_DATA_DIR``)."""
 
     url: Annotated[str, Meta(pattern=_DATABASE_URL)] = "sqlite:///./data/crossway.db"
+    journal_dir: Annotated[str, Meta(min_length=1)] | None = None
 
 
 class TeamConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -57,6 +63,7 @@ class TeamConfig(Struct, frozen=True, forbid_unknown_fields=True):
     tpm: Positive | None = None
     max_parallel: Positive | None = None
     metadata: dict[str, Any] | None = None
+    budget: Budget | None = None
 
 
 class DeclaredKey(Struct, frozen=True, forbid_unknown_fields=True):
@@ -74,6 +81,7 @@ class DeclaredKey(Struct, frozen=True, forbid_unknown_fields=True):
     blocked: bool = False
     expires_at: Moment | None = None
     metadata: dict[str, Any] | None = None
+    budget: Budget | None = None
 
 
 class AuthConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -84,6 +92,7 @@ class AuthConfig(Struct, frozen=True, forbid_unknown_fields=True):
     lookup_timeout: Annotated[float, Meta(gt=0, le=60)] = 2.0
     teams: dict[TeamId, TeamConfig] = msgspec.field(default_factory=dict)
     keys: tuple[DeclaredKey, ...] = ()
+    user_budget: Budget | None = None
 
 
 def check_auth(auth: AuthConfig, errors: list[str]) -> None:

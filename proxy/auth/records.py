@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from msgspec import Struct
 
-from proxy.canonical import Principal, RateLimits
+from proxy.canonical import Budget, Principal, RateLimits
 
 Source = Literal["api", "config"]
 
@@ -28,6 +28,7 @@ class TeamRecord(Struct, frozen=True):
     metadata: dict[str, Any] | None
     created_at: datetime
     source: Source = "api"
+    budget: Budget | None = None
 
 
 class KeyRecord(Struct, frozen=True):
@@ -47,12 +48,15 @@ class KeyRecord(Struct, frozen=True):
     metadata: dict[str, Any] | None
     created_at: datetime
     source: Source = "api"
+    budget: Budget | None = None
 
 
-def principal_of(key: KeyRecord, team: TeamRecord | None) -> Principal:
+def principal_of(
+    key: KeyRecord, team: TeamRecord | None, user_budget: Budget | None = None
+) -> Principal:
     """The principal a request with ``key`` runs as: the key's and its team's model lists
-    intersected, the key's and the team's limits each kept (the team's are counted for the
-    whole team)."""
+    intersected, the key's and the team's limits and budgets each kept (the team's are counted
+    for the whole team), and the budget of each end user (``auth.user_budget``)."""
     return Principal(
         key_id=key.id,
         key_alias=key.alias,
@@ -61,6 +65,9 @@ def principal_of(key: KeyRecord, team: TeamRecord | None) -> Principal:
         models=_allowed(key.models, None if team is None else team.models),
         limits=_limits(key.rpm, key.tpm, key.max_parallel),
         team_limits=None if team is None else _limits(team.rpm, team.tpm, team.max_parallel),
+        budget=key.budget,
+        team_budget=None if team is None else team.budget,
+        user_budget=user_budget,
     )
 
 

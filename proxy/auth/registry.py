@@ -27,7 +27,7 @@ from proxy.auth.authenticator import Authenticator
 from proxy.auth.config import Alias, ModelName, Moment, Positive, TeamId
 from proxy.auth.records import KeyRecord, TeamRecord
 from proxy.auth.tokens import hash_key, mint_key, shown_prefix
-from proxy.canonical import Principal
+from proxy.canonical import Budget, Principal
 from proxy.db import Database
 from proxy.db.keys import KeyRepository
 from proxy.db.teams import TeamRepository
@@ -49,6 +49,7 @@ class NewKey(Struct, frozen=True, forbid_unknown_fields=True):
     max_parallel: Positive | None = None
     expires_at: Moment | None = None
     metadata: Metadata | None = None
+    budget: Budget | None = None
 
 
 class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -62,6 +63,7 @@ class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
     blocked: bool | UnsetType = UNSET
     expires_at: Moment | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
+    budget: Budget | UnsetType | None = UNSET
 
 
 class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
@@ -73,6 +75,7 @@ class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
     tpm: Positive | None = None
     max_parallel: Positive | None = None
     metadata: Metadata | None = None
+    budget: Budget | None = None
 
 
 class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -83,6 +86,7 @@ class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
     tpm: Positive | UnsetType | None = UNSET
     max_parallel: Positive | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
+    budget: Budget | UnsetType | None = UNSET
 
 
 class Registry:
@@ -120,6 +124,7 @@ class Registry:
             expires_at=new.expires_at,
             metadata=new.metadata,
             created_at=now,
+            budget=new.budget,
         )
         await self._keys.insert(record, hash_key(key))
         return record, key
@@ -187,6 +192,7 @@ class Registry:
             max_parallel=new.max_parallel,
             metadata=new.metadata,
             created_at=datetime.now(UTC),
+            budget=new.budget,
         )
         try:
             await self._teams.insert(record)

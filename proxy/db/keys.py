@@ -14,7 +14,7 @@ from proxy.db.schema import keys, teams
 from proxy.db.teams import team_record
 
 KEY_FIELDS = ("alias", "team", "user", "models", "rpm", "tpm", "max_parallel", "blocked")
-KEY_FIELDS += ("expires_at", "metadata")
+KEY_FIELDS += ("expires_at", "metadata", "budget")
 _COLUMN = {"user": "user_id"}  # record field -> column, where they differ
 _TEAM_COLUMNS = [column.label(f"team_{column.name}") for column in teams.c]
 
@@ -123,4 +123,5 @@ def key_record(row: Mapping[str, Any]) -> KeyRecord:
         expires_at=row["expires_at"],
         metadata=row["metadata"],
         created_at=row["created_at"],
+        budget=row["budget"],
     )

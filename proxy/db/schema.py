@@ -11,8 +11,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
+
+from proxy.canonical import Budget
 
 METADATA = sa.MetaData()
 VERSION_TABLE = "crossway_schema_version"  # Alembic's record of the migrations applied
@@ -43,6 +46,21 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
+class BudgetJSON(sa.types.TypeDecorator[Budget]):
+    """A :class:`~proxy.canonical.Budget` kept as a JSON object."""
+
+    impl = sa.JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Budget | None, dialect: Dialect) -> Any:
+        """The budget as a JSON-ready mapping."""
+        return None if value is None else msgspec.to_builtins(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Budget | None:
+        """The stored mapping as a budget."""
+        return None if value is None else msgspec.convert(value, Budget)
+
+
 teams = sa.Table(
     "teams",
     METADATA,
@@ -54,6 +72,7 @@ teams = sa.Table(
     sa.Column("metadata", sa.JSON, nullable=True),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.Column("budget", BudgetJSON, nullable=True),
 )
 
 keys = sa.Table(
@@ -74,6 +93,44 @@ keys = sa.Table(
     sa.Column("metadata", sa.JSON, nullable=True),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.Column("budget", BudgetJSON, nullable=True),
+)
+
+# The spend ledger: one row per request (proxy/db/spend.py). Money in integer nano-dollars;
+# ``day`` (UTC, YYYY-MM-DD) is stored so that grouping by day is the same on every engine.
+spend = sa.Table(
+    "spend",
+    METADATA,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("request_id", sa.String(128), nullable=False),
+    sa.Column("time", UtcDateTime, nullable=False),
+    sa.Column("day", sa.String(10), nullable=False),
+    sa.Column("key_id", sa.String(40), nullable=True),
+    sa.Column("key_alias", sa.String(128), nullable=True),
+    sa.Column("team", sa.String(64), nullable=True),
+    sa.Column("end_user", sa.String(256), nullable=True),
+    sa.Column("dialect", sa.String(32), nullable=False),
+    sa.Column("model", sa.String(256), nullable=True),
+    sa.Column("provider", sa.String(64), nullable=True),
+    sa.Column("upstream_model", sa.String(256), nullable=True),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_read_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("reasoning_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cost_nanos", sa.BigInteger, nullable=True),
+    sa.Column("cost_source", sa.String(16), nullable=True),
+    sa.Column("saved_nanos", sa.BigInteger, nullable=True),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("error_code", sa.String(64), nullable=True),
+    sa.Column("duration_ms", sa.Float, nullable=False),
+    sa.Column("ttft_ms", sa.Float, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("fallback", sa.String(256), nullable=True),
+    sa.Column("cache", sa.String(8), nullable=True),
+    sa.Index("ix_spend_time", "time"),
+    sa.Index("ix_spend_key_time", "key_id", "time"),
+    sa.Index("ix_spend_team_time", "team", "time"),
 )
 
 responses = sa.Table(

@@ -10,7 +10,7 @@ from proxy.auth.records import TeamRecord
 from proxy.db import Database
 from proxy.db.schema import teams
 
-TEAM_FIELDS = ("models", "rpm", "tpm", "max_parallel", "metadata")
+TEAM_FIELDS = ("models", "rpm", "tpm", "max_parallel", "metadata", "budget")
 
 
 class TeamRepository:
@@ -76,4 +76,5 @@ def team_record(row: Mapping[str, Any]) -> TeamRecord:
         max_parallel=row["max_parallel"],
         metadata=row["metadata"],
         created_at=row["created_at"],
+        budget=row["budget"],
     )

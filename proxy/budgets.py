@@ -1,0 +1,272 @@
+"""Budgets: live spend per key, team and end user, and the admission rule that enforces them.
+
+Spend lives in the state store (:mod:`proxy.store`), so that a shared backend shares it:
+
+- ``crossway:spend:<scope>:<id>:d<day>`` — nano-dollars charged on one UTC day (``day`` counts
+  days since 1970-01-01), kept 40 days;
+- ``crossway:spend:<scope>:<id>:all`` — nano-dollars charged ever.
+
+``scope`` is ``key``, ``team`` or ``user``. The counters include the reservations of requests
+still in flight. They are rebuilt from the spend ledger when the gateway starts
+(:meth:`SpendCounters.rebuild`, which sets only counters the store does not hold yet).
+
+A budget's period decides which counters it reads, in UTC:
+
+- ``1d``: the current calendar day (resets at midnight UTC);
+- ``7d``, ``30d``: rolling windows of whole days — today and the 6 (29) days before it; the
+  oldest day leaves the window at each midnight UTC;
+- ``1mo``: the current calendar month (resets on the first, at midnight UTC);
+- ``lifetime``: never resets.
+
+Admission: a request is refused once its scope's spend in the period (charged plus reserved)
+has reached ``max_usd``; otherwise it reserves its worst-case cost at once (atomically, one
+``incr``), and the reservation is corrected to the real cost when the request ends. Concurrent
+requests therefore see each other's reservations: with room for five worst cases, twenty
+concurrent requests are admitted about five at a time. The bound on overshoot: the last request
+admitted may reserve more than was left, so a period's spend can exceed ``max_usd`` by at most
+one request's reservation — plus, for a request that set no ``max_tokens``, whatever its output
+cost beyond the default output reserve (and any error in the prompt estimate).
+
+Sums of whole past days (for ``7d``, ``30d``, ``1mo``) are read from the store at most once a
+minute per scope and kept in process; today's counter is always read live.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Literal, NamedTuple
+
+from proxy.canonical import Budget, BudgetPeriod
+from proxy.pricing import NANOS_PER_USD
+from proxy.store import Store
+
+Clock = Callable[[], float]
+Scope = Literal["key", "team", "user"]
+
+_PREFIX = "crossway:spend:"
+_DAY = 86_400
+_KEEP_DAYS = 40
+_DAY_TTL = _KEEP_DAYS * _DAY
+_CLOSED_TTL = 60.0
+_WINDOW_DAYS = {"1d": 1, "7d": 7, "30d": 30}
+_MAX_CACHED = 10_000
+
+
+def max_nanos(budget: Budget) -> int:
+    """``budget.max_usd`` in nano-dollars."""
+    return round(budget.max_usd * NANOS_PER_USD)
+
+
+def soft_nanos(budget: Budget) -> int | None:
+    """``budget.soft_usd`` in nano-dollars, or None."""
+    return None if budget.soft_usd is None else round(budget.soft_usd * NANOS_PER_USD)
+
+
+def day_of(now: float) -> int:
+    """The UTC day number of the UNIX time ``now``."""
+    return int(now // _DAY)
+
+
+def resets_at(period: BudgetPeriod, now: float) -> datetime | None:
+    """When ``period``'s window next moves (calendar periods: resets), None for ``lifetime``."""
+    if period == "lifetime":
+        return None
+    today = datetime.fromtimestamp(day_of(now) * _DAY, UTC)
+    if period == "1mo":
+        year, month = (today.year + 1, 1) if today.month == 12 else (today.year, today.month + 1)
+        return today.replace(year=year, month=month, day=1)
+    return today + timedelta(days=1)
+
+
+class Reservation(NamedTuple):
+    """What one request reserved on one scope: the counters it incremented and by how much."""
+
+    scope: Scope
+    ident: str
+    day_key: str
+    all_key: str
+    nanos: int
+
+
+class Refusal(NamedTuple):
+    """A scope whose budget is spent: which, its budget, what was spent (nano-dollars)."""
+
+    scope: Scope
+    ident: str
+    budget: Budget
+    spent: int
+
+
+class Crossing(NamedTuple):
+    """A scope whose spend just crossed its soft limit."""
+
+    scope: Scope
+    ident: str
+    budget: Budget
+    spent: int
+
+
+class SpendCounters:
+    """The live spend counters in ``store`` (see the module docstring).
+
+    Every method may raise :class:`~proxy.store.StoreUnavailable`; the caller applies its
+    failure policy. ``clock`` is wall time (UNIX seconds) so that days agree between instances.
+    """
+
+    def __init__(self, store: Store, clock: Clock = time.time) -> None:
+        self._store = store
+        self._clock = clock
+        self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
+
+    async def reserve(
+        self, scopes: Iterable[tuple[Scope, str, Budget]], nanos: int
+    ) -> tuple[list[Reservation], Refusal | None]:
+        """Reserve ``nanos`` on every scope (``(scope, id, budget)``); a scope whose period's
+        spend has reached its budget refuses, and then nothing stays reserved.
+
+        Returns the reservations (to :meth:`settle` later) and the refusal, if any.
+        """
+        day = day_of(self._clock())
+        made: list[Reservation] = []
+        for scope, ident, budget in scopes:
+            day_key, all_key = self._keys(scope, ident, day)
+            day_total = await self._store.incr(day_key, nanos, ttl=_DAY_TTL)
+            all_total = await self._store.incr(all_key, nanos)
+            made.append(Reservation(scope, ident, day_key, all_key, nanos))
+            if budget.period == "lifetime":
+                spent = all_total - nanos
+            else:
+                spent = (
+                    day_total - nanos + await self._closed_days(scope, ident, budget.period, day)
+                )
+            if spent >= max_nanos(budget):
+                await self.release(made)
+                return [], Refusal(scope, ident, budget, spent)
+        return made, None
+
+    async def release(self, reservations: Iterable[Reservation]) -> None:
+        """Undo ``reservations`` (a refused or cancelled request)."""
+        for reservation in reservations:
+            await self._store.incr(reservation.day_key, -reservation.nanos)
+            await self._store.incr(reservation.all_key, -reservation.nanos)
+
+    async def settle(
+        self,
+        reservations: Iterable[Reservation],
+        unreserved: Iterable[tuple[Scope, str]],
+        nanos: int,
+        budgets: Mapping[tuple[Scope, str], Budget],
+    ) -> list[Crossing]:
+        """Charge ``nanos``: each reservation is corrected to it, each ``unreserved`` scope
+        (one without a budget) has it added. Returns the scopes whose soft limit (of
+        ``budgets``) this charge crossed."""
+        day = day_of(self._clock())
+        for scope, ident in unreserved:
+            day_key, all_key = self._keys(scope, ident, day)
+            await self._store.incr(day_key, nanos, ttl=_DAY_TTL)
+            await self._store.incr(all_key, nanos)
+        crossings: list[Crossing] = []
+        for reservation in reservations:
+            delta = nanos - reservation.nanos
+            day_total = await self._store.incr(reservation.day_key, delta, ttl=_DAY_TTL)
+            all_total = await self._store.incr(reservation.all_key, delta)
+            budget = budgets.get((reservation.scope, reservation.ident))
+            soft = None if budget is None else soft_nanos(budget)
+            if budget is None or soft is None:
+                continue
+            if budget.period == "lifetime":
+                after = all_total
+            else:
+                reserved_day = int(reservation.day_key.rsplit(":d", 1)[1])
+                closed = await self._closed_days(
+                    reservation.scope, reservation.ident, budget.period, reserved_day
+                )
+                after = day_total + closed
+            if after - nanos < soft <= after:
+                crossings.append(Crossing(reservation.scope, reservation.ident, budget, after))
+        return crossings
+
+    def clock(self) -> float:
+        """The wall time these counters use (UNIX seconds)."""
+        return self._clock()
+
+    async def first_alert(self, crossing: Crossing, now: float) -> bool:
+        """Whether ``crossing`` is the first of its scope in this period (alerts once a period;
+        a rolling period once a day)."""
+        budget = crossing.budget
+        if budget.period == "lifetime":
+            bucket = "all"
+        elif budget.period == "1mo":
+            bucket = datetime.fromtimestamp(now, UTC).strftime("m%Y%m")
+        else:
+            bucket = f"d{day_of(now)}"
+        key = f"crossway:budget-alert:{crossing.scope}:{crossing.ident}:{budget.period}:{bucket}"
+        return await self._store.incr(key, 1, ttl=_DAY_TTL) == 1
+
+    async def spent(self, scope: Scope, ident: str, period: BudgetPeriod) -> int:
+        """What ``scope`` / ``ident`` spent in ``period`` so far (reservations included)."""
+        day = day_of(self._clock())
+        day_key, all_key = self._keys(scope, ident, day)
+        if period == "lifetime":
+            return int(await self._store.get(all_key) or 0)
+        today = int(await self._store.get(day_key) or 0)
+        return today + await self._closed_days(scope, ident, period, day)
+
+    async def rebuild(
+        self,
+        days: Iterable[tuple[Scope, str, int, int]],
+        totals: Iterable[tuple[Scope, str, int]],
+    ) -> int:
+        """Seed the counters from the ledger: ``days`` as ``(scope, id, day, nanos)`` and
+        ``totals`` as ``(scope, id, nanos)``. Only counters the store does not hold are set (a
+        shared store that other instances already keep wins). Returns how many were set."""
+        now_day = day_of(self._clock())
+        written = 0
+        for scope, ident, day, nanos in days:
+            if day <= now_day - _KEEP_DAYS:
+                continue
+            key = self._keys(scope, ident, day)[0]
+            remaining = (day + _KEEP_DAYS) * _DAY - self._clock()
+            written += await self._seed(key, nanos, remaining)
+        for scope, ident, nanos in totals:
+            written += await self._seed(self._keys(scope, ident, now_day)[1], nanos, None)
+        self._closed.clear()
+        return written
+
+    async def _seed(self, key: str, nanos: int, ttl: float | None) -> int:
+        if await self._store.get(key) is not None:
+            return 0
+        await self._store.set(key, str(nanos).encode(), ttl=ttl)
+        return 1
+
+    async def _closed_days(self, scope: Scope, ident: str, period: BudgetPeriod, day: int) -> int:
+        """The spend of the whole days before ``day`` that ``period`` covers (cached a
+        minute)."""
+        if period == "1d" or period == "lifetime":
+            return 0
+        if period == "1mo":
+            first = day_of(datetime.fromtimestamp(day * _DAY, UTC).replace(day=1).timestamp())
+            count = day - first
+        else:
+            count = _WINDOW_DAYS[period] - 1
+        if count <= 0:
+            return 0
+        cache_key = (scope, ident, day, period)
+        now = time.monotonic()
+        cached = self._closed.get(cache_key)
+        if cached is not None and now - cached[0] < _CLOSED_TTL:
+            return cached[1]
+        total = 0
+        for past in range(day - count, day):
+            total += int(await self._store.get(self._keys(scope, ident, past)[0]) or 0)
+        if len(self._closed) >= _MAX_CACHED:
+            self._closed.clear()
+        self._closed[cache_key] = (now, total)
+        return total
+
+    @staticmethod
+    def _keys(scope: Scope, ident: str, day: int) -> tuple[str, str]:
+        base = f"{_PREFIX}{scope}:{ident}:"
+        return f"{base}d{day}", f"{base}all"

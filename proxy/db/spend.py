@@ -1,0 +1,246 @@
+"""The ``spend`` table: the ledger's records, and the sums the spend API and budgets read.
+
+:meth:`SpendRepository.write` is the ledger writer's sink: one multi-row insert per batch that
+skips ids the table already has (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL alike), so
+that replaying a journal never duplicates a record. Money is summed in SQL as integers
+(nano-dollars); grouping by day uses the stored UTC ``day`` column, the same on every engine.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from proxy.db import Database
+from proxy.db.schema import spend
+from proxy.ledger.records import SpendRecord
+
+Group = Literal["key", "team", "model", "provider", "user", "day"]
+GROUPS: dict[str, tuple[str, sa.Column[Any]]] = {
+    "key": ("key_id", spend.c.key_id),
+    "team": ("team", spend.c.team),
+    "model": ("model", spend.c.model),
+    "provider": ("provider", spend.c.provider),
+    "user": ("user", spend.c.end_user),
+    "day": ("day", spend.c.day),
+}
+TOKEN_FIELDS = (
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
+_COLUMN = {"user": "end_user"}  # record field -> column, where they differ
+_RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
+
+
+class SpendFilter:
+    """Which records a query covers: ``start`` (inclusive) to ``end`` (exclusive), and only a
+    ``team``, a ``key_id`` or a ``user`` when given."""
+
+    __slots__ = ("end", "key_id", "start", "team", "user")
+
+    def __init__(
+        self,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        team: str | None = None,
+        key_id: str | None = None,
+        user: str | None = None,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.team = team
+        self.key_id = key_id
+        self.user = user
+
+    def apply(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        """``query`` restricted to these records."""
+        if self.start is not None:
+            query = query.where(spend.c.time >= self.start)
+        if self.end is not None:
+            query = query.where(spend.c.time < self.end)
+        if self.team is not None:
+            query = query.where(spend.c.team == self.team)
+        if self.key_id is not None:
+            query = query.where(spend.c.key_id == self.key_id)
+        if self.user is not None:
+            query = query.where(spend.c.end_user == self.user)
+        return query
+
+
+class SpendRepository:
+    """Writes and reads the ledger. Raises what the driver raises when the database cannot
+    answer (the writer journals; the API answers 503)."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._days: dict[int, str] = {}
+
+    async def write(self, records: Sequence[SpendRecord]) -> None:
+        """Store every record whose id the table does not have yet (see the module
+        docstring); opens the database on first use."""
+        if not records:
+            return
+        await self._database.open()
+        rows = [self._row(record) for record in records]
+        async with self._database.connect() as connection:
+            await connection.execute(_insert_ignoring_duplicates(connection), rows)
+
+    async def totals(
+        self, where: SpendFilter, group_by: Sequence[Group]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Sums per group (``requests``, the token buckets, ``cost_nanos``, ``saved_nanos``),
+        largest cost first, and the sums of everything ``where`` covers."""
+        await self._database.open()
+        keys = [GROUPS[name] for name in group_by]
+        sums = _sums()
+        grouped = where.apply(
+            sa.select(*(column.label(label) for label, column in keys), *sums)
+        ).group_by(*(column for _, column in keys))
+        grouped = grouped.order_by(sa.desc("cost_nanos"), *(column for _, column in keys))
+        async with self._database.connect() as connection:
+            rows = [dict(row._mapping) for row in await connection.execute(grouped)]
+            total = (await connection.execute(where.apply(sa.select(*_sums())))).one()
+        return [_numbers(row) for row in rows], _numbers(dict(total._mapping))
+
+    async def logs(
+        self, where: SpendFilter, limit: int, cursor: str | None = None
+    ) -> tuple[list[SpendRecord], str | None]:
+        """Records newest first, at most ``limit``, after ``cursor``; and the cursor of the next
+        page (None at the end). Raises :class:`ValueError` for a cursor this never made."""
+        await self._database.open()
+        query = where.apply(spend.select())
+        if cursor is not None:
+            moment, record_id = decode_cursor(cursor)
+            query = query.where(
+                sa.or_(
+                    spend.c.time < moment,
+                    sa.and_(spend.c.time == moment, spend.c.id < record_id),
+                )
+            )
+        query = query.order_by(spend.c.time.desc(), spend.c.id.desc()).limit(limit + 1)
+        async with self._database.connect() as connection:
+            rows = list(await connection.execute(query))
+        records = [_record(row._mapping) for row in rows[:limit]]
+        more = len(rows) > limit
+        last = rows[limit - 1]._mapping if more else None
+        return records, None if last is None else encode_cursor(last["time"], last["id"])
+
+    async def day_sums(self, since: datetime, limit_users: int) -> list[tuple[str, str, str, int]]:
+        """``(scope, id, day, nanos)`` for every key, team and (the ``limit_users`` most recent)
+        end user with spend since ``since``: what the budget counters are rebuilt from."""
+        await self._database.open()
+        found: list[tuple[str, str, str, int]] = []
+        async with self._database.connect() as connection:
+            for scope, column in (("key", spend.c.key_id), ("team", spend.c.team)):
+                found += await _per_day(connection, scope, column, since, None)
+            recent = (
+                sa.select(spend.c.end_user)
+                .where(spend.c.time >= since, spend.c.end_user.is_not(None))
+                .group_by(spend.c.end_user)
+                .order_by(sa.func.max(spend.c.time).desc())
+                .limit(limit_users)
+            )
+            found += await _per_day(connection, "user", spend.c.end_user, since, recent)
+        return found
+
+    async def lifetime_sums(self) -> list[tuple[str, str, int]]:
+        """``(scope, id, nanos)`` ever charged, for every key and team."""
+        await self._database.open()
+        found: list[tuple[str, str, int]] = []
+        async with self._database.connect() as connection:
+            for scope, column in (("key", spend.c.key_id), ("team", spend.c.team)):
+                query = (
+                    sa.select(column, sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0))
+                    .where(column.is_not(None))
+                    .group_by(column)
+                )
+                found += [
+                    (scope, ident, int(nanos)) for ident, nanos in await connection.execute(query)
+                ]
+        return found
+
+    def _row(self, record: SpendRecord) -> dict[str, Any]:
+        row = {_COLUMN.get(field, field): getattr(record, field) for field in _RECORD_FIELDS}
+        moment = datetime.fromtimestamp(record.time, UTC)
+        row["time"] = moment
+        day_number = int(record.time // 86_400)
+        day = self._days.get(day_number)
+        if day is None:
+            if len(self._days) > 64:
+                self._days.clear()
+            day = self._days[day_number] = moment.strftime("%Y-%m-%d")
+        row["day"] = day
+        return row
+
+
+async def _per_day(
+    connection: AsyncConnection,
+    scope: str,
+    column: sa.Column[Any],
+    since: datetime,
+    among: sa.Select[Any] | None,
+) -> list[tuple[str, str, str, int]]:
+    query = (
+        sa.select(column, spend.c.day, sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0))
+        .where(spend.c.time >= since, column.is_not(None))
+        .group_by(column, spend.c.day)
+    )
+    if among is not None:
+        query = query.where(column.in_(among.scalar_subquery()))
+    rows = await connection.execute(query)
+    return [(scope, ident, day, int(nanos)) for ident, day, nanos in rows]
+
+
+def _insert_ignoring_duplicates(connection: AsyncConnection) -> Any:
+    if connection.dialect.name == "postgresql":
+        return postgresql.insert(spend).on_conflict_do_nothing(index_elements=["id"])
+    return sqlite.insert(spend).on_conflict_do_nothing(index_elements=["id"])
+
+
+def _sums() -> list[sa.Label[Any]]:
+    columns = [sa.func.count().label("requests")]
+    columns += [
+        sa.func.coalesce(sa.func.sum(spend.c[name]), 0).label(name) for name in TOKEN_FIELDS
+    ]
+    columns.append(sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0).label("cost_nanos"))
+    columns.append(sa.func.coalesce(sa.func.sum(spend.c.saved_nanos), 0).label("saved_nanos"))
+    return columns
+
+
+def _numbers(row: dict[str, Any]) -> dict[str, Any]:
+    """Sums as Python ints (PostgreSQL returns ``Decimal`` for sums of BIGINT)."""
+    for name in ("requests", *TOKEN_FIELDS, "cost_nanos", "saved_nanos"):
+        row[name] = int(row[name] or 0)
+    return row
+
+
+def _record(row: Any) -> SpendRecord:
+    values = {field: row[_COLUMN.get(field, field)] for field in _RECORD_FIELDS}
+    values["time"] = row["time"].timestamp()
+    return SpendRecord(**values)
+
+
+def encode_cursor(moment: datetime, record_id: str) -> str:
+    """An opaque page cursor: the last record's time and id."""
+    micros = round(moment.timestamp() * 1_000_000)
+    return base64.urlsafe_b64encode(f"{micros}:{record_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The time and id in ``cursor``; raises :class:`ValueError` if it is not one."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        micros, record_id = text.split(":", 1)
+        return datetime.fromtimestamp(int(micros) / 1_000_000, UTC), record_id
+    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
+        raise ValueError("not a cursor of this API") from None

@@ -1,0 +1,261 @@
+"""The ledger writer: records queued on the request path, written to the database in batches.
+
+:meth:`LedgerWriter.record` is all the request path does: append to an in-memory queue (O(1),
+no I/O). A background task writes the queue to the :class:`LedgerSink` (the database) in
+batches of at most ``batch_size`` records, at least every ``interval`` seconds while records
+wait. The sink is never waited on for more than ``write_timeout``: a batch that fails or is
+slower goes to the :class:`~proxy.ledger.journal.Journal` instead (a slow write is left to
+finish on its own; the database ignores the ids it then gets twice), and for ``retry_after``
+seconds every batch goes straight to the journal; then the next batch tries the database
+again. Once a batch reaches the database, journal files are replayed — one batch per round,
+interleaved with new records so that catching up never starves them — and deleted.
+
+Nothing is dropped silently. The queue holds at most ``max_queue`` records; beyond that (the
+database and the disk both failing) records are dropped, logged and counted in
+``crossway_ledger_dropped_total``, as are journal lines that cannot be read back.
+``crossway_ledger_pending`` is what this process has not yet written to the database (queued,
+and journaled but not replayed); ``crossway_ledger_journaled_total`` counts records that went
+to the journal. :meth:`close` (on SIGTERM, after in-flight requests finished) writes what is
+queued: to the database if it answers in time, else to the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from proxy.ledger.journal import Claimed, Journal
+from proxy.ledger.records import SpendRecord
+from proxy.metrics import Metrics
+
+Clock = Callable[[], float]
+
+
+class LedgerSink(Protocol):
+    """Where records go: the database. ``write`` stores every record of ``records`` whose id it
+    does not have yet (idempotent), or raises; it may be slow."""
+
+    async def write(self, records: Sequence[SpendRecord]) -> None:
+        """Store ``records`` (ignoring ids already stored)."""
+        ...
+
+
+class LedgerWriter:
+    """See the module docstring. Use from one event loop; the task starts with the first
+    record (or :meth:`start`). ``logger`` may be replaced (the app gives it its own)."""
+
+    def __init__(
+        self,
+        sink: LedgerSink,
+        journal: Journal,
+        metrics: Metrics,
+        logger: Any,
+        *,
+        batch_size: int = 500,
+        interval: float = 1.0,
+        max_queue: int = 100_000,
+        write_timeout: float = 2.0,
+        retry_after: float = 5.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._sink = sink
+        self._journal = journal
+        self.logger = logger
+        self._batch_size = batch_size
+        self._interval = interval
+        self._max_queue = max_queue
+        self._write_timeout = write_timeout
+        self._retry_after = retry_after
+        self._clock = clock
+        self._queue: collections.deque[SpendRecord] = collections.deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._down_until = 0.0
+        self._straggler: asyncio.Future[None] | None = None  # a write that outlived its timeout
+        self._replaying: list[Claimed] = []
+        self._replay_batches: Any = None
+        self._catch_up = True  # journal files from earlier runs are replayed once it answers
+        self._journaled_pending = 0
+        self._pending = metrics.ledger_pending()
+        self._journaled = metrics.ledger_journaled()
+        self._dropped = metrics.ledger_dropped()
+
+    @property
+    def pending(self) -> int:
+        """Records not yet in the database: queued, and journaled but not replayed."""
+        return len(self._queue) + self._journaled_pending
+
+    def record(self, record: SpendRecord) -> None:
+        """Queue ``record`` for the database (never blocks, never raises; once closed, the
+        record goes to the journal at once)."""
+        if self._closing:
+            self._late(record)
+            return
+        if len(self._queue) >= self._max_queue:
+            self._drop(1, "the ledger queue is full: the database and the journal are failing")
+            return
+        self._queue.append(record)
+        self._pending.inc()
+        if self._task is None:
+            self.start()
+        elif len(self._queue) >= self._batch_size:
+            self._wake.set()
+
+    def start(self) -> None:
+        """Start the background task (idempotent)."""
+        if self._task is None and not self._closing:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def flush(self) -> None:
+        """Write everything queued now (to the database, or the journal), then return."""
+        while self._queue:
+            await self._write(self._take())
+
+    async def close(self) -> None:
+        """Stop the task and write what is queued (database if it answers in time, else the
+        journal). Idempotent."""
+        self._closing = True
+        task, self._task = self._task, None
+        if task is not None:
+            self._wake.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.flush()
+        self._stop_replay()
+        straggler = self._straggler
+        if straggler is not None and not straggler.done():
+            await asyncio.wait((straggler,), timeout=self._write_timeout)
+        self._journal.release()
+
+    async def _run(self) -> None:
+        while not self._closing:
+            try:
+                await self._wait()
+                if self._queue:
+                    await self._write(self._take())
+                if self._usable() and (self._catch_up or self._replaying):
+                    await self._replay_step()
+            except Exception:  # a bug or an unexpected I/O error must not stop the ledger
+                self.logger.exception("ledger_writer_error")
+                self._stop_replay()
+                await asyncio.sleep(self._interval)
+
+    async def _wait(self) -> None:
+        """Until a batch is full, ``interval`` has passed with records waiting, or closing; no
+        wait while a replay has more to do."""
+        if len(self._queue) >= self._batch_size or (self._replaying and self._usable()):
+            return
+        self._wake.clear()
+        timeout = self._interval if self._queue or self._catch_up else None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
+
+    def _take(self) -> list[SpendRecord]:
+        queue = self._queue
+        count = min(len(queue), self._batch_size)
+        batch = [queue.popleft() for _ in range(count)]
+        self._pending.dec(count)
+        return batch
+
+    def _usable(self) -> bool:
+        straggler = self._straggler
+        return self._clock() >= self._down_until and (straggler is None or straggler.done())
+
+    async def _write(self, batch: list[SpendRecord]) -> None:
+        if self._usable() and await self._to_database(batch):
+            return
+        try:
+            self._journal.append(batch)
+        except OSError as exc:
+            self._drop(len(batch), f"the ledger journal cannot be written: {exc.strerror}")
+            return
+        self._journaled.inc(len(batch))
+        self._journaled_pending += len(batch)
+        self._pending.inc(len(batch))
+        self._catch_up = True
+
+    async def _to_database(self, batch: Sequence[SpendRecord]) -> bool:
+        """Whether ``batch`` reached the database within ``write_timeout``."""
+        write = asyncio.ensure_future(self._sink.write(batch))
+        done, _ = await asyncio.wait((write,), timeout=self._write_timeout)
+        if write in done and write.exception() is None:
+            return True
+        if write in done:
+            error = write.exception()
+            reason = f"{type(error).__name__}: {error}"
+        else:
+            self._straggler = write
+            write.add_done_callback(_consume)
+            reason = f"no answer within {self._write_timeout} s"
+        if self._clock() >= self._down_until:  # one warning per outage, not per batch
+            self.logger.warning(
+                "ledger_database_unavailable",
+                reason=reason,
+                journal=str(self._journal.directory),
+                retry_in_s=self._retry_after,
+            )
+        self._down_until = self._clock() + self._retry_after
+        self._stop_replay()
+        return False
+
+    async def _replay_step(self) -> None:
+        """Replay one batch of the journal (claiming its files first)."""
+        if not self._replaying:
+            self._catch_up = False
+            self._replaying = self._journal.claim()
+            if not self._replaying:
+                return
+        while self._replaying:
+            claimed = self._replaying[0]
+            if self._replay_batches is None:
+                self._replay_batches = claimed.batches(self._batch_size)
+            batch = next(self._replay_batches, None)
+            if batch is None:
+                self._finish(claimed)
+                continue
+            if not await self._to_database(batch):
+                return
+            replayed = min(len(batch), self._journaled_pending)
+            self._journaled_pending -= replayed
+            self._pending.dec(replayed)
+            return
+
+    def _finish(self, claimed: Claimed) -> None:
+        self._replaying.pop(0)
+        self._replay_batches = None
+        if claimed.torn:
+            self._drop(claimed.torn, f"unreadable lines in the ledger journal {claimed.path}")
+        claimed.finish()
+        if not self._replaying:
+            self.logger.info("ledger_journal_replayed")
+
+    def _stop_replay(self) -> None:
+        for claimed in self._replaying:
+            claimed.close()
+        self._replaying = []
+        self._replay_batches = None
+        self._catch_up = True
+
+    def _late(self, record: SpendRecord) -> None:
+        try:
+            self._journal.append([record])
+        except OSError as exc:
+            self._drop(1, f"the ledger journal cannot be written: {exc.strerror}")
+            return
+        self._journaled.inc()
+
+    def _drop(self, count: int, reason: str) -> None:
+        self._dropped.inc(count)
+        self.logger.error("ledger_records_dropped", records=count, reason=reason)
+
+
+def _consume(future: asyncio.Future[None]) -> None:
+    """Retrieve a straggling write's outcome (its records were journaled meanwhile)."""
+    if not future.cancelled():
+        future.exception()

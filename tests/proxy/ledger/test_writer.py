@@ -1,0 +1,270 @@
+"""proxy/ledger/writer.py and journal.py: batches, a failing or slow database, the journal and
+its replay without duplicates, close, and every loss counted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from proxy.ledger.journal import Journal
+from proxy.ledger.records import RecordIds, SpendRecord
+from proxy.ledger.writer import LedgerWriter
+from proxy.metrics import Metrics
+from tests.faults import FakeClock
+
+
+class FakeDatabase:
+    """A sink keeping records by id (as the database does); ``mode`` ok, down or slow."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, SpendRecord] = {}
+        self.batches: list[int] = []
+        self.mode = "ok"
+        self.slow = asyncio.Event()
+
+    async def write(self, records: Sequence[SpendRecord]) -> None:
+        if self.mode == "down":
+            raise ConnectionError("database is down")
+        if self.mode == "slow":
+            await self.slow.wait()
+        self.batches.append(len(records))
+        for record in records:
+            self.rows.setdefault(record.id, record)
+
+
+IDS = RecordIds()
+
+
+def record(i: int = 0) -> SpendRecord:
+    return SpendRecord(
+        id=IDS(),
+        request_id=f"req-{i}",
+        time=1_760_000_000.0 + i,
+        key_id="k1",
+        key_alias="ci",
+        team="search",
+        user=None,
+        dialect="openai",
+        model="fast",
+        provider="mock",
+        upstream_model="echo",
+        input_tokens=3,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        output_tokens=2,
+        reasoning_tokens=0,
+        cost_nanos=7000,
+        cost_source="estimated",
+        saved_nanos=None,
+        status=200,
+        error_code=None,
+        duration_ms=1.5,
+        ttft_ms=None,
+        attempts=1,
+        fallback=None,
+        cache=None,
+    )
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, **options) -> None:
+        self.database = FakeDatabase()
+        self.metrics = Metrics()
+        self.clock = FakeClock()
+        self.journal_dir = tmp_path / "journal"
+        options = {"interval": 0.01, "write_timeout": 0.2, "retry_after": 5.0, **options}
+        self.writer = LedgerWriter(
+            self.database,
+            Journal(self.journal_dir),
+            self.metrics,
+            structlog.get_logger(),
+            clock=self.clock,
+            **options,
+        )
+
+    def metric(self, name: str) -> float:
+        value = self.metrics.registry.get_sample_value(name)
+        return 0.0 if value is None else value
+
+    def journal_files(self) -> list[Path]:
+        return sorted(self.journal_dir.glob("ledger-*.jsonl")) if self.journal_dir.exists() else []
+
+
+async def until(condition, within: float = 5.0) -> None:
+    """Poll ``condition`` (bounded): the writer works in the background."""
+    stop = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > stop:
+            raise AssertionError("the condition did not hold in time")
+        await asyncio.sleep(0.005)
+
+
+async def test_records_reach_the_database_in_batches_of_at_most_500(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    sent = [record(i) for i in range(1200)]
+    for r in sent:
+        h.writer.record(r)
+    await until(lambda: len(h.database.rows) == 1200)
+    assert max(h.database.batches) <= 500
+    assert set(h.database.rows) == {r.id for r in sent}
+    assert h.writer.pending == 0
+    assert h.metric("crossway_ledger_pending") == 0
+    await h.writer.close()
+    assert h.metric("crossway_ledger_dropped_total") == 0
+
+
+async def test_a_lone_record_is_written_within_the_interval(tmp_path: Path) -> None:
+    h = Harness(tmp_path, interval=0.05)
+    h.writer.record(record())
+    assert h.writer.pending == 1  # queued: nothing was written on the request path
+    await until(lambda: len(h.database.rows) == 1)
+    await h.writer.close()
+
+
+async def test_a_database_outage_goes_to_the_journal_and_is_replayed_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    h.database.mode = "down"
+    first = [record(i) for i in range(700)]
+    for r in first:
+        h.writer.record(r)
+    await until(lambda: h.metric("crossway_ledger_journaled_total") == 700)
+    assert h.database.rows == {}
+    assert h.writer.pending == 700
+    assert h.metric("crossway_ledger_pending") == 700
+    assert len(h.journal_files()) == 1
+    assert oct(h.journal_files()[0].stat().st_mode & 0o777) == "0o600"
+    # Back up, but within retry_after: still journaled, the database is not hammered.
+    h.database.mode = "ok"
+    h.writer.record(second := record(1000))
+    await until(lambda: h.metric("crossway_ledger_journaled_total") == 701)
+    # After retry_after the next batch probes the database, then the journal is replayed.
+    h.clock.advance(5.0)
+    h.writer.record(third := record(2000))
+    await until(lambda: len(h.database.rows) == 702)
+    assert set(h.database.rows) == {r.id for r in [*first, second, third]}
+    await until(lambda: h.journal_files() == [])
+    assert h.writer.pending == 0
+    await h.writer.close()
+    assert h.metric("crossway_ledger_dropped_total") == 0
+
+
+async def test_a_slow_database_is_not_waited_for_and_the_late_write_is_not_duplicated(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, write_timeout=0.05)
+    h.database.mode = "slow"
+    batch = [record(i) for i in range(10)]
+    for r in batch:
+        h.writer.record(r)
+    await until(lambda: h.metric("crossway_ledger_journaled_total") == 10)
+    assert h.database.rows == {}
+    h.database.mode = "ok"
+    h.database.slow.set()  # the slow write finishes late: its records arrive once
+    await until(lambda: len(h.database.rows) == 10)
+    h.clock.advance(5.0)
+    h.writer.record(last := record(99))
+    await until(lambda: len(h.database.rows) == 11 and h.journal_files() == [])
+    assert set(h.database.rows) == {r.id for r in [*batch, last]}  # replay added no duplicate
+    await h.writer.close()
+
+
+async def test_a_journal_left_by_another_process_is_replayed_when_the_database_answers(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    gone = Journal(h.journal_dir)  # a worker that crashed with records in its journal
+    left = [record(i) for i in range(3)]
+    gone.append(left)
+    gone.release()
+    h.writer.record(mine := record(9))
+    await until(lambda: len(h.database.rows) == 4 and h.journal_files() == [])
+    assert set(h.database.rows) == {r.id for r in [*left, mine]}
+    await h.writer.close()
+
+
+async def test_a_live_writers_journal_is_never_claimed(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    live = Journal(h.journal_dir)  # another worker, still appending (holds its lock)
+    live.append([record(1)])
+    h.writer.record(record(2))
+    await until(lambda: len(h.database.rows) == 1)
+    await h.writer.flush()
+    assert len(h.journal_files()) == 1  # still there, for its owner to replay
+    live.release()
+    await h.writer.close()
+
+
+async def test_an_unreadable_journal_line_is_counted_as_dropped(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.journal_dir.mkdir()
+    torn = h.journal_dir / "ledger-torn.jsonl"
+    journal = Journal(h.journal_dir)
+    journal.append([kept := record(1)])
+    journal.release()
+    (path,) = h.journal_files()
+    path.rename(torn)
+    with torn.open("ab") as file:
+        file.write(b'{"id": "half a rec')  # killed mid-write
+    h.writer.record(record(2))
+    await until(lambda: h.journal_files() == [])
+    assert kept.id in h.database.rows
+    assert h.metric("crossway_ledger_dropped_total") == 1
+    await h.writer.close()
+
+
+async def test_close_writes_what_is_queued_to_the_database_or_else_the_journal(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, interval=60.0)
+    h.writer.record(queued := record(1))
+    await h.writer.close()
+    assert queued.id in h.database.rows
+    down = Harness(tmp_path / "down", interval=60.0)
+    down.database.mode = "down"
+    down.writer.record(record(1))
+    await down.writer.close()
+    assert down.metric("crossway_ledger_journaled_total") == 1
+    assert len(down.journal_files()) == 1
+    down.writer.record(record(2))  # after close (a request that finished late): journaled
+    assert down.metric("crossway_ledger_journaled_total") == 2
+
+
+async def test_a_full_queue_drops_loudly_never_silently(tmp_path: Path) -> None:
+    h = Harness(tmp_path, max_queue=5, interval=60.0)
+    for i in range(8):
+        h.writer.record(record(i))
+    assert h.metric("crossway_ledger_dropped_total") == 3
+    await h.writer.close()
+    assert len(h.database.rows) == 5
+
+
+async def test_a_journal_that_cannot_be_written_drops_loudly(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    h = Harness(tmp_path)
+    h.writer = LedgerWriter(
+        h.database, Journal(blocked / "journal"), h.metrics, structlog.get_logger(), clock=h.clock
+    )
+    h.database.mode = "down"
+    h.writer.record(record())
+    await h.writer.close()
+    assert h.metric("crossway_ledger_dropped_total") == 1
+
+
+def test_ledger_ids_are_unique_across_writers() -> None:
+    first, second = RecordIds(), RecordIds()
+    ids = {first() for _ in range(1000)} | {second() for _ in range(1000)}
+    assert len(ids) == 2000
+    assert all(len(i) == 32 for i in ids)
+
+
+def test_the_journal_directory_is_private(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j")
+    journal.append([record()])
+    assert oct((tmp_path / "j").stat().st_mode & 0o777) == "0o700"

@@ -1,0 +1,163 @@
+"""proxy/budgets.py: live spend counters, the admission rule, periods, soft limits, rebuild."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from proxy.budgets import SpendCounters, day_of, resets_at
+from proxy.canonical import Budget
+from proxy.store import MemoryStore
+from tests.faults import FakeClock
+
+DAY = 86_400.0
+USD = 1_000_000_000
+# 2026-12-15 12:00 UTC: mid-month, mid-day.
+NOON = datetime(2026, 12, 15, 12, tzinfo=UTC).timestamp()
+
+
+class Harness:
+    def __init__(self, now: float = NOON) -> None:
+        self.clock = FakeClock(now)
+        self.store = MemoryStore(self.clock)
+        self.counters = SpendCounters(self.store, clock=self.clock)
+
+    async def spend(
+        self, nanos: int, budget: Budget | None = None, ident: str = "k", scope: str = "key"
+    ) -> bool:
+        """One whole request costing ``nanos`` with worst case ``nanos``; whether admitted."""
+        scopes = [(scope, ident, budget)] if budget is not None else []
+        reservations, refusal = await self.counters.reserve(scopes, nanos)  # type: ignore[arg-type]
+        if refusal is not None:
+            return False
+        unreserved = [] if budget is not None else [(scope, ident)]
+        await self.counters.settle(reservations, unreserved, nanos, {})  # type: ignore[arg-type]
+        return True
+
+
+async def test_a_scope_is_refused_once_its_spend_reaches_the_budget() -> None:
+    h = Harness()
+    budget = Budget(max_usd=1.0, period="1d")
+    assert [await h.spend(USD // 4, budget) for _ in range(5)] == [True] * 4 + [False]
+    assert await h.counters.spent("key", "k", "1d") == USD
+
+
+async def test_concurrent_reservations_see_each_other() -> None:
+    h = Harness()
+    budget = Budget(max_usd=5.0, period="1d")
+    # 20 requests reserve 1 USD each before any of them ends: five fit.
+    results = await asyncio.gather(
+        *(h.counters.reserve([("key", "k", budget)], USD) for _ in range(20))
+    )
+    admitted = [made for made, refusal in results if refusal is None]
+    assert len(admitted) == 5
+    refusals = [refusal for _, refusal in results if refusal is not None]
+    assert {refusal.scope for refusal in refusals} == {"key"}
+    # They cost less than reserved: the corrections free the rest of the budget.
+    for made in admitted:
+        await h.counters.settle(made, [], USD // 2, {})
+    assert await h.counters.spent("key", "k", "1d") == 5 * USD // 2
+    assert await h.spend(USD, budget)
+
+
+async def test_a_refused_request_keeps_nothing_reserved_on_any_scope() -> None:
+    h = Harness()
+    tight, loose = Budget(max_usd=1.0, period="1d"), Budget(max_usd=100.0, period="1d")
+    await h.spend(USD, tight, ident="t", scope="team")  # the team is spent
+    scopes = [("key", "k", loose), ("team", "t", tight)]
+    made, refusal = await h.counters.reserve(scopes, USD)  # type: ignore[arg-type]
+    assert made == []
+    assert refusal is not None
+    assert refusal.scope == "team"
+    assert await h.counters.spent("key", "k", "1d") == 0  # the key's reservation was released
+
+
+async def test_a_day_budget_resets_at_midnight_utc() -> None:
+    h = Harness()
+    budget = Budget(max_usd=1.0, period="1d")
+    assert await h.spend(USD, budget)
+    assert not await h.spend(1, budget)
+    h.clock.advance(12 * 3600)  # midnight
+    assert await h.spend(1, budget)
+    assert resets_at("1d", NOON) == datetime(2026, 12, 16, tzinfo=UTC)
+
+
+async def test_a_rolling_window_counts_whole_days() -> None:
+    h = Harness()
+    budget = Budget(max_usd=3.0, period="7d")
+    for _ in range(3):  # 1 USD on each of three days
+        assert await h.spend(USD, budget)
+        h.clock.advance(DAY)
+        h.counters._closed.clear()  # the minute-long cache of past days, in test time
+    assert not await h.spend(1, budget)
+    h.clock.advance(4 * DAY)  # the first day leaves the window after 7 days
+    h.counters._closed.clear()
+    assert await h.counters.spent("key", "k", "7d") == 2 * USD
+    assert await h.spend(1, budget)
+
+
+async def test_a_calendar_month_resets_on_the_first() -> None:
+    h = Harness(datetime(2026, 12, 31, 23, tzinfo=UTC).timestamp())
+    budget = Budget(max_usd=1.0, period="1mo")
+    assert await h.spend(USD, budget)
+    assert not await h.spend(1, budget)
+    assert resets_at("1mo", h.clock()) == datetime(2027, 1, 1, tzinfo=UTC)
+    h.clock.advance(3600)
+    h.counters._closed.clear()
+    assert await h.spend(1, budget)
+
+
+async def test_a_lifetime_budget_never_resets() -> None:
+    h = Harness()
+    budget = Budget(max_usd=1.0, period="lifetime")
+    assert await h.spend(USD, budget)
+    h.clock.advance(400 * DAY)
+    assert not await h.spend(1, budget)
+    assert resets_at("lifetime", NOON) is None
+
+
+async def test_scopes_without_a_budget_are_counted_for_a_budget_set_later() -> None:
+    h = Harness()
+    await h.spend(3 * USD)  # no budget yet
+    assert await h.counters.spent("key", "k", "1mo") == 3 * USD
+    assert not await h.spend(1, Budget(max_usd=2.0))
+
+
+async def test_the_soft_limit_is_crossed_once_by_the_charge_that_crosses_it() -> None:
+    h = Harness()
+    budget = Budget(max_usd=10.0, period="1d", soft_usd=2.5)
+    crossings = []
+    for _ in range(5):
+        made, _ = await h.counters.reserve([("key", "k", budget)], USD)
+        crossings.append(await h.counters.settle(made, [], USD, {("key", "k"): budget}))
+    assert [len(c) for c in crossings] == [0, 0, 1, 0, 0]
+    crossing = crossings[2][0]
+    assert crossing.spent == 3 * USD
+    assert await h.counters.first_alert(crossing, h.clock())
+    assert not await h.counters.first_alert(crossing, h.clock())  # once a period
+
+
+async def test_rebuild_seeds_only_what_the_store_does_not_hold() -> None:
+    h = Harness()
+    today = day_of(NOON)
+    await h.spend(USD, ident="live")
+    written = await h.counters.rebuild(
+        [("key", "live", today, 9 * USD), ("key", "old", today - 3, 2 * USD)],
+        [("key", "live", 9 * USD), ("key", "old", 5 * USD)],
+    )
+    assert written == 2  # the live counters win
+    assert await h.counters.spent("key", "live", "1d") == USD
+    assert await h.counters.spent("key", "old", "30d") == 2 * USD
+    assert await h.counters.spent("key", "old", "lifetime") == 5 * USD
+
+
+@pytest.mark.parametrize(
+    ("period", "expected"),
+    [("1d", "2026-12-16"), ("7d", "2026-12-16"), ("30d", "2026-12-16"), ("1mo", "2027-01-01")],
+)
+def test_when_each_period_moves(period: str, expected: str) -> None:
+    moved = resets_at(period, NOON)  # type: ignore[arg-type]
+    assert moved is not None
+    assert moved.date().isoformat() == expected
