@@ -79,7 +79,8 @@ def gateway_config_yaml(
     :data:`GATEWAY_VARIANTS`: ``gateway-default`` is what
     ``config/gateway.yaml`` turns on — the access log and the chain headers, fallback, retry,
     balance, with the same options; ``gateway-cost`` adds the ``cost`` plugin, with a price
-    for every model of the provider; ``gateway-masking`` the ``masking`` plugin on every
+    for every model of the provider and its ledger in the database at ``database``;
+    ``gateway-masking`` the ``masking`` plugin on every
     built-in entity (:data:`MASKING_PLUGINS`); ``gateway-auth`` puts ``auth`` and ``limits`` in
     front of the empty chain, with :data:`AUTH_KEY` declared in a team, both with rpm, tpm and
     max_parallel limits, and its database at ``database``; ``gateway-cache`` adds the ``cache``
@@ -112,7 +113,13 @@ def gateway_config_yaml(
         return server + provider + f"plugins:\n  - cache: {_CACHE_OPTIONS[variant]}\n"
     if variant == "gateway-cost":
         priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
-        return server + priced + "plugins:\n  - cost: {}\n"
+        where = database or Path("data") / "crossway.db"
+        return (
+            server
+            + f'database: {{url: "sqlite:///{where}"}}\n'
+            + priced
+            + "plugins:\n  - cost: {}\n"
+        )
     if variant == "gateway-masking":
         return server + provider + MASKING_PLUGINS
     if variant != "gateway-default":
