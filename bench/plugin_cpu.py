@@ -3,9 +3,14 @@
 The HTTP benchmark cannot resolve a few microseconds in a request that costs several hundred
 on a shared machine, so this one runs the plugin chain alone: the same canned call through an
 in-process upstream, once through ``[]`` (the empty chain) and once through the plugins
-measured — ``--plugins cost`` (the default) or ``--plugins auth`` (``auth`` then ``limits``,
-the call carrying a declared key whose key and team both have rpm, tpm and max_parallel
-limits: the cache-hit path, every limit counted) — in interleaved rounds, timing process CPU
+measured — ``--plugins cost`` (the default: pricing alone, an anonymous call),
+``--plugins cost-budget`` (the whole hot path of the ``cost`` plugin: a call whose key and team
+both have budgets, so every request reserves and settles both scopes' counters in the state
+store, and whose finished request is queued for the ledger, the writer batching it into a sink
+that discards it: the database's own work is ``bench.ledger_rate``'s) or ``--plugins auth``
+(``auth`` then ``limits``, the call carrying a declared key whose key and team both have rpm,
+tpm and max_parallel limits: the cache-hit path, every limit counted) — in interleaved rounds,
+timing process CPU
 (``time.process_time``) per request. A whole request is
 a call and its whole reply; a stream request is a call and a 20-chunk stream read to its end
 (as the app reads it) plus the per-request finalisation the app runs. The difference of the two
@@ -19,8 +24,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -30,19 +38,23 @@ from plugins.limits import LimitsOptions, LimitsPlugin
 from proxy.auth.authenticator import Authenticator
 from proxy.auth.config import AuthConfig, DeclaredKey, TeamConfig
 from proxy.canonical import (
+    Budget,
     Call,
     Choice,
     Chunk,
     ChunkChoice,
     Delta,
     Message,
+    Principal,
     RawFrames,
     Reply,
     Response,
     Usage,
     batched,
 )
-from proxy.chain import Next, Plugin, PluginContext, compose
+from proxy.chain import FinishedRequest, Next, Plugin, PluginContext, compose
+from proxy.ledger.journal import Journal
+from proxy.ledger.writer import LedgerWriter
 from proxy.metrics import Metrics
 from proxy.pricing import SHIPPED_CATALOG, PriceBook, ProviderPricing, load_catalog
 from proxy.router import Router
@@ -124,20 +136,66 @@ def _call(stream: bool) -> Call:
     )
 
 
-async def _one(chain: Next, stream: bool) -> None:
-    reply = await chain(_call(stream))
-    if reply.stream is not None:
-        source = batched(reply.stream)
-        while await source.next_batch(True):
-            pass
-        await reply.stream.aclose()  # type: ignore[attr-defined]
+_BUDGET = Budget(max_usd=1_000_000.0, period="1mo")
+_BUDGETED = Principal(
+    key_id="key_bench", key_alias="bench", team="bench", budget=_BUDGET, team_budget=_BUDGET
+)
 
 
-async def _cpu_per_request(chain: Next, stream: bool, requests: int) -> float:
+class _Chain:
+    """A chain to measure, and what the app does for it once a request is over."""
+
+    def __init__(
+        self,
+        run: Next,
+        principal: Principal | None = None,
+        finishers: Sequence[Callable[[FinishedRequest], None]] = (),
+    ) -> None:
+        self.run = run
+        self.principal = principal
+        self.finishers = finishers
+
+    async def one(self, stream: bool) -> None:
+        call = _call(stream)
+        if self.principal is not None:
+            call.principal = self.principal
+        reply = await self.run(call)
+        if reply.stream is not None:
+            source = batched(reply.stream)
+            while await source.next_batch(True):
+                pass
+            await reply.stream.aclose()  # type: ignore[attr-defined]
+        if self.finishers:  # as the app does when a plugin has a finished hook
+            finished = FinishedRequest(
+                request_id=call.request_id,
+                dialect=call.dialect,
+                call=call,
+                principal=call.principal,
+                status=200,
+                provider=reply.provider,
+                upstream_model=reply.model,
+                usage=USAGE,
+                error_code=None,
+                duration=0.001,
+                ended_at=time.time(),
+                attempts=reply.attempts,
+            )
+            for hook in self.finishers:
+                hook(finished)
+
+
+class _Discard:
+    """A ledger sink that keeps nothing."""
+
+    async def write(self, records: Sequence[Any]) -> None:
+        return None
+
+
+async def _cpu_per_request(chain: _Chain, stream: bool, requests: int) -> float:
     """Microseconds of process CPU per request through ``chain``."""
     started = time.process_time()
     for _ in range(requests):
-        await _one(chain, stream)
+        await chain.one(stream)
     return (time.process_time() - started) / requests * 1e6
 
 
@@ -156,20 +214,30 @@ def _context() -> PluginContext:
     )
 
 
-def _plugins(name: str) -> Sequence[Plugin]:
+def _plugins(name: str, upstream: Next) -> _Chain:
     context = _context()
     if name == "auth":
-        return [AuthPlugin(context=context), LimitsPlugin(LimitsOptions(), context)]
-    return [CostPlugin(CostConfig(), context)]
+        plugins: Sequence[Plugin] = [
+            AuthPlugin(context=context),
+            LimitsPlugin(LimitsOptions(), context),
+        ]
+        return _Chain(compose(plugins, upstream))
+    if name == "cost-budget":
+        journal = Journal(Path(tempfile.gettempdir()) / "crossway-bench-journal")
+        context.ledger = LedgerWriter(_Discard(), journal, context.metrics, context.logger)
+        cost = CostPlugin(CostConfig(), context)
+        return _Chain(compose([cost], upstream), _BUDGETED, [cost.finished])
+    return _Chain(compose([CostPlugin(CostConfig(), context)], upstream))
 
 
 MODES = {"non-stream": (False, False), "stream": (True, False), "relay": (True, True)}
+PLUGINS = ("cost", "cost-budget", "auth")
 
 
-def chains(relay: bool = False, plugins: str = "cost") -> dict[str, Next]:
-    """The chains compared: ``empty`` and ``plugins`` (``cost`` or ``auth``)."""
+def chains(relay: bool = False, plugins: str = "cost") -> dict[str, _Chain]:
+    """The chains compared: ``empty`` and ``plugins`` (one of :data:`PLUGINS`)."""
     upstream = _Upstream(relay)
-    return {"empty": compose([], upstream), "plugins": compose(_plugins(plugins), upstream)}
+    return {"empty": _Chain(compose([], upstream)), "plugins": _plugins(plugins, upstream)}
 
 
 async def measure(
@@ -193,10 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.plugin_cpu", description=__doc__)
     parser.add_argument("--requests", type=int, default=20_000, help="per round and chain")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
-    parser.add_argument("--plugins", choices=("cost", "auth"), default="cost")
+    parser.add_argument("--plugins", choices=PLUGINS, default="cost")
     args = parser.parse_args(argv)
     results = asyncio.run(measure(args.requests, args.rounds, args.plugins))
-    label = "auth+limits" if args.plugins == "auth" else "cost"
+    label = "auth+limits" if args.plugins == "auth" else args.plugins
     print(f"CPU per request, median of {args.rounds} interleaved rounds of {args.requests}:")
     for mode, by_chain in results.items():
         empty = statistics.median(by_chain["empty"])

@@ -23,9 +23,10 @@ Before the call, each budgeted scope reserves the request's worst case — its e
 plus ``max_tokens`` (else ``reserve_output_tokens``) at the dearest price among its deployments
 — and a scope that has already spent its budget refuses: 429 ``budget_exceeded`` with
 ``x-should-retry: false``, naming the scope and when its budget resets; nothing is sent
-upstream. When the request ends the reservation becomes the real cost; scopes without a budget
-are charged too, so that a budget set later starts from what they spent. A request whose
-models have no price reserves nothing. When the state store cannot be reached, a budgeted
+upstream. When the request ends the reservation becomes the real cost. Scopes without a budget
+touch no counter; when one starts to have a budget, its counters are re-read from the ledger in
+the background (meanwhile it is checked against what they held). A request whose models have
+no price reserves nothing. When the state store cannot be reached, a budgeted
 request is refused with 503 ``budget_unavailable`` (``on_store_error: closed``, the default)
 or served unchecked (``open``); either is counted in ``crossway_store_degraded_total{use=
 "budget"}``. Crossing a budget's ``soft_usd`` logs a warning once per period, counts
@@ -60,7 +61,17 @@ from proxy.budgets import (
     max_nanos,
     resets_at,
 )
-from proxy.canonical import Budget, Call, Chunk, Message, RawFrames, Reply, Usage, batched
+from proxy.canonical import (
+    ANONYMOUS,
+    Budget,
+    Call,
+    Chunk,
+    Message,
+    RawFrames,
+    Reply,
+    Usage,
+    batched,
+)
 from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
@@ -80,6 +91,7 @@ COST_HEADER = "x-crossway-cost-usd"
 _REBUILD_DAYS = 40
 _REBUILD_USERS = 10_000
 _REBUILD_TIMEOUT = 30.0
+_MAX_TRACKED = 100_000
 
 ScopeList = list[tuple[Scope, str, Budget | None]]
 
@@ -115,6 +127,11 @@ class CostPlugin:
         self._ledger = context.ledger if options.ledger else None
         self._database = context.database
         self._ids = RecordIds()
+        self._reserved: dict[tuple[Scope, str], int] = {}  # in flight, per budgeted scope
+        self._uncounted_scopes: set[tuple[Scope, str]] = set()
+        self._resynced: set[tuple[Scope, str]] = set()
+        self._lost_track = False
+        self._tasks: set[asyncio.Task[None]] = set()
         url = options.alerts.webhook_url
         self._webhook = (
             None
@@ -131,24 +148,21 @@ class CostPlugin:
         """Check budgets, pass ``call`` on, and price what comes back (a stream when it is
         over). Raises :class:`BudgetExceeded` (429) or :class:`BudgetUnavailable` (503)
         before any upstream call."""
-        scopes = self._scopes(call)
         reservations: list[Reservation] = []
-        if scopes:
-            reservations = await self._reserve(call, scopes)
+        if call.principal is not ANONYMOUS:
+            reservations = await self._reserve(call)
         try:
             reply = await next(call)
         except BaseException:
             call.accounting.cost_nanos = 0  # nothing was served
             call.accounting.cost_source = "estimated"
-            if scopes:
-                await self._settle(scopes, reservations, 0)
+            if reservations:
+                await self._settle(reservations, 0)
             raise
         response = reply.response
         if response is None:
             assert reply.stream is not None
-            reply.stream = _Metered(
-                reply.stream, self._stream_ended(call, reply, scopes, reservations)
-            )
+            reply.stream = _Metered(reply.stream, self._stream_ended(call, reply, reservations))
             return reply
         usage = response.usage
         if usage is None:
@@ -160,8 +174,8 @@ class CostPlugin:
         nanos = self._charge(call, reply.provider, reply.model, usage)
         if nanos is not None:
             reply.headers[COST_HEADER] = format_usd(nanos)
-        if scopes:
-            await self._settle(scopes, reservations, nanos or 0)
+        if reservations:
+            await self._settle(reservations, nanos or 0)
         return reply
 
     def finished(self, request: FinishedRequest) -> None:
@@ -180,7 +194,9 @@ class CostPlugin:
         self._ledger.start()
 
     async def close(self) -> None:
-        """Stop pending alert deliveries."""
+        """Stop pending alert deliveries and counter re-reads."""
+        for task in list(self._tasks):
+            task.cancel()
         if self._webhook is not None:
             await self._webhook.close()
 
@@ -199,8 +215,17 @@ class CostPlugin:
                 scopes.append(("user", user, principal.user_budget))
         return scopes
 
-    async def _reserve(self, call: Call, scopes: ScopeList) -> list[Reservation]:
-        budgeted = [(scope, ident, budget) for scope, ident, budget in scopes if budget]
+    async def _reserve(self, call: Call) -> list[Reservation]:
+        budgeted: list[tuple[Scope, str, Budget]] = []
+        for scope, ident, budget in self._scopes(call):
+            if budget is None:
+                self._uncounted(scope, ident)
+            else:
+                budgeted.append((scope, ident, budget))
+                if (self._uncounted_scopes or self._lost_track) and self._resync_needed(
+                    scope, ident
+                ):
+                    self._resync(scope, ident)
         if not budgeted:
             return []
         worst = self._worst_case(call)
@@ -215,7 +240,59 @@ class CostPlugin:
             return []
         if refusal is not None:
             raise _exceeded(refusal)
+        for reservation in reservations:
+            scope = (reservation.scope, reservation.ident)
+            self._reserved[scope] = self._reserved.get(scope, 0) + reservation.nanos
         return reservations
+
+    def _uncounted(self, scope: Scope, ident: str) -> None:
+        """``scope`` spends while its counters are not kept up (it has no budget)."""
+        uncounted = self._uncounted_scopes
+        if (scope, ident) in uncounted:
+            return
+        if len(uncounted) < _MAX_TRACKED:
+            uncounted.add((scope, ident))
+        else:
+            self._lost_track = True
+
+    def _resync_needed(self, scope: Scope, ident: str) -> bool:
+        key = (scope, ident)
+        if key in self._resynced:
+            return False
+        if key not in self._uncounted_scopes and not self._lost_track:
+            return False
+        if len(self._resynced) >= _MAX_TRACKED:
+            self._resynced.clear()
+        self._resynced.add(key)
+        self._uncounted_scopes.discard(key)
+        return self._ledger is not None and self._database is not None
+
+    def _resync(self, scope: Scope, ident: str) -> None:
+        """Re-read ``scope``'s counters from the ledger in the background (a budget it did not
+        have when it last spent: what it spent meanwhile was not counted)."""
+        task = asyncio.get_running_loop().create_task(self._reread(scope, ident))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reread(self, scope: Scope, ident: str) -> None:
+        assert self._ledger is not None
+        assert self._database is not None
+        now = self._counters.clock()
+        since = datetime.fromtimestamp(now, UTC) - timedelta(days=_REBUILD_DAYS)
+        try:
+            await self._ledger.flush()
+            async with asyncio.timeout(_REBUILD_TIMEOUT):
+                days, total = await SpendRepository(self._database).scope_sums(scope, ident, since)
+            in_flight = self._reserved.get((scope, ident), 0)
+            today = day_of(now)
+            spent = {day_of(_day_start(day)): nanos for day, nanos in days}
+            spent[today] = spent.get(today, 0) + in_flight
+            await self._counters.overwrite(scope, ident, spent.items(), total + in_flight)
+            self._logger.info("budget_counters_reread", scope=scope)
+        except Exception as exc:
+            self._logger.warning(
+                "budget_counters_not_reread", scope=scope, reason=f"{type(exc).__name__}: {exc}"
+            )
 
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
@@ -225,12 +302,17 @@ class CostPlugin:
         known = [price for price in prices if price is not None]
         return max(known) if known else 0
 
-    async def _settle(self, scopes: ScopeList, reservations: list[Reservation], nanos: int) -> None:
-        reserved = {(r.scope, r.ident) for r in reservations}
-        unreserved = [(s, i) for s, i, _ in scopes if (s, i) not in reserved]
-        budgets = {(s, i): b for s, i, b in scopes if b is not None}
+    async def _settle(self, reservations: list[Reservation], nanos: int) -> None:
+        reserved = self._reserved
+        for reservation in reservations:
+            scope = (reservation.scope, reservation.ident)
+            left = reserved.get(scope, 0) - reservation.nanos
+            if left > 0:
+                reserved[scope] = left
+            else:
+                reserved.pop(scope, None)
         try:
-            crossings = await self._counters.settle(reservations, unreserved, nanos, budgets)
+            crossings = await self._counters.settle(reservations, nanos)
         except StoreUnavailable:
             self._metrics.store_degraded("budget").inc()
             return
@@ -286,10 +368,7 @@ class CostPlugin:
                 "budget_counters_not_rebuilt", reason=f"{type(exc).__name__}: {exc}"
             )
             return
-        by_number = [
-            (scope, ident, day_of(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()), n)
-            for scope, ident, day, n in days
-        ]
+        by_number = [(scope, ident, day_of(_day_start(day)), n) for scope, ident, day, n in days]
         try:
             written = await self._counters.rebuild(by_number, totals)  # type: ignore[arg-type]
         except StoreUnavailable:
@@ -300,7 +379,7 @@ class CostPlugin:
     # -- cost -----------------------------------------------------------------------------
 
     def _stream_ended(
-        self, call: Call, reply: Reply, scopes: ScopeList, reservations: list[Reservation]
+        self, call: Call, reply: Reply, reservations: list[Reservation]
     ) -> Callable[[Usage | None, int], Awaitable[None]]:
         async def ended(usage: Usage | None, generated: int) -> None:
             estimated = usage is None
@@ -308,8 +387,8 @@ class CostPlugin:
                 usage = Usage(input=estimate_prompt_tokens(call), output=generated)
                 call.accounting.usage = usage
             nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated)
-            if scopes:
-                await self._settle(scopes, reservations, nanos or 0)
+            if reservations:
+                await self._settle(reservations, nanos or 0)
 
         return ended
 
@@ -345,6 +424,11 @@ def _exceeded(refusal: Refusal) -> BudgetExceeded:
         f"the {what} budget is spent (${spent} of ${limit} per {budget.period}); {when}",
         scope=refusal.scope,
     )
+
+
+def _day_start(day: str) -> float:
+    """The UNIX time of a ledger ``day`` (``YYYY-MM-DD``, UTC)."""
+    return datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
 
 
 def _rfc3339(moment: datetime) -> str:

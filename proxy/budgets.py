@@ -8,7 +8,11 @@ Spend lives in the state store (:mod:`proxy.store`), so that a shared backend sh
 
 ``scope`` is ``key``, ``team`` or ``user``. The counters include the reservations of requests
 still in flight. They are rebuilt from the spend ledger when the gateway starts
-(:meth:`SpendCounters.rebuild`, which sets only counters the store does not hold yet).
+(:meth:`SpendCounters.rebuild`, which sets only counters the store does not hold yet), and
+kept up by the requests of scopes that have a budget — the day counters for a period budget,
+the lifetime counter for a ``lifetime`` one: one ``incr`` per scope to reserve, one to settle.
+A scope that starts to have a budget is re-read from the ledger (:meth:`SpendCounters.
+overwrite`; the ``cost`` plugin does it in the background the first time it sees the budget).
 
 A budget's period decides which counters it reads, in UTC:
 
@@ -34,7 +38,7 @@ minute per scope and kept in process; today's counter is always read live.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple
 
@@ -81,13 +85,15 @@ def resets_at(period: BudgetPeriod, now: float) -> datetime | None:
 
 
 class Reservation(NamedTuple):
-    """What one request reserved on one scope: the counters it incremented and by how much."""
+    """What one request reserved on one scope: the counter it incremented, by how much, and the
+    budget it was checked against."""
 
     scope: Scope
     ident: str
-    day_key: str
-    all_key: str
+    key: str
+    day: int
     nanos: int
+    budget: Budget
 
 
 class Refusal(NamedTuple):
@@ -119,12 +125,14 @@ class SpendCounters:
         self._store = store
         self._clock = clock
         self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
+        self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
 
     async def reserve(
         self, scopes: Iterable[tuple[Scope, str, Budget]], nanos: int
     ) -> tuple[list[Reservation], Refusal | None]:
-        """Reserve ``nanos`` on every scope (``(scope, id, budget)``); a scope whose period's
-        spend has reached its budget refuses, and then nothing stays reserved.
+        """Reserve ``nanos`` on every scope (``(scope, id, budget)``) in the counter its budget's
+        period reads (today's, or the lifetime one); a scope whose period's spend has reached its
+        budget refuses, and then nothing stays reserved. One ``incr`` per scope.
 
         Returns the reservations (to :meth:`settle` later) and the refusal, if any.
         """
@@ -132,61 +140,66 @@ class SpendCounters:
         made: list[Reservation] = []
         for scope, ident, budget in scopes:
             day_key, all_key = self._keys(scope, ident, day)
-            day_total = await self._store.incr(day_key, nanos, ttl=_DAY_TTL)
-            all_total = await self._store.incr(all_key, nanos)
-            made.append(Reservation(scope, ident, day_key, all_key, nanos))
-            if budget.period == "lifetime":
-                spent = all_total - nanos
-            else:
-                spent = (
-                    day_total - nanos + await self._closed_days(scope, ident, budget.period, day)
-                )
+            lifetime = budget.period == "lifetime"
+            key = all_key if lifetime else day_key
+            total = await self._store.incr(key, nanos, ttl=None if lifetime else _DAY_TTL)
+            made.append(Reservation(scope, ident, key, day, nanos, budget))
+            spent = total - nanos
+            if not lifetime and budget.period != "1d":
+                closed = self._cached_closed(scope, ident, day, budget.period)
+                if closed is None:
+                    closed = await self._closed_days(scope, ident, budget.period, day)
+                spent += closed
             if spent >= max_nanos(budget):
                 await self.release(made)
                 return [], Refusal(scope, ident, budget, spent)
         return made, None
 
     async def release(self, reservations: Iterable[Reservation]) -> None:
-        """Undo ``reservations`` (a refused or cancelled request)."""
+        """Undo ``reservations`` (a refused request)."""
         for reservation in reservations:
-            await self._store.incr(reservation.day_key, -reservation.nanos)
-            await self._store.incr(reservation.all_key, -reservation.nanos)
+            await self._store.incr(reservation.key, -reservation.nanos)
 
-    async def settle(
-        self,
-        reservations: Iterable[Reservation],
-        unreserved: Iterable[tuple[Scope, str]],
-        nanos: int,
-        budgets: Mapping[tuple[Scope, str], Budget],
-    ) -> list[Crossing]:
-        """Charge ``nanos``: each reservation is corrected to it, each ``unreserved`` scope
-        (one without a budget) has it added. Returns the scopes whose soft limit (of
-        ``budgets``) this charge crossed."""
-        day = day_of(self._clock())
-        for scope, ident in unreserved:
-            day_key, all_key = self._keys(scope, ident, day)
-            await self._store.incr(day_key, nanos, ttl=_DAY_TTL)
-            await self._store.incr(all_key, nanos)
+    async def settle(self, reservations: Iterable[Reservation], nanos: int) -> list[Crossing]:
+        """Correct each reservation to the real cost ``nanos`` (one ``incr`` each, none when
+        they are equal); returns the scopes whose soft limit this charge crossed."""
         crossings: list[Crossing] = []
         for reservation in reservations:
             delta = nanos - reservation.nanos
-            day_total = await self._store.incr(reservation.day_key, delta, ttl=_DAY_TTL)
-            all_total = await self._store.incr(reservation.all_key, delta)
-            budget = budgets.get((reservation.scope, reservation.ident))
-            soft = None if budget is None else soft_nanos(budget)
-            if budget is None or soft is None:
-                continue
-            if budget.period == "lifetime":
-                after = all_total
-            else:
-                reserved_day = int(reservation.day_key.rsplit(":d", 1)[1])
-                closed = await self._closed_days(
-                    reservation.scope, reservation.ident, budget.period, reserved_day
+            budget = reservation.budget
+            lifetime = budget.period == "lifetime"
+            if delta:
+                total = await self._store.incr(
+                    reservation.key, delta, ttl=None if lifetime else _DAY_TTL
                 )
-                after = day_total + closed
+            else:
+                total = int(await self._store.get(reservation.key) or 0)
+            soft = soft_nanos(budget)
+            if soft is None:
+                continue
+            after = total
+            if not lifetime:
+                after += await self._closed_days(
+                    reservation.scope, reservation.ident, budget.period, reservation.day
+                )
             if after - nanos < soft <= after:
                 crossings.append(Crossing(reservation.scope, reservation.ident, budget, after))
         return crossings
+
+    async def overwrite(
+        self, scope: Scope, ident: str, days: Iterable[tuple[int, int]], total: int
+    ) -> None:
+        """Set one scope's counters to what the ledger holds: ``days`` as ``(day, nanos)`` (the
+        kept days without an entry become 0) and ``total`` ever (a scope that starts to have a
+        budget, whose counters were not kept up meanwhile)."""
+        now_day = day_of(self._clock())
+        spent = dict(days)
+        for day in range(now_day - _KEEP_DAYS + 1, now_day + 1):
+            key = self._keys(scope, ident, day)[0]
+            remaining = (day + _KEEP_DAYS) * _DAY - self._clock()
+            await self._store.set(key, str(spent.get(day, 0)).encode(), ttl=remaining)
+        await self._store.set(self._keys(scope, ident, now_day)[1], str(total).encode())
+        self._closed = {k: v for k, v in self._closed.items() if k[:2] != (scope, ident)}
 
     def clock(self) -> float:
         """The wall time these counters use (UNIX seconds)."""
@@ -246,27 +259,36 @@ class SpendCounters:
         minute)."""
         if period == "1d" or period == "lifetime":
             return 0
+        cached = self._cached_closed(scope, ident, day, period)
+        if cached is not None:
+            return cached
         if period == "1mo":
             first = day_of(datetime.fromtimestamp(day * _DAY, UTC).replace(day=1).timestamp())
             count = day - first
         else:
             count = _WINDOW_DAYS[period] - 1
-        if count <= 0:
-            return 0
-        cache_key = (scope, ident, day, period)
-        now = time.monotonic()
-        cached = self._closed.get(cache_key)
-        if cached is not None and now - cached[0] < _CLOSED_TTL:
-            return cached[1]
         total = 0
         for past in range(day - count, day):
             total += int(await self._store.get(self._keys(scope, ident, past)[0]) or 0)
         if len(self._closed) >= _MAX_CACHED:
             self._closed.clear()
-        self._closed[cache_key] = (now, total)
+        self._closed[(scope, ident, day, period)] = (time.monotonic(), total)
         return total
 
-    @staticmethod
-    def _keys(scope: Scope, ident: str, day: int) -> tuple[str, str]:
-        base = f"{_PREFIX}{scope}:{ident}:"
-        return f"{base}d{day}", f"{base}all"
+    def _cached_closed(self, scope: Scope, ident: str, day: int, period: str) -> int | None:
+        cached = self._closed.get((scope, ident, day, period))
+        if cached is not None and time.monotonic() - cached[0] < _CLOSED_TTL:
+            return cached[1]
+        return None
+
+    def _keys(self, scope: Scope, ident: str, day: int) -> tuple[str, str]:
+        """The day and lifetime counter names (kept: formatting them costs more than a
+        lookup)."""
+        cached = (scope, ident, day)
+        names = self._names.get(cached)
+        if names is None:
+            base = f"{_PREFIX}{scope}:{ident}:"
+            if len(self._names) >= _MAX_CACHED:
+                self._names.clear()
+            names = self._names[cached] = (f"{base}d{day}", f"{base}all")
+        return names

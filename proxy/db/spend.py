@@ -2,7 +2,9 @@
 
 :meth:`SpendRepository.write` is the ledger writer's sink: one multi-row insert per batch that
 skips ids the table already has (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL alike), so
-that replaying a journal never duplicates a record. Money is summed in SQL as integers
+that replaying a journal never duplicates a record. On SQLite the insert is one prepared
+statement given plain tuples (bound parameters, as every query here): SQLAlchemy's per-row
+processing would cost more than SQLite's own work. Money is summed in SQL as integers
 (nano-dollars); grouping by day uses the stored UTC ``day`` column, the same on every engine.
 """
 
@@ -15,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.db import Database
@@ -39,7 +41,16 @@ TOKEN_FIELDS = (
     "reasoning_tokens",
 )
 _COLUMN = {"user": "end_user"}  # record field -> column, where they differ
+_SCOPES = {"key": spend.c.key_id, "team": spend.c.team, "user": spend.c.end_user}
 _RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
+_SQLITE_FIELDS = tuple(f for f in _RECORD_FIELDS if f != "time")
+_SQLITE_INSERT = (
+    "INSERT INTO spend (time, day, "
+    + ", ".join(_COLUMN.get(f, f) for f in _SQLITE_FIELDS)
+    + ") VALUES ("
+    + ", ".join("?" * (len(_SQLITE_FIELDS) + 2))
+    + ") ON CONFLICT (id) DO NOTHING"
+)
 
 
 class SpendFilter:
@@ -91,9 +102,13 @@ class SpendRepository:
         if not records:
             return
         await self._database.open()
-        rows = [self._row(record) for record in records]
         async with self._database.connect() as connection:
-            await connection.execute(_insert_ignoring_duplicates(connection), rows)
+            if connection.dialect.name == "sqlite":  # the embedded default: the fast path
+                rows = [self._sqlite_row(record) for record in records]
+                await connection.exec_driver_sql(_SQLITE_INSERT, rows)  # type: ignore[arg-type]
+                return
+            statement = postgresql.insert(spend).on_conflict_do_nothing(index_elements=["id"])
+            await connection.execute(statement, [self._row(record) for record in records])
 
     async def totals(
         self, where: SpendFilter, group_by: Sequence[Group]
@@ -169,18 +184,46 @@ class SpendRepository:
                 ]
         return found
 
+    async def scope_sums(
+        self, scope: str, ident: str, since: datetime
+    ) -> tuple[list[tuple[str, int]], int]:
+        """One scope's ``(day, nanos)`` since ``since``, and its spend ever (``scope`` is
+        ``key``, ``team`` or ``user``)."""
+        await self._database.open()
+        column = _SCOPES[scope]
+        charged = sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0)
+        per_day = (
+            sa.select(spend.c.day, charged)
+            .where(column == ident, spend.c.time >= since)
+            .group_by(spend.c.day)
+        )
+        async with self._database.connect() as connection:
+            days = [(day, int(nanos)) for day, nanos in await connection.execute(per_day)]
+            total = (await connection.execute(sa.select(charged).where(column == ident))).scalar()
+        return days, int(total or 0)
+
     def _row(self, record: SpendRecord) -> dict[str, Any]:
         row = {_COLUMN.get(field, field): getattr(record, field) for field in _RECORD_FIELDS}
+        row["time"] = datetime.fromtimestamp(record.time, UTC)
+        row["day"] = self._day(record.time)
+        return row
+
+    def _sqlite_row(self, record: SpendRecord) -> tuple[Any, ...]:
+        """The record as :data:`_SQLITE_INSERT` takes it: the time as SQLAlchemy keeps a
+        :class:`~proxy.db.schema.UtcDateTime` in SQLite (naive UTC text, microseconds)."""
         moment = datetime.fromtimestamp(record.time, UTC)
-        row["time"] = moment
-        day_number = int(record.time // 86_400)
+        text = f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond:06d}"
+        return (text, self._day(record.time), *(getattr(record, f) for f in _SQLITE_FIELDS))
+
+    def _day(self, timestamp: float) -> str:
+        day_number = int(timestamp // 86_400)
         day = self._days.get(day_number)
         if day is None:
             if len(self._days) > 64:
                 self._days.clear()
+            moment = datetime.fromtimestamp(day_number * 86_400, UTC)
             day = self._days[day_number] = moment.strftime("%Y-%m-%d")
-        row["day"] = day
-        return row
+        return day
 
 
 async def _per_day(
@@ -199,12 +242,6 @@ async def _per_day(
         query = query.where(column.in_(among.scalar_subquery()))
     rows = await connection.execute(query)
     return [(scope, ident, day, int(nanos)) for ident, day, nanos in rows]
-
-
-def _insert_ignoring_duplicates(connection: AsyncConnection) -> Any:
-    if connection.dialect.name == "postgresql":
-        return postgresql.insert(spend).on_conflict_do_nothing(index_elements=["id"])
-    return sqlite.insert(spend).on_conflict_do_nothing(index_elements=["id"])
 
 
 def _sums() -> list[sa.Label[Any]]:

@@ -78,10 +78,13 @@ def end_user(call: Call) -> str | None:
     """The end user ``call`` names, else the user its key belongs to (bounded in length)."""
     user = call.params.user
     if not isinstance(user, str) or not user:
-        user = _identity(call.options.metadata)
+        metadata = call.options.metadata
+        user = _identity(metadata) if metadata else None
     if not user:
         user = call.principal.user
-    return user[:_MAX_TEXT] if user else None
+    if not user:
+        return None
+    return user if len(user) <= _MAX_TEXT else user[:_MAX_TEXT]
 
 
 def _identity(metadata: dict[str, Any] | None) -> str | None:
@@ -94,46 +97,52 @@ def _identity(metadata: dict[str, Any] | None) -> str | None:
 
 
 def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
-    """The ledger's record of ``request``."""
+    """The ledger's record of ``request`` (on the request path: built positionally, in the
+    order of :class:`SpendRecord`'s fields)."""
     call = request.call
     principal = request.principal
+    usage = request.usage
     if call is None:
-        accounting = None
-        model = user = None
-        ttft = None
+        model = user = ttft = None
+        cost = source = saved = fallback = cache = None
     else:
         accounting = call.accounting
-        model = call.model[:_MAX_TEXT]
+        if accounting.usage is not None:
+            usage = accounting.usage
+        cost, source = accounting.cost_nanos, accounting.cost_source
+        saved, fallback, cache = accounting.saved_nanos, accounting.fallback, accounting.cache
+        model = call.model if len(call.model) <= _MAX_TEXT else call.model[:_MAX_TEXT]
         user = end_user(call)
         first = call.timings.first_token
         ttft = None if first is None else round(first * 1000, 3)
-    usage = accounting.usage if accounting is not None and accounting.usage else request.usage
     upstream_model = request.upstream_model
+    if upstream_model is not None and len(upstream_model) > _MAX_TEXT:
+        upstream_model = upstream_model[:_MAX_TEXT]
+    if usage is None:
+        tokens = (0, 0, 0, 0, 0)
+    else:
+        tokens = (usage.input, usage.cache_read, usage.cache_write, usage.output, usage.reasoning)
     return SpendRecord(
-        id=record_id,
-        request_id=request.request_id,
-        time=request.ended_at,
-        key_id=principal.key_id,
-        key_alias=principal.key_alias,
-        team=principal.team,
-        user=user,
-        dialect=request.dialect,
-        model=model,
-        provider=request.provider,
-        upstream_model=upstream_model[:_MAX_TEXT] if upstream_model else None,
-        input_tokens=usage.input if usage else 0,
-        cache_read_tokens=usage.cache_read if usage else 0,
-        cache_write_tokens=usage.cache_write if usage else 0,
-        output_tokens=usage.output if usage else 0,
-        reasoning_tokens=usage.reasoning if usage else 0,
-        cost_nanos=accounting.cost_nanos if accounting is not None else None,
-        cost_source=accounting.cost_source if accounting is not None else None,
-        saved_nanos=accounting.saved_nanos if accounting is not None else None,
-        status=request.status,
-        error_code=request.error_code,
-        duration_ms=round(request.duration * 1000, 3),
-        ttft_ms=ttft,
-        attempts=request.attempts,
-        fallback=accounting.fallback if accounting is not None else None,
-        cache=accounting.cache if accounting is not None else None,
+        record_id,
+        request.request_id,
+        request.ended_at,
+        principal.key_id,
+        principal.key_alias,
+        principal.team,
+        user,
+        request.dialect,
+        model,
+        request.provider,
+        upstream_model,
+        *tokens,
+        cost,
+        source,
+        saved,
+        request.status,
+        request.error_code,
+        round(request.duration * 1000, 3),
+        ttft,
+        request.attempts,
+        fallback,
+        cache,
     )

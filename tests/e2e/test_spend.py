@@ -59,11 +59,14 @@ def config_text(tmp_path: Path, upstream_url: str, plugins: str = "") -> str:
 
 
 class Gateway:
-    def __init__(self, url: str, app: web.Application, upstream: FakeOpenAI, path: Path) -> None:
+    def __init__(
+        self, url: str, app: web.Application, upstream: FakeOpenAI, path: Path, logs: io.StringIO
+    ) -> None:
         self.url = url
         self.app = app
         self.upstream = upstream
         self.path = path
+        self.logs = logs
 
     def openai(self, key: str) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
@@ -97,9 +100,10 @@ class Gateway:
 async def serve(tmp_path: Path, upstream_url: str, fake: FakeOpenAI, plugins: str = "") -> Any:
     path = tmp_path / "gateway.yaml"
     path.write_text(config_text(tmp_path, upstream_url, plugins))
-    app = create_app(path, log_stream=io.StringIO())
+    logs = io.StringIO()
+    app = create_app(path, log_stream=logs)
     runner, url = await start_site(app)
-    return runner, Gateway(url, app, fake, path)
+    return runner, Gateway(url, app, fake, path, logs)
 
 
 @pytest.fixture
@@ -326,3 +330,34 @@ async def test_budgets_are_rebuilt_from_the_ledger_on_start(tmp_path: Path, upst
     with pytest.raises(openai.RateLimitError):
         await chat(gateway.openai(key))
     await runner.cleanup()
+
+
+async def test_a_budget_set_later_counts_what_the_key_spent_before(gateway: Gateway) -> None:
+    key_id, key = await gateway.mint(alias="late")
+    client = gateway.openai(key)
+    for _ in range(3):  # 3 * 164 micro-USD while the key has no budget
+        await chat(client)
+    headers = {"Authorization": f"Bearer {MASTER}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.patch(
+            f"{gateway.url}/admin/keys/{key_id}",
+            json={"budget": {"max_usd": 0.0004, "period": "1d"}},
+            headers=headers,
+        ) as response,
+    ):
+        assert response.status == 200
+    # The first request under the budget has its counters re-read from the ledger in the
+    # background; from then on the spend before the budget counts (492 > 400 micro-USD).
+    # Counted from zero, three more answers would fit (0, 164, 328 < 400). The first request
+    # under the budget is checked against what the counters held, and makes them be re-read
+    # from the ledger; from then on the spend before the budget counts (492 > 400).
+    await chat(client)
+    deadline = time.monotonic() + 10
+    while "budget_counters_reread" not in gateway.logs.getvalue():
+        assert time.monotonic() < deadline, "the counters were never re-read"
+        await asyncio.sleep(0.02)
+    with pytest.raises(openai.RateLimitError) as caught:
+        await chat(client)
+    refused = caught.value
+    assert refused.response.json()["error"]["code"] == "budget_exceeded"

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
+import msgspec
 import pytest
+from aiohttp import web
 
 from plugins.cost import CostConfig, CostPlugin
 from proxy.canonical import (
+    Budget,
     Call,
     Choice,
     Chunk,
@@ -15,16 +19,19 @@ from proxy.canonical import (
     Delta,
     FunctionCallDelta,
     Message,
+    Params,
+    Principal,
     RawFrames,
     Reply,
     Response,
     ToolCallDelta,
     Usage,
 )
-from proxy.chain import compose
-from proxy.errors import GatewayError
+from proxy.chain import FinishedRequest, compose
+from proxy.errors import BudgetExceeded, BudgetUnavailable, GatewayError
 from proxy.metrics import Metrics
 from proxy.pricing import Catalog, PriceBook, ProviderPricing, parse_price
+from proxy.store import MemoryStore, StoreUnavailable
 from tests.plugins.scripted import USAGE, ScriptedUpstream, context, cut, fail, router, sample
 
 # p/m: 1 USD per million input tokens, 2 per million output: 1,000 and 2,000 nano-dollars a token.
@@ -242,3 +249,155 @@ async def test_the_stream_keeps_its_batches_and_end_flag() -> None:
     assert len(await stream.next_batch(False)) == 1  # type: ignore[union-attr]
     assert await stream.next_batch(False) == []  # type: ignore[union-attr]
     assert stream.ended is True  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------------------
+# Budgets, alerts and the ledger hook
+# ---------------------------------------------------------------------------------------------
+
+
+class FailingStore(MemoryStore):
+    """A state store whose counters are down."""
+
+    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
+        raise StoreUnavailable("redis is down")
+
+
+def budgeted(**options) -> tuple[CostPlugin, Metrics, ScriptedUpstream, Any]:
+    metrics = Metrics()
+    upstream = ScriptedUpstream()
+    ctx = context(router({"alias": ["p/m"]}), metrics, PRICES)
+    store = options.pop("store", None)
+    if store is not None:
+        ctx.store = store
+    plugin = CostPlugin(msgspec.convert(options, CostConfig), ctx)
+    return plugin, metrics, upstream, compose([plugin], upstream)
+
+
+def key_call(budget: Budget | None = None, **principal) -> Call:
+    call = make_call()
+    call.principal = Principal(key_id="k1", budget=budget, **principal)
+    return call
+
+
+async def test_a_budget_the_store_cannot_check_fails_closed_by_default() -> None:
+    _plugin, metrics, upstream, chain = budgeted(store=FailingStore())
+    with pytest.raises(BudgetUnavailable) as caught:
+        await chain(key_call(Budget(max_usd=1)))
+    assert caught.value.status == 503
+    assert upstream.calls == []
+    assert sample(metrics, "crossway_store_degraded_total", use="budget") == 1
+
+
+async def test_a_budget_the_store_cannot_check_is_served_when_it_fails_open() -> None:
+    _plugin, metrics, upstream, chain = budgeted(store=FailingStore(), on_store_error="open")
+    reply = await chain(key_call(Budget(max_usd=1)))
+    assert reply.response is not None
+    assert len(upstream.calls) == 1
+    assert sample(metrics, "crossway_store_degraded_total", use="budget") == 1  # unchecked
+
+
+async def test_a_team_budget_refuses_for_every_key_of_the_team() -> None:
+    _plugin, _metrics, upstream, chain = budgeted(reserve_output_tokens=0)
+    team = Budget(max_usd=0.00004, period="1d")  # room for two answers of 20,000 nano-dollars
+    results = []
+    for key in ("a", "b", "a"):
+        call = make_call()
+        call.principal = Principal(key_id=key, team="t", team_budget=team)
+        try:
+            await chain(call)
+            results.append(200)
+        except BudgetExceeded as error:
+            results.append(error.scope)
+    assert results == [200, 200, "team"]
+    assert len(upstream.calls) == 2
+
+
+async def test_an_end_user_budget_applies_to_each_user_a_request_names() -> None:
+    _plugin, _metrics, _upstream, chain = budgeted(reserve_output_tokens=0)
+    per_user = Budget(max_usd=0.00002, period="1d")  # one answer each
+    outcomes = []
+    for user in ("ann", "bob", "ann"):
+        call = key_call(user_budget=per_user)
+        call.params = Params(user=user)
+        try:
+            await chain(call)
+            outcomes.append(user)
+        except BudgetExceeded as error:
+            outcomes.append(f"{user}: {error.scope}")
+    assert outcomes == ["ann", "bob", "ann: user"]
+
+
+class Webhook:
+    """A real alert receiver on 127.0.0.1: fails ``failures`` times, then accepts."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.received: list[dict] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if self.failures:
+            self.failures -= 1
+            return web.Response(status=500)
+        self.received.append(await request.json())
+        return web.Response(status=204)
+
+
+async def test_crossing_the_soft_limit_alerts_once_and_the_webhook_is_retried(
+    aiohttp_server,
+) -> None:
+    hook = Webhook(failures=1)
+    app = web.Application()
+    app.router.add_post("/alerts", hook.handle)
+    server = await aiohttp_server(app)
+    plugin, metrics, _upstream, chain = budgeted(
+        reserve_output_tokens=0, alerts={"webhook_url": str(server.make_url("/alerts"))}
+    )
+    plugin._webhook._backoff = 0.0  # type: ignore[union-attr]  # retried at once in the test
+    budget = Budget(max_usd=1.0, period="1d", soft_usd=0.00005)  # crossed by the 3rd answer
+    for _ in range(5):
+        await chain(key_call(budget))
+    await plugin._webhook.drain()  # type: ignore[union-attr]
+    assert sample(metrics, "crossway_budget_alerts_total", scope="key") == 1
+    (alert,) = hook.received
+    assert alert["event"] == "budget.soft_limit_crossed"
+    assert (alert["scope"], alert["id"], alert["period"]) == ("key", "k1", "1d")
+    assert alert["spent_usd"] == pytest.approx(0.00006)
+    await plugin.close()
+
+
+class RecordingLedger:
+    def __init__(self) -> None:
+        self.records: list = []
+
+    def record(self, record) -> None:
+        self.records.append(record)
+
+
+async def test_every_finished_request_becomes_one_ledger_record() -> None:
+    ledger = RecordingLedger()
+    ctx = context(router({"alias": ["p/m"]}), Metrics(), PRICES)
+    ctx.ledger = ledger  # type: ignore[assignment]
+    plugin = CostPlugin(CostConfig(), ctx)
+    call = key_call()
+    await compose([plugin], ScriptedUpstream())(call)
+    finished = FinishedRequest(
+        request_id="r",
+        dialect="openai",
+        call=call,
+        principal=call.principal,
+        status=200,
+        provider="p",
+        upstream_model="m",
+        usage=USAGE,
+        error_code=None,
+        duration=0.25,
+        ended_at=1_700_000_000.0,
+        attempts=1,
+    )
+    plugin.finished(finished)
+    ignored = CostPlugin(CostConfig(ledger=False), ctx)
+    ignored.finished(finished)
+    (record,) = ledger.records
+    assert (record.key_id, record.model, record.cost_nanos) == ("k1", "alias", USAGE_NANOS)
+    assert (record.input_tokens, record.output_tokens, record.duration_ms) == (10, 5, 250.0)

@@ -24,16 +24,12 @@ class Harness:
         self.store = MemoryStore(self.clock)
         self.counters = SpendCounters(self.store, clock=self.clock)
 
-    async def spend(
-        self, nanos: int, budget: Budget | None = None, ident: str = "k", scope: str = "key"
-    ) -> bool:
+    async def spend(self, nanos: int, budget: Budget, ident: str = "k", scope: str = "key") -> bool:
         """One whole request costing ``nanos`` with worst case ``nanos``; whether admitted."""
-        scopes = [(scope, ident, budget)] if budget is not None else []
-        reservations, refusal = await self.counters.reserve(scopes, nanos)  # type: ignore[arg-type]
+        reservations, refusal = await self.counters.reserve([(scope, ident, budget)], nanos)  # type: ignore[list-item]
         if refusal is not None:
             return False
-        unreserved = [] if budget is not None else [(scope, ident)]
-        await self.counters.settle(reservations, unreserved, nanos, {})  # type: ignore[arg-type]
+        await self.counters.settle(reservations, nanos)
         return True
 
 
@@ -57,7 +53,7 @@ async def test_concurrent_reservations_see_each_other() -> None:
     assert {refusal.scope for refusal in refusals} == {"key"}
     # They cost less than reserved: the corrections free the rest of the budget.
     for made in admitted:
-        await h.counters.settle(made, [], USD // 2, {})
+        await h.counters.settle(made, USD // 2)
     assert await h.counters.spent("key", "k", "1d") == 5 * USD // 2
     assert await h.spend(USD, budget)
 
@@ -118,11 +114,15 @@ async def test_a_lifetime_budget_never_resets() -> None:
     assert resets_at("lifetime", NOON) is None
 
 
-async def test_scopes_without_a_budget_are_counted_for_a_budget_set_later() -> None:
+async def test_a_scope_given_a_budget_is_overwritten_with_what_the_ledger_holds() -> None:
     h = Harness()
-    await h.spend(3 * USD)  # no budget yet
-    assert await h.counters.spent("key", "k", "1mo") == 3 * USD
-    assert not await h.spend(1, Budget(max_usd=2.0))
+    today = day_of(NOON)
+    await h.counters.overwrite("key", "k", [(today, 2 * USD), (today - 1, USD)], 9 * USD)
+    assert await h.counters.spent("key", "k", "1d") == 2 * USD
+    assert await h.counters.spent("key", "k", "7d") == 3 * USD
+    assert await h.counters.spent("key", "k", "lifetime") == 9 * USD
+    assert not await h.spend(1, Budget(max_usd=3.0, period="7d"))
+    assert await h.spend(1, Budget(max_usd=10.0, period="lifetime"))
 
 
 async def test_the_soft_limit_is_crossed_once_by_the_charge_that_crosses_it() -> None:
@@ -131,7 +131,7 @@ async def test_the_soft_limit_is_crossed_once_by_the_charge_that_crosses_it() ->
     crossings = []
     for _ in range(5):
         made, _ = await h.counters.reserve([("key", "k", budget)], USD)
-        crossings.append(await h.counters.settle(made, [], USD, {("key", "k"): budget}))
+        crossings.append(await h.counters.settle(made, USD))
     assert [len(c) for c in crossings] == [0, 0, 1, 0, 0]
     crossing = crossings[2][0]
     assert crossing.spent == 3 * USD
@@ -142,13 +142,15 @@ async def test_the_soft_limit_is_crossed_once_by_the_charge_that_crosses_it() ->
 async def test_rebuild_seeds_only_what_the_store_does_not_hold() -> None:
     h = Harness()
     today = day_of(NOON)
-    await h.spend(USD, ident="live")
+    await h.spend(USD, Budget(max_usd=100, period="1d"), ident="live")
+    await h.spend(USD, Budget(max_usd=100, period="lifetime"), ident="live")
     written = await h.counters.rebuild(
         [("key", "live", today, 9 * USD), ("key", "old", today - 3, 2 * USD)],
         [("key", "live", 9 * USD), ("key", "old", 5 * USD)],
     )
     assert written == 2  # the live counters win
     assert await h.counters.spent("key", "live", "1d") == USD
+    assert await h.counters.spent("key", "live", "lifetime") == USD
     assert await h.counters.spent("key", "old", "30d") == 2 * USD
     assert await h.counters.spent("key", "old", "lifetime") == 5 * USD
 
