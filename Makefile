@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 
-.PHONY: run test lint bench setup setup-test setup-dev clean
+.PHONY: run test lint bench setup setup-test setup-dev engines clean
 
 # One virtualenv, three install levels: serving (the package), test (+ test extras) and dev
 # (+ profilers). Each level's stamp is redone when pyproject.toml changes.
@@ -35,11 +35,20 @@ setup-dev: $(BIN)/.dev
 run: setup
 	$(BIN)/crossway serve --config $(CONFIG)
 
+# The engines the tests start privately (tests/engines): Debian's redis-server and postgresql,
+# installed when missing (as root, or through sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+engines:
+	@command -v redis-server >/dev/null 2>&1 && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	  || { $(SUDO) apt-get update -qq && \
+	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	       redis-server postgresql >/dev/null; }
+
 lint: setup-test
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-test: setup-test lint
+test: setup-test engines lint
 	$(BIN)/coverage erase
 	$(BIN)/coverage run -m pytest -q
 	$(BIN)/coverage combine -q

@@ -32,9 +32,12 @@ concurrent instances may overshoot a limit by their concurrency.
 A call that already names a deployment (``call.deployment``, set by an earlier plugin) is sent
 there. The chosen deployment is set on a copy of the call (the upstream honours it), so a retry
 outside this plugin chooses again. Health and limit counters live in the store (shared by a
-shared backend); in-flight counts and latency estimates are per process. When the store is
-unavailable the balancer routes as if every deployment were healthy and under its limits and
-counts ``crossway_store_degraded_total{use="balance"}``.
+shared backend: ``state.backend: redis`` shares them between workers and instances); in-flight
+counts and latency estimates are per process. When the shared store is unavailable, health
+follows ``state.on_unavailable.health`` and deployment limits ``…limits``
+(:mod:`proxy.state.policy`): ``local`` keeps them in this process meanwhile; otherwise the
+balancer routes as if every deployment were healthy and under its limits. Either way
+``crossway_state_degraded_total{use="health"}`` counts the decisions.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
 from proxy.observed import ObservedStream
 from proxy.pricing import expected_nanos, expected_tokens
-from proxy.store import MemoryStore, Store, StoreUnavailable
+from proxy.store import Store, StoreUnavailable
 
 Clock = Callable[[], float]
 Strategy = Literal["weighted", "least-busy", "latency", "cost"]
@@ -106,8 +109,9 @@ class _Stats:
 class BalancePlugin:
     """Picks a deployment per attempt and tracks its health; see the module docstring.
 
-    ``store`` (default: a :class:`MemoryStore` on ``clock``), ``clock`` (seconds; wall time by
-    default so that limit windows agree between instances) and ``rng`` are injectable.
+    ``store`` (default: the process's shared state, :attr:`PluginContext.state`), ``clock``
+    (seconds; wall time by default so that limit windows agree between instances) and ``rng``
+    are injectable.
     """
 
     Options = BalanceConfig
@@ -133,9 +137,14 @@ class BalancePlugin:
         self._metrics = context.metrics
         self._clock = clock
         self._rng = rng or random.Random()
-        self._store: Store = store if store is not None else MemoryStore(clock)
+        self._state = context.state
+        self._store: Store = store if store is not None else context.state.store_for("limits")
         self._health = Health(
-            options.health, self._store, context.metrics, context.logger, clock=clock
+            options.health,
+            store if store is not None else context.state.store_for("health"),
+            context.metrics,
+            context.logger,
+            clock=clock,
         )
         self._penalised = self._health.kinds | {"rate_limited"}
         self._track = options.strategy != "weighted"
@@ -203,7 +212,7 @@ class BalancePlugin:
                         continue
                 available.append(deployment)
         except StoreUnavailable:
-            self._metrics.store_degraded("balance").inc()
+            self._state.degraded("health", "open")
             return self._pick(call, candidates, now)
         if not available:
             if limited:
@@ -247,7 +256,7 @@ class BalancePlugin:
         try:
             await self._store.incr(key, amount, ttl=(window + 1) * _WINDOW - now + 1.0)
         except StoreUnavailable:
-            self._metrics.store_degraded("balance").inc()
+            self._state.degraded("health", "open")
 
     def _pick(self, call: Call, candidates: Sequence[Deployment], now: float) -> Deployment:
         if len(candidates) == 1:
@@ -376,13 +385,13 @@ class BalancePlugin:
             elif isinstance(error, UpstreamError):
                 await health.answered(deployment)
         except StoreUnavailable:
-            self._metrics.store_degraded("balance").inc()
+            self._state.degraded("health", "open")
 
     async def _record_answer(self, deployment: Deployment) -> None:
         try:
             await self._health.answered(deployment)
         except StoreUnavailable:
-            self._metrics.store_degraded("balance").inc()
+            self._state.degraded("health", "open")
 
     async def _stream_ended(self, target: str, stats: _Stats | None, usage: Usage | None) -> None:
         """Called once when a tracked stream ends, fails or is closed."""

@@ -52,6 +52,7 @@ from proxy.cache.replay import ReplayStream, replay_chunks
 from proxy.canonical import Accounting, Call, Reply, Response
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError
+from proxy.store import StoreUnavailable
 
 Clock = Callable[[], float]
 CACHE_HEADER = "x-crossway-cache"
@@ -97,10 +98,11 @@ class CachePlugin:
             raise ValueError("max_entry_bytes must not exceed max_bytes")
         self._options = options
         self._clock = clock
+        self._state = context.state
         self._backend: Backend = (
             MemoryBackend(options.max_bytes, clock)
             if options.backend == "memory"
-            else StoreBackend(context.store)
+            else StoreBackend(context.state.store_for("cache"))
         )
         metrics = context.metrics
         self._results = {
@@ -159,8 +161,10 @@ class CachePlugin:
     async def _lookup(self, call: Call, key: str, rules: Directives) -> Reply | None:
         try:
             data = await self._backend.get(key)
-        except Exception:  # any backend failure is a miss
+        except Exception as exc:  # any backend failure is a miss
             self._errors["backend"].inc()
+            if isinstance(exc, StoreUnavailable):
+                self._state.degraded("cache", "miss")
             return None
         if data is None:
             return None

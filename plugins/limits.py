@@ -18,8 +18,10 @@ Over a limit: 429 ``rate_limit_exceeded`` with ``Retry-After`` (and ``retry-afte
 ``crossway_rate_limited_total{scope,limit}``. Every response of a limited principal carries
 OpenAI's ``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests``,
 ``x-ratelimit-reset-requests`` and the ``-tokens`` three, from the scope with the least left.
-When the store is unavailable the call is admitted (limits fail open, as a Redis outage must
-not stop traffic) and ``crossway_store_degraded_total{use="limits"}`` counts it.
+When the shared store is unavailable, ``state.on_unavailable.limits`` decides
+(:mod:`proxy.state.policy`): ``local`` (the default) counts in this process meanwhile,
+``open`` admits the call uncounted, ``closed`` refuses it (503 ``state_unavailable``); each
+such decision counts in ``crossway_state_degraded_total{use="limits"}``.
 Deployment limits (per upstream) stay in ``balance``.
 """
 
@@ -36,6 +38,7 @@ from proxy.canonical import Call, Principal, Reply, Usage
 from proxy.chain import Next, PluginContext
 from proxy.errors import RateLimited
 from proxy.observed import ObservedStream
+from proxy.state.policy import SharedState, StateUnavailable
 from proxy.store import RateBucket, RateState, Store, StoreUnavailable
 
 _PREFIX = "crossway:limits:"
@@ -109,7 +112,9 @@ class LimitsPlugin:
 
     def __init__(self, options: LimitsOptions, context: PluginContext) -> None:
         self._reserve = options.output_reserve
-        self._store: Store = context.store
+        self._state: SharedState = context.state
+        self._store: Store = context.state.store_for("limits")
+        self._refuse = context.state.policy("limits") == "closed"
         self._metrics = context.metrics
         self._plans: dict[str | None, _Plan] = {}
 
@@ -163,7 +168,7 @@ class LimitsPlugin:
         try:
             full = await self._store.hold(plan.slots, plan.slot_limits)
         except StoreUnavailable:
-            self._metrics.store_degraded("limits").inc()
+            self._unavailable()
             return []
         if full is None:
             return plan.slots
@@ -175,12 +180,19 @@ class LimitsPlugin:
             headers={},
         )
 
+    def _unavailable(self) -> None:
+        """The store could not admit: refuse (policy ``closed``) or admit uncounted."""
+        if self._refuse:
+            self._state.degraded("limits", "closed")
+            raise StateUnavailable("rate limits cannot be checked right now", retry_after=1)
+        self._state.degraded("limits", "open")
+
     async def _release(self, held: list[str]) -> None:
         if held:
             try:
                 await self._store.release(held)
             except StoreUnavailable:
-                self._metrics.store_degraded("limits").inc()
+                self._state.degraded("limits", "open")
 
     def _token_buckets(self, call: Call, plan: _Plan) -> list[RateBucket]:
         """This call's token reservations: its text / 4 plus its output bound, per scope."""
@@ -200,7 +212,7 @@ class LimitsPlugin:
         try:
             states = await self._store.rate_take(buckets)
         except StoreUnavailable:
-            self._metrics.store_degraded("limits").inc()
+            self._unavailable()
             return []
         for index, state in enumerate(states):
             if not state.allowed:
@@ -230,7 +242,7 @@ class LimitsPlugin:
             try:
                 await self._store.rate_adjust(buckets)
             except StoreUnavailable:
-                self._metrics.store_degraded("limits").inc()
+                self._state.degraded("limits", "open")
 
 
 def _costing(bucket: RateBucket, cost: int) -> RateBucket:

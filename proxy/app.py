@@ -61,6 +61,7 @@ from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore, ResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
 from proxy.side_routes import SideRoutes
+from proxy.state.policy import SharedState
 
 RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
@@ -91,6 +92,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     except DatabaseError as exc:
         raise ConfigError([str(exc)]) from None
     metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
+    state = SharedState(config.state, metrics)  # like `database`, as the process started
     journal = config.database.journal_dir
     ledger = LedgerWriter(
         SpendRepository(database),
@@ -99,10 +101,18 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         structlog.get_logger(),
     )
     loader = Loader(
-        Path(config_path), BUILTINS, metrics, log_stream, database=database, ledger=ledger
+        Path(config_path),
+        BUILTINS,
+        metrics,
+        log_stream,
+        state=state,
+        database=database,
+        ledger=ledger,
     )
     blueprint = loader.load()
     ledger.logger = blueprint.logger
+    if state.redis is not None:
+        state.redis.logger = blueprint.logger
     config = blueprint.config
     app = web.Application(client_max_size=config.server.max_body_bytes)
     app[METRICS] = metrics
@@ -116,6 +126,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
 
     async def start(app: web.Application) -> None:
         snapshot = Snapshot(blueprint, on_upstream_error)
+        await state.start()
         if snapshot.gate is not None or config.auth.master_key:
             await database.open()
         await snapshot.start()
@@ -128,6 +139,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await app[RUNTIME].close()
         await ledger.close()  # after the last request: what is queued is written (or journaled)
+        await state.close()
         await database.close()
 
     app.on_startup.append(start)

@@ -39,7 +39,9 @@ from proxy.config import PluginSpec
 from proxy.metrics import Metrics
 from proxy.pricing import Catalog, PriceBook
 from proxy.redact import Redactor
-from proxy.store import MemoryStore, Store
+from proxy.state.config import StateConfig
+from proxy.state.policy import SharedState
+from proxy.store import Store
 
 if TYPE_CHECKING:
     from proxy.auth.authenticator import Authenticator
@@ -84,10 +86,12 @@ class PluginContext:
 
     ``resolve(model, provider=None)`` is the router's: the ready deployments of an alias or a
     ``provider/model`` (raising the same errors as for a client's model). ``metrics`` is the
-    process's :class:`proxy.metrics.Metrics`, ``logger`` its structlog logger. ``store`` is the
-    process's state store, shared by every plugin and kept across config reloads (counters,
-    health, cache entries live there, not in a snapshot); a fresh :class:`MemoryStore` when
-    none is given. ``prices`` is the config's :class:`~proxy.pricing.PriceBook` (the catalog
+    process's :class:`proxy.metrics.Metrics`, ``logger`` its structlog logger. ``state`` is the
+    process's :class:`~proxy.state.policy.SharedState`, kept across config reloads (counters,
+    health, cache entries live there, not in a snapshot): a plugin reads and writes through
+    ``state.store_for(use)`` and applies ``state.policy(use)`` when that raises; ``store`` is
+    the shared store itself. When no state is given, an in-memory one (over ``store`` when
+    that is given). ``prices`` is the config's :class:`~proxy.pricing.PriceBook` (the catalog
     with the config's overrides; an empty one when none is given).
     ``database`` is the process's SQL database (:mod:`proxy.db`; kept across
     reloads, opened on first use), None when validating only. ``authenticator`` resolves
@@ -104,6 +108,7 @@ class PluginContext:
         store: Store | None = None,
         prices: PriceBook | None = None,
         *,
+        state: SharedState | None = None,
         database: Database | None = None,
         authenticator: Authenticator | None = None,
         ledger: LedgerWriter | None = None,
@@ -111,7 +116,10 @@ class PluginContext:
         self.resolve = resolve
         self.metrics = metrics
         self.logger = logger
-        self.store: Store = MemoryStore() if store is None else store
+        if state is None:
+            state = SharedState(StateConfig(), metrics, logger, store=store)
+        self.state = state
+        self.store: Store = state.store
         self.prices = PriceBook(Catalog({})) if prices is None else prices
         self.database = database
         self.ledger = ledger

@@ -31,6 +31,7 @@ from proxy.pricing import ModelPrice, PriceSpec, PricingConfig, PricingError, pa
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.redact import Redactor
+from proxy.state.config import StateConfig
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MSGSPEC_PATH = re.compile(r"`\$([^`]*)`")
@@ -150,6 +151,7 @@ class GatewayConfig(Struct, frozen=True):
     deployment_prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
     database: DatabaseConfig = DatabaseConfig()
     auth: AuthConfig = AuthConfig()
+    state: StateConfig = StateConfig()
 
 
 class ConfigError(Exception):
@@ -176,6 +178,7 @@ _TOP_LEVEL = frozenset(
         "pricing",
         "database",
         "auth",
+        "state",
     }
 )
 
@@ -219,6 +222,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     plugins = _plugins(tree.get("plugins", []), errors, tuple(substituted))
     database = _convert(tree.get("database"), DatabaseConfig, "$.database", errors)
     auth = _auth(tree.get("auth"), errors)
+    state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     if (
         errors
         or server is None
@@ -227,6 +231,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
         or pricing is None
         or database is None
         or auth is None
+        or state is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -243,6 +248,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
         deployment_prices=deployment_prices,
         database=database,
         auth=auth,
+        state=state,
     )
 
 

@@ -377,10 +377,18 @@ class Metrics:
             " block; redact_output for values the model wrote).",
             ["entity", "action"],
         )
-        self.store_degraded = self._counter(
-            "crossway_store_degraded",
-            "Decisions taken without the state store because it was unavailable, by use.",
-            ["use"],
+        self.state_degraded = self._counter(
+            "crossway_state_degraded",
+            "Decisions taken without the shared state store because it was unavailable, by use"
+            " (limits, budgets, cache, health) and decision (local, open, closed, miss).",
+            ["use", "decision"],
+        )
+        self.state_up = self._gauge(
+            "crossway_state_up",
+            "1 while the shared state store answers (always 1 for the memory backend), 0 while"
+            " its circuit breaker is open; the lowest of the workers.",
+            [],
+            "livemin",
         )
         self.cache_requests = self._counter(
             "crossway_cache_requests",

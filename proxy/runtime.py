@@ -46,7 +46,8 @@ from proxy.providers import build_provider
 from proxy.providers.base import LocalProvider, Provider
 from proxy.redact import Redactor
 from proxy.router import Router
-from proxy.store import MemoryStore, Store
+from proxy.state.config import StateConfig
+from proxy.state.policy import SharedState
 from proxy.transport import HttpTransport
 from proxy.upstream import Upstream
 
@@ -90,8 +91,9 @@ class Blueprint:
             self.router.resolve,
             loader.metrics,
             self.logger,
-            loader.store,
+            loader.state.store,
             self.prices,
+            state=loader.state,
             database=loader.database,
             authenticator=self.authenticator,
             ledger=loader.ledger,
@@ -124,8 +126,8 @@ def price_book(config: GatewayConfig, config_dir: Path) -> PriceBook:
 
 class Loader:
     """Loads one config file into blueprints, with what every snapshot of it shares: the
-    metrics, the log stream, the state store (so that counters outlive a reload), the
-    database and the spend ledger writer (None when only validating)."""
+    metrics, the log stream, the shared state (so that counters outlive a reload; in memory
+    when none is given), the database and the spend ledger writer (None when only validating)."""
 
     def __init__(
         self,
@@ -133,7 +135,7 @@ class Loader:
         builtins: dict[str, str],
         metrics: Metrics,
         log_stream: IO[str] | None = None,
-        store: Store | None = None,
+        state: SharedState | None = None,
         database: Database | None = None,
         ledger: LedgerWriter | None = None,
     ) -> None:
@@ -141,7 +143,7 @@ class Loader:
         self.builtins = builtins
         self.metrics = metrics
         self.log_stream = log_stream
-        self.store: Store = MemoryStore() if store is None else store
+        self.state = SharedState(StateConfig(), metrics) if state is None else state
         self.database = database
         self.ledger = ledger
 

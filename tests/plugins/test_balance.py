@@ -281,7 +281,7 @@ async def test_without_the_store_every_deployment_is_routable():
     counts = await h.spread(60)
     assert counts["q/dead"] > 5
     assert counts["p/a"] > 5
-    assert sample(h.metrics, "crossway_store_degraded_total", use="balance") > 0
+    assert sample(h.metrics, "crossway_state_degraded_total", use="health", decision="open") > 0
 
 
 async def test_the_tracked_stream_forwards_the_batching_interface():
@@ -378,7 +378,7 @@ async def test_a_store_outage_while_counting_limits_serves_the_call_and_counts_i
             assert reply.response.choices[0].message.content == "one two three four"
     assert h.upstream.targets() == ["p/a"] * 3
     # rpm before each call, tpm after each: six counts, none of them possible
-    assert sample(h.metrics, "crossway_store_degraded_total", use="balance") == 6
+    assert sample(h.metrics, "crossway_state_degraded_total", use="health", decision="open") == 6
 
 
 class BlockingStore(MemoryStore):

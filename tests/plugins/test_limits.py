@@ -132,7 +132,7 @@ async def test_an_unavailable_store_admits_and_counts_the_degradation():
     await h.chain(h.call(keyed(rpm=1, tpm=10, max_parallel=1)))
     await h.chain(h.call(keyed(rpm=1, tpm=10, max_parallel=1)))
     assert len(h.upstream.calls) == 2
-    assert sample(h.metrics, "crossway_store_degraded_total", use="limits") >= 2
+    assert sample(h.metrics, "crossway_state_degraded_total", use="limits", decision="open") >= 2
 
 
 @pytest.mark.parametrize(

@@ -193,7 +193,7 @@ def test_keys_are_not_expanded():
     errors = errors_of("'${X}': 1", {"X": "server"})
     assert errors == [
         "$.${X}: unknown key (expected one of auth, database, metrics, models, plugins, pricing, "
-        "providers, responses, server)"
+        "providers, responses, server, state)"
     ]
 
 

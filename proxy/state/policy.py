@@ -1,0 +1,198 @@
+"""What each use of shared state does when the shared store cannot answer.
+
+:class:`SharedState` is the process's state: the shared :class:`~proxy.store.Store` (a
+:class:`~proxy.state.redis.RedisStore` with ``state.backend: redis``, else one
+:class:`~proxy.store.MemoryStore`), built once and kept across config reloads, and one view of
+it per use (:meth:`SharedState.store_for`). Each use declares its policy in
+``state.on_unavailable`` (:mod:`proxy.state.config`):
+
+- ``local``: the view answers from a :class:`~proxy.store.MemoryStore` of this process while
+  the shared store is unavailable (rate limits count per process, health ejects per process);
+  once the shared store answers again, the shared counters are used again (what was counted
+  locally meanwhile is not carried over).
+- ``open``: the view raises :class:`~proxy.store.StoreUnavailable` and the caller goes on
+  without the state (admits the request uncounted; the cache misses).
+- ``closed``: the view raises and the caller refuses the request: 503 ``state_unavailable``
+  (:class:`StateUnavailable`).
+
+Every degraded decision is counted in ``crossway_state_degraded_total{use,decision}`` —
+``decision`` is ``local`` (answered from this process's memory; counted by the view, once per
+operation), ``open`` (went on without the state), ``closed`` (refused) or ``miss`` (the
+cache) — which the callers count through :meth:`SharedState.degraded`.
+``crossway_state_up`` is 1 while the shared store answers, 0 while its circuit breaker is open.
+
+With the memory backend nothing is ever unavailable: every view is the memory store itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from proxy.errors import GatewayError
+from proxy.metrics import Metrics
+from proxy.state.config import USES, StateConfig, Use
+from proxy.state.redis import RedisStore
+from proxy.store import MemoryStore, RateBucket, RateState, Store, StoreUnavailable
+
+Decision = Literal["local", "open", "closed", "miss"]
+
+
+class StateUnavailable(GatewayError):
+    """Shared state a request needs cannot be read, and its use's policy is ``closed`` (503)."""
+
+    status = 503
+    type = "api_error"
+    default_code = "state_unavailable"
+    kind = "internal"
+
+
+class SharedState:
+    """The process's shared state and its per-use views (module docstring)."""
+
+    def __init__(
+        self,
+        config: StateConfig,
+        metrics: Metrics,
+        logger: Any = None,
+        *,
+        store: Store | None = None,
+    ) -> None:
+        """``store`` replaces the memory backend's store (tests inject one); it is used by
+        every use as it is."""
+        self.config = config
+        self._metrics = metrics
+        self._up = metrics.state_up()
+        self.redis: RedisStore | None = None
+        if config.backend == "redis":
+            self.redis = RedisStore(config.redis, on_up=self._set_up, logger=logger)
+            self.store: Store = self.redis
+        else:
+            self.store = MemoryStore() if store is None else store
+            self._up.set(1)
+        self._views: dict[str, Store] = {}
+        for use in USES:
+            policy = self.policy(use)
+            if self.redis is None:
+                self._views[use] = self.store
+            else:
+                local = MemoryStore() if policy == "local" else None
+                self._views[use] = UseStore(self.redis, local, self._counter(use, "local"))
+
+    @property
+    def shared(self) -> bool:
+        """Whether the state is shared beyond this process (the Redis backend)."""
+        return self.redis is not None
+
+    def store_for(self, use: Use) -> Store:
+        """The view of the store that ``use`` reads and writes (module docstring)."""
+        return self._views[use]
+
+    def policy(self, use: Use) -> str:
+        """``use``'s policy: ``local``, ``open`` or ``closed``."""
+        return getattr(self.config.on_unavailable, use)  # type: ignore[no-any-return]
+
+    def degraded(self, use: Use, decision: Decision) -> None:
+        """Count one decision ``use`` took without the shared store."""
+        self._metrics.state_degraded(use, decision).inc()
+
+    async def start(self) -> None:
+        """Connect the shared store (never raises: a store that is down starts degraded)."""
+        if self.redis is not None:
+            await self.redis.start()
+
+    async def close(self) -> None:
+        """Close the shared store's connections."""
+        if self.redis is not None:
+            await self.redis.close()
+
+    def _set_up(self, up: bool) -> None:
+        self._up.set(1 if up else 0)
+
+    def _counter(self, use: str, decision: str) -> Callable[[], None]:
+        child = self._metrics.state_degraded(use, decision)
+        return child.inc  # type: ignore[no-any-return]
+
+
+class UseStore:
+    """One use's view of the shared store: every operation goes to ``shared``; when that
+    raises :class:`StoreUnavailable`, it is answered by ``local`` (counted by ``on_local``),
+    or, without a local store, raised to the caller."""
+
+    __slots__ = ("_local", "_on_local", "_shared")
+
+    def __init__(
+        self, shared: Store, local: MemoryStore | None, on_local: Callable[[], None]
+    ) -> None:
+        self._shared = shared
+        self._local = local
+        self._on_local = on_local
+
+    def _fallback(self, error: StoreUnavailable) -> MemoryStore:
+        if self._local is None:
+            raise error
+        self._on_local()
+        return self._local
+
+    async def get(self, key: str) -> bytes | None:
+        """See :meth:`proxy.store.Store.get`."""
+        try:
+            return await self._shared.get(key)
+        except StoreUnavailable as error:
+            return await self._fallback(error).get(key)
+
+    async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        """See :meth:`proxy.store.Store.set`."""
+        try:
+            await self._shared.set(key, value, ttl=ttl)
+        except StoreUnavailable as error:
+            await self._fallback(error).set(key, value, ttl=ttl)
+
+    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
+        """See :meth:`proxy.store.Store.incr`."""
+        try:
+            return await self._shared.incr(key, amount, ttl=ttl)
+        except StoreUnavailable as error:
+            return await self._fallback(error).incr(key, amount, ttl=ttl)
+
+    async def delete(self, key: str) -> None:
+        """See :meth:`proxy.store.Store.delete`."""
+        try:
+            await self._shared.delete(key)
+        except StoreUnavailable as error:
+            await self._fallback(error).delete(key)
+
+    async def ttl(self, key: str) -> float | None:
+        """See :meth:`proxy.store.Store.ttl`."""
+        try:
+            return await self._shared.ttl(key)
+        except StoreUnavailable as error:
+            return await self._fallback(error).ttl(key)
+
+    async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
+        """See :meth:`proxy.store.Store.rate_take`."""
+        try:
+            return await self._shared.rate_take(buckets)
+        except StoreUnavailable as error:
+            return await self._fallback(error).rate_take(buckets)
+
+    async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
+        """See :meth:`proxy.store.Store.rate_adjust`."""
+        try:
+            await self._shared.rate_adjust(buckets)
+        except StoreUnavailable as error:
+            await self._fallback(error).rate_adjust(buckets)
+
+    async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
+        """See :meth:`proxy.store.Store.hold`."""
+        try:
+            return await self._shared.hold(keys, limits)
+        except StoreUnavailable as error:
+            return await self._fallback(error).hold(keys, limits)
+
+    async def release(self, keys: Sequence[str]) -> None:
+        """See :meth:`proxy.store.Store.release`."""
+        try:
+            await self._shared.release(keys)
+        except StoreUnavailable as error:
+            await self._fallback(error).release(keys)

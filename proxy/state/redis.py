@@ -1,0 +1,220 @@
+"""``RedisStore``: the :class:`~proxy.store.Store` shared by every worker and instance.
+
+Every operation is one round trip: a plain command (``GET``, ``SET … PX``, ``UNLINK``,
+``PTTL``) or one Lua script (:mod:`proxy.state.scripts`) for the multi-step ones — counters
+whose TTL applies on creation, GCRA takes and corrections across several buckets, in-flight
+holds and releases — which run atomically with the server's clock. Commands are pipelined on
+one connection (:mod:`proxy.state.resp`): what concurrent requests send in one turn of the
+event loop leaves in one write.
+
+Keys are namespaced: a key that does not start with ``crossway:`` gets that prefix. Every key
+has a TTL, so that nothing grows without bound: a write that gives none (a lifetime budget
+counter, an in-flight counter) sets ``max_idle`` (in-flight counters: :data:`HOLD_IDLE`), renewed
+by every later write, so such a key outlives its last write by that much. :meth:`ttl`
+therefore reports that idle expiry where :class:`~proxy.store.MemoryStore` would say None.
+
+Failures: every operation is bounded by ``timeout_ms``. A refused or lost connection, a
+timeout or a server that cannot serve (loading, read-only) raises
+:class:`~proxy.store.StoreUnavailable`; after ``breaker.failures`` of them in a row the circuit
+breaker (:mod:`proxy.state.breaker`) opens and operations raise at once, while a probe
+(loading the scripts) every ``breaker.cooldown_ms`` reconnects and closes it once Redis
+answers. The store never fails to start: with Redis down it starts with the breaker open.
+``on_up(bool)`` reports each change of the connection (the ``crossway_state_up`` gauge). A
+value of the wrong kind (a counter that is not an integer) raises :class:`ValueError`, as the memory store does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from proxy.state.breaker import CircuitBreaker
+from proxy.state.config import RedisConfig
+from proxy.state.resp import RedisAddress, ReplyError, RespConnection
+from proxy.state.scripts import ALL, HOLD, INCR, RATE_ADJUST, RATE_TAKE, RELEASE, Script
+from proxy.store import RateBucket, RateState, StoreUnavailable
+
+PREFIX = "crossway:"
+HOLD_IDLE = 600.0  # seconds an in-flight counter outlives its last hold or release
+
+
+class RedisStore:
+    """See the module docstring. Use from one event loop; call :meth:`start` in it first."""
+
+    def __init__(
+        self,
+        config: RedisConfig,
+        *,
+        on_up: Callable[[bool], None] | None = None,
+        logger: Any = None,
+    ) -> None:
+        self.address = RedisAddress(config.url)
+        self._connection = RespConnection(self.address, config.timeout_ms / 1000)
+        self._idle_ms = config.max_idle * 1000
+        self._hold_idle_ms = int(HOLD_IDLE * 1000)
+        self._on_up = on_up
+        self.logger = logger
+        """Where connection changes are logged (may be replaced; None: not logged)."""
+        self._breaker = CircuitBreaker(
+            config.breaker.failures, config.breaker.cooldown_ms / 1000, self._changed
+        )
+        self._prober: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def up(self) -> bool:
+        """Whether operations are sent to Redis now (the breaker is closed)."""
+        return not self._breaker.open
+
+    async def start(self) -> None:
+        """Connect once (bounded by the timeout); with Redis down, start with the breaker open
+        and probing. Never raises."""
+        try:
+            await self._load_scripts()
+        except StoreUnavailable:
+            self._breaker.trip()
+            return
+        if self._on_up is not None:
+            self._on_up(True)
+
+    async def close(self) -> None:
+        """Stop probing and close the connection (idempotent)."""
+        self._closed = True
+        prober, self._prober = self._prober, None
+        if prober is not None:
+            prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prober
+        await self._connection.close()
+
+    async def get(self, key: str) -> bytes | None:
+        """See :meth:`proxy.store.Store.get`."""
+        reply = await self._call("GET", _key(key))
+        if type(reply) is ReplyError:
+            raise ValueError(f"key {key!r} does not hold a value")
+        return reply  # type: ignore[no-any-return]
+
+    async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        """See :meth:`proxy.store.Store.set`."""
+        await self._call("SET", _key(key), value, "PX", self._ms(ttl))
+
+    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
+        """See :meth:`proxy.store.Store.incr`."""
+        created_ttl = 0 if ttl is None else self._ms(ttl)
+        return int(await self._script(INCR, (_key(key),), (amount, created_ttl, self._idle_ms)))
+
+    async def delete(self, key: str) -> None:
+        """See :meth:`proxy.store.Store.delete`."""
+        await self._call("UNLINK", _key(key))
+
+    async def ttl(self, key: str) -> float | None:
+        """See :meth:`proxy.store.Store.ttl` (and the module docstring on idle expiry)."""
+        reply = await self._call("PTTL", _key(key))
+        return None if reply < 0 else reply / 1000
+
+    async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
+        """See :meth:`proxy.store.Store.rate_take`."""
+        reply = await self._script(RATE_TAKE, [_key(b.key) for b in buckets], _bucket_args(buckets))
+        return [
+            RateState(bool(reply[i]), reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
+            for i in range(0, len(reply), 4)
+        ]
+
+    async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
+        """See :meth:`proxy.store.Store.rate_adjust`."""
+        if buckets:
+            await self._script(RATE_ADJUST, [_key(b.key) for b in buckets], _bucket_args(buckets))
+
+    async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
+        """See :meth:`proxy.store.Store.hold`."""
+        if len(keys) != len(limits):
+            raise ValueError("hold needs one limit per key")
+        reply = await self._script(HOLD, [_key(k) for k in keys], (*limits, self._hold_idle_ms))
+        return None if reply < 0 else int(reply)
+
+    async def release(self, keys: Sequence[str]) -> None:
+        """See :meth:`proxy.store.Store.release`."""
+        if keys:
+            await self._script(RELEASE, [_key(k) for k in keys], (self._hold_idle_ms,))
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        """Send ``message`` to the subscribers of ``channel`` (namespaced like keys)."""
+        await self._call("PUBLISH", _key(channel), message)
+
+    async def _load_scripts(self) -> None:
+        """Load every script (so that ``EVALSHA`` finds them): the probe of a connection."""
+        for reply in await asyncio.gather(
+            *(self._connection.call("SCRIPT", "LOAD", s.source) for s in ALL)
+        ):
+            if type(reply) is ReplyError:
+                raise StoreUnavailable(f"Redis refused a script: {str(reply)[:80]}")
+
+    async def _call(self, *args: Any) -> Any:
+        breaker = self._breaker
+        if breaker.open:
+            raise StoreUnavailable("Redis is unavailable (circuit open)")
+        try:
+            reply = await self._connection.call(*args)
+        except StoreUnavailable:
+            breaker.failed()
+            raise
+        breaker.succeeded()
+        return reply
+
+    async def _script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        reply = await self._call("EVALSHA", script.sha, len(keys), *keys, *args)
+        if type(reply) is ReplyError:
+            if str(reply).startswith("NOSCRIPT"):
+                reply = await self._call("EVAL", script.source, len(keys), *keys, *args)
+            if type(reply) is ReplyError:
+                raise ValueError(f"{script.name}: {str(reply)[:200]}")
+        return reply
+
+    def _ms(self, ttl: float | None) -> int:
+        if ttl is None:
+            return self._idle_ms
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        return max(1, math.ceil(ttl * 1000))
+
+    def _changed(self, up: bool) -> None:
+        logger = self.logger
+        if logger is not None:
+            if up:
+                logger.info("state_store_reconnected", redis=self.address.description)
+            else:
+                logger.warning("state_store_unavailable", redis=self.address.description)
+        if self._on_up is not None:
+            self._on_up(up)
+        if not up and self._prober is None and not self._closed:
+            self._prober = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        """While the breaker is open: try every cooldown; close it when Redis answers."""
+        breaker = self._breaker
+        try:
+            while breaker.open:
+                await asyncio.sleep(breaker.cooldown)
+                if not breaker.probe_due():
+                    continue
+                try:
+                    await self._load_scripts()
+                except StoreUnavailable:
+                    continue
+                breaker.succeeded()
+        finally:
+            self._prober = None
+
+
+def _key(key: str) -> str:
+    return key if key.startswith(PREFIX) else PREFIX + key
+
+
+def _bucket_args(buckets: Sequence[RateBucket]) -> list[Any]:
+    args: list[Any] = []
+    for bucket in buckets:
+        args += (bucket.cost, bucket.limit, bucket.period * 1000)
+    return args

@@ -1,0 +1,276 @@
+"""Private Redis and PostgreSQL servers for tests: started on free ports in temporary
+directories, stopped by their PID.
+
+``make test`` installs ``redis-server`` and ``postgresql`` from Debian's packages when they are
+missing (``make engines``). A test that needs an engine and cannot get one fails with
+:class:`EngineMissing`'s message, never skips. PostgreSQL refuses to run as root: as root the
+server runs as the ``postgres`` user the Debian package creates (or ``nobody``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+_START_TIMEOUT = 30.0
+
+
+class EngineMissing(AssertionError):
+    """An engine a test needs is not installed (run ``make engines``)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _wait(what: str, ready: object, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT
+    while not ready():  # type: ignore[operator]
+        if process.poll() is not None:
+            raise AssertionError(f"{what} exited at start:\n{log.read_text(errors='replace')}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not start in {_START_TIMEOUT:.0f} s")
+        time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen | None, sig: int) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class RedisServer:
+    """A ``redis-server`` of its own (no persistence) on :attr:`port`."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise EngineMissing(
+                "redis-server is not installed: run `make engines` (apt-get install redis-server)"
+            )
+        self._binary = binary
+        self.directory = Path(tempfile.mkdtemp(prefix="crossway-redis-"))
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        """Start (or restart, on the same port) and wait until it accepts connections."""
+        log = self.directory / "redis.log"
+        with log.open("ab") as sink:
+            self.process = subprocess.Popen(
+                [
+                    self._binary,
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.directory),
+                    "--daemonize",
+                    "no",
+                ],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+        _wait("redis-server", lambda: _accepts(self.port), self.process, log)
+        return self
+
+    def kill(self) -> None:
+        """Stop it at once (SIGKILL: an outage, not a shutdown)."""
+        _stop(self.process, signal.SIGKILL)
+
+    def stop(self) -> None:
+        """Stop it and remove its directory."""
+        _stop(self.process, signal.SIGTERM)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _postgres_binaries() -> Path:
+    for pattern in ("/usr/lib/postgresql/*/bin", "/usr/local/pgsql/bin"):
+        for directory in sorted(glob.glob(pattern), reverse=True):
+            if (Path(directory) / "postgres").exists() and (Path(directory) / "initdb").exists():
+                return Path(directory)
+    found = shutil.which("postgres")
+    if found and shutil.which("initdb"):
+        return Path(found).parent
+    raise EngineMissing(
+        "PostgreSQL is not installed: run `make engines` (apt-get install postgresql)"
+    )
+
+
+class PostgresServer:
+    """A PostgreSQL cluster of its own on :attr:`port`, with a ``crossway`` database owned by
+    the user ``crossway`` (password ``crossway``)."""
+
+    def __init__(self) -> None:
+        self._bin = _postgres_binaries()
+        self.directory = Path(tempfile.mkdtemp(prefix="crossway-pg-"))
+        self.data = self.directory / "data"
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+        self._user: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            for name in ("postgres", "nobody"):
+                with contextlib.suppress(KeyError):
+                    self._user = pwd.getpwnam(name)
+                    break
+            if self._user is None:
+                raise EngineMissing("no unprivileged user to run PostgreSQL as")
+            os.chown(self.directory, self._user.pw_uid, self._user.pw_gid)
+        self._initdb()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://crossway:crossway@127.0.0.1:{self.port}/crossway"
+
+    def _run_as(self) -> dict:
+        if self._user is None:
+            return {}
+        return {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+
+    def _initdb(self) -> None:
+        password = self.directory / "password"
+        password.write_text("crossway\n")
+        if self._user is not None:
+            os.chown(password, self._user.pw_uid, self._user.pw_gid)
+        subprocess.run(
+            [
+                str(self._bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "crossway",
+                "--pwfile",
+                str(password),
+                "-A",
+                "scram-sha-256",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            cwd=self.directory,
+            **self._run_as(),
+        )
+
+    def start(self) -> PostgresServer:
+        """Start (or restart, on the same port and data) and wait until it accepts connections;
+        the first start creates the ``crossway`` database."""
+        log = self.directory / "postgres.log"
+        with log.open("ab") as sink:
+            if self._user is not None:
+                os.chown(log, self._user.pw_uid, self._user.pw_gid)
+            self.process = subprocess.Popen(
+                [
+                    str(self._bin / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.port),
+                    "-h",
+                    "127.0.0.1",
+                    "-k",
+                    str(self.directory),
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                **self._run_as(),
+            )
+        _wait("postgres", self._ready, self.process, log)
+        return self
+
+    def _ready(self) -> bool:
+        if not _accepts(self.port):
+            return False
+        result = subprocess.run(
+            [
+                str(self._bin / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "crossway",
+                "-d",
+                "postgres",
+                "-tAc",
+                "SELECT 1 FROM pg_database WHERE datname = 'crossway'",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PGPASSWORD": "crossway"},
+            check=False,
+        )
+        if result.returncode != 0:
+            return False
+        if result.stdout.strip() != "1":
+            self.sql("CREATE DATABASE crossway", database="postgres")
+        return True
+
+    def sql(self, statement: str, database: str = "crossway") -> str:
+        """Run one statement with psql; its output (tuples only, unaligned)."""
+        result = subprocess.run(
+            [
+                str(self._bin / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "crossway",
+                "-d",
+                database,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-tAc",
+                statement,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PGPASSWORD": "crossway"},
+            check=True,
+        )
+        return result.stdout.strip()
+
+    def stop(self, *, remove: bool = False) -> None:
+        """Stop it (fast shutdown) by its PID; ``remove`` deletes its data too."""
+        _stop(self.process, signal.SIGINT)
+        if remove:
+            shutil.rmtree(self.directory, ignore_errors=True)

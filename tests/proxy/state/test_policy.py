@@ -1,0 +1,144 @@
+"""proxy/state/policy.py: each use's view of the shared store and its failure policy, and the
+limits plugin applying ``local``, ``open`` and ``closed`` when Redis is down."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import structlog
+
+from plugins.limits import LimitExceeded, LimitsOptions, LimitsPlugin
+from proxy.canonical import Call, Message, Principal, RateLimits
+from proxy.chain import PluginContext, compose
+from proxy.metrics import Metrics
+from proxy.state.config import BreakerConfig, OnUnavailable, RedisConfig, StateConfig
+from proxy.state.policy import SharedState, StateUnavailable
+from proxy.store import MemoryStore, RateBucket, StoreUnavailable
+from tests.engines import RedisServer
+from tests.faults import FakeClock
+from tests.plugins.scripted import ScriptedUpstream, router, sample
+from tests.waiting import until
+
+DOWN_URL = "redis://127.0.0.1:9/0"  # the discard port: nothing listens
+
+
+def redis_state(url: str, metrics: Metrics, **policies: str) -> SharedState:
+    return SharedState(
+        StateConfig(
+            backend="redis",
+            redis=RedisConfig(url=url, breaker=BreakerConfig(failures=1, cooldown_ms=50)),
+            on_unavailable=OnUnavailable(**policies),
+        ),
+        metrics,
+    )
+
+
+@pytest.fixture
+async def down() -> AsyncIterator[tuple[SharedState, Metrics]]:
+    metrics = Metrics()
+    state = redis_state(DOWN_URL, metrics)
+    await state.start()
+    yield state, metrics
+    await state.close()
+
+
+async def test_the_memory_backend_is_one_store_for_every_use():
+    state = SharedState(StateConfig(), Metrics())
+    assert isinstance(state.store, MemoryStore)
+    assert {id(state.store_for(use)) for use in ("limits", "budgets", "cache", "health")} == {
+        id(state.store)
+    }
+    assert not state.shared
+
+
+async def test_redis_down_at_start_the_gateway_state_still_starts(down):
+    state, metrics = down
+    assert sample(metrics, "crossway_state_up") == 0
+    assert state.shared
+
+
+async def test_local_uses_answer_from_this_process_and_count_it(down):
+    state, metrics = down
+    limits = state.store_for("limits")
+    bucket = RateBucket("crossway:limits:rpm:key:k", 1, 2)
+    taken = [(await limits.rate_take([bucket]))[0].allowed for _ in range(3)]
+    assert taken == [True, True, False], "counted locally, the limit still holds"
+    assert sample(metrics, "crossway_state_degraded_total", use="limits", decision="local") == 3
+    health = state.store_for("health")
+    await health.set("crossway:health:ejected:p/m", b"1", ttl=30)
+    assert await health.ttl("crossway:health:ejected:p/m") is not None
+
+
+async def test_open_and_closed_uses_raise_to_their_caller(down):
+    state, _ = down
+    for use in ("budgets", "cache"):
+        with pytest.raises(StoreUnavailable):
+            await state.store_for(use).get("crossway:x")  # type: ignore[arg-type]
+    assert state.policy("budgets") == "closed"
+    assert state.policy("cache") == "open"
+
+
+async def test_a_use_goes_back_to_the_shared_store_when_redis_returns(own_redis: RedisServer):
+    own_redis.kill()
+    metrics = Metrics()
+    state = redis_state(own_redis.url, metrics)
+    await state.start()
+    try:
+        limits = state.store_for("limits")
+        await limits.set("crossway:k", b"local")
+        own_redis.start()
+        await until(lambda: state.redis is not None and state.redis.up, seconds=10)
+        assert sample(metrics, "crossway_state_up") == 1
+        assert await limits.get("crossway:k") is None  # the shared store's answer
+        await limits.set("crossway:k", b"shared")
+        assert await state.store.get("crossway:k") == b"shared"
+    finally:
+        await state.close()
+
+
+def limited_call(resolver) -> Call:
+    return Call(
+        request_id="r",
+        dialect="openai",
+        model="m",
+        messages=[Message("user", "hi")],
+        deployments=resolver.resolve("m"),
+        principal=Principal(key_id="k", limits=RateLimits(rpm=1, max_parallel=1)),
+    )
+
+
+@pytest.mark.parametrize("policy", ["local", "open", "closed"])
+async def test_the_limits_plugin_follows_its_policy(policy: str):
+    metrics = Metrics()
+    state = redis_state(DOWN_URL, metrics, limits=policy)
+    await state.start()
+    try:
+        resolver = router({"m": ["p/model"]})
+        context = PluginContext(
+            resolver.resolve, metrics, structlog.get_logger(), state.store, state=state
+        )
+        plugin = LimitsPlugin(LimitsOptions(), context)
+        chain = compose([plugin], ScriptedUpstream(FakeClock()))
+        outcomes = []
+        for _ in range(2):
+            try:
+                await chain(limited_call(resolver))
+                outcomes.append("ok")
+            except LimitExceeded:
+                outcomes.append("429")
+            except StateUnavailable as error:
+                outcomes.append(f"{error.status} {error.code}")
+        expected = {
+            "local": ["ok", "429"],
+            "open": ["ok", "ok"],
+            "closed": ["503 state_unavailable"] * 2,
+        }
+        assert outcomes == expected[policy]
+        decisions = {"local": "local", "open": "open", "closed": "closed"}
+        counted = sample(
+            metrics, "crossway_state_degraded_total", use="limits", decision=decisions[policy]
+        )
+        assert counted >= 2
+    finally:
+        await state.close()

@@ -1,0 +1,267 @@
+"""proxy/state/redis.py against a real redis-server: the Store semantics of the memory backend,
+namespaced keys that always expire, one round trip per operation, and the circuit breaker."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from proxy.metrics import Metrics
+from proxy.state.config import BreakerConfig, RedisConfig
+from proxy.state.redis import RedisStore
+from proxy.store import MemoryStore, RateBucket, StoreUnavailable
+from tests.engines import RedisServer
+from tests.engines.plugin import redis_command
+from tests.waiting import until
+
+
+def config(url: str, **overrides) -> RedisConfig:
+    return RedisConfig(url=url, **overrides)
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RedisStore]:
+    redis = RedisStore(config(redis_url, timeout_ms=2000))
+    await redis.start()
+    yield redis
+    await redis.close()
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def ttl_ms(url: str, key: str) -> int:
+    reply = redis_command(port_of(url), "PTTL", key)
+    return int(reply[1:].split(b"\r\n")[0])
+
+
+async def test_set_get_delete_and_ttl(store: RedisStore):
+    assert await store.get("k") is None
+    await store.set("k", b"v\x00\xff")
+    assert await store.get("k") == b"v\x00\xff"
+    await store.set("k", b"w", ttl=10)
+    assert await store.get("k") == b"w"
+    assert 9 < (await store.ttl("k") or 0) <= 10
+    await store.delete("k")
+    await store.delete("k")
+    assert await store.get("k") is None
+    assert await store.ttl("k") is None
+
+
+async def test_keys_are_namespaced_and_always_expire(store: RedisStore, redis_url: str):
+    await store.set("plain", b"1")
+    await store.set("crossway:already", b"1")
+    await store.incr("counter")
+    await store.hold(["crossway:inflight"], [5])
+    await store.rate_take([RateBucket("crossway:bucket", 1, 10)])
+    keys = redis_command(port_of(redis_url), "KEYS", "*").decode()
+    for key in ("crossway:plain", "crossway:already", "crossway:counter", "crossway:inflight"):
+        assert key in keys
+        assert ttl_ms(redis_url, key) > 0, f"{key} has no TTL"
+    assert "crossway:crossway:" not in keys
+    assert ttl_ms(redis_url, "crossway:bucket") > 0
+
+
+async def test_incr_applies_its_ttl_when_it_creates_the_key(store: RedisStore, redis_url: str):
+    assert await store.incr("c", 5, ttl=100) == 5
+    assert await store.incr("c", -2, ttl=5) == 3  # the TTL of an existing key stays
+    assert ttl_ms(redis_url, "crossway:c") > 90_000
+    await store.set("text", b"abc")
+    with pytest.raises(ValueError, match="incr"):
+        await store.incr("text")
+
+
+async def test_gcra_burst_refusal_and_all_or_nothing(store: RedisStore):
+    buckets = [RateBucket("a", 1, 3, 60.0), RateBucket("b", 1, 5, 60.0)]
+    results = [await store.rate_take(buckets) for _ in range(4)]
+    assert [all(s.allowed for s in states) for states in results] == [True, True, True, False]
+    assert [s.remaining for s in results[2]] == [0, 2]
+    refused = results[3]
+    assert not refused[0].allowed
+    assert refused[1].allowed
+    assert 19 < refused[0].retry_after <= 20
+    # The refused take charged nothing: "b" still has 2 units.
+    states = await store.rate_take([RateBucket("b", 2, 5, 60.0)])
+    assert states[0].allowed
+    assert states[0].remaining == 0
+
+
+async def test_rate_adjust_gives_units_back_and_charges_past_the_period(store: RedisStore):
+    bucket = RateBucket("t", 8, 10, 60.0)
+    assert (await store.rate_take([bucket]))[0].remaining == 2
+    await store.rate_adjust([RateBucket("t", -8, 10, 60.0)])
+    assert (await store.rate_take([RateBucket("t", 10, 10, 60.0)]))[0].allowed
+    await store.rate_adjust([RateBucket("t", 5, 10, 60.0)])  # over the limit: a debt
+    (state,) = await store.rate_take([RateBucket("t", 1, 10, 60.0)])
+    assert not state.allowed
+    assert 35 < state.retry_after <= 36
+
+
+async def test_hold_and_release_are_all_or_nothing(store: RedisStore, redis_url: str):
+    keys = ["p:key", "p:team"]
+    assert await store.hold(keys, [2, 3]) is None
+    assert await store.hold(keys, [2, 3]) is None
+    assert await store.hold(keys, [2, 3]) == 0  # the key is full; the team unchanged
+    assert await store.get("p:team") == b"2"
+    await store.release(keys)
+    await store.release(keys)
+    await store.release(keys)  # never below zero
+    assert await store.get("p:key") is None
+    assert await store.hold(keys, [1, 1]) is None
+
+
+async def test_the_same_answers_as_the_memory_store(store: RedisStore):
+    # Random operations against both backends; periods are long, so the milliseconds between
+    # the two calls do not change an answer.
+    memory = MemoryStore(time.time)
+    rng = random.Random(16)
+    for step in range(300):
+        key = f"k{rng.randrange(4)}"
+        operation = rng.randrange(5)
+        if operation == 0:
+            buckets = [RateBucket(f"r{i}", rng.randrange(1, 4), 10, 3600.0) for i in range(2)]
+            got = await store.rate_take(buckets)
+            want = await memory.rate_take(buckets)
+            assert [(s.allowed, s.remaining) for s in got] == [
+                (s.allowed, s.remaining) for s in want
+            ], step
+            for g, w in zip(got, want, strict=True):
+                assert g.retry_after == pytest.approx(w.retry_after, abs=0.05)
+                assert g.reset_after == pytest.approx(w.reset_after, abs=0.05)
+        elif operation == 1:
+            bucket = RateBucket(f"r{rng.randrange(2)}", rng.randrange(-3, 3), 10, 3600.0)
+            await store.rate_adjust([bucket])
+            await memory.rate_adjust([bucket])
+        elif operation == 2:
+            limits = [rng.randrange(1, 4), rng.randrange(1, 4)]
+            keys = [f"h{key}", "hteam"]
+            assert await store.hold(keys, limits) == await memory.hold(keys, limits), step
+        elif operation == 3:
+            keys = [f"h{key}", "hteam"]
+            await store.release(keys)
+            await memory.release(keys)
+        else:
+            amount = rng.randrange(-5, 6)
+            assert await store.incr(f"c{key}", amount) == await memory.incr(f"c{key}", amount)
+
+
+async def test_every_operation_is_one_round_trip(store: RedisStore):
+    sent: list[str] = []
+    connection = store._connection
+    call = connection.call
+
+    async def counting(*args):
+        sent.append(str(args[0]))
+        return await call(*args)
+
+    connection.call = counting  # type: ignore[method-assign]
+    operations = [
+        lambda: store.get("x"),
+        lambda: store.set("x", b"1", ttl=5),
+        lambda: store.incr("n", ttl=5),
+        lambda: store.delete("x"),
+        lambda: store.ttl("n"),
+        lambda: store.rate_take([RateBucket("a", 1, 5), RateBucket("b", 1, 5)]),
+        lambda: store.rate_adjust([RateBucket("a", -1, 5), RateBucket("b", -1, 5)]),
+        lambda: store.hold(["p1", "p2"], [3, 3]),
+        lambda: store.release(["p1", "p2"]),
+    ]
+    for operation in operations:
+        sent.clear()
+        await operation()
+        assert len(sent) == 1, sent  # scripts were loaded at start: EVALSHA hits
+    redis_command(port_of(store.address.description), "SCRIPT", "FLUSH")
+    sent.clear()
+    await store.incr("n")  # a server that lost its scripts: EVALSHA, then EVAL
+    assert sent == ["EVALSHA", "EVAL"]
+
+
+async def test_redis_down_at_start_then_up_reconnects(own_redis: RedisServer):
+    own_redis.kill()
+    ups: list[bool] = []
+    store = RedisStore(
+        config(own_redis.url, breaker=BreakerConfig(failures=2, cooldown_ms=50)),
+        on_up=ups.append,
+    )
+    await store.start()  # does not raise
+    try:
+        assert not store.up
+        with pytest.raises(StoreUnavailable):
+            await store.get("k")
+        own_redis.start()
+        await until(lambda: store.up, seconds=10, what="the probe to reconnect")
+        assert ups == [False, True]
+        await store.set("k", b"v")
+        assert await store.get("k") == b"v"
+    finally:
+        await store.close()
+
+
+async def test_the_breaker_opens_after_failures_so_an_outage_costs_no_timeout(
+    own_redis: RedisServer,
+):
+    metrics = Metrics()
+    store = RedisStore(
+        config(own_redis.url, timeout_ms=50, breaker=BreakerConfig(failures=3, cooldown_ms=100)),
+        on_up=lambda up: metrics.state_up().set(1 if up else 0),
+    )
+    await store.start()
+    try:
+        await store.set("k", b"v")
+        assert own_redis.process is not None
+        own_redis.process.send_signal(signal.SIGSTOP)  # hung: every command times out
+        try:
+            for _ in range(3):
+                with pytest.raises(StoreUnavailable):
+                    await store.get("k")
+            assert not store.up
+            # While open, nothing is sent (so nothing waits for the timeout): each refusal
+            # says the circuit is open, not that Redis was slow.
+            for _ in range(100):
+                with pytest.raises(StoreUnavailable, match="circuit open"):
+                    await store.get("k")
+        finally:
+            own_redis.process.send_signal(signal.SIGCONT)
+        await until(lambda: store.up, seconds=10, what="the probe to close the breaker")
+        assert await store.get("k") == b"v"
+    finally:
+        await store.close()
+
+
+async def test_killed_and_restarted_redis_is_reconnected(own_redis: RedisServer):
+    store = RedisStore(config(own_redis.url, breaker=BreakerConfig(failures=1, cooldown_ms=50)))
+    await store.start()
+    try:
+        await store.set("k", b"v")
+        own_redis.kill()
+        with pytest.raises(StoreUnavailable):
+            await store.get("k")
+        assert not store.up
+        own_redis.start()
+        await until(lambda: store.up, seconds=10, what="reconnection")
+        assert await store.get("k") is None  # a fresh server (no persistence)
+    finally:
+        await store.close()
+
+
+async def test_a_password_and_database_number_from_the_url(own_redis: RedisServer):
+    redis_command(own_redis.port, "CONFIG", "SET", "requirepass", "s3cret")
+    store = RedisStore(config(f"redis://:s3cret@127.0.0.1:{own_redis.port}/3"))
+    await store.start()
+    try:
+        assert store.up
+        await store.set("k", b"v")
+        assert "s3cret" not in store.address.description
+    finally:
+        await store.close()
+    wrong = RedisStore(config(f"redis://:nope@127.0.0.1:{own_redis.port}/0"))
+    await wrong.start()
+    try:
+        assert not wrong.up
+    finally:
+        await wrong.close()
