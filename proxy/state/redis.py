@@ -20,7 +20,8 @@ breaker (:mod:`proxy.state.breaker`) opens and operations raise at once, while a
 (loading the scripts) every ``breaker.cooldown_ms`` reconnects and closes it once Redis
 answers. The store never fails to start: with Redis down it starts with the breaker open.
 ``on_up(bool)`` reports each change of the connection (the ``crossway_state_up`` gauge). A
-value of the wrong kind (a counter that is not an integer) raises :class:`ValueError`, as the memory store does.
+value of the wrong kind (a counter that is not an integer) raises :class:`ValueError`, as
+the memory store does.
 """
 
 from __future__ import annotations
