@@ -61,6 +61,7 @@ from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore, ResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
 from proxy.side_routes import SideRoutes
+from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -109,8 +110,11 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         database=database,
         ledger=ledger,
     )
+    events = KeyEvents(state.redis, lambda key: app[RUNTIME].snapshot.authenticator.drop(key))
+    loader.on_key_change = events.announce
     blueprint = loader.load()
     ledger.logger = blueprint.logger
+    events.logger = blueprint.logger
     if state.redis is not None:
         state.redis.logger = blueprint.logger
     config = blueprint.config
@@ -131,6 +135,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             await database.open()
         await snapshot.start()
         app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
+        events.start()
         _export_readiness(metrics, snapshot)
         _install_reload_signal(app)
 
@@ -139,6 +144,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await app[RUNTIME].close()
         await ledger.close()  # after the last request: what is queued is written (or journaled)
+        await events.close()
         await state.close()
         await database.close()
 

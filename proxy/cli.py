@@ -96,7 +96,25 @@ def check(config_path: Path, out: TextIO) -> int:
     for spec, plugin in zip(config.plugins, blueprint.plugins, strict=True):
         print(f"  {spec.ref}: {type(plugin).__module__}.{type(plugin).__name__}", file=out)
     _print_auth(blueprint, out)
+    _print_state(config, out)
     return 0
+
+
+def _print_state(config: Any, out: TextIO) -> None:
+    """Where shared state lives, its policies, and what stays per worker."""
+    from proxy.state.config import USES, RedisAddress, per_worker, per_worker_message
+
+    state = config.state
+    if state.backend == "redis":
+        policies = ", ".join(f"{use}: {getattr(state.on_unavailable, use)}" for use in USES)
+        where = RedisAddress(state.redis.url).description
+        print(f"state: redis {where}; when unavailable: {policies}", file=out)
+    else:
+        print("state: memory (this process only)", file=out)
+    workers = config.server.workers
+    uses = per_worker(state, [spec.ref for spec in config.plugins], workers)
+    if uses:
+        print(f"  WARNING: {per_worker_message(uses, workers)}", file=out)
 
 
 def _print_auth(blueprint: Any, out: TextIO) -> None:

@@ -85,7 +85,11 @@ class Blueprint:
             self.redactor, level=config.server.log_level, stream=loader.log_stream
         )
         self.authenticator = Authenticator(
-            config.auth, loader.database, loader.metrics, self.logger
+            config.auth,
+            loader.database,
+            loader.metrics,
+            self.logger,
+            on_change=loader.on_key_change,
         )
         context = PluginContext(
             self.router.resolve,
@@ -146,6 +150,8 @@ class Loader:
         self.state = SharedState(StateConfig(), metrics) if state is None else state
         self.database = database
         self.ledger = ledger
+        self.on_key_change: Callable[[str | None], None] | None = None
+        """Where the authenticators of this config announce key changes (None: nowhere)."""
 
     def load(self) -> Blueprint:
         """Read and validate the file and its plugins, reporting every error at once.

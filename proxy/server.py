@@ -25,6 +25,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from proxy.metrics import MULTIPROC_ENV
+from proxy.state.config import per_worker, per_worker_message
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -163,6 +164,12 @@ def log_listening(app: web.Application, host: str, port: int, workers: int) -> N
     snapshot = runtime.snapshot
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     providers = snapshot.providers
+    config = snapshot.config
+    uses = per_worker(config.state, [spec.ref for spec in config.plugins], workers)
+    if uses:
+        snapshot.logger.warning(
+            "state_per_worker", per_worker=uses, message=per_worker_message(uses, workers)
+        )
     snapshot.logger.info(
         f"listening on {url}",
         url=url,

@@ -32,6 +32,8 @@ from proxy.auth.registry import NewKey, NewTeam, Registry
 from proxy.db import Database, DatabaseError
 from proxy.errors import GatewayError
 from proxy.metrics import Metrics
+from proxy.state.events import announce_changes
+from proxy.state.redis import RedisStore
 
 _COLUMNS = ("id", "alias", "team", "models", "rpm", "tpm", "max_parallel", "blocked", "source")
 _TEAM_COLUMNS = ("id", "models", "rpm", "tpm", "max_parallel", "source")
@@ -72,10 +74,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except DatabaseError as exc:
         print(f"crossway: {exc}", file=err)
         return 1
-    registry = Registry(database, Authenticator(config.auth, database, Metrics()))
+    changes: list[str | None] = []
+    authenticator = Authenticator(config.auth, database, Metrics(), on_change=changes.append)
+    registry = Registry(database, authenticator)
     action = _ACTIONS[(args.command, args.action)]
+    redis = RedisStore(config.state.redis) if config.state.backend == "redis" else None
     try:
         asyncio.run(_with_database(database, action(registry, args, out, err)))
+        asyncio.run(announce_changes(redis, changes))
     except (GatewayError, DatabaseError, ValueError) as exc:
         print(f"crossway: {getattr(exc, 'message', exc)}", file=err)
         return 1

@@ -10,7 +10,9 @@ key costs one query per ``cache_ttl``. The cache holds at most :data:`MAX_CACHED
 
 A change made on this process (admin API) calls :meth:`Authenticator.forget` (or
 :meth:`Authenticator.forget_all` for a team) and takes effect at once; a change made elsewhere
-(the CLI, another instance) takes effect here within ``cache_ttl``.
+(the CLI, another instance) takes effect here within ``cache_ttl`` — or at once with a shared
+state store, whose key-change channel (:mod:`proxy.state.events`) ``on_change`` announces each
+change to, and which calls :meth:`Authenticator.drop` on every process.
 
 Failures raise :class:`~proxy.errors.AuthenticationFailed` (401 ``invalid_api_key``) for a
 missing, malformed, unknown, revoked, blocked or expired key, and :class:`AuthUnavailable` (503)
@@ -85,9 +87,11 @@ class Authenticator:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        on_change: Callable[[str | None], None] | None = None,
     ) -> None:
         self._ttl = auth.cache_ttl
         self._user_budget = auth.user_budget
+        self._on_change = on_change
         self._timeout = auth.lookup_timeout
         self._database = database
         self._keys = None if database is None else KeyRepository(database)
@@ -168,12 +172,26 @@ class Authenticator:
         )
 
     def forget(self, key_hash: str) -> None:
-        """Drop what is cached for one key: its next request looks it up again."""
+        """Drop what is cached for one key (its next request looks it up again), and announce
+        the change to ``on_change``."""
         self._cache.pop(key_hash, None)
+        if self._on_change is not None:
+            self._on_change(key_hash)
 
     def forget_all(self) -> None:
-        """Drop the whole cache (a team changed: every key of it must be looked up again)."""
+        """Drop the whole cache (a team changed: every key of it must be looked up again), and
+        announce it to ``on_change`` (as None)."""
         self._cache.clear()
+        if self._on_change is not None:
+            self._on_change(None)
+
+    def drop(self, key_hash: str | None) -> None:
+        """Drop one key's cache entry (None: all), without announcing: a change announced by
+        another process."""
+        if key_hash is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(key_hash, None)
 
     def _entry(self, key: KeyRecord, team: TeamRecord | None, fetched: float) -> _Entry:
         team = self.config_teams.get(key.team or "") or team

@@ -26,7 +26,9 @@ it). The policies (:mod:`proxy.state.policy` says what each does):
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import msgspec
 from msgspec import Meta, Struct
@@ -35,6 +37,61 @@ Backend = Literal["memory", "redis"]
 Use = Literal["limits", "budgets", "cache", "health"]
 USES: tuple[Use, ...] = ("limits", "budgets", "cache", "health")
 _REDIS_URL = r"^(redis|rediss|unix)://.+$"
+
+
+class RedisAddress:
+    """Where a Redis server is, parsed from a ``redis://``, ``rediss://`` or ``unix://`` URL:
+    ``redis://[[user]:password@]host[:port][/db]``, ``unix:///path?db=N&password=…``.
+
+    Raises :class:`ValueError` (never quoting the password) for anything else."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        self.tls = parts.scheme == "rediss"
+        self.path: str | None = None
+        self.host = "127.0.0.1"
+        self.port = 6379
+        if parts.scheme == "unix":
+            self.path = unquote(parts.path)
+            if not self.path:
+                raise ValueError("a unix:// Redis URL needs a socket path")
+            database = query.get("db", ["0"])[0]
+        elif parts.scheme in ("redis", "rediss"):
+            try:
+                self.host = parts.hostname or "127.0.0.1"
+                self.port = parts.port or 6379
+            except ValueError:
+                raise ValueError("the Redis URL has an invalid port") from None
+            database = parts.path.lstrip("/") or query.get("db", ["0"])[0]
+        else:
+            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
+        if not database.isdigit():
+            raise ValueError("the Redis database must be a number")
+        self.database = int(database)
+        self.username = unquote(parts.username) if parts.username else None
+        password = parts.password or query.get("password", [None])[0]
+        self.password = unquote(password) if password else None
+
+    @property
+    def description(self) -> str:
+        """The address without credentials, for logs."""
+        if self.path is not None:
+            return f"unix://{self.path}?db={self.database}"
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://{self.host}:{self.port}/{self.database}"
+
+    def handshake(self) -> list[tuple[Any, ...]]:
+        """The commands a new connection sends first (``AUTH``, ``SELECT``)."""
+        commands: list[tuple[Any, ...]] = []
+        if self.password is not None:
+            if self.username:
+                commands.append(("AUTH", self.username, self.password))
+            else:
+                commands.append(("AUTH", self.password))
+        if self.database:
+            commands.append(("SELECT", self.database))
+        return commands
 
 
 class BreakerConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -55,6 +112,9 @@ class RedisConfig(Struct, frozen=True, forbid_unknown_fields=True):
     breaker: BreakerConfig = BreakerConfig()
     max_idle: Annotated[int, Meta(ge=60)] = 2_592_000
 
+    def __post_init__(self) -> None:
+        RedisAddress(self.url)  # a ValueError is a validation error at $.state.redis
+
 
 class OnUnavailable(Struct, frozen=True, forbid_unknown_fields=True):
     """Each use's failure policy (module docstring)."""
@@ -71,3 +131,33 @@ class StateConfig(Struct, frozen=True, forbid_unknown_fields=True):
     backend: Backend = "memory"
     redis: RedisConfig = RedisConfig()
     on_unavailable: OnUnavailable = msgspec.field(default_factory=OnUnavailable)
+
+
+_USES_OF_PLUGINS: dict[str, tuple[Use, ...]] = {
+    "limits": ("limits",),
+    "cost": ("budgets",),
+    "cache": ("cache",),
+    "balance": ("health",),
+}
+
+
+def per_worker(state: StateConfig, plugins: Iterable[str], workers: int) -> list[Use]:
+    """The uses of state that the built-in ``plugins`` (their names, in chain order) keep per
+    worker process: with ``workers > 1`` and the memory backend, limits, budgets, cache entries
+    and deployment health are each worker's own (a key with ``rpm: 60`` gets 60 per worker)."""
+    if workers <= 1 or state.backend != "memory":
+        return []
+    found: list[Use] = []
+    for name in plugins:
+        for use in _USES_OF_PLUGINS.get(name, ()):
+            if use not in found:
+                found.append(use)
+    return found
+
+
+def per_worker_message(uses: list[Use], workers: int) -> str:
+    """What ``check`` and the start-up log say about :func:`per_worker`'s answer."""
+    return (
+        f"state.backend is memory with {workers} workers: {', '.join(uses)} are per worker "
+        "(each worker counts and caches on its own); set state.backend: redis to share them"
+    )

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.state.breaker import CircuitBreaker
-from proxy.state.config import RedisConfig
-from proxy.state.resp import RedisAddress, ReplyError, RespConnection
+from proxy.state.config import RedisAddress, RedisConfig
+from proxy.state.resp import ReplyError, RespConnection
 from proxy.state.scripts import ALL, HOLD, INCR, RATE_ADJUST, RATE_TAKE, RELEASE, Script
 from proxy.store import RateBucket, RateState, StoreUnavailable
 

@@ -25,10 +25,10 @@ import collections
 import contextlib
 import ssl
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
+from proxy.state.config import RedisAddress
 from proxy.store import StoreUnavailable
 
 ReplyError = hiredis.ReplyError
@@ -40,61 +40,6 @@ _UNAVAILABLE_REPLIES = (
     b"CLUSTERDOWN",
     b"TRYAGAIN",
 )
-
-
-class RedisAddress:
-    """Where a Redis server is, parsed from a ``redis://``, ``rediss://`` or ``unix://`` URL:
-    ``redis://[[user]:password@]host[:port][/db]``, ``unix:///path?db=N&password=…``.
-
-    Raises :class:`ValueError` (never quoting the password) for anything else."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        self.tls = parts.scheme == "rediss"
-        self.path: str | None = None
-        self.host = "127.0.0.1"
-        self.port = 6379
-        if parts.scheme == "unix":
-            self.path = unquote(parts.path)
-            if not self.path:
-                raise ValueError("a unix:// Redis URL needs a socket path")
-            database = query.get("db", ["0"])[0]
-        elif parts.scheme in ("redis", "rediss"):
-            try:
-                self.host = parts.hostname or "127.0.0.1"
-                self.port = parts.port or 6379
-            except ValueError:
-                raise ValueError("the Redis URL has an invalid port") from None
-            database = parts.path.lstrip("/") or query.get("db", ["0"])[0]
-        else:
-            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
-        if not database.isdigit():
-            raise ValueError("the Redis database must be a number")
-        self.database = int(database)
-        self.username = unquote(parts.username) if parts.username else None
-        password = parts.password or query.get("password", [None])[0]
-        self.password = unquote(password) if password else None
-
-    @property
-    def description(self) -> str:
-        """The address without credentials, for logs."""
-        if self.path is not None:
-            return f"unix://{self.path}?db={self.database}"
-        scheme = "rediss" if self.tls else "redis"
-        return f"{scheme}://{self.host}:{self.port}/{self.database}"
-
-    def handshake(self) -> list[tuple[Any, ...]]:
-        """The commands a new connection sends first (``AUTH``, ``SELECT``)."""
-        commands: list[tuple[Any, ...]] = []
-        if self.password is not None:
-            if self.username:
-                commands.append(("AUTH", self.username, self.password))
-            else:
-                commands.append(("AUTH", self.password))
-        if self.database:
-            commands.append(("SELECT", self.database))
-        return commands
 
 
 def encode(args: tuple[Any, ...]) -> bytes:

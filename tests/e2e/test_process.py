@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -11,17 +10,25 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from proxy import __version__
+from tests.e2e.processes import (
+    REPO,
+    Served,
+    eventually,
+    free_port,
+    http,
+    kill_tree,
+    listeners,
+    wait_ready,
+    worker_pids,
+)
+from tests.e2e.processes import serve as _serve
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = """
 server: {{port: {port}, workers: {workers}, access_log: false, client_idle_timeout: 1}}
 providers:
@@ -29,12 +36,6 @@ providers:
 models:
   {alias}: [{{target: mock/echo}}]
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _crossway(*args: str) -> subprocess.CompletedProcess[str]:
@@ -48,87 +49,10 @@ def _crossway(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _http(url: str, body: bytes | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, data=body, method="POST" if body else "GET")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
-# Deadlines bound waits for an event, they assert nothing about speed: a gateway with two workers
-# on a machine whose two cores run several test suites at once (coverage on) takes tens of
-# seconds to start, so they are generous.
-def _wait_ready(url: str, deadline: float = 90.0) -> None:
-    stop = time.monotonic() + deadline
-    while time.monotonic() < stop:
-        try:
-            if _http(url + "/health/ready")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("gateway did not become ready")
-
-
-class Served:
-    """A gateway process started by a test: its URL, config file, supervisor pid and logs."""
-
-    def __init__(self, url: str, config: Path, process: subprocess.Popen, logs: Path) -> None:
-        self.url = url
-        self.config = config
-        self.process = process
-        self.pid = process.pid
-        self.logs = logs
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
-
-    def log_lines(self, event: str) -> list[dict]:
-        """The JSON log lines (of every worker) whose event is ``event``."""
-        lines = []
-        for text in self.logs.read_text(errors="replace").splitlines():
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue  # not a log line (a traceback printed before logging was set up)
-            if isinstance(line, dict) and line.get("event") == event:
-                lines.append(line)
-        return lines
-
-
-@contextlib.contextmanager
-def _serve(config: Path, port: int, workers: int, logs: Path) -> Iterator[Served]:
-    """Start ``crossway serve``; yield once every worker listens; stop it (SIGTERM) after.
-
-    Output goes to the ``logs`` file, never to an unread pipe (which would block the gateway
-    once it had logged a pipe's worth)."""
-    with logs.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-            cwd=REPO,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    served = Served(f"http://127.0.0.1:{port}", config, process, logs)
-    try:
-        _wait_ready(served.url)
-        _eventually(lambda: _listeners(port) == workers, what=f"{workers} listening worker(s)")
-        yield served
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            _kill_tree(process)
-
-
 @pytest.fixture
 def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Served]:
     workers = getattr(request, "param", 1)
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(CONFIG.format(port=port, workers=workers, alias="first"))
     with _serve(config, port, workers, tmp_path / "gateway.log") as gateway:
@@ -137,7 +61,7 @@ def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Served]:
 
 def _chat(url: str, model: str) -> int:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-    return _http(url + "/v1/chat/completions", body.encode())[0]
+    return http(url + "/v1/chat/completions", body.encode())[0]
 
 
 def test_version() -> None:
@@ -168,15 +92,15 @@ def test_sighup_reloads_and_a_broken_file_keeps_the_old_config(served: Served) -
     assert _chat(served.url, "first") == 200
     served.config.write_text(CONFIG.format(port=served.port, workers=1, alias="second"))
     os.kill(served.pid, signal.SIGHUP)
-    _eventually(lambda: _reloads(served.url)["ok"] == 1.0, what="the reload to be counted")
+    eventually(lambda: _reloads(served.url)["ok"] == 1.0, what="the reload to be counted")
     assert _chat(served.url, "second") == 200
     assert _chat(served.url, "first") == 404
     served.config.write_text("providers: [this is: broken")
     os.kill(served.pid, signal.SIGHUP)
     # The failed reload has been processed once it is counted (and logged): only then does
     # "still serving" say anything about it.
-    _eventually(lambda: _reloads(served.url)["error"] == 1.0, what="the failed reload")
-    _eventually(lambda: served.log_lines("config_reload_failed"), what="its log line")
+    eventually(lambda: _reloads(served.url)["error"] == 1.0, what="the failed reload")
+    eventually(lambda: served.log_lines("config_reload_failed"), what="its log line")
     (failure,) = served.log_lines("config_reload_failed")
     assert any("not valid YAML" in error for error in failure["errors"])
     assert _chat(served.url, "second") == 200, "a broken file must not stop serving"
@@ -188,7 +112,7 @@ def test_sighup_reaches_every_worker(served: Served) -> None:
     served.config.write_text(CONFIG.format(port=served.port, workers=2, alias="second"))
     os.kill(served.pid, signal.SIGHUP)  # to the supervisor, which forwards it
     # The counter is summed over the workers: 2 means each of them reloaded.
-    _eventually(lambda: _reloads(served.url)["ok"] == 2.0, what="both workers to reload")
+    eventually(lambda: _reloads(served.url)["ok"] == 2.0, what="both workers to reload")
     # New connections are spread over the workers by the kernel: all of them serve the new file.
     assert [_chat(served.url, "second") for _ in range(20)] == [200] * 20
     assert _chat(served.url, "first") == 404
@@ -198,81 +122,36 @@ def test_sighup_reaches_every_worker(served: Served) -> None:
 def test_workers_share_one_port_and_metrics(served: Served) -> None:
     for _ in range(20):
         assert _chat(served.url, "first") == 200
-    text = _http(served.url + "/metrics")[1]
+    text = http(served.url + "/metrics")[1]
     line = next(
         x for x in text.splitlines() if x.startswith("crossway_requests_total{") and "first" in x
     )
     assert float(line.rsplit(" ", 1)[1]) == 20.0, "every worker's requests are counted"
 
 
-def _eventually(condition, timeout: float = 90.0, what: str = "condition") -> None:
-    """Poll ``condition`` until it holds, for at most ``timeout`` seconds."""
-    stop = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > stop:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def _reloads(url: str) -> dict[str, float]:
     """``crossway_config_reloads_total`` by result, from ``/metrics``."""
     counts = {}
-    for line in _http(url + "/metrics")[1].splitlines():
+    for line in http(url + "/metrics")[1].splitlines():
         if line.startswith("crossway_config_reloads_total{"):
             result = line.split('result="', 1)[1].split('"', 1)[0]
             counts[result] = float(line.rsplit(" ", 1)[1])
     return counts
 
 
-def _proc(path: str) -> str:
-    """A file of Linux's /proc, which these tests read to see sockets and worker processes."""
-    if not Path("/proc/self/task").is_dir():
-        raise AssertionError("the process tests need Linux /proc (workers, listening sockets)")
-    return Path(path).read_text(errors="replace")
-
-
-def _listeners(port: int) -> int:
-    """How many sockets listen on 127.0.0.1:``port`` (one per worker, with SO_REUSEPORT)."""
-    local = f"0100007F:{port:04X}"
-    rows = _proc("/proc/net/tcp").splitlines()[1:]
-    return sum(1 for row in rows if row.split()[1] == local and row.split()[3] == "0A")
-
-
-def _worker_pids(supervisor: int) -> list[int]:
-    children = _proc(f"/proc/{supervisor}/task/{supervisor}/children").split()
-    workers = []
-    for pid in children:
-        try:
-            cmdline = _proc(f"/proc/{pid}/cmdline")
-        except (FileNotFoundError, ProcessLookupError):  # gone between the two reads
-            continue
-        if "resource_tracker" not in cmdline:
-            workers.append(int(pid))
-    return workers
-
-
-def _kill_tree(process: subprocess.Popen) -> None:
-    """Last resort for a test that failed with the gateway still up: kill it and its workers."""
-    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-        for pid in _worker_pids(process.pid):
-            os.kill(pid, signal.SIGKILL)
-    process.kill()
-    process.wait()
-
-
 @pytest.mark.parametrize("served", [2], indirect=True)
 def test_the_supervisor_restarts_a_worker_that_died(served: Served) -> None:
-    before = _worker_pids(served.pid)
+    before = worker_pids(served.pid)
     assert len(before) == 2
     dead, survivor = before
     os.kill(dead, signal.SIGKILL)
 
     def replaced() -> bool:
-        now = _worker_pids(served.pid)
+        now = worker_pids(served.pid)
         return len(now) == 2 and dead not in now and survivor in now
 
-    _eventually(replaced, what="a replacement worker")
-    _eventually(lambda: _listeners(served.port) == 2, what="the replacement to listen")
+    eventually(replaced, what="a replacement worker")
+    eventually(lambda: listeners(served.port) == 2, what="the replacement to listen")
     assert [_chat(served.url, "first") for _ in range(20)] == [200] * 20
 
 
@@ -280,22 +159,22 @@ def test_sigterm_while_a_dead_worker_is_being_replaced_still_stops(tmp_path: Pat
     # The supervisor pauses (1 s for a worker that lived under 10 s) before restarting a dead
     # worker; a SIGTERM in that pause must not leave the replacement running (and the
     # supervisor waiting for it forever).
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(CONFIG.format(port=port, workers=2, alias="first"))
     with _serve(config, port, 2, tmp_path / "gateway.log") as served:
-        victim, survivor = _worker_pids(served.pid)
+        victim, survivor = worker_pids(served.pid)
         for _ in range(4):
             os.kill(victim, signal.SIGKILL)
             # Reaped (gone from the children): the supervisor saw the death and is pausing.
-            _eventually(lambda v=victim: v not in _worker_pids(served.pid), what="the reap")
-            workers = _worker_pids(served.pid)
+            eventually(lambda v=victim: v not in worker_pids(served.pid), what="the reap")
+            workers = worker_pids(served.pid)
             if workers == [survivor]:
                 break  # inside the pause: the race this test is about
             # A loaded machine let the pause pass: kill the replacement, whose quick death
             # doubles the next pause (1, 2, 4, 8 s).
             (victim,) = (pid for pid in workers if pid != survivor)
-        assert _worker_pids(served.pid) == [survivor], "never inside the restart pause"
+        assert worker_pids(served.pid) == [survivor], "never inside the restart pause"
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=60) == 0
         with pytest.raises(ProcessLookupError):
@@ -334,7 +213,7 @@ def test_a_client_trickling_its_request_head_is_disconnected(served: Served) -> 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_one_start_up_line_says_where_it_listens(tmp_path: Path, workers: int) -> None:
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(
         f"server: {{port: {port}, workers: {workers}, access_log: false}}\n"
@@ -360,14 +239,14 @@ def test_one_start_up_line_says_where_it_listens(tmp_path: Path, workers: int) -
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        _wait_ready(f"http://127.0.0.1:{port}")
+        wait_ready(f"http://127.0.0.1:{port}")
         assert announced.wait(timeout=90), "no start-up line"
     finally:
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            _kill_tree(process)
+            kill_tree(process)
             raise
         reader.join(timeout=10)
     logged = [json.loads(line) for line in lines if line.startswith("{")]
@@ -403,7 +282,7 @@ def test_a_worker_stops_on_a_sigterm_that_comes_as_soon_as_it_listens(tmp_path: 
     # test stops the gateway the moment it is ready. uvloop drops a signal that comes while its
     # loop is not running, so a worker that ran its loop once to listen and again to serve
     # kept serving forever.
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(CONFIG.format(port=port, workers=1, alias="first"))
     process = subprocess.Popen(
@@ -415,5 +294,5 @@ def test_a_worker_stops_on_a_sigterm_that_comes_as_soon_as_it_listens(tmp_path: 
     try:
         assert process.wait(timeout=60) == 0
     except subprocess.TimeoutExpired:
-        _kill_tree(process)
+        kill_tree(process)
         pytest.fail("the worker did not stop on a SIGTERM that came once it listened")

@@ -1,0 +1,144 @@
+"""Several ``crossway serve`` processes over one Redis and one PostgreSQL, for the scale-out
+tests: the config they share, and an HTTP client that opens a new connection per request (so
+that ``SO_REUSEPORT`` spreads requests over the workers of one port)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+
+from tests.e2e.processes import Served, free_port, serve
+
+MASTER = "master-key-for-the-scaleout-tests-0123456789"
+LIMITED = "sk-cw-limited-key-for-scaleout-tests-0123456789"
+FREE = "sk-cw-free-key-for-scaleout-tests-0123456789ab"
+
+
+def config(
+    port: int,
+    *,
+    redis_url: str,
+    database_url: str,
+    workers: int = 1,
+    extra: str = "",
+    plugins: str = "",
+) -> str:
+    """The config every instance of a test shares (``port`` aside)."""
+    return (
+        textwrap.dedent(
+            f"""
+        server: {{port: {port}, workers: {workers}, access_log: false}}
+        providers:
+          mock: {{type: mock}}
+        models:
+          echo: [{{target: mock/echo}}]
+        database: {{url: "{database_url}"}}
+        state:
+          backend: redis
+          redis: {{url: "{redis_url}", timeout_ms: 200, breaker: {{failures: 2, cooldown_ms: 200}}}}
+        auth:
+          master_key: "{MASTER}"
+          cache_ttl: 60
+          keys:
+            - {{key: "{LIMITED}", alias: limited, rpm: 60}}
+            - {{key: "{FREE}", alias: free}}
+        plugins:
+          - auth: {{}}
+          - limits: {{}}
+          - cache: {{backend: store, scope: key}}
+        """
+        )
+        + textwrap.dedent(extra)
+        + plugins
+    )
+
+
+@contextlib.contextmanager
+def instances(
+    tmp_path: Path, count: int, *, workers: int = 1, **options: str
+) -> Iterator[list[Served]]:
+    """``count`` gateway processes (each with ``workers``) on their own ports."""
+    with contextlib.ExitStack() as stack:
+        served = []
+        for index in range(count):
+            port = free_port()
+            path = tmp_path / f"gateway-{index}.yaml"
+            path.write_text(config(port, workers=workers, **options))  # type: ignore[arg-type]
+            served.append(
+                stack.enter_context(
+                    serve(
+                        path,
+                        port,
+                        workers,
+                        tmp_path / f"gateway-{index}.log",
+                        env={"CROSSWAY_DATA_DIR": str(tmp_path / f"data-{index}")},
+                    )
+                )
+            )
+        yield served
+
+
+class Client:
+    """HTTP to the gateways; a new connection for every request."""
+
+    def __init__(self) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True, limit=0),
+            timeout=aiohttp.ClientTimeout(total=30),
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def chat(
+        self, url: str, key: str, text: str = "hi", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str]]:
+        body = {"model": "echo", "messages": [{"role": "user", "content": text}]}
+        async with self.session.post(
+            f"{url}/v1/chat/completions",
+            json=body,
+            headers={"authorization": f"Bearer {key}", **(headers or {})},
+        ) as response:
+            await response.read()
+            return response.status, dict(response.headers)
+
+    async def admin(
+        self, method: str, url: str, path: str, body: object = None
+    ) -> tuple[int, dict]:
+        async with self.session.request(
+            method,
+            f"{url}{path}",
+            data=None if body is None else json.dumps(body),
+            headers={"authorization": f"Bearer {MASTER}", "content-type": "application/json"},
+        ) as response:
+            text = await response.text()
+            return response.status, json.loads(text) if text else {}
+
+    async def metric(self, url: str, name: str, **labels: str) -> float:
+        """One sample of ``url``'s ``/metrics`` (summed over matching lines; 0 when absent)."""
+        async with self.session.get(f"{url}/metrics") as response:
+            text = await response.text()
+        total = 0.0
+        wanted = [f'{k}="{v}"' for k, v in labels.items()]
+        for line in text.splitlines():
+            if line.startswith(name) and line[len(name)] in "{ " and all(w in line for w in wanted):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+async def poll(condition, *, seconds: float, what: str) -> float:
+    """Await ``condition()`` (a coroutine function returning bool) until it holds; the seconds
+    it took. Fails after ``seconds``."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while not await condition():
+        if loop.time() - started > seconds:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        await asyncio.sleep(0.01)
+    return loop.time() - started

@@ -1,0 +1,128 @@
+"""Scale-out through real ``crossway serve`` processes sharing one Redis and one PostgreSQL:
+two instances on two ports, and two workers on one port, hold one rate limit, share cache
+entries and see a revoked key refused everywhere within a second.
+
+The rate-limit proof needs no minute of waiting: GCRA admits a burst of exactly ``rpm`` and
+then one request per ``60 / rpm`` seconds, so in a test lasting ``t`` seconds a key with
+``rpm: 60`` gets between 60 and ``60 + t`` successes (the bound every assertion states).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.scaleout import FREE, LIMITED, Client, instances, poll
+
+TOPOLOGIES = {"two instances": (2, 1), "two workers": (1, 2)}
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    http = Client()
+    yield http
+    await http.close()
+
+
+@pytest.fixture(params=list(TOPOLOGIES))
+def gateways(request, tmp_path: Path, redis_url: str, postgres_url: str):
+    count, workers = TOPOLOGIES[request.param]
+    with instances(
+        tmp_path, count, workers=workers, redis_url=redis_url, database_url=postgres_url
+    ) as served:
+        # Two instances: two URLs. Two workers: one URL, which the kernel spreads.
+        yield [s.url for s in served] * (2 // count)
+
+
+async def test_one_rpm_limit_holds_across_every_process(gateways: list[str], client: Client):
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    targets = itertools.cycle(gateways)
+    gate = asyncio.Semaphore(20)
+
+    async def one(url: str) -> int:
+        async with gate:
+            return (await client.chat(url, LIMITED, text=f"rpm {id(url)}"))[0]
+
+    statuses = await asyncio.gather(*(one(next(targets)) for _ in range(150)))
+    elapsed = loop.time() - started
+    ok, limited = statuses.count(200), statuses.count(429)
+    assert ok + limited == 150, statuses
+    # Per process, 60 each would be 120: the bound is the shared one.
+    assert 60 <= ok <= 60 + int(elapsed) + 1, (ok, elapsed)
+
+
+async def test_an_entry_cached_by_one_is_a_hit_on_the_other(gateways: list[str], client: Client):
+    first, second = gateways
+    status, headers = await client.chat(first, FREE, text="cache me")
+    assert (status, headers["x-crossway-cache"]) == (200, "miss")
+    # Each try opens a new connection; with two workers the kernel may send several to the
+    # worker that stored it, but every one of them must hit.
+    for _ in range(10):
+        status, headers = await client.chat(second, FREE, text="cache me")
+        assert (status, headers["x-crossway-cache"]) == (200, "hit")
+
+
+async def test_a_key_revoked_on_one_is_refused_by_the_other_within_a_second(
+    gateways: list[str], client: Client
+):
+    first, second = gateways
+    status, created = await client.admin("POST", first, "/admin/keys", {"alias": "ephemeral"})
+    assert status == 201, created
+    key = created["key"]
+    for _ in range(6):  # cached (auth.cache_ttl is 60 s) on every process that served it
+        assert (await client.chat(second, key, text="before"))[0] == 200
+    status, _ = await client.admin("DELETE", first, f"/admin/keys/{created['id']}")
+    assert status == 204
+
+    async def refused_everywhere() -> bool:
+        statuses = [(await client.chat(second, key))[0] for _ in range(6)]
+        return statuses == [401] * 6
+
+    # Without the announcement this would take auth.cache_ttl (60 s).
+    await poll(refused_everywhere, seconds=1.0, what="the revoked key refused by the other")
+
+
+async def test_the_memory_backend_counts_per_worker_and_says_so(tmp_path: Path, client: Client):
+    from tests.e2e.processes import free_port, serve
+    from tests.e2e.scaleout import config
+
+    port = free_port()
+    path = tmp_path / "gateway.yaml"
+    text = config(port, workers=2, redis_url="redis://127.0.0.1:9/0", database_url="x")
+    text = text.replace("  backend: redis\n", "  backend: memory\n").replace(
+        'database: {url: "x"}', f'database: {{url: "sqlite:///{tmp_path}/crossway.db"}}'
+    )
+    path.write_text(text)
+    with serve(path, port, 2, tmp_path / "gateway.log") as served:
+        warnings = served.log_lines("state_per_worker")
+        assert len(warnings) == 1
+        assert set(warnings[0]["per_worker"]) == {"limits", "cache"}
+        statuses = await asyncio.gather(
+            *(client.chat(served.url, LIMITED, text="memory") for _ in range(200))
+        )
+        ok = [status for status, _ in statuses].count(200)
+        assert ok > 60, "per worker, each worker admits its own 60"
+    _check_says_so(path)
+
+
+def _check_says_so(path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.e2e.processes import REPO
+
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "check", "--config", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "per worker" in result.stdout
