@@ -1,4 +1,7 @@
-"""proxy/db: the database is created private, in WAL mode, migrated once, and reopened as is."""
+"""proxy/db: the database is created private, in WAL mode, migrated once, and reopened as is;
+the repositories and the migrations run the same on SQLite and on PostgreSQL (a private
+server, :mod:`tests.engines`), where instances starting together migrate once under an
+advisory lock."""
 
 from __future__ import annotations
 
@@ -40,9 +43,16 @@ def key(key_id: str = "key_1", team: str | None = None, **fields) -> KeyRecord:
     return KeyRecord(**values)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgresql":
+        return request.getfixturevalue("postgres_url")
+    return f"sqlite:///{tmp_path}/data/crossway.db"
+
+
 @pytest.fixture
-async def database(tmp_path: Path):
-    db = Database(f"sqlite:///{tmp_path}/data/crossway.db")
+async def database(url: str):
+    db = Database(url)
     await db.open()
     yield db
     await db.close()
@@ -74,9 +84,9 @@ async def test_a_new_file_is_private_in_wal_mode_and_migrated(tmp_path: Path):
         await db.close()
 
 
-async def test_reopening_and_concurrent_opens_migrate_once(database: Database, tmp_path: Path):
+async def test_reopening_and_concurrent_opens_migrate_once(database: Database, url: str):
     await KeyRepository(database).insert(key(), "h" * 64)
-    others = [Database(f"sqlite:///{tmp_path}/data/crossway.db") for _ in range(3)]
+    others = [Database(url) for _ in range(3)]
     await asyncio.gather(*(other.open() for other in others), database.open())
     try:
         for other in others:
@@ -84,6 +94,24 @@ async def test_reopening_and_concurrent_opens_migrate_once(database: Database, t
     finally:
         for other in others:
             await other.close()
+
+
+async def test_instances_starting_together_on_postgresql_migrate_once(postgres_url: str):
+    # A fresh database, four instances opening it at once: one migrates under the advisory
+    # lock, the others wait for it and find the schema at its newest version.
+    instances = [Database(postgres_url) for _ in range(4)]
+    await asyncio.gather(*(db.open() for db in instances))
+    try:
+        async with instances[0].connect() as connection:
+            versions = (
+                await connection.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}"))
+            ).all()
+        assert len(versions) == 1
+        for db in instances:
+            assert await KeyRepository(db).list() == []
+    finally:
+        for db in instances:
+            await db.close()
 
 
 @pytest.mark.parametrize(
