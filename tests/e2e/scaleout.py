@@ -35,9 +35,10 @@ def config(
             f"""
         server: {{port: {port}, workers: {workers}, access_log: false}}
         providers:
-          mock: {{type: mock}}
+          mock: {{type: mock, faults: true}}
         models:
           echo: [{{target: mock/echo}}]
+          slow: [{{target: mock/slow-300}}]
         database: {{url: "{database_url}"}}
         state:
           backend: redis
@@ -97,9 +98,14 @@ class Client:
         await self.session.close()
 
     async def chat(
-        self, url: str, key: str, text: str = "hi", headers: dict[str, str] | None = None
+        self,
+        url: str,
+        key: str,
+        text: str = "hi",
+        headers: dict[str, str] | None = None,
+        model: str = "echo",
     ) -> tuple[int, dict[str, str]]:
-        body = {"model": "echo", "messages": [{"role": "user", "content": text}]}
+        body = {"model": model, "messages": [{"role": "user", "content": text}]}
         async with self.session.post(
             f"{url}/v1/chat/completions",
             json=body,

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.scaleout import FREE, LIMITED, Client, instances, poll
+from tests.engines import RedisServer
+from tests.engines.plugin import redis_command
 
 TOPOLOGIES = {"two instances": (2, 1), "two workers": (1, 2)}
 
@@ -126,3 +128,56 @@ def _check_says_so(path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "per worker" in result.stdout
+
+
+async def test_redis_killed_under_load_then_restarted(
+    tmp_path: Path, own_redis: RedisServer, client: Client
+):
+    database = f"sqlite:///{tmp_path}/crossway.db"
+    with instances(tmp_path, 1, redis_url=own_redis.url, database_url=database) as (served,):
+        url = served.url
+
+        async def load(round_: int, model: str = "echo") -> list[int]:
+            # 100 concurrent requests, half of them repeats (cache hits while Redis is up).
+            texts = [f"load {round_} {i % 50}" for i in range(100)]
+            replies = await asyncio.gather(
+                *(client.chat(url, FREE, text, model=model) for text in texts)
+            )
+            return [status for status, _ in replies]
+
+        assert await load(0) == [200] * 100
+        # The slow model keeps the next 100 in the upstream (300 ms) while Redis dies: they
+        # passed the limits and the cache lookup, their cache writes will fail.
+        in_flight = asyncio.ensure_future(load(1, model="slow"))
+
+        async def all_in_flight() -> bool:
+            return await client.metric(url, "crossway_requests_in_flight") >= 50
+
+        await poll(all_in_flight, seconds=10.0, what="the round to be in flight")
+        own_redis.kill()
+        assert await in_flight == [200] * 100, "no request fails because of the state store"
+        assert await load(2) == [200] * 100
+        assert await client.metric(url, "crossway_state_up") == 0
+        assert await client.metric(url, "crossway_state_degraded_total", use="cache") > 0
+
+        # Limits continue per process: the 60 of rpm: 60, then 429s.
+        statuses = [(await client.chat(url, LIMITED, f"local {i}"))[0] for i in range(70)]
+        assert statuses.count(200) in range(60, 63), statuses
+        assert statuses.count(429) == 70 - statuses.count(200)
+        assert (
+            await client.metric(
+                url, "crossway_state_degraded_total", use="limits", decision="local"
+            )
+            >= 70
+        )
+
+        own_redis.start()
+
+        async def reconnected() -> bool:
+            return await client.metric(url, "crossway_state_up") == 1
+
+        await poll(reconnected, seconds=5.0, what="the gateway to reconnect to Redis")
+        # Shared counting resumes: the key's bucket is in Redis again.
+        assert (await client.chat(url, LIMITED, "shared again"))[0] == 200
+        keys = redis_command(own_redis.port, "KEYS", "crossway:limits:rpm:*")
+        assert b"crossway:limits:rpm:key:" in keys
