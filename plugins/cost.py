@@ -26,10 +26,12 @@ plus ``max_tokens`` (else ``reserve_output_tokens``) at the dearest price among 
 upstream. When the request ends the reservation becomes the real cost. Scopes without a budget
 touch no counter; when one starts to have a budget, its counters are re-read from the ledger in
 the background (meanwhile it is checked against what they held). A request whose models have
-no price reserves nothing. When the state store cannot be reached, a budgeted
-request is refused with 503 ``budget_unavailable`` (``on_store_error: closed``, the default)
-or served unchecked (``open``); either is counted in ``crossway_store_degraded_total{use=
-"budget"}``. Crossing a budget's ``soft_usd`` logs a warning once per period, counts
+no price reserves nothing. When the shared state store cannot be reached,
+``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a budgeted request is
+refused with 503 ``budget_unavailable`` (``closed``, the default), served unchecked
+(``open``) or checked against this process's own counters meanwhile (``local``); each such
+decision counts in ``crossway_state_degraded_total{use="budgets"}``. Crossing a budget's
+``soft_usd`` logs a warning once per period, counts
 ``crossway_budget_alerts_total{scope}`` and, with ``alerts.webhook_url``, POSTs a JSON alert
 (retried, never holding up a request).
 
@@ -45,7 +47,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
@@ -109,7 +111,6 @@ class CostConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     ledger: bool = True
     reserve_output_tokens: Annotated[int, Meta(ge=0)] = 4096
-    on_store_error: Literal["closed", "open"] = "closed"
     alerts: AlertsConfig = AlertsConfig()
 
 
@@ -123,7 +124,9 @@ class CostPlugin:
         self._prices: PriceBook = context.prices
         self._metrics = context.metrics
         self._logger = context.logger
-        self._counters = SpendCounters(context.store)
+        self._state = context.state
+        self._counters = SpendCounters(context.state.store_for("budgets"))
+        self._fail_closed = context.state.policy("budgets") == "closed"
         self._ledger = context.ledger if options.ledger else None
         self._database = context.database
         self._ids = RecordIds()
@@ -232,11 +235,12 @@ class CostPlugin:
         try:
             reservations, refusal = await self._counters.reserve(budgeted, worst)
         except StoreUnavailable:
-            self._metrics.store_degraded("budget").inc()
-            if self._options.on_store_error == "closed":
+            if self._fail_closed:
+                self._state.degraded("budgets", "closed")
                 raise BudgetUnavailable(
                     "the budget cannot be checked right now", retry_after=1.0
                 ) from None
+            self._state.degraded("budgets", "open")
             return []
         if refusal is not None:
             raise _exceeded(refusal)
@@ -314,7 +318,7 @@ class CostPlugin:
         try:
             crossings = await self._counters.settle(reservations, nanos)
         except StoreUnavailable:
-            self._metrics.store_degraded("budget").inc()
+            self._state.degraded("budgets", "open")
             return
         for crossing in crossings:
             await self._alert(crossing)
@@ -325,7 +329,7 @@ class CostPlugin:
         try:
             first = await self._counters.first_alert(crossing, now)
         except StoreUnavailable:
-            self._metrics.store_degraded("budget").inc()
+            self._state.degraded("budgets", "open")
             return
         if not first:
             return
@@ -372,7 +376,7 @@ class CostPlugin:
         try:
             written = await self._counters.rebuild(by_number, totals)  # type: ignore[arg-type]
         except StoreUnavailable:
-            self._metrics.store_degraded("budget").inc()
+            self._state.degraded("budgets", "open")
             return
         self._logger.info("budget_counters_rebuilt", counters=written)
 

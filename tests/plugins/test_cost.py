@@ -31,6 +31,8 @@ from proxy.chain import FinishedRequest, compose
 from proxy.errors import BudgetExceeded, BudgetUnavailable, GatewayError
 from proxy.metrics import Metrics
 from proxy.pricing import Catalog, PriceBook, ProviderPricing, parse_price
+from proxy.state.config import OnUnavailable, StateConfig
+from proxy.state.policy import SharedState
 from proxy.store import MemoryStore, StoreUnavailable
 from tests.plugins.scripted import USAGE, ScriptedUpstream, context, cut, fail, router, sample
 
@@ -268,8 +270,10 @@ def budgeted(**options) -> tuple[CostPlugin, Metrics, ScriptedUpstream, Any]:
     upstream = ScriptedUpstream()
     ctx = context(router({"alias": ["p/m"]}), metrics, PRICES)
     store = options.pop("store", None)
+    policy = options.pop("policy", "closed")
     if store is not None:
-        ctx.store = store
+        on_unavailable = OnUnavailable(budgets=policy)
+        ctx.state = SharedState(StateConfig(on_unavailable=on_unavailable), metrics, store=store)
     plugin = CostPlugin(msgspec.convert(options, CostConfig), ctx)
     return plugin, metrics, upstream, compose([plugin], upstream)
 
@@ -286,15 +290,15 @@ async def test_a_budget_the_store_cannot_check_fails_closed_by_default() -> None
         await chain(key_call(Budget(max_usd=1)))
     assert caught.value.status == 503
     assert upstream.calls == []
-    assert sample(metrics, "crossway_store_degraded_total", use="budget") == 1
+    assert sample(metrics, "crossway_state_degraded_total", use="budgets", decision="closed") == 1
 
 
 async def test_a_budget_the_store_cannot_check_is_served_when_it_fails_open() -> None:
-    _plugin, metrics, upstream, chain = budgeted(store=FailingStore(), on_store_error="open")
+    _plugin, metrics, upstream, chain = budgeted(store=FailingStore(), policy="open")
     reply = await chain(key_call(Budget(max_usd=1)))
     assert reply.response is not None
     assert len(upstream.calls) == 1
-    assert sample(metrics, "crossway_store_degraded_total", use="budget") == 1  # unchecked
+    assert sample(metrics, "crossway_state_degraded_total", use="budgets", decision="open") == 1
 
 
 async def test_a_team_budget_refuses_for_every_key_of_the_team() -> None:
