@@ -13,6 +13,7 @@ import random
 from plugins.balance import BalanceConfig, BalancePlugin
 from plugins.retry import RetryConfig, RetryPlugin
 from proxy.chain import PluginContext
+from proxy.store import MemoryStore
 from tests.faults import FakeClock
 
 
@@ -28,8 +29,12 @@ class RecordingRetry(RetryPlugin):
 
 
 class ClockedBalance(BalancePlugin):
-    """``balance`` on ``clock`` (health cooldowns, limit windows, latency) with a seeded RNG."""
+    """``balance`` on ``clock`` (health cooldowns, limit windows, latency) with a seeded RNG;
+    its health and limit counters in a store of its own on the same clock (the shared one
+    expires keys on the real clock)."""
 
     def __init__(self, options: BalanceConfig, context: PluginContext) -> None:
         self.clock = FakeClock()
-        super().__init__(options, context, clock=self.clock, rng=random.Random(5))
+        super().__init__(
+            options, context, store=MemoryStore(self.clock), clock=self.clock, rng=random.Random(5)
+        )
