@@ -56,7 +56,8 @@ from proxy.chain import FinishedRequest, Next, Plugin, PluginContext, compose
 from proxy.ledger.journal import Journal
 from proxy.ledger.writer import LedgerWriter
 from proxy.metrics import Metrics
-from proxy.pricing import SHIPPED_CATALOG, PriceBook, ProviderPricing, load_catalog
+from proxy.price_catalog import SHIPPED_CATALOG, load_catalog
+from proxy.pricing import PriceBook, ProviderPricing
 from proxy.router import Router
 
 USAGE = Usage(input=40, cache_read=10, output=30)

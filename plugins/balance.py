@@ -57,8 +57,9 @@ from proxy.canonical import Call, Deployment, Reply, Usage
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
 from proxy.observed import ObservedStream
-from proxy.pricing import expected_nanos, expected_tokens
+from proxy.pricing import expected_nanos
 from proxy.store import Store, StoreUnavailable
+from proxy.token_estimate import expected_tokens
 
 Clock = Callable[[], float]
 Strategy = Literal["weighted", "least-busy", "latency", "cost"]

@@ -78,16 +78,9 @@ from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
-from proxy.pricing import (
-    PriceBook,
-    estimate_prompt_tokens,
-    estimate_tokens,
-    expected_nanos,
-    expected_tokens,
-    format_usd,
-    nanos_to_usd,
-)
+from proxy.pricing import PriceBook, expected_nanos, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
+from proxy.token_estimate import estimate_prompt_tokens, estimate_tokens, expected_tokens
 
 COST_HEADER = "x-crossway-cost-usd"
 _REBUILD_DAYS = 40

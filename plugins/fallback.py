@@ -50,7 +50,8 @@ from proxy.errors import (
     ModelNotFound,
     NoReadyDeployment,
 )
-from proxy.pricing import expected_nanos, expected_tokens
+from proxy.pricing import expected_nanos
+from proxy.token_estimate import expected_tokens
 
 ATTEMPTS_HEADER = "x-crossway-attempts"
 FALLBACK_HEADER = "x-crossway-fallback"

@@ -27,7 +27,8 @@ from proxy.auth.config import (
     TeamConfig,
     check_auth,
 )
-from proxy.pricing import ModelPrice, PriceSpec, PricingConfig, PricingError, parse_price
+from proxy.price_catalog import PriceSpec, PricingConfig, PricingError, parse_price, price_of
+from proxy.pricing import ModelPrice
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.redact import Redactor
@@ -393,7 +394,7 @@ def _deployment_price(
 ) -> None:
     assert item.prices is not None
     try:
-        price = ModelPrice.of(item.prices, path)
+        price = price_of(item.prices, path)
     except PricingError as exc:
         errors.append(str(exc))
         return

@@ -33,15 +33,8 @@ from proxy.errors import GatewayError
 from proxy.ledger.writer import LedgerWriter
 from proxy.logs import make_logger
 from proxy.metrics import Metrics
-from proxy.pricing import (
-    Catalog,
-    PriceBook,
-    PricingError,
-    ProviderPricing,
-    catalog_path,
-    family_of,
-    load_catalog,
-)
+from proxy.price_catalog import PricingError, catalog_path, load_catalog
+from proxy.pricing import Catalog, PriceBook, ProviderPricing, family_of
 from proxy.providers import build_provider
 from proxy.providers.base import LocalProvider, Provider
 from proxy.redact import Redactor
@@ -109,7 +102,7 @@ class Blueprint:
 
 
 def price_book(config: GatewayConfig, config_dir: Path) -> PriceBook:
-    """The price book of ``config``: its catalog (see :func:`proxy.pricing.catalog_path`) and
+    """The price book of ``config``: its catalog (see :func:`proxy.price_catalog.catalog_path`) and
     overrides. Raises :class:`ConfigError` if the catalog cannot be read or is invalid."""
     path = catalog_path(config.pricing, config_dir)
     try:

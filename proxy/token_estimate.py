@@ -1,9 +1,14 @@
-"""An estimate of a call's input tokens, for ``count_tokens`` when the provider cannot count.
+"""Token estimates, for when no tokenizer or provider count is at hand.
+
+:func:`estimate_input_tokens` answers ``count_tokens`` when the provider cannot count; the
+cheaper :func:`estimate_prompt_tokens` (message text only) and :func:`expected_tokens` size the
+worst case of a call for budgets and cost-aware routing, and :func:`estimate_tokens` charges a
+stream that ended without usage for the text it carried.
 
 Tokenizers differ by model and vendor, and most providers offer no counting endpoint, so the
 gateway estimates with the rule of thumb both OpenAI and Anthropic document — about four
-characters of text per token — applied to UTF-8 bytes (so non-Latin text, which tokenizes
-denser, is not undercounted):
+characters of text per token. The count_tokens estimate applies it to UTF-8 bytes (so
+non-Latin text, which tokenizes denser, is not undercounted):
 
 - every text the model reads: system and message text parts, tool-call names and arguments,
   tool results, and each offered tool's name, description and JSON schema (as compact JSON) —
@@ -14,8 +19,9 @@ denser, is not undercounted):
 - a file part counts as the text of its data (an upper bound: base64 is denser in characters
   than the document's tokens).
 
-It is pure and deterministic; it never under-reports by much for ordinary prose and may
-over-report for code, JSON or files. The exact count comes from the provider where it has one.
+Every estimate is pure and deterministic; it never under-reports by much for ordinary prose
+and may over-report for code, JSON or files. The exact count comes from the provider where it
+has one.
 """
 
 from __future__ import annotations
@@ -68,3 +74,35 @@ def _content(message: Message) -> tuple[int, int]:
     for call in message.tool_calls or ():
         size += len(call.function.name.encode()) + len(call.function.arguments.encode())
     return size, images
+
+
+def estimate_tokens(characters: int) -> int:
+    """Tokens in ``characters`` characters of text: one per four, rounded up."""
+    return -(-characters // CHARS_PER_TOKEN)
+
+
+def estimate_prompt_tokens(call: Call) -> int:
+    """The prompt tokens of ``call``: its messages' text (one token per four characters) plus
+    four per message. Images, audio and tool definitions are not counted."""
+    characters = 0
+    for message in call.messages:
+        characters += len(message.text())
+        for tool_call in message.tool_calls or ():
+            characters += len(tool_call.function.arguments) + len(tool_call.function.name)
+    return estimate_tokens(characters) + TOKENS_PER_MESSAGE * len(call.messages)
+
+
+def requested_output_tokens(call: Call) -> int | None:
+    """The output limit the client set (``max_completion_tokens``, else ``max_tokens``)."""
+    params = call.params
+    for limit in (params.max_completion_tokens, params.max_tokens):
+        if isinstance(limit, int):
+            return limit
+    return None
+
+
+def expected_tokens(call: Call, default_output: int) -> tuple[int, int]:
+    """The token mix ``call`` is expected to have: its estimated prompt, and the output limit
+    it set (``default_output`` when it set none)."""
+    output = requested_output_tokens(call)
+    return estimate_prompt_tokens(call), default_output if output is None else output

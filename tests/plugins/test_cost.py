@@ -30,7 +30,8 @@ from proxy.canonical import (
 from proxy.chain import FinishedRequest, compose
 from proxy.errors import BudgetExceeded, BudgetUnavailable, GatewayError
 from proxy.metrics import Metrics
-from proxy.pricing import Catalog, PriceBook, ProviderPricing, parse_price
+from proxy.price_catalog import parse_price
+from proxy.pricing import Catalog, PriceBook, ProviderPricing
 from proxy.state.config import OnUnavailable, StateConfig
 from proxy.state.policy import SharedState
 from proxy.store import MemoryStore, StoreUnavailable

@@ -18,7 +18,8 @@ from proxy.errors import (
     UpstreamUnavailable,
 )
 from proxy.metrics import Metrics
-from proxy.pricing import Catalog, PriceBook, parse_price
+from proxy.price_catalog import parse_price
+from proxy.pricing import Catalog, PriceBook
 from tests.plugins.scripted import ScriptedUpstream, context, fail, router, sample
 
 MODELS: dict = {

@@ -11,26 +11,27 @@ import pytest
 
 from proxy.canonical import Call, Message, Params, Usage
 from proxy.config import parse_config
-from proxy.pricing import (
+from proxy.price_catalog import (
     SHIPPED_CATALOG,
-    Catalog,
-    Cost,
-    PriceBook,
     PricingConfig,
     PricingError,
-    ProviderPricing,
     catalog_path,
-    estimate_prompt_tokens,
-    family_of,
-    format_usd,
     load_catalog,
     parse_catalog,
     parse_price,
-    requested_output_tokens,
+)
+from proxy.pricing import (
+    Catalog,
+    Cost,
+    PriceBook,
+    ProviderPricing,
+    family_of,
+    format_usd,
     usd_to_nanos,
 )
 from proxy.providers import PROVIDER_TYPES, build_provider
 from proxy.runtime import price_book
+from proxy.token_estimate import estimate_prompt_tokens, requested_output_tokens
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CATALOG = load_catalog(SHIPPED_CATALOG)
