@@ -45,9 +45,9 @@ users).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
@@ -63,24 +63,15 @@ from proxy.budgets import (
     max_nanos,
     resets_at,
 )
-from proxy.canonical import (
-    ANONYMOUS,
-    Budget,
-    Call,
-    Chunk,
-    Message,
-    RawFrames,
-    Reply,
-    Usage,
-    batched,
-)
+from proxy.canonical import ANONYMOUS, Budget, Call, Reply, Usage
 from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
+from proxy.metered import MeteredStream, message_tokens
 from proxy.pricing import PriceBook, expected_nanos, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
-from proxy.token_estimate import estimate_prompt_tokens, estimate_tokens, expected_tokens
+from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
 COST_HEADER = "x-crossway-cost-usd"
 _REBUILD_DAYS = 40
@@ -158,13 +149,15 @@ class CostPlugin:
         response = reply.response
         if response is None:
             assert reply.stream is not None
-            reply.stream = _Metered(reply.stream, self._stream_ended(call, reply, reservations))
+            reply.stream = MeteredStream(
+                reply.stream, self._stream_ended(call, reply, reservations)
+            )
             return reply
         usage = response.usage
         if usage is None:
             usage = Usage(
                 input=estimate_prompt_tokens(call),
-                output=sum(_message_tokens(choice.message) for choice in response.choices),
+                output=sum(message_tokens(choice.message) for choice in response.choices),
             )
             call.accounting.usage = usage
         nanos = self._charge(call, reply.provider, reply.model, usage)
@@ -430,109 +423,3 @@ def _day_start(day: str) -> float:
 
 def _rfc3339(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
-
-
-def _message_tokens(message: Message) -> int:
-    characters = len(message.text()) + len(message.reasoning_content or "")
-    for tool_call in message.tool_calls or ():
-        characters += len(tool_call.function.arguments)
-    return estimate_tokens(characters)
-
-
-class _Metered:
-    """A reply stream that reports, once, the usage it carried and what it generated.
-
-    ``on_end(usage, generated)`` is awaited exactly once — at the end, on a failure, or on
-    close — with the last usage the stream carried (None if none) and the output tokens it
-    estimates from the text it passed: one per four characters of decoded chunks, one per
-    verbatim frame. Batches and verbatim frames pass through unchanged (see
-    ``BatchedStream``); the end is reported outward only after ``on_end`` ran.
-    """
-
-    __slots__ = (
-        "_batches",
-        "_characters",
-        "_done",
-        "_frames",
-        "_inner",
-        "_next_batch",
-        "_on_end",
-        "_usage",
-    )
-
-    def __init__(
-        self,
-        inner: AsyncIterator[Chunk],
-        on_end: Callable[[Usage | None, int], Awaitable[None]],
-    ) -> None:
-        self._inner = inner
-        self._batches = batched(inner)
-        self._next_batch = self._batches.next_batch
-        self._on_end = on_end
-        self._usage: Usage | None = None
-        self._characters = 0
-        self._frames = 0
-        self._done = False
-
-    @property
-    def ended(self) -> bool:
-        """Whether the inner stream has received its end (see ``BatchedStream``)."""
-        return self._batches.ended
-
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """The inner stream's next batch, observed on the way (see ``BatchedStream``)."""
-        try:
-            batch = await self._next_batch(raw)
-        except BaseException:
-            await self._end()
-            raise
-        if not batch:
-            await self._end()
-            return batch
-        for item in batch:
-            if type(item) is Chunk:
-                self._observe(item)
-            else:  # verbatim frames: one chunk, about one token, per frame
-                self._frames += item.count  # type: ignore[union-attr]
-        return batch
-
-    def __aiter__(self) -> _Metered:
-        return self
-
-    async def __anext__(self) -> Chunk:
-        try:
-            chunk = await anext(self._inner)
-        except BaseException:
-            await self._end()
-            raise
-        self._observe(chunk)
-        return chunk
-
-    async def aclose(self) -> None:
-        """End the stream early (or again): charges what was generated, frees the upstream."""
-        await self._end()
-        aclose: Any = getattr(self._inner, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-    def _observe(self, chunk: Chunk) -> None:
-        if chunk.usage is not None:
-            self._usage = chunk.usage
-        characters = 0
-        for choice in chunk.choices:
-            delta = choice.delta
-            if delta.content:
-                characters += len(delta.content)  # type: ignore[arg-type]
-            if delta.reasoning_content:
-                characters += len(delta.reasoning_content)  # type: ignore[arg-type]
-            if delta.tool_calls:
-                for fragment in delta.tool_calls:
-                    function = fragment.function
-                    if function and function.arguments:
-                        characters += len(function.arguments)
-        self._characters += characters
-
-    async def _end(self) -> None:
-        if not self._done:
-            self._done = True
-            await self._on_end(self._usage, estimate_tokens(self._characters) + self._frames)
