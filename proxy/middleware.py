@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from proxy.config import CorsConfig
-from proxy.dialects import anthropic
+from proxy.dialects import anthropic_replies
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import GatewayError, MethodNotAllowed, NotFound, PermissionDenied
 from proxy.metrics import Metrics
@@ -191,7 +191,7 @@ def error_response(
     if request_id is not None:
         headers[REQUEST_ID] = request_id
     if anthropic_shape:
-        body = anthropic.error_json(error, request_id)
+        body = anthropic_replies.error_json(error, request_id)
         if request_id is not None:
             headers["request-id"] = request_id
     else:

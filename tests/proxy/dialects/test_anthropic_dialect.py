@@ -1,5 +1,6 @@
-"""proxy/dialects/anthropic.py: decoding Messages requests, and encoding messages, stream events
-and errors that conform to anthropic-messages.openapi.json (validated with tests/schemas.py)."""
+"""proxy/dialects/anthropic.py and anthropic_replies.py: decoding Messages requests, and
+encoding messages, stream events and errors that conform to anthropic-messages.openapi.json
+(validated with tests/schemas.py)."""
 
 from __future__ import annotations
 
@@ -26,14 +27,8 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.anthropic import (
-    PING_FRAME,
-    AnthropicDialect,
-    decode_count_tokens,
-    message_id,
-    token_count_json,
-    tool_use_id,
-)
+from proxy.dialects.anthropic import AnthropicDialect, decode_count_tokens, token_count_json
+from proxy.dialects.anthropic_replies import PING_FRAME, message_id, tool_use_id
 from proxy.errors import (
     AuthenticationFailed,
     BadRequest,
