@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from proxy.dialects.fabro import FabroStreamEncoder
+from proxy.dialects.fabro_replies import FabroStreamEncoder
 from tests.e2e.conftest import UPSTREAM_KEY
 from tests.e2e.dialect_gateway import dialect_config
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI

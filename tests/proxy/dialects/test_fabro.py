@@ -26,7 +26,8 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.fabro import PING_FRAME, FabroDialect, FabroStreamEncoder
+from proxy.dialects.fabro import FabroDialect
+from proxy.dialects.fabro_replies import PING_FRAME, FabroStreamEncoder
 from proxy.errors import (
     BadRequest,
     GatewayError,
