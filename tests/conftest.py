@@ -5,6 +5,10 @@ as green (a run that skipped the schema validation of every dialect once exited 
 ``pytest.skip``, ``skipif``, ``importorskip``, a module-level skip — is reported as a failure.
 Tests that are not meant to run in ``make test`` are not collected (or are deselected), rather
 than skipped.
+
+Nor does a test time anything: hypothesis runs without its per-example deadline and without
+its "input generation is slow" health check, both of which fail a correct test on a loaded
+machine (timing belongs in ``bench/``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("crossway", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("crossway")
 
 
 @pytest.fixture(autouse=True, scope="session")
