@@ -53,6 +53,7 @@ from proxy.errors import (
 )
 from proxy.ledger.journal import Journal, default_directory
 from proxy.ledger.writer import LedgerWriter
+from proxy.logs import AccessLog
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.middleware import HttpEdges, RequestIds, error_response, is_anthropic_request
 from proxy.pricing import nanos_to_usd
@@ -360,7 +361,7 @@ def _dialect_handler(
             in_flight.dec()
             _observe(metrics, name, call, outcome, start)
             if snapshot.config.server.access_log or outcome.status >= 500:
-                _access_log(snapshot.logger, name, call, outcome, start, request_id)
+                _access_log(snapshot.access_log, name, call, outcome, start, request_id)
             if snapshot.finishers:
                 _finished(snapshot, name, call, outcome, start, request_id)
             snapshot.leave()
@@ -564,7 +565,7 @@ def _finished(
 
 
 def _access_log(
-    logger: Any,
+    access_log: AccessLog,
     dialect: str,
     call: Call | None,
     outcome: _Outcome,
@@ -606,7 +607,7 @@ def _access_log(
     if error is not None:
         fields["error_code"] = error.code
         fields["error"] = error.message
-    logger.info("request", **fields)
+    access_log.write(fields)
 
 
 async def _models(request: web.Request) -> web.Response:

@@ -3,13 +3,23 @@
 Every line is a JSON object with ``timestamp``, ``level`` and ``event``; request-scoped lines
 carry ``request_id``. Redaction is the first processor, so nothing that reaches the renderer can
 hold a configured key or a credential-shaped string.
+
+Two writers share an output: the structlog logger (:func:`make_logger`) for everything, and
+:class:`AccessLog` for the one line per request, which has a fixed set of plain fields and so
+skips structlog's pipeline while redacting the same way. Both write through a
+:class:`LineWriter`: the logger's lines are written at once, the access lines of one event-loop
+turn are gathered into one write at the end of that turn. A clean stop writes what is held
+(:meth:`LineWriter.drain`, from :meth:`proxy.runtime.Runtime.close`); a crash that kills the
+process loses at most the access lines of the turn it died in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
-from typing import IO, Any
+import time
+from typing import IO, Any, Protocol
 
 import msgspec
 import structlog
@@ -26,8 +36,65 @@ _LEVELS = {
 _PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
 
 
+class TextSink(Protocol):
+    """Where log lines go: a text stream, or a :class:`LineWriter` over one."""
+
+    def write(self, text: str, /) -> Any: ...
+
+    def flush(self) -> Any: ...
+
+
+class LineWriter:
+    """Log lines for ``stream``, in the order they were made.
+
+    :meth:`write` then :meth:`flush` (what structlog's ``WriteLogger`` calls) write at once,
+    after whatever :meth:`hold` kept. :meth:`hold` keeps a line until the running event loop's
+    current turn ends, so that requests finishing in the same turn (common when hundreds are
+    in flight) share one system call; without a running loop it writes at once.
+    :meth:`drain` writes what is held now. Not thread-safe: use it from one event loop.
+    """
+
+    __slots__ = ("__weakref__", "_held", "_scheduled", "_stream")  # structlog keys a lock on it
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._held: list[str] = []
+        self._scheduled = False
+
+    def write(self, text: str) -> None:
+        """Add ``text`` to what :meth:`flush` writes."""
+        self._held.append(text)
+
+    def flush(self) -> None:
+        """Write everything held, now."""
+        self.drain()
+
+    def hold(self, text: str) -> None:
+        """Write ``text`` at the end of this loop turn (now, without a running loop)."""
+        self._held.append(text)
+        if self._scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.drain()
+            return
+        self._scheduled = True
+        loop.call_soon(self.drain)
+
+    def drain(self) -> None:
+        """Write and flush everything held (nothing happens when nothing is)."""
+        self._scheduled = False
+        held = self._held
+        if held:
+            text = held[0] if len(held) == 1 else "".join(held)
+            held.clear()
+            self._stream.write(text)
+            self._stream.flush()
+
+
 def make_logger(
-    redactor: Redactor, *, level: str = "info", stream: IO[str] | None = None
+    redactor: Redactor, *, level: str = "info", stream: TextSink | None = None
 ) -> structlog.typing.FilteringBoundLogger:
     """A JSON logger writing to ``stream`` (stdout by default), redacting with ``redactor``.
 
@@ -55,7 +122,7 @@ def make_logger(
         return encoder.encode(event).decode()
 
     lazy = structlog.wrap_logger(
-        structlog.WriteLogger(stream or sys.stdout),  # write + flush per line: no print()
+        structlog.WriteLogger(stream or sys.stdout),  # type: ignore[arg-type]  # write + flush
         processors=[
             redact,
             structlog.processors.add_log_level,
@@ -66,3 +133,49 @@ def make_logger(
     )
     logger: structlog.typing.FilteringBoundLogger = lazy.bind()  # built now, not per call
     return logger
+
+
+class AccessLog:
+    """The access line of each request: ``event: "request"`` at level info, with the fields
+    the app gives (plain JSON values), redacted as every log line is, held by ``sink`` until
+    the end of the event loop's turn (:meth:`LineWriter.hold`).
+
+    Nothing is written when ``level`` is above info, as the logger would filter the line.
+    """
+
+    __slots__ = ("_enabled", "_encoder", "_redactor", "_second", "_sink", "_stamp")
+
+    def __init__(self, redactor: Redactor, sink: LineWriter, *, level: str = "info") -> None:
+        self._redactor = redactor
+        self._sink = sink
+        self._enabled = _LEVELS[level] <= logging.INFO
+        self._encoder = msgspec.json.Encoder(enc_hook=lambda value: redactor.text(repr(value)))
+        self._second = -1
+        self._stamp = ""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether lines are written at all (the level allows info)."""
+        return self._enabled
+
+    def write(self, fields: dict[str, Any]) -> None:
+        """Write one access line made of ``fields`` (their text values redacted)."""
+        if not self._enabled:
+            return
+        text = self._redactor.text
+        for key, value in fields.items():
+            if type(value) is str:
+                fields[key] = text(value)
+        fields["event"] = "request"
+        fields["level"] = "info"
+        fields["timestamp"] = self._timestamp()
+        self._sink.hold(self._encoder.encode(fields).decode() + "\n")
+
+    def _timestamp(self) -> str:
+        """Now, as structlog's ISO UTC stamp (``2026-01-02T03:04:05.678901Z``)."""
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp}.{int((now - second) * 1_000_000):06d}Z"

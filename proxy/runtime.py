@@ -10,6 +10,7 @@ retired snapshot closes its sessions and plugins once its last request has finis
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -31,7 +32,7 @@ from proxy.config import ConfigError, GatewayConfig, load_config
 from proxy.db import Database
 from proxy.errors import GatewayError
 from proxy.ledger.writer import LedgerWriter
-from proxy.logs import make_logger
+from proxy.logs import AccessLog, LineWriter, make_logger
 from proxy.metrics import Metrics
 from proxy.price_catalog import PricingError, catalog_path, load_catalog
 from proxy.pricing import Catalog, PriceBook, ProviderPricing, family_of
@@ -75,8 +76,9 @@ class Blueprint:
         secrets += [config.auth.master_key, *(declared.key for declared in config.auth.keys)]
         self.redactor = Redactor(secrets)
         self.logger = make_logger(
-            self.redactor, level=config.server.log_level, stream=loader.log_stream
+            self.redactor, level=config.server.log_level, stream=loader.log_lines
         )
+        self.access_log = AccessLog(self.redactor, loader.log_lines, level=config.server.log_level)
         self.authenticator = Authenticator(
             config.auth,
             loader.database,
@@ -141,6 +143,7 @@ class Loader:
         self.metrics = metrics
         self.log_stream = log_stream
         self.state = SharedState(StateConfig(), metrics) if state is None else state
+        self.log_lines = LineWriter(log_stream or sys.stdout)  # access lines: one write a turn
         self.database = database
         self.ledger = ledger
         self.on_key_change: Callable[[str | None], None] | None = None
@@ -178,6 +181,7 @@ class Snapshot:
         self.router = blueprint.router
         self.redactor = blueprint.redactor
         self.logger = blueprint.logger
+        self.access_log = blueprint.access_log
         self.plugins = blueprint.plugins
         self.authenticator = blueprint.authenticator
         self.authenticate: Authenticate = authenticator(self.plugins)
@@ -301,7 +305,9 @@ class Runtime:
         return fresh
 
     async def close(self) -> None:
-        """Close the current snapshot and every retired one (requests still on them fail)."""
+        """Close the current snapshot and every retired one (requests still on them fail),
+        then write out the log lines still held."""
         for snapshot in (*self._retired, self.snapshot):
             await snapshot.close()
         self._retired.clear()
+        self.loader.log_lines.drain()
