@@ -31,8 +31,16 @@ fallback plugin acts on. The balancer routes to ejected deployments only when ev
 several candidates is ejected (panic mode: better a failing deployment than none).
 
 State lives in a :class:`~proxy.store.Store` under ``crossway:health:`` keys, so that a shared
-backend shares it across workers; times are the injected clock's (wall time by default, so that
-workers agree). ``failures: 0`` disables ejection.
+backend shares it across workers and instances; times are the injected clock's (wall time by
+default, so that workers agree). ``failures: 0`` disables ejection.
+
+So that a healthy deployment costs no store round trip per request, each process remembers what
+it read for ``refresh`` seconds (1 s by default): whether a deployment is ejected is read from
+the store at most once a ``refresh`` per deployment (an ejection made by this process is known
+at once, one made by another process within ``refresh``), and an answer resets the shared
+failure count only when this process counted a failure since its last reset, or once a
+``refresh`` otherwise (so a failure streak spread over processes is reset within ``refresh`` of
+another process's success).
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """See the module docstring. Durations are seconds."""
 
     failures: Annotated[int, Meta(ge=0)] = 5
+    refresh: Annotated[float, Meta(ge=0)] = 1.0
     cooldown: Annotated[float, Meta(gt=0)] = 30.0
     max_cooldown: Annotated[float, Meta(gt=0)] = 300.0
     memory: Annotated[float, Meta(gt=0)] = 600.0
@@ -96,6 +105,9 @@ class Health:
         self._logger = logger
         self._ratio = config.failure_ratio > 0
         self._gauges: dict[str, Any] = {}  # target -> its deployment_healthy child
+        self._refresh = config.refresh
+        self._ejected: dict[str, tuple[float, float | None]] = {}  # target -> (read at, until)
+        self._reset: dict[str, float | None] = {}  # target -> last reset; None: a failure since
 
     @property
     def enabled(self) -> bool:
@@ -103,13 +115,29 @@ class Health:
         return self.config.failures > 0
 
     async def ejected_for(self, deployment: Deployment) -> float | None:
-        """Seconds left of ``deployment``'s cooldown, or None when it is routable."""
-        return await self._store.ttl(_PREFIX + "ejected:" + deployment.target)
+        """Seconds left of ``deployment``'s cooldown, or None when it is routable (read from the
+        store at most once a ``refresh``; see the module docstring)."""
+        target = deployment.target
+        now = self.clock()
+        known = self._ejected.get(target)
+        if known is None or now - known[0] >= self._refresh:
+            left = await self._store.ttl(_PREFIX + "ejected:" + target)
+            if len(self._ejected) >= _MAX_CACHED_GAUGES:
+                self._ejected.clear()
+            known = self._ejected[target] = (now, None if left is None else now + left)
+        until = known[1]
+        return None if until is None or until <= now else until - now
 
     async def answered(self, deployment: Deployment) -> None:
         """``deployment`` answered (a success, or an error that is not its fault)."""
         target = deployment.target
-        await self._store.delete(_PREFIX + "fails:" + target)
+        now = self.clock()
+        reset = self._reset.get(target, 0.0)
+        if reset is None or now - reset >= self._refresh:
+            await self._store.delete(_PREFIX + "fails:" + target)
+            if len(self._reset) >= _MAX_CACHED_GAUGES:
+                self._reset.clear()
+            self._reset[target] = now
         if self._ratio:
             await self._count_outcome(target, failed=False)
         self._healthy_gauge(deployment).set(1)
@@ -131,6 +159,7 @@ class Health:
         last_ejection = await store.get(_PREFIX + "ejected_at:" + target)
         if last_ejection is not None and started <= float(last_ejection):
             return  # in flight when it was ejected: part of the burst that ejected it
+        self._reset[target] = None  # the next answer resets the count
         fails = await store.incr(_PREFIX + "fails:" + target, ttl=config.memory)
         tripped = fails >= config.failures
         if self._ratio:
@@ -153,6 +182,8 @@ class Health:
         ejections = await store.incr(_PREFIX + "ejections:" + target, ttl=config.memory)
         cooldown = min(config.cooldown * ejections, config.max_cooldown)
         await store.set(_PREFIX + "ejected:" + target, b"1", ttl=cooldown)
+        now = self.clock()
+        self._ejected[target] = (now, now + cooldown)
         await store.set(
             _PREFIX + "ejected_at:" + target, repr(self.clock()).encode(), ttl=config.memory
         )

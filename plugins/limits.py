@@ -126,20 +126,16 @@ class LimitsPlugin:
         plan = self._plan(principal)
         if plan.empty:
             return await next(call)
-        # Every store call is awaited only when it has something to do: the common key has
-        # one or two buckets and no slot.
-        held = await self._hold(plan) if plan.slots else plan.slots
+        # One store call admits (slots and buckets together), one settles when the reply is
+        # over; none for what the plan does not limit.
         tokens = self._token_buckets(call, plan) if plan.tpm else []
         buckets = plan.rpm + tokens if tokens else plan.rpm
-        taken = False
+        held, states = await self._admit(plan, buckets)
         try:
-            states = await self._take(plan, buckets) if buckets else []
-            taken = True
             reply = await next(call)
         except BaseException:
-            await self._release(held)
-            if taken and tokens:
-                await self._adjust([_costing(b, -b.cost) for b in tokens])
+            given_back = [_costing(b, -b.cost) for b in tokens] if states else []
+            await self._settle(held, given_back)
             raise
         if states:
             reply.headers.update(_headers(buckets, states, len(plan.rpm)))
@@ -161,17 +157,31 @@ class LimitsPlugin:
             plan = self._plans[principal.key_id] = _Plan(principal)
         return plan
 
-    async def _hold(self, plan: _Plan) -> list[str]:
-        """Take a slot in every scope with ``max_parallel``, all or none; the slots held."""
-        if not plan.slots:
-            return plan.slots
+    async def _admit(
+        self, plan: _Plan, buckets: list[RateBucket]
+    ) -> tuple[list[str], list[RateState]]:
+        """Hold a slot in every scope with ``max_parallel`` and take from every bucket, all or
+        nothing, in one store call; raise :class:`LimitExceeded` when a slot or bucket has no
+        room. Returns the slots held and the buckets' states (both empty when the store is
+        unavailable and the policy admits)."""
+        slots = plan.slots
         try:
-            full = await self._store.hold(plan.slots, plan.slot_limits)
+            if slots and buckets:
+                full, states = await self._store.admit(slots, plan.slot_limits, buckets)
+            elif slots:
+                full, states = await self._store.hold(slots, plan.slot_limits), []
+            else:
+                full, states = None, await self._store.rate_take(buckets)
         except StoreUnavailable:
             self._unavailable()
-            return []
-        if full is None:
-            return plan.slots
+            return [], []
+        if full is not None:
+            self._full(plan, full)
+        self._check(plan, buckets, states)
+        return slots, states
+
+    def _full(self, plan: _Plan, full: int) -> None:
+        """Raise for the slot ``full``, which has no room."""
         scope = plan.slot_labels[full]
         self._metrics.rate_limited(scope, "max_parallel").inc()
         raise LimitExceeded(
@@ -187,13 +197,6 @@ class LimitsPlugin:
             raise StateUnavailable("rate limits cannot be checked right now", retry_after=1)
         self._state.degraded("limits", "open")
 
-    async def _release(self, held: list[str]) -> None:
-        if held:
-            try:
-                await self._store.release(held)
-            except StoreUnavailable:
-                self._state.degraded("limits", "open")
-
     def _token_buckets(self, call: Call, plan: _Plan) -> list[RateBucket]:
         """This call's token reservations: its text / 4 plus its output bound, per scope."""
         chars = 0
@@ -204,16 +207,8 @@ class LimitsPlugin:
         estimate = max(1, chars // _CHARS_PER_TOKEN + output)
         return [RateBucket(key, min(estimate, limit), limit) for key, limit, _ in plan.tpm]
 
-    async def _take(self, plan: _Plan, buckets: list[RateBucket]) -> list[RateState]:
-        """Take from every bucket; raise :class:`LimitExceeded` when one refuses. ``[]`` when
-        there are none, or when the store is unavailable (admitted, counted as degraded)."""
-        if not buckets:
-            return []
-        try:
-            states = await self._store.rate_take(buckets)
-        except StoreUnavailable:
-            self._unavailable()
-            return []
+    def _check(self, plan: _Plan, buckets: list[RateBucket], states: list[RateState]) -> None:
+        """Raise :class:`LimitExceeded` when a bucket refused the take."""
         for index, state in enumerate(states):
             if not state.allowed:
                 rpm = len(plan.rpm)
@@ -225,24 +220,30 @@ class LimitsPlugin:
                     retry_after=max(s.retry_after for s in states if not s.allowed),
                     headers=_headers(buckets, states, rpm),
                 )
-        return states
 
     async def _ended(
         self, held: list[str], reserved: list[RateBucket], usage: Usage | None
     ) -> None:
         """The reply is over: free the slots, correct the token reservations with ``usage``."""
-        await self._release(held)
-        if usage is None or not reserved:
-            return
-        used = usage.total_tokens
-        await self._adjust([_costing(b, used - b.cost) for b in reserved if used != b.cost])
+        corrections: list[RateBucket] = []
+        if usage is not None and reserved:
+            used = usage.total_tokens
+            corrections = [_costing(b, used - b.cost) for b in reserved if used != b.cost]
+        await self._settle(held, corrections)
 
-    async def _adjust(self, buckets: list[RateBucket]) -> None:
-        if buckets:
-            try:
-                await self._store.rate_adjust(buckets)
-            except StoreUnavailable:
-                self._state.degraded("limits", "open")
+    async def _settle(self, held: list[str], corrections: list[RateBucket]) -> None:
+        """Release ``held`` and charge ``corrections``, in one store call."""
+        if not (held or corrections):
+            return
+        try:
+            if held and corrections:
+                await self._store.settle(held, corrections)
+            elif held:
+                await self._store.release(held)
+            else:
+                await self._store.rate_adjust(corrections)
+        except StoreUnavailable:
+            self._state.degraded("limits", "open")
 
 
 def _costing(bucket: RateBucket, cost: int) -> RateBucket:

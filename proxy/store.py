@@ -124,6 +124,23 @@ class Store(Protocol):
         """Subtract one from every counter of ``keys`` (never below zero)."""
         ...
 
+    async def admit(
+        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
+    ) -> tuple[int | None, list[RateState]]:
+        """:meth:`hold` then :meth:`rate_take`, as one atomic step (one round trip for a
+        remote backend): the slots are held and the buckets charged only if every slot had
+        room and every bucket allowed the take.
+
+        Returns ``(full, states)``: ``full`` is :meth:`hold`'s answer (then ``states`` is
+        empty and nothing changed); otherwise ``states`` are :meth:`rate_take`'s (when one
+        refuses, the slots are not held either).
+        """
+        ...
+
+    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
+        """:meth:`release` then :meth:`rate_adjust`, as one step (one round trip)."""
+        ...
+
 
 class MemoryStore:
     """The in-process :class:`Store`: a dict with lazy expiry on ``clock`` (seconds).
@@ -241,6 +258,25 @@ class MemoryStore:
                 self._write(key, count - 1, None)
             else:
                 self._data.pop(key, None)
+
+    async def admit(
+        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
+    ) -> tuple[int | None, list[RateState]]:
+        """See :meth:`Store.admit`."""
+        counts = [self._count(key) for key in keys]
+        for index, (count, limit) in enumerate(zip(counts, limits, strict=True)):
+            if count >= limit:
+                return index, []
+        states = await self.rate_take(buckets) if buckets else []
+        if all(state.allowed for state in states):
+            for key, count in zip(keys, counts, strict=True):
+                self._write(key, count + 1, None)
+        return None, states
+
+    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
+        """See :meth:`Store.settle`."""
+        await self.release(keys)
+        await self.rate_adjust(buckets)
 
     def _count(self, key: str) -> int:
         entry = self._data.get(key)

@@ -196,3 +196,19 @@ class UseStore:
             await self._shared.release(keys)
         except StoreUnavailable as error:
             await self._fallback(error).release(keys)
+
+    async def admit(
+        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
+    ) -> tuple[int | None, list[RateState]]:
+        """See :meth:`proxy.store.Store.admit`."""
+        try:
+            return await self._shared.admit(keys, limits, buckets)
+        except StoreUnavailable as error:
+            return await self._fallback(error).admit(keys, limits, buckets)
+
+    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
+        """See :meth:`proxy.store.Store.settle`."""
+        try:
+            await self._shared.settle(keys, buckets)
+        except StoreUnavailable as error:
+            await self._fallback(error).settle(keys, buckets)

@@ -35,7 +35,17 @@ from typing import Any
 from proxy.state.breaker import CircuitBreaker
 from proxy.state.config import RedisAddress, RedisConfig
 from proxy.state.resp import ReplyError, RespConnection
-from proxy.state.scripts import ALL, HOLD, INCR, RATE_ADJUST, RATE_TAKE, RELEASE, Script
+from proxy.state.scripts import (
+    ADMIT,
+    ALL,
+    HOLD,
+    INCR,
+    RATE_ADJUST,
+    RATE_TAKE,
+    RELEASE,
+    SETTLE,
+    Script,
+)
 from proxy.store import RateBucket, RateState, StoreUnavailable
 
 PREFIX = "crossway:"
@@ -119,10 +129,7 @@ class RedisStore:
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
         """See :meth:`proxy.store.Store.rate_take`."""
         reply = await self._script(RATE_TAKE, [_key(b.key) for b in buckets], _bucket_args(buckets))
-        return [
-            RateState(bool(reply[i]), reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
-            for i in range(0, len(reply), 4)
-        ]
+        return _states(reply, 0)
 
     async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
         """See :meth:`proxy.store.Store.rate_adjust`."""
@@ -140,6 +147,30 @@ class RedisStore:
         """See :meth:`proxy.store.Store.release`."""
         if keys:
             await self._script(RELEASE, [_key(k) for k in keys], (self._hold_idle_ms,))
+
+    async def admit(
+        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
+    ) -> tuple[int | None, list[RateState]]:
+        """See :meth:`proxy.store.Store.admit`."""
+        if len(keys) != len(limits):
+            raise ValueError("admit needs one limit per key")
+        reply = await self._script(
+            ADMIT,
+            [*(_key(k) for k in keys), *(_key(b.key) for b in buckets)],
+            (len(keys), *limits, self._hold_idle_ms, *_bucket_args(buckets)),
+        )
+        if reply[0] >= 0:
+            return int(reply[0]), []
+        return None, _states(reply, 1)
+
+    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
+        """See :meth:`proxy.store.Store.settle`."""
+        if keys or buckets:
+            await self._script(
+                SETTLE,
+                [*(_key(k) for k in keys), *(_key(b.key) for b in buckets)],
+                (len(keys), self._hold_idle_ms, *_bucket_args(buckets)),
+            )
 
     async def publish(self, channel: str, message: bytes) -> None:
         """Send ``message`` to the subscribers of ``channel`` (namespaced like keys)."""
@@ -212,6 +243,13 @@ class RedisStore:
 
 def _key(key: str) -> str:
     return key if key.startswith(PREFIX) else PREFIX + key
+
+
+def _states(reply: list[int], start: int) -> list[RateState]:
+    return [
+        RateState(bool(reply[i]), reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
+        for i in range(start, len(reply), 4)
+    ]
 
 
 def _bucket_args(buckets: Sequence[RateBucket]) -> list[Any]:

@@ -40,50 +40,130 @@ return value
 """,
 )
 
+# Lua functions the scripts below share. Bucket arguments are triples (cost, limit, period ms)
+# in ARGV from ``a`` on, for the keys KEYS[k + 1] .. KEYS[k + n].
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+"""
+
+_DEBT = """
+local function debt_of(key)
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat == nil then return nil end
+  local debt = tat - now
+  if debt < 0 then debt = 0 end
+  return debt
+end
+"""
+
+_TAKE = """
+local function take(k, n, a)
+  local slack = 0.001
+  local debts = {}
+  local allowed = true
+  for i = 1, n do
+    local debt = debt_of(KEYS[k + i])
+    if debt == nil then return nil, KEYS[k + i] end
+    debts[i] = debt
+    local j = a + 3 * (i - 1)
+    local cost, limit, period = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    if debt + cost * period / limit > period + slack then allowed = false end
+  end
+  local out = {}
+  for i = 1, n do
+    local j = a + 3 * (i - 1)
+    local cost, limit, period = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    local interval = period / limit
+    local debt = debts[i]
+    local new = debt + cost * interval
+    if allowed then
+      if new > 0 then
+        redis.call('SET', KEYS[k + i], string.format('%.3f', now + new), 'PX', math.ceil(new))
+      end
+      local remaining = math.floor((period - new) / interval + 0.000001)
+      if remaining < 0 then remaining = 0 end
+      out[#out + 1] = 1; out[#out + 1] = remaining
+      out[#out + 1] = math.floor(new * 1000); out[#out + 1] = 0
+    else
+      local remaining = math.floor((period - debt) / interval + 0.000001)
+      if remaining < 0 then remaining = 0 end
+      local retry = 0
+      local fits = new <= period + slack
+      if not fits then retry = new - period end
+      out[#out + 1] = fits and 1 or 0; out[#out + 1] = remaining
+      out[#out + 1] = math.floor(debt * 1000); out[#out + 1] = math.ceil(retry * 1000)
+    end
+  end
+  return out, allowed
+end
+"""
+
+_ADJUST = """
+local function adjust(k, n, a)
+  for i = 1, n do
+    local key = KEYS[k + i]
+    local debt = debt_of(key)
+    if debt == nil then return key end
+    local j = a + 3 * (i - 1)
+    local cost, limit, period = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    local new = debt + cost * period / limit
+    if new > 0 then
+      redis.call('SET', key, string.format('%.3f', now + new), 'PX', math.ceil(new))
+    else
+      redis.call('DEL', key)
+    end
+  end
+  return nil
+end
+"""
+
+# In-flight counters KEYS[k + 1 ..]: limits ARGV[a ..].
+_SLOTS = """
+local function full_slot(k, n, a)
+  for i = 1, n do
+    local count = tonumber(redis.call('GET', KEYS[k + i]) or '0')
+    if count == nil then return -2 end
+    if count >= tonumber(ARGV[a + i - 1]) then return i - 1 end
+  end
+  return -1
+end
+
+local function hold(k, n, idle)
+  for i = 1, n do
+    redis.call('INCR', KEYS[k + i])
+    redis.call('PEXPIRE', KEYS[k + i], idle)
+  end
+end
+
+local function release(k, n, idle)
+  for i = 1, n do
+    local key = KEYS[k + i]
+    local count = tonumber(redis.call('GET', key) or '0')
+    if count == nil then return key end
+    if count > 1 then
+      redis.call('DECR', key)
+      redis.call('PEXPIRE', key, idle)
+    else
+      redis.call('DEL', key)
+    end
+  end
+  return nil
+end
+"""
+
+_WRONG = "return redis.error_reply('WRONGTYPE not a counter or rate bucket: ' .. tostring(bad))"
+
 # KEYS: buckets; ARGV: per bucket cost, limit, period ms. Reply: per bucket allowed (0/1),
 # remaining, reset_after µs, retry_after µs. All or nothing (module docstring of proxy.store).
 RATE_TAKE = Script(
     "rate_take",
-    """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local slack = 0.001
-local n = #KEYS
-local debts = {}
-local allowed = true
-for i = 1, n do
-  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if tat == nil then return redis.error_reply('WRONGTYPE not a rate bucket: ' .. KEYS[i]) end
-  local debt = tat - now
-  if debt < 0 then debt = 0 end
-  debts[i] = debt
-  local cost, limit, period = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
-  if debt + cost * period / limit > period + slack then allowed = false end
-end
-local out = {}
-for i = 1, n do
-  local cost, limit, period = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
-  local interval = period / limit
-  local debt = debts[i]
-  local new = debt + cost * interval
-  if allowed then
-    if new > 0 then
-      redis.call('SET', KEYS[i], string.format('%.3f', now + new), 'PX', math.ceil(new))
-    end
-    local remaining = math.floor((period - new) / interval + 0.000001)
-    if remaining < 0 then remaining = 0 end
-    out[#out+1] = 1; out[#out+1] = remaining
-    out[#out+1] = math.floor(new * 1000); out[#out+1] = 0
-  else
-    local remaining = math.floor((period - debt) / interval + 0.000001)
-    if remaining < 0 then remaining = 0 end
-    local fits = new <= period + slack
-    local retry = 0
-    if not fits then retry = new - period end
-    out[#out+1] = fits and 1 or 0; out[#out+1] = remaining
-    out[#out+1] = math.floor(debt * 1000); out[#out+1] = math.ceil(retry * 1000)
-  end
-end
+    _NOW
+    + _DEBT
+    + _TAKE
+    + f"""
+local out, bad = take(0, #KEYS, 1)
+if out == nil then {_WRONG} end
 return out
 """,
 )
@@ -91,22 +171,12 @@ return out
 # KEYS: buckets; ARGV: per bucket cost, limit, period ms. Charges without a check.
 RATE_ADJUST = Script(
     "rate_adjust",
-    """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-for i = 1, #KEYS do
-  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if tat == nil then return redis.error_reply('WRONGTYPE not a rate bucket: ' .. KEYS[i]) end
-  local debt = tat - now
-  if debt < 0 then debt = 0 end
-  local cost, limit, period = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
-  local new = debt + cost * period / limit
-  if new > 0 then
-    redis.call('SET', KEYS[i], string.format('%.3f', now + new), 'PX', math.ceil(new))
-  else
-    redis.call('DEL', KEYS[i])
-  end
-end
+    _NOW
+    + _DEBT
+    + _ADJUST
+    + f"""
+local bad = adjust(0, #KEYS, 1)
+if bad ~= nil then {_WRONG} end
 return 0
 """,
 )
@@ -115,17 +185,13 @@ return 0
 # was incremented, else the 0-based index of the first one at its limit (nothing changed).
 HOLD = Script(
     "hold",
-    """
+    _SLOTS
+    + f"""
 local n = #KEYS
-for i = 1, n do
-  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if count == nil then return redis.error_reply('WRONGTYPE not a counter: ' .. KEYS[i]) end
-  if count >= tonumber(ARGV[i]) then return i - 1 end
-end
-for i = 1, n do
-  redis.call('INCR', KEYS[i])
-  redis.call('PEXPIRE', KEYS[i], ARGV[n + 1])
-end
+local full = full_slot(0, n, 1)
+if full == -2 then local bad = 'a slot'; {_WRONG} end
+if full >= 0 then return full end
+hold(0, n, ARGV[n + 1])
 return -1
 """,
 )
@@ -133,19 +199,51 @@ return -1
 # KEYS: in-flight counters; ARGV: the idle ms. Never below zero.
 RELEASE = Script(
     "release",
-    """
-for i = 1, #KEYS do
-  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if count == nil then return redis.error_reply('WRONGTYPE not a counter: ' .. KEYS[i]) end
-  if count > 1 then
-    redis.call('DECR', KEYS[i])
-    redis.call('PEXPIRE', KEYS[i], ARGV[1])
-  else
-    redis.call('DEL', KEYS[i])
-  end
-end
+    _SLOTS
+    + f"""
+local bad = release(0, #KEYS, ARGV[1])
+if bad ~= nil then {_WRONG} end
 return 0
 """,
 )
 
-ALL = (INCR, RATE_TAKE, RATE_ADJUST, HOLD, RELEASE)
+# KEYS: n slots, then buckets; ARGV: n, the slots' limits, the idle ms, then per bucket cost,
+# limit, period ms. Reply: {full (-1: none), then rate_take's four numbers per bucket}; slots are
+# held only when the take happened.
+ADMIT = Script(
+    "admit",
+    _NOW
+    + _DEBT
+    + _TAKE
+    + _SLOTS
+    + f"""
+local n = tonumber(ARGV[1])
+local full = full_slot(0, n, 2)
+if full == -2 then local bad = 'a slot'; {_WRONG} end
+if full >= 0 then return {{full}} end
+local out, allowed = take(n, #KEYS - n, n + 3)
+if out == nil then local bad = allowed; {_WRONG} end
+if allowed then hold(0, n, ARGV[n + 2]) end
+table.insert(out, 1, -1)
+return out
+""",
+)
+
+# KEYS: n slots, then buckets; ARGV: n, the idle ms, then per bucket cost, limit, period ms.
+SETTLE = Script(
+    "settle",
+    _NOW
+    + _DEBT
+    + _ADJUST
+    + _SLOTS
+    + f"""
+local n = tonumber(ARGV[1])
+local bad = release(0, n, ARGV[2])
+if bad ~= nil then {_WRONG} end
+bad = adjust(n, #KEYS - n, 3)
+if bad ~= nil then {_WRONG} end
+return 0
+""",
+)
+
+ALL = (INCR, RATE_TAKE, RATE_ADJUST, HOLD, RELEASE, ADMIT, SETTLE)

@@ -193,3 +193,71 @@ async def test_concurrent_failures_through_a_shared_store_eject_once():
     await asyncio.gather(*(health.failed(A, (A,), started=started) for _ in range(64)))
     assert sample(metrics, "crossway_deployment_ejections_total", provider="p", model="a") == 1
     assert await health.ejected_for(A) == pytest.approx(30)
+
+
+class CountingStore(MemoryStore):
+    """A store that counts the operations it is asked for, as round trips to a shared one."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        self.calls = 0
+
+    async def ttl(self, key):
+        self.calls += 1
+        return await super().ttl(key)
+
+    async def delete(self, key):
+        self.calls += 1
+        return await super().delete(key)
+
+
+def _health(store: MemoryStore, clock: FakeClock, **options) -> Health:
+    return Health(
+        HealthConfig(**options), store, Metrics(), structlog.get_logger("health-test"), clock=clock
+    )
+
+
+async def test_a_healthy_deployment_costs_a_store_read_once_a_refresh():
+    clock = FakeClock()
+    store = CountingStore(clock)
+    health = _health(store, clock, refresh=1.0)
+    for _ in range(100):
+        assert await health.ejected_for(A) is None
+        await health.answered(A)
+    assert store.calls == 2, "one cooldown read and one failure-count reset"
+    clock.advance(1.0)
+    await health.ejected_for(A)
+    await health.answered(A)
+    assert store.calls == 4
+
+
+async def test_an_ejection_by_another_process_is_seen_within_refresh():
+    clock = FakeClock()
+    store = MemoryStore(clock)
+    ejecting, other = _health(store, clock, failures=1), _health(store, clock, failures=1)
+    assert await other.ejected_for(A) is None
+    await ejecting.failed(A, (A,), started=clock())
+    assert await ejecting.ejected_for(A) == pytest.approx(30), "its own ejection: at once"
+    clock.advance(1.0)
+    assert await other.ejected_for(A) == pytest.approx(29)
+
+
+async def test_a_failure_makes_the_next_answer_reset_the_count():
+    clock = FakeClock()
+    health = _health(MemoryStore(clock), clock, failures=3)
+    await health.answered(A)  # the count was reset just now
+    await health.failed(A, (A, B), started=clock())
+    await health.failed(A, (A, B), started=clock())
+    await health.answered(A)  # within refresh, yet resets: this process counted a failure
+    await health.failed(A, (A, B), started=clock())
+    assert await health.ejected_for(A) is None
+
+
+async def test_refresh_zero_reads_the_store_every_time():
+    clock = FakeClock()
+    store = CountingStore(clock)
+    health = _health(store, clock, refresh=0)
+    for _ in range(3):
+        await health.ejected_for(A)
+        await health.answered(A)
+    assert store.calls == 6

@@ -202,3 +202,24 @@ async def test_slots_are_held_all_or_nothing(store: MemoryStore):
     await store.set("text", b"x")
     with pytest.raises(ValueError, match="in-flight counter"):
         await store.hold(["text"], [1])
+
+
+async def test_admit_holds_slots_only_when_every_bucket_takes(store: MemoryStore):
+    slots, limits = ["s:key", "s:team"], [2, 5]
+    full, states = await store.admit(slots, limits, [RateBucket("b", 1, 1)])
+    assert (full, [s.allowed for s in states]) == (None, [True])
+    assert await store.get("s:key") == b"1"
+    full, states = await store.admit(slots, limits, [RateBucket("b", 1, 1)])
+    assert (full, [s.allowed for s in states]) == (None, [False])  # the bucket is empty
+    assert await store.get("s:key") == b"1", "a refused take holds no slot"
+    await store.hold(slots, limits)
+    assert await store.admit(slots, limits, [RateBucket("c", 1, 9)]) == (0, [])
+    assert await store.get("c") is None, "a full slot charges no bucket"
+
+
+async def test_settle_releases_and_adjusts(store: MemoryStore):
+    await store.admit(["s"], [1], [RateBucket("t", 8, 10)])
+    await store.settle(["s"], [RateBucket("t", -8, 10)])
+    assert await store.get("s") is None
+    (state,) = await store.rate_take([RateBucket("t", 10, 10)])
+    assert state.allowed

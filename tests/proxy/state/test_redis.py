@@ -122,7 +122,7 @@ async def test_the_same_answers_as_the_memory_store(store: RedisStore):
     rng = random.Random(16)
     for step in range(300):
         key = f"k{rng.randrange(4)}"
-        operation = rng.randrange(5)
+        operation = rng.randrange(7)
         if operation == 0:
             buckets = [RateBucket(f"r{i}", rng.randrange(1, 4), 10, 3600.0) for i in range(2)]
             got = await store.rate_take(buckets)
@@ -145,6 +145,21 @@ async def test_the_same_answers_as_the_memory_store(store: RedisStore):
             keys = [f"h{key}", "hteam"]
             await store.release(keys)
             await memory.release(keys)
+        elif operation == 5:
+            keys = [f"h{key}", "hteam"]
+            limits = [rng.randrange(1, 4), rng.randrange(1, 4)]
+            buckets = [RateBucket(f"r{i}", rng.randrange(1, 4), 10, 3600.0) for i in range(2)]
+            got_full, got = await store.admit(keys, limits, buckets)
+            want_full, want = await memory.admit(keys, limits, buckets)
+            assert got_full == want_full, step
+            assert [(s.allowed, s.remaining) for s in got] == [
+                (s.allowed, s.remaining) for s in want
+            ], step
+        elif operation == 6:
+            keys = [f"h{key}"]
+            buckets = [RateBucket(f"r{rng.randrange(2)}", rng.randrange(-3, 3), 10, 3600.0)]
+            await store.settle(keys, buckets)
+            await memory.settle(keys, buckets)
         else:
             amount = rng.randrange(-5, 6)
             assert await store.incr(f"c{key}", amount) == await memory.incr(f"c{key}", amount)
@@ -170,6 +185,8 @@ async def test_every_operation_is_one_round_trip(store: RedisStore):
         lambda: store.rate_adjust([RateBucket("a", -1, 5), RateBucket("b", -1, 5)]),
         lambda: store.hold(["p1", "p2"], [3, 3]),
         lambda: store.release(["p1", "p2"]),
+        lambda: store.admit(["p1"], [3], [RateBucket("a", 1, 5), RateBucket("b", 1, 5)]),
+        lambda: store.settle(["p1"], [RateBucket("a", -1, 5)]),
     ]
     for operation in operations:
         sent.clear()
