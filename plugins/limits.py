@@ -72,7 +72,16 @@ class _Plan:
     """What limiting one principal takes, built once per principal: its in-flight counters,
     its request buckets (the same every call) and its token buckets' keys and limits."""
 
-    __slots__ = ("principal", "rpm", "rpm_labels", "slot_labels", "slot_limits", "slots", "tpm")
+    __slots__ = (
+        "limit_texts",
+        "principal",
+        "rpm",
+        "rpm_labels",
+        "slot_labels",
+        "slot_limits",
+        "slots",
+        "tpm",
+    )
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
@@ -98,6 +107,8 @@ class _Plan:
                 self.rpm_labels.append(scope)
             if limits.tpm is not None:
                 self.tpm.append((f"{_PREFIX}tpm:{scope}:{ident}", limits.tpm, scope))
+        # The x-ratelimit-limit-* texts, one per bucket in take order (requests, then tokens).
+        self.limit_texts = [str(b.limit) for b in self.rpm] + [str(t[1]) for t in self.tpm]
 
     @property
     def empty(self) -> bool:
@@ -138,7 +149,7 @@ class LimitsPlugin:
             await self._settle(held, given_back)
             raise
         if states:
-            reply.headers.update(_headers(buckets, states, len(plan.rpm)))
+            reply.headers.update(_headers(plan, states))
         if not (held or tokens):
             return reply
         if reply.stream is not None:
@@ -218,7 +229,7 @@ class LimitsPlugin:
                 raise LimitExceeded(
                     f"this {scope}'s {limit} limit of {buckets[index].limit} is reached",
                     retry_after=max(s.retry_after for s in states if not s.allowed),
-                    headers=_headers(buckets, states, rpm),
+                    headers=_headers(plan, states),
                 )
 
     async def _ended(
@@ -228,19 +239,19 @@ class LimitsPlugin:
         corrections: list[RateBucket] = []
         if usage is not None and reserved:
             used = usage.total_tokens
-            corrections = [_costing(b, used - b.cost) for b in reserved if used != b.cost]
+            for b in reserved:
+                if used != b.cost:
+                    corrections.append(RateBucket(b.key, used - b.cost, b.limit, b.period))
         await self._settle(held, corrections)
 
     async def _settle(self, held: list[str], corrections: list[RateBucket]) -> None:
         """Release ``held`` and charge ``corrections``, in one store call."""
-        if not (held or corrections):
-            return
         try:
             if held and corrections:
                 await self._store.settle(held, corrections)
             elif held:
                 await self._store.release(held)
-            else:
+            elif corrections:
                 await self._store.rate_adjust(corrections)
         except StoreUnavailable:
             self._state.degraded("limits", "open")
@@ -250,29 +261,36 @@ def _costing(bucket: RateBucket, cost: int) -> RateBucket:
     return RateBucket(bucket.key, cost, bucket.limit, bucket.period)
 
 
-_HEADER_NAMES = tuple(
-    (f"x-ratelimit-limit-{kind}", f"x-ratelimit-remaining-{kind}", f"x-ratelimit-reset-{kind}")
-    for kind in ("requests", "tokens")
+_REQUEST_HEADERS = (
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+)
+_TOKEN_HEADERS = (
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
 )
 
 
-def _headers(buckets: list[RateBucket], states: list[RateState], rpm: int) -> dict[str, str]:
-    """OpenAI's ``x-ratelimit-*`` headers: per kind (the first ``rpm`` buckets count requests,
-    the others tokens), from the bucket with the least left."""
+def _headers(plan: _Plan, states: list[RateState]) -> dict[str, str]:
+    """OpenAI's ``x-ratelimit-*`` headers: per kind (the plan's request buckets first, then its
+    token buckets), from the bucket with the least left."""
     headers: dict[str, str] = {}
-    for (limit, remaining, reset), first, last in zip(
-        _HEADER_NAMES, (0, rpm), (rpm, len(buckets)), strict=True
-    ):
+    rpm = len(plan.rpm)
+    for names, first, last in ((_REQUEST_HEADERS, 0, rpm), (_TOKEN_HEADERS, rpm, len(states))):
         if first == last:
             continue
         tightest = first
+        least = states[first].remaining
         for index in range(first + 1, last):
-            if states[index].remaining < states[tightest].remaining:
-                tightest = index
-        state = states[tightest]
-        headers[limit] = str(buckets[tightest].limit)
-        headers[remaining] = str(state.remaining)
-        headers[reset] = duration(state.reset_after)
+            remaining = states[index].remaining
+            if remaining < least:
+                tightest, least = index, remaining
+        limit, left, reset = names
+        headers[limit] = plan.limit_texts[tightest]
+        headers[left] = str(least)
+        headers[reset] = duration(states[tightest].reset_after)
     return headers
 
 

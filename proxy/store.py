@@ -206,21 +206,73 @@ class MemoryStore:
 
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
         """See :meth:`Store.rate_take`."""
+        return self._take(buckets)[0]
+
+    async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
+        """See :meth:`Store.rate_adjust`."""
+        self._adjust(buckets)
+
+    async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
+        """See :meth:`Store.hold`."""
+        full = self._full_slot(keys, limits)
+        if full is None:
+            self._hold(keys)
+        return full
+
+    async def release(self, keys: Sequence[str]) -> None:
+        """See :meth:`Store.release`."""
+        self._release(keys)
+
+    async def admit(
+        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
+    ) -> tuple[int | None, list[RateState]]:
+        """See :meth:`Store.admit`."""
+        full = self._full_slot(keys, limits)
+        if full is not None:
+            return full, []
+        states, allowed = self._take(buckets) if buckets else ([], True)
+        if allowed:
+            self._hold(keys)
+        return None, states
+
+    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
+        """See :meth:`Store.settle`."""
+        self._release(keys)
+        self._adjust(buckets)
+
+    # The rate and slot operations run synchronously below (one event-loop step per store
+    # call); they read and write ``_data`` directly, as ``_write`` would, on the hot path.
+
+    def _take(self, buckets: Sequence[RateBucket]) -> tuple[list[RateState], bool]:
+        """:meth:`rate_take`'s states, and whether the take happened."""
         now = self._clock()
-        debts = [self._debt(bucket.key, now) for bucket in buckets]
+        data = self._data
+        debts: list[float] = []
         allowed = True
-        for bucket, debt in zip(buckets, debts, strict=True):
-            if debt + bucket.cost * bucket.period / bucket.limit > bucket.period + _SLACK:
+        for bucket in buckets:
+            entry = data.get(bucket.key)
+            if entry is None:
+                debt = 0.0
+            else:  # _debt, inlined
+                tat = entry[0]
+                if type(tat) is not float:
+                    raise ValueError(f"key {bucket.key!r} does not hold a rate bucket")
+                debt = tat - now if tat > now else 0.0
+            debts.append(debt)
+            period = bucket.period
+            if debt + bucket.cost * period / bucket.limit > period + _SLACK:
                 allowed = False
-                break
         states: list[RateState] = []
-        for bucket, debt in zip(buckets, debts, strict=True):
+        for index, bucket in enumerate(buckets):
             period = bucket.period
             interval = period / bucket.limit
+            debt = debts[index]
             new = debt + bucket.cost * interval
             if allowed:
                 if new > 0:
-                    self._write(bucket.key, now + new, now + new)
+                    key = bucket.key
+                    data.pop(key, None)  # re-inserted: dict order is write order
+                    data[key] = (now + new, now + new)
                 remaining = int((period - new) / interval + _SLACK)
                 states.append(RateState(True, remaining if remaining > 0 else 0, new))
             else:
@@ -228,55 +280,52 @@ class MemoryStore:
                 fits = new <= period + _SLACK
                 retry = 0.0 if fits else new - period
                 states.append(RateState(fits, remaining if remaining > 0 else 0, debt, retry))
-        return states
+        if allowed:
+            self._wrote(len(buckets))
+        return states, allowed
 
-    async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
-        """See :meth:`Store.rate_adjust`."""
+    def _adjust(self, buckets: Sequence[RateBucket]) -> None:
         now = self._clock()
+        data = self._data
         for bucket in buckets:
-            new = self._debt(bucket.key, now) + bucket.cost * bucket.period / bucket.limit
+            key = bucket.key
+            entry = data.pop(key, None)
+            if entry is None:
+                debt = 0.0
+            else:  # _debt, inlined
+                tat = entry[0]
+                if type(tat) is not float:
+                    data[key] = entry
+                    raise ValueError(f"key {key!r} does not hold a rate bucket")
+                debt = tat - now if tat > now else 0.0
+            new = debt + bucket.cost * bucket.period / bucket.limit
             if new > 0:
-                self._write(bucket.key, now + new, now + new)
-            else:
-                self._data.pop(bucket.key, None)
+                data[key] = (now + new, now + new)
+        self._wrote(len(buckets))
 
-    async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
-        """See :meth:`Store.hold`."""
-        counts = [self._count(key) for key in keys]
-        for index, (count, limit) in enumerate(zip(counts, limits, strict=True)):
-            if count >= limit:
+    def _full_slot(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
+        """The index of the first counter of ``keys`` at its limit; None when none is."""
+        for index, key in enumerate(keys):
+            if self._count(key) >= limits[index]:
                 return index
-        for key, count in zip(keys, counts, strict=True):
-            self._write(key, count + 1, None)
         return None
 
-    async def release(self, keys: Sequence[str]) -> None:
-        """See :meth:`Store.release`."""
+    def _hold(self, keys: Sequence[str]) -> None:
+        data = self._data
+        for key in keys:
+            count = self._count(key) + 1
+            data.pop(key, None)
+            data[key] = (count, None)
+        self._wrote(len(keys))
+
+    def _release(self, keys: Sequence[str]) -> None:
+        data = self._data
         for key in keys:
             count = self._count(key)
+            data.pop(key, None)
             if count > 1:
-                self._write(key, count - 1, None)
-            else:
-                self._data.pop(key, None)
-
-    async def admit(
-        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
-    ) -> tuple[int | None, list[RateState]]:
-        """See :meth:`Store.admit`."""
-        counts = [self._count(key) for key in keys]
-        for index, (count, limit) in enumerate(zip(counts, limits, strict=True)):
-            if count >= limit:
-                return index, []
-        states = await self.rate_take(buckets) if buckets else []
-        if all(state.allowed for state in states):
-            for key, count in zip(keys, counts, strict=True):
-                self._write(key, count + 1, None)
-        return None, states
-
-    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
-        """See :meth:`Store.settle`."""
-        await self.release(keys)
-        await self.rate_adjust(buckets)
+                data[key] = (count - 1, None)
+        self._wrote(len(keys))
 
     def _count(self, key: str) -> int:
         entry = self._data.get(key)
@@ -325,9 +374,15 @@ class MemoryStore:
         data = self._data
         data.pop(key, None)  # re-insert so that dict order is write order (oldest first)
         data[key] = (value, expires)
-        self._writes += 1
-        if self._writes % self._sweep_every == 0:
+        self._wrote(1)
+
+    def _wrote(self, writes: int) -> None:
+        """Account for ``writes`` writes: sweep every ``sweep_every``, evict past ``max_keys``."""
+        before = self._writes
+        self._writes = before + writes
+        if before // self._sweep_every != self._writes // self._sweep_every:
             self._sweep()
+        data = self._data
         while len(data) > self._max_keys:
             del data[next(iter(data))]
 
