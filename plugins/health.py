@@ -119,12 +119,16 @@ class Health:
         store at most once a ``refresh``; see the module docstring)."""
         target = deployment.target
         now = self.clock()
-        known = self._ejected.get(target)
+        ejected = self._ejected
+        known = ejected.get(target)
         if known is None or now - known[0] >= self._refresh:
+            if len(ejected) >= _MAX_CACHED_GAUGES:
+                ejected.clear()
+            # Marked read before the read: calls meanwhile use what was known (one read, not
+            # one per request in flight).
+            ejected[target] = (now, None if known is None else known[1])
             left = await self._store.ttl(_PREFIX + "ejected:" + target)
-            if len(self._ejected) >= _MAX_CACHED_GAUGES:
-                self._ejected.clear()
-            known = self._ejected[target] = (now, None if left is None else now + left)
+            known = ejected[target] = (now, None if left is None else now + left)
         until = known[1]
         return None if until is None or until <= now else until - now
 
@@ -134,10 +138,10 @@ class Health:
         now = self.clock()
         reset = self._reset.get(target, 0.0)
         if reset is None or now - reset >= self._refresh:
-            await self._store.delete(_PREFIX + "fails:" + target)
             if len(self._reset) >= _MAX_CACHED_GAUGES:
                 self._reset.clear()
-            self._reset[target] = now
+            self._reset[target] = now  # before the write: one reset, not one per request
+            await self._store.delete(_PREFIX + "fails:" + target)
         if self._ratio:
             await self._count_outcome(target, failed=False)
         self._healthy_gauge(deployment).set(1)

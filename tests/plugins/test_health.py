@@ -261,3 +261,28 @@ async def test_refresh_zero_reads_the_store_every_time():
         await health.ejected_for(A)
         await health.answered(A)
     assert store.calls == 6
+
+
+async def test_requests_in_flight_share_one_store_read_a_refresh():
+    clock = FakeClock()
+    store = YieldingCountingStore(clock)
+    health = _health(store, clock, refresh=1.0)
+
+    async def request() -> None:
+        await health.ejected_for(A)
+        await health.answered(A)
+
+    await asyncio.gather(*(request() for _ in range(64)))
+    assert store.calls == 2, "one cooldown read and one reset, not one per request"
+
+
+class YieldingCountingStore(CountingStore):
+    """Counts operations, each of which lets other tasks run first (a networked store)."""
+
+    async def ttl(self, key):
+        await asyncio.sleep(0)
+        return await super().ttl(key)
+
+    async def delete(self, key):
+        await asyncio.sleep(0)
+        return await super().delete(key)
