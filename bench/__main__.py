@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench.harness import Options, run_benchmark
-from bench.matrix import DEFAULT_TARGETS, TARGETS, Settings
+from bench.matrix import DEFAULT_TARGETS, STANDARD_EXTRAS, TARGETS, Settings
 from bench.processes import HarnessError
 from bench.report import format_text, write_json
 from bench.targets import DEFAULT_GATEWAY_CMD
@@ -75,12 +75,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--targets",
         type=_names(TARGETS),
-        default=DEFAULT_TARGETS,
         help="comma-separated targets to measure besides the direct baseline "
-        "(default: passthrough,gateway; gateway-default adds the gateway with the shipped "
-        "config's plugin chain and access log, gateway-cost the gateway with the cost plugin, "
-        "gateway-masking the gateway with the masking plugin on every built-in entity; "
-        "variants are reported but not checked)",
+        "(default: passthrough,gateway, plus gateway-default at 50 ms and 256 connections; "
+        "gateway-default adds the gateway with the shipped config's plugin chain and access "
+        "log, gateway-cost the gateway with the cost plugin, gateway-masking the gateway with "
+        "the masking plugin on every built-in entity, gateway-auth auth and limits, gateway-gov "
+        "the governance chain, gateway-gov-redis the same on a private redis-server; see "
+        "bench/README.md for what each variant's checks compare)",
     )
     parser.add_argument(
         "--modes",
@@ -132,8 +133,9 @@ def _options(args: argparse.Namespace) -> Options:
     duration = args.duration or (_QUICK_DURATION_S if quick else _FULL_DURATION_S)
     concurrencies = args.concurrency or (_QUICK_CONCURRENCIES if quick else _FULL_CONCURRENCIES)
     latencies = args.latency_ms or (_QUICK_LATENCIES_MS if quick else _FULL_LATENCIES_MS)
+    targets = DEFAULT_TARGETS if args.targets is None else args.targets
     return Options(
-        targets=tuple(target for target in TARGETS if target in args.targets),
+        targets=tuple(target for target in TARGETS if target in targets),
         modes=tuple(_MODES[mode] for mode in args.modes),
         latencies_ms=latencies,
         concurrencies=concurrencies,
@@ -145,6 +147,7 @@ def _options(args: argparse.Namespace) -> Options:
             rounds=args.rounds,
         ),
         gateway_command=args.gateway_cmd,
+        extras=STANDARD_EXTRAS if args.targets is None else (),
     )
 
 

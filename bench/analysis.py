@@ -19,6 +19,11 @@ MAX_RSS_MIB = 100.0
 MIN_CACHE_HIT_CPU_SAVING = 3.0
 MAX_CACHE_LOOKUP_US = 15.0
 MAX_CACHE_MISS_CPU_RATIO = 1.2
+MAX_SHIPPED_CHAIN_CPU_RATIO = 1.25  # gateway-default over gateway, 50 ms upstream, 256 conns
+MAX_AUTH_CPU_RATIO = 1.3  # gateway-auth over passthrough, c=64, 0 ms
+MIN_AUTH_THROUGHPUT_RATIO = 0.8
+MAX_GOVERNANCE_CPU_RATIO = 2.0  # gateway-gov-redis over passthrough, c=64, 0 ms
+MAX_REDIS_COMMANDS_PER_REQUEST = 2.0
 LOAD_CONCURRENCY = 64
 STRESS_CONCURRENCY = 256
 STRESS_LATENCY_MS = 50
@@ -198,6 +203,96 @@ def _cache_lookup_check(lookup: CacheLookup | None) -> Check:
     return Check(name, "PASS" if lookup.lookup_us <= MAX_CACHE_LOOKUP_US else "FAIL", detail)
 
 
+def _cpu_ratio_check(
+    results: Sequence[CellResult],
+    target: str,
+    baseline: str,
+    limit: float,
+    where: tuple[bool, int, int],
+) -> Check:
+    """``target``'s CPU per request ≤ ``limit`` times ``baseline``'s in the cell ``where``
+    (stream, latency, concurrency)."""
+    stream, latency_ms, concurrency = where
+    name = f"{target} CPU/request <= {limit:g}x {baseline} "
+    name += f"(c={concurrency}, {latency_ms} ms, {mode_name(stream)})"
+    measured = _find(results, target, stream, latency_ms, concurrency)
+    base = _find(results, baseline, stream, latency_ms, concurrency)
+    if measured is None or base is None or not base.cpu_ms_per_request:
+        return Check(name, "SKIP", "not measured")
+    if measured.cpu_ms_per_request is None:
+        return Check(name, "FAIL", f"{target} completed no request")
+    ratio = measured.cpu_ms_per_request / base.cpu_ms_per_request
+    detail = (
+        f"{target} {measured.cpu_ms_per_request:.3f} ms vs {baseline} "
+        f"{base.cpu_ms_per_request:.3f} ms = {ratio:.2f}x"
+    )
+    return Check(name, "PASS" if ratio <= limit else "FAIL", detail)
+
+
+def _auth_throughput_check(results: Sequence[CellResult], stream: bool) -> Check:
+    name = f"gateway-auth throughput >= {MIN_AUTH_THROUGHPUT_RATIO:.0%} of passthrough "
+    name += f"(c={LOAD_CONCURRENCY}, 0 ms, {mode_name(stream)})"
+    measured = _find(results, "gateway-auth", stream, 0, LOAD_CONCURRENCY)
+    base = _find(results, "passthrough", stream, 0, LOAD_CONCURRENCY)
+    if measured is None or base is None or base.requests_per_s == 0:
+        return Check(name, "SKIP", "not measured")
+    ratio = measured.requests_per_s / base.requests_per_s
+    detail = f"{measured.requests_per_s:.0f} vs {base.requests_per_s:.0f} req/s = {ratio:.0%}"
+    return Check(name, "PASS" if ratio >= MIN_AUTH_THROUGHPUT_RATIO else "FAIL", detail)
+
+
+def _redis_commands_check(results: Sequence[CellResult], stream: bool) -> Check:
+    name = f"gateway-gov-redis Redis commands/request <= {MAX_REDIS_COMMANDS_PER_REQUEST:g} "
+    name += f"(c={LOAD_CONCURRENCY}, 0 ms, {mode_name(stream)})"
+    measured = _find(results, "gateway-gov-redis", stream, 0, LOAD_CONCURRENCY)
+    per_request = None if measured is None else measured.redis_commands_per_request
+    if measured is None or per_request is None:
+        return Check(name, "SKIP", "not measured")
+    writes = measured.redis_writes_per_request
+    detail = f"{per_request:.2f} commands per request, in {writes or 0:.2f} writes"
+    ok = per_request <= MAX_REDIS_COMMANDS_PER_REQUEST
+    return Check(name, "PASS" if ok else "FAIL", detail)
+
+
+def _variant_checks(results: Sequence[CellResult]) -> list[Check]:
+    """The variants' own targets, for the variants that ran: the shipped chain against the
+    empty one, auth and limits and the governance chain against the passthrough."""
+    targets = {result.cell.target for result in results}
+    found: list[Check] = []
+    stress = (STRESS_LATENCY_MS, STRESS_CONCURRENCY)
+    load = (0, LOAD_CONCURRENCY)
+    for stream in _MODES:
+        if "gateway-default" in targets:
+            found.append(
+                _cpu_ratio_check(
+                    results,
+                    "gateway-default",
+                    "gateway",
+                    MAX_SHIPPED_CHAIN_CPU_RATIO,
+                    (stream, *stress),
+                )
+            )
+        if "gateway-auth" in targets:
+            found.append(
+                _cpu_ratio_check(
+                    results, "gateway-auth", "passthrough", MAX_AUTH_CPU_RATIO, (stream, *load)
+                )
+            )
+            found.append(_auth_throughput_check(results, stream))
+        if "gateway-gov-redis" in targets:
+            found.append(
+                _cpu_ratio_check(
+                    results,
+                    "gateway-gov-redis",
+                    "passthrough",
+                    MAX_GOVERNANCE_CPU_RATIO,
+                    (stream, *load),
+                )
+            )
+            found.append(_redis_commands_check(results, stream))
+    return found
+
+
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -224,4 +319,4 @@ def checks(
         found_checks.append(_cache_lookup_check(cache_lookup))
     if "gateway-cache-miss" in targets:
         found_checks += [_cache_miss_check(results, stream) for stream in _MODES]
-    return found_checks
+    return found_checks + _variant_checks(results)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bench import aio, cache_lookup, procstat
+from bench import aio, cache_lookup, procstat, redis_stats
 from bench.analysis import checks, overheads
-from bench.matrix import DIRECT, TARGETS, CellResult, Settings, plan, run_matrix
+from bench.matrix import DIRECT, TARGETS, Cell, CellResult, Settings, plan, run_matrix
 from bench.report import BenchReport, table_header, table_row
 from bench.targets import (
     GATEWAY_VARIANTS,
@@ -37,6 +37,8 @@ class Options:
     concurrencies: tuple[int, ...]
     settings: Settings
     gateway_command: str
+    extras: tuple[tuple[str, int, int], ...] = ()
+    """(target, latency, concurrency) cells added to the matrix (see ``matrix.plan``)."""
 
 
 def run_benchmark(options: Options, progress: Callable[[str], None]) -> BenchReport:
@@ -50,22 +52,34 @@ def run_benchmark(options: Options, progress: Callable[[str], None]) -> BenchRep
 
 
 async def _start_servers(
-    stack: ExitStack, scratch: Path, options: Options, progress: Callable[[str], None]
+    stack: ExitStack,
+    scratch: Path,
+    targets: set[str],
+    command: str,
+    progress: Callable[[str], None],
+    relays: list[redis_stats.CommandCounter],
 ) -> dict[str, Server]:
+    """Start what ``targets`` need; a relay to a private Redis joins ``relays``."""
     progress("starting the mock upstream")
     upstream = await start_upstream(stack, scratch)
     servers = {DIRECT: upstream}
-    if "passthrough" in options.targets:
+    if "passthrough" in targets:
         progress("starting the passthrough")
         servers["passthrough"] = await start_passthrough(stack, scratch, upstream)
-    if "gateway" in options.targets:
+    if "gateway" in targets:
         progress("starting the gateway")
-        servers["gateway"] = await start_gateway(stack, scratch, upstream, options.gateway_command)
+        servers["gateway"] = await start_gateway(stack, scratch, upstream, command)
     for name, adds in GATEWAY_VARIANTS.items():
-        if name in options.targets:
+        if name in targets:
+            redis = None
+            if name == "gateway-gov-redis":
+                progress("starting a private redis-server, and a relay counting commands")
+                redis = redis_stats.CommandCounter(redis_stats.start_redis(stack))
+                await redis.start()
+                relays.append(redis)
             progress(f"starting {name}: the gateway with {adds}")
             servers[name] = await start_gateway(
-                stack, scratch, upstream, options.gateway_command, name=name, variant=name
+                stack, scratch, upstream, command, name=name, variant=name, redis=redis
             )
     return servers
 
@@ -73,8 +87,33 @@ async def _start_servers(
 async def _measure(
     stack: ExitStack, scratch: Path, options: Options, progress: Callable[[str], None]
 ) -> BenchReport:
-    servers = await _start_servers(stack, scratch, options, progress)
-    cells = plan(options.targets, options.modes, options.latencies_ms, options.concurrencies)
+    cells = plan(
+        options.targets,
+        options.modes,
+        options.latencies_ms,
+        options.concurrencies,
+        options.extras,
+    )
+    targets = {cell.target for cell in cells}
+    relays: list[redis_stats.CommandCounter] = []
+    try:
+        return await _measure_cells(stack, scratch, options, cells, targets, relays, progress)
+    finally:
+        for relay in relays:
+            await relay.close()
+
+
+async def _measure_cells(
+    stack: ExitStack,
+    scratch: Path,
+    options: Options,
+    cells: list[Cell],
+    targets: set[str],
+    relays: list[redis_stats.CommandCounter],
+    progress: Callable[[str], None],
+) -> BenchReport:
+    command = options.gateway_command
+    servers = await _start_servers(stack, scratch, targets, command, progress, relays)
     progress(f"measuring {len(cells)} cells")
     progress(table_header())
     done: list[CellResult] = []

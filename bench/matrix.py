@@ -25,6 +25,9 @@ from bench.targets import GATEWAY_VARIANTS, Server, set_upstream_latency
 DIRECT = "direct"
 TARGETS = ("passthrough", "gateway", *GATEWAY_VARIANTS)  # every target, in report order
 DEFAULT_TARGETS = ("passthrough", "gateway")  # the gateway variants are opt-in
+# Variant cells the standard matrix (no --targets) adds: the shipped chain where its cost per
+# request in flight shows, a 50 ms upstream at 256 connections.
+STANDARD_EXTRAS = (("gateway-default", 50, 256),)
 BASELINE_CONCURRENCY = 1
 
 
@@ -68,7 +71,10 @@ class CellResult:
     ``cpu_ms_per_request`` is the target's user+system CPU time over the measured window
     divided by successful requests; ``server_cpu_percent`` and ``driver_cpu_percent`` are
     CPU time over wall time (100 = one core busy) for the target and the load driver.
-    ``ttfb_p50_ms`` (time to first body byte) is set for streams only.
+    ``ttfb_p50_ms`` (time to first body byte) is set for streams only. ``redis_commands`` and
+    ``redis_writes`` (targets keeping their state in Redis) count the commands the target sent
+    to Redis during the measured window, and the writes that carried them (pipelined commands
+    share one).
     """
 
     cell: Cell
@@ -82,11 +88,28 @@ class CellResult:
     cpu_ms_per_request: float | None
     server_cpu_percent: float
     driver_cpu_percent: float
+    redis_commands: int | None = None
+    redis_writes: int | None = None
+    redis_by_name: dict[str, int] | None = None
 
     @property
     def error_count(self) -> int:
         """All failed requests, whatever the kind."""
         return sum(self.errors.values())
+
+    @property
+    def redis_commands_per_request(self) -> float | None:
+        """Redis commands per successful request; None without Redis or requests."""
+        if self.redis_commands is None or not self.requests:
+            return None
+        return self.redis_commands / self.requests
+
+    @property
+    def redis_writes_per_request(self) -> float | None:
+        """Writes to Redis (round trips, pipelined commands sharing one) per request."""
+        if self.redis_writes is None or not self.requests:
+            return None
+        return self.redis_writes / self.requests
 
 
 def plan(
@@ -94,10 +117,13 @@ def plan(
     modes: Sequence[bool],
     latencies_ms: Sequence[int],
     concurrencies: Sequence[int],
+    extras: Sequence[tuple[str, int, int]] = (),
 ) -> list[Cell]:
     """Return the cells to run, grouped by latency, then mode, then target.
 
     The ``direct`` baseline is included for each latency and mode when concurrency 1 is.
+    ``extras`` are (target, latency, concurrency) cells added in every mode when that latency
+    and concurrency are in the matrix (the standard matrix's :data:`STANDARD_EXTRAS`).
     """
     cells: list[Cell] = []
     for latency_ms in latencies_ms:
@@ -106,6 +132,10 @@ def plan(
                 cells.append(Cell(DIRECT, stream, latency_ms, BASELINE_CONCURRENCY))
             for target in targets:
                 cells.extend(Cell(target, stream, latency_ms, c) for c in concurrencies)
+            for target, latency, concurrency in extras:
+                extra = Cell(target, stream, latency, concurrency)
+                if latency == latency_ms and concurrency in concurrencies and extra not in cells:
+                    cells.append(extra)
     return cells
 
 
@@ -156,6 +186,7 @@ class _Slice:
     load: LoadResult
     server_cpu_s: float
     driver_cpu_s: float
+    redis_commands: tuple[int, int, Counter[str]] | None = None  # commands, writes, by name
 
 
 async def _measure_slice(cell: Cell, server: Server, settings: Settings) -> _Slice:
@@ -174,6 +205,8 @@ async def _measure_slice(cell: Cell, server: Server, settings: Settings) -> _Sli
     rounds = settings.rounds
     async with open_session(settings.request_timeout_s) as session:
         await run_load(session, spec(settings.warmup_s, settings.max_requests))
+        relay = server.redis
+        sent_before = None if relay is None else (relay.commands, relay.writes, +relay.by_name)
         cpu_before = procstat.cpu_seconds(server.pid)
         driver_before = time.process_time()
         load = await run_load(
@@ -181,7 +214,14 @@ async def _measure_slice(cell: Cell, server: Server, settings: Settings) -> _Sli
         )
         driver_cpu_s = time.process_time() - driver_before
         server_cpu_s = procstat.cpu_delta(cpu_before, procstat.cpu_seconds(server.pid))
-    return _Slice(load=load, server_cpu_s=server_cpu_s, driver_cpu_s=driver_cpu_s)
+        sent = None
+        if relay is not None and sent_before is not None:
+            sent = (
+                relay.commands - sent_before[0],
+                relay.writes - sent_before[1],
+                relay.by_name - sent_before[2],
+            )
+    return _Slice(load, server_cpu_s, driver_cpu_s, sent)
 
 
 def _combine(cell: Cell, slices: Sequence[_Slice]) -> CellResult:
@@ -196,6 +236,7 @@ def _combine(cell: Cell, slices: Sequence[_Slice]) -> CellResult:
     latencies = sorted(value for piece in slices for value in piece.load.latencies_s)
     ttfb = sorted(value for piece in slices for value in piece.load.ttfb_s)
     divisor = max(wall_s, 1e-9)
+    sent = [piece.redis_commands for piece in slices if piece.redis_commands is not None]
     return CellResult(
         cell=cell,
         requests=requests,
@@ -208,6 +249,9 @@ def _combine(cell: Cell, slices: Sequence[_Slice]) -> CellResult:
         cpu_ms_per_request=server_cpu_s * 1000 / requests if requests else None,
         server_cpu_percent=100 * server_cpu_s / divisor,
         driver_cpu_percent=100 * driver_cpu_s / divisor,
+        redis_commands=sum(c for c, _, _ in sent) if sent else None,
+        redis_writes=sum(w for _, w, _ in sent) if sent else None,
+        redis_by_name=dict(sum((n for _, _, n in sent), Counter())) if sent else None,
     )
 
 

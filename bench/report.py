@@ -12,7 +12,7 @@ from bench.matrix import CellResult, Settings
 from bench.procstat import Memory
 
 _COLUMNS = (
-    ("target", 15),
+    ("target", 17),
     ("mode", 10),
     ("up_ms", 5),
     ("conc", 4),
@@ -85,6 +85,13 @@ def table_row(result: CellResult) -> str:
     )
 
 
+def _per_request(result: CellResult) -> str:
+    """Each command's count per request, most sent first."""
+    by_name = result.redis_by_name or {}
+    ordered = sorted(by_name.items(), key=lambda item: -item[1])
+    return ", ".join(f"{name} {calls / max(result.requests, 1):.2f}" for name, calls in ordered)
+
+
 def format_text(report: BenchReport) -> str:
     """Render the whole report as plain text."""
     settings = report.settings
@@ -111,13 +118,25 @@ def format_text(report: BenchReport) -> str:
         f"p50 {o.p50_ms:+8.3f} ms  p99 {o.p99_ms:+8.3f} ms"
         for o in report.overheads
     ] or ["  (no concurrency-1 cells)"]
+    counted = [r for r in report.cells if r.redis_commands_per_request is not None]
+    if counted:
+        lines += ["", "Redis per request (sent through the counting relay, measured window):"]
+        lines += [
+            f"  {r.cell.target} {r.cell.mode} {r.cell.latency_ms} ms c={r.cell.concurrency}: "
+            f"{r.redis_commands_per_request:.2f} commands in "
+            f"{_number(r.redis_writes_per_request, 2)} writes; {_per_request(r)}"
+            for r in counted
+        ]
     lines += ["", "Memory after the run (process tree, summed):"]
     lines += [
         f"  {name:<15}  RSS {m.rss_mib:6.1f} MiB  peak {m.peak_rss_mib:6.1f} MiB  "
         f"({m.processes} process{'es' if m.processes != 1 else ''})"
         for name, m in report.memory.items()
     ]
-    lines += ["", "Targets (single worker, empty plugin chain; the cache's with gateway-cache):"]
+    lines += [
+        "",
+        "Targets (single worker; the empty chain's, then those of the variants that ran):",
+    ]
     lines += [f"  {c.status:<4}  {c.name}: {c.detail}" for c in report.checks]
     return "\n".join(lines)
 

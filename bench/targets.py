@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.processes import free_port, spawn, wait_ready
+from bench.redis_stats import CommandCounter
 
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +32,12 @@ GATEWAY_VARIANTS = {
     "gateway-auth": "the auth and limits plugins (a key with key and team limits in every request)",
     "gateway-cache": "the response cache (memory backend): repeated requests are hits",
     "gateway-cache-miss": "the response cache storing and sharing nothing: every request misses",
+    "gateway-gov": "the governance chain (auth, limits, cost, a cache miss, fallback, retry, "
+    "balance) on the in-process state store",
+    "gateway-gov-redis": "the governance chain on a private redis-server (state.backend: redis)",
 }
+# Targets whose every request carries AUTH_KEY.
+KEYED_VARIANTS = ("gateway-auth", "gateway-gov", "gateway-gov-redis")
 _CACHE_OPTIONS = {
     "gateway-cache": "{}",
     "gateway-cache-miss": "{max_entry_bytes: 1, coalesce: false}",
@@ -52,12 +58,14 @@ MASKING_PLUGINS = (
 
 @dataclass(frozen=True)
 class Server:
-    """A running server: its root PID, port and chat-completions URL, and the headers every
-    request to it must carry (the gateway-auth target's key)."""
+    """A running server: its root PID, port and chat-completions URL, the headers every
+    request to it must carry (the keyed targets' key) and its Redis, if any."""
 
     pid: int
     port: int
     headers: tuple[tuple[str, str], ...] = ()
+    redis: CommandCounter | None = None
+    """The relay to the redis-server it keeps its state in, counting the commands it sends."""
 
     @property
     def base_url(self) -> str:
@@ -71,7 +79,12 @@ class Server:
 
 
 def gateway_config_yaml(
-    port: int, upstream_port: int, *, variant: str | None = None, database: Path | None = None
+    port: int,
+    upstream_port: int,
+    *,
+    variant: str | None = None,
+    database: Path | None = None,
+    redis_url: str | None = None,
 ) -> str:
     """Return the gateway config: one worker, one OpenAI provider.
 
@@ -87,7 +100,9 @@ def gateway_config_yaml(
     plugin on its defaults, and ``gateway-cache-miss`` the ``cache`` plugin with
     ``max_entry_bytes: 1, coalesce: false``, so that nothing is stored or shared and every
     request does all of a miss's work (lookup, the stream tee, the answer folded, encoded and
-    refused). This is the single place to adjust if the gateway's config schema changes.
+    refused); ``gateway-gov`` is issue 16's governance chain (:func:`_governance`) on the
+    in-process state store, ``gateway-gov-redis`` the same with ``state.backend: redis`` at
+    ``redis_url``. This is the single place to adjust if the gateway's config schema changes.
     """
     access_log = str(variant == "gateway-default").lower()
     server = f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {access_log}}}\n"
@@ -99,16 +114,17 @@ def gateway_config_yaml(
     if variant is None:
         return server + provider + "plugins: []\n"
     if variant == "gateway-auth":
-        limits = "rpm: 100000000, tpm: 100000000000, max_parallel: 100000"
         return (
             server
             + provider
             + f'database: {{url: "sqlite:///{database}"}}\n'
-            + "auth:\n"
-            + f"  teams: {{bench: {{{limits}}}}}\n"
-            + f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {limits}}}]\n'
+            + _AUTH
             + "plugins:\n  - auth: {}\n  - limits: {}\n"
         )
+    if variant in ("gateway-gov", "gateway-gov-redis"):
+        if variant == "gateway-gov-redis" and redis_url is None:
+            raise ValueError("gateway-gov-redis needs a redis_url")
+        return _governance(server, provider, database, redis_url)
     if variant in _CACHE_OPTIONS:
         return server + provider + f"plugins:\n  - cache: {_CACHE_OPTIONS[variant]}\n"
     if variant == "gateway-cost":
@@ -128,6 +144,43 @@ def gateway_config_yaml(
         server + provider + "models: {fast: [{target: upstream/bench-model}]}\n"
         "plugins:\n"
         "  - headers: {forward: [x-trace-id]}\n"
+        "  - fallback: {chains: {upstream/bench-model: [fast]}}\n"
+        "  - retry: {retries: 2}\n"
+        "  - balance: {strategy: weighted}\n"
+    )
+
+
+_LIMITS = "rpm: 100000000, tpm: 100000000000, max_parallel: 100000"
+_AUTH = (
+    "auth:\n"
+    f"  teams: {{bench: {{{_LIMITS}}}}}\n"
+    f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {_LIMITS}}}]\n'
+)
+
+
+def _governance(server: str, provider: str, database: Path | None, redis_url: str | None) -> str:
+    """Issue 16's governance chain: auth → limits (key and team: rpm, tpm, max_parallel) →
+    cost (every model priced, the ledger in ``database``) → cache (in the state store, storing
+    nothing: every request a miss) → fallback → retry → balance; its state in the Redis at
+    ``redis_url`` when given (generous timeout: the bench measures cost, not outages)."""
+    priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
+    state = (
+        f'state: {{backend: redis, redis: {{url: "{redis_url}", timeout_ms: 2000}}}}\n'
+        if redis_url is not None
+        else ""
+    )
+    return (
+        server
+        + priced
+        + f'database: {{url: "sqlite:///{database}"}}\n'
+        + "models: {fast: [{target: upstream/bench-model}]}\n"
+        + state
+        + _AUTH
+        + "plugins:\n"
+        "  - auth: {}\n"
+        "  - limits: {}\n"
+        "  - cost: {}\n"
+        "  - cache: {backend: store, max_entry_bytes: 1, coalesce: false}\n"
         "  - fallback: {chains: {upstream/bench-model: [fast]}}\n"
         "  - retry: {retries: 2}\n"
         "  - balance: {strategy: weighted}\n"
@@ -170,25 +223,30 @@ async def start_gateway(
     *,
     name: str = "gateway",
     variant: str | None = None,
+    redis: CommandCounter | None = None,
 ) -> Server:
     """Start the gateway with :func:`gateway_config_yaml` and wait for ``/health/ready``.
 
     ``command_template`` is split like a shell command line; ``{python}``, ``{config}``
     and ``{port}`` in it are replaced by the interpreter, config file path and port. ``name``
-    names its config and log files; ``variant`` is passed to :func:`gateway_config_yaml`.
+    names its config and log files; ``variant`` is passed to :func:`gateway_config_yaml`, with
+    Redis through the ``redis`` relay when given.
     """
     port = free_port()
     config_path = log_dir / f"{name}.yaml"
     database = log_dir / f"{name}.db"
+    redis_url = None if redis is None else f"redis://{HOST}:{redis.port}/0"
     config_path.write_text(
-        gateway_config_yaml(port, upstream.port, variant=variant, database=database)
+        gateway_config_yaml(
+            port, upstream.port, variant=variant, database=database, redis_url=redis_url
+        )
     )
     values = {"python": sys.executable, "config": str(config_path), "port": str(port)}
     argv = [token.format(**values) for token in shlex.split(command_template)]
     child = spawn(stack, name, argv, REPO_ROOT, log_dir)
     await wait_ready(child, f"http://{HOST}:{port}/health/ready", _READY_TIMEOUT_S)
-    headers = _AUTH_HEADERS if variant == "gateway-auth" else ()
-    return Server(pid=child.pid, port=port, headers=headers)
+    headers = _AUTH_HEADERS if variant in KEYED_VARIANTS else ()
+    return Server(pid=child.pid, port=port, headers=headers, redis=redis)
 
 
 async def set_upstream_latency(
