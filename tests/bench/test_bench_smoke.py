@@ -156,3 +156,23 @@ async def test_the_masking_cpu_bench_measures_a_masked_and_restored_round_trip()
         assert "".join(t or "" for t in texts) == prompt
     results = await masking_cpu.measure(requests=2, rounds=1)
     assert set(results) == {(p, m) for p in masking_cpu.PROMPTS for m in masking_cpu.MODES}
+
+
+def test_the_governance_variants_run_issue_16s_chain_with_redis_or_without(tmp_path: Path) -> None:
+    chain = ["auth", "limits", "cost", "cache", "fallback", "retry", "balance"]
+    for name, redis_url in (("gateway-gov", None), ("gateway-gov-redis", "redis://127.0.0.1:1/0")):
+        config_path = tmp_path / f"{name}.yaml"
+        config_path.write_text(
+            gateway_config_yaml(
+                8080, 9090, variant=name, database=tmp_path / "gov.db", redis_url=redis_url
+            )
+        )
+        config = load_config(config_path)
+        assert [spec.ref for spec in config.plugins] == chain
+        assert config.plugins[3].options == {
+            "backend": "store",
+            "max_entry_bytes": 1,
+            "coalesce": False,
+        }, "every request a miss, looked up in the state store"
+        assert config.state.backend == ("memory" if redis_url is None else "redis")
+        Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
