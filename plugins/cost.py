@@ -229,6 +229,7 @@ class CostPlugin:
             self._state.degraded("budgets", "open")
             return []
         if refusal is not None:
+            self._metrics.budget_rejected(refusal.scope).inc()
             raise _exceeded(refusal)
         for reservation in reservations:
             scope = (reservation.scope, reservation.ident)

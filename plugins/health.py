@@ -61,6 +61,12 @@ _PREFIX = "crossway:health:"
 _MAX_CACHED_GAUGES = 1024  # targets may be addressed directly (provider/<anything>)
 
 
+async def cooldown_left(store: Store, deployment: Deployment) -> float | None:
+    """Seconds left of ``deployment``'s cooldown in ``store`` (the health view of the shared
+    state), or None when it is not ejected; raises :class:`~proxy.store.StoreUnavailable`."""
+    return await store.ttl(_PREFIX + "ejected:" + deployment.target)
+
+
 class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """See the module docstring. Durations are seconds."""
 
@@ -127,7 +133,7 @@ class Health:
             # Marked read before the read: calls meanwhile use what was known (one read, not
             # one per request in flight).
             ejected[target] = (now, None if known is None else known[1])
-            left = await self._store.ttl(_PREFIX + "ejected:" + target)
+            left = await cooldown_left(self._store, deployment)
             known = ejected[target] = (now, None if left is None else now + left)
         until = known[1]
         return None if until is None or until <= now else until - now

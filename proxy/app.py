@@ -25,6 +25,8 @@ from aiohttp import web
 from plugins import BUILTINS
 from proxy.admin import add_admin_routes
 from proxy.admin.guard import AdminContext
+from proxy.admin.overview import Overview
+from proxy.admin.readings import Sampler, read
 from proxy.canonical import (
     ANONYMOUS,
     BatchedStream,
@@ -64,6 +66,7 @@ from proxy.runtime import Loader, Runtime, Snapshot
 from proxy.side_routes import SideRoutes
 from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState
+from proxy.ui import add_ui_routes
 
 RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
@@ -129,8 +132,11 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     def on_upstream_error(provider: str, error: GatewayError) -> None:
         metrics.upstream_errors(provider, error.kind).inc()
 
+    sampler = Sampler(lambda: read(metrics), logger=blueprint.logger)
+
     async def start(app: web.Application) -> None:
         snapshot = Snapshot(blueprint, on_upstream_error)
+        sampler.start()
         await state.start()
         if snapshot.gate is not None or config.auth.master_key:
             await database.open()
@@ -143,6 +149,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     async def stop(app: web.Application) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        await sampler.close()
         await app[RUNTIME].close()
         await ledger.close()  # after the last request: what is queued is written (or journaled)
         await events.close()
@@ -183,9 +190,13 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             lambda: app[RUNTIME].snapshot.authenticator,
             lambda: reload_runtime(app),
             ledger,
+            overview=Overview(sampler, lambda: read(metrics)),
+            snapshot=lambda: app[RUNTIME].snapshot,
+            health=state.store_for("health"),
         ),
         edges.plain,
     )
+    add_ui_routes(app, edges.plain)
     app.router.add_route("*", "/{tail:.*}", edges.unmatched)
     edges.install(app)
     return app

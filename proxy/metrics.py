@@ -434,6 +434,12 @@ class Metrics:
             "Budgets whose soft limit was crossed (once per period), by scope (key, team, user).",
             ["scope"],
         )
+        self.budget_rejected = self._counter(
+            "crossway_budget_rejected",
+            "Requests refused because a budget was spent (429 budget_exceeded), by scope (key,"
+            " team, user).",
+            ["scope"],
+        )
         self.ledger_pending = self._gauge(
             "crossway_ledger_pending",
             "Spend records not yet in the database: queued, or journaled and not replayed.",
@@ -486,8 +492,16 @@ class Metrics:
 
     def render(self) -> bytes:
         """The exposition text for ``/metrics`` (every worker's samples in multiprocess mode)."""
+        return generate_latest(self._readable())
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family with its samples, as structured values (every worker's in
+        multiprocess mode): what in-process readers such as the admin overview use."""
+        return self._readable().collect()
+
+    def _readable(self) -> CollectorRegistry:
         if not self.multiprocess:
-            return generate_latest(self.registry)
+            return self.registry
         registry = CollectorRegistry()
         prometheus_multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry)
+        return registry

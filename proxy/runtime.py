@@ -179,6 +179,7 @@ class Snapshot:
         self.config = blueprint.config
         self.providers = blueprint.providers
         self.router = blueprint.router
+        self.prices = blueprint.prices
         self.redactor = blueprint.redactor
         self.logger = blueprint.logger
         self.access_log = blueprint.access_log

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import sqlalchemy as sa
@@ -25,6 +25,11 @@ from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import AuthenticationFailed, BadRequest, GatewayError
 from proxy.ledger.writer import LedgerWriter
+from proxy.store import Store
+
+if TYPE_CHECKING:
+    from proxy.admin.overview import Overview
+    from proxy.runtime import Snapshot
 
 DATABASE_TIMEOUT = 10.0
 _JSON = "application/json"
@@ -37,8 +42,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class AdminContext:
     """What the admin routes need from the app: the process's database, the current
-    snapshot's authenticator (a function: it changes on reload), how to reload, and the
-    process's spend ledger writer (None without one)."""
+    snapshot's authenticator (a function: it changes on reload), how to reload, the process's
+    spend ledger writer (None without one), the overview of its counters, the current snapshot
+    and the health view of the shared state (None where the app keeps none)."""
 
     def __init__(
         self,
@@ -46,11 +52,18 @@ class AdminContext:
         authenticator: Callable[[], Authenticator],
         reload: Callable[[], bool],
         ledger: LedgerWriter | None = None,
+        *,
+        overview: Overview | None = None,
+        snapshot: Callable[[], Snapshot] | None = None,
+        health: Store | None = None,
     ) -> None:
         self.database = database
         self.authenticator = authenticator
         self.reload = reload
         self.ledger = ledger
+        self.overview = overview
+        self.snapshot = snapshot
+        self.health = health
 
     def registry(self) -> Registry:
         """A registry over the database and the current config."""

@@ -5,8 +5,10 @@
   cache_write_tokens, output_tokens, reasoning_tokens, cost_usd, saved_usd}], "total": {…}}``,
   groups largest cost first; group fields are named ``key_id``, ``team``, ``model``,
   ``provider``, ``user``, ``day``. Without ``group_by``, ``data`` holds one row: the total.
-- ``GET /admin/spend/logs?from=&to=[&team=&key_id=&user=]&limit=&cursor=`` (master key) →
-  ``{"data": [records], "next": <cursor or null>}``, newest first; ``limit`` 1 to 1000 (100).
+- ``GET /admin/spend/logs?from=&to=[&team=&key_id=&user=&model=&status=&cache=]&limit=&cursor=``
+  (master key) → ``{"data": [records], "next": <cursor or null>}``, newest first; ``limit`` 1
+  to 1000 (100). ``model`` is the name the client asked for, ``status`` a code (``429``) or a
+  class (``4xx``), ``cache`` a cache result (``hit``, ``miss``, ``bypass``, ``coalesced``).
 - ``GET /v1/spend?from=&to=&limit=&cursor=`` with a virtual key → that key's own records and
   totals: ``{"key_id", "total": {…}, "data": [records], "next"}``; nothing of other keys.
 
@@ -63,6 +65,9 @@ async def spend_logs(request: web.Request) -> web.Response:
     where = _filter(
         query, team=query.get("team"), key_id=query.get("key_id"), user=query.get("user")
     )
+    where.model = query.get("model") or None
+    where.cache = query.get("cache") or None
+    where.statuses = _statuses(query.get("status"))
     await _flush(request)
     records, cursor = await _page(request, where)
     return json_response({"data": [shown(record) for record in records], "next": cursor})
@@ -124,6 +129,18 @@ def _group_by(value: str | None) -> list[Any]:
     if len(set(groups)) != len(groups):
         raise BadRequest("group_by: a field is named twice", param="group_by")
     return groups
+
+
+def _statuses(value: str | None) -> tuple[int, int] | None:
+    """``429`` → (429, 429); ``4xx`` → (400, 499)."""
+    if not value:
+        return None
+    if len(value) == 3 and value[0] in "12345" and value[1:].lower() == "xx":
+        low = int(value[0]) * 100
+        return low, low + 99
+    if value.isdigit() and 100 <= int(value) <= 999:
+        return int(value), int(value)
+    raise BadRequest("status: expected a status code (429) or a class (4xx)", param="status")
 
 
 def _filter(query: Mapping[str, str], **equal: str | None) -> SpendFilter:

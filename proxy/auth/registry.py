@@ -29,7 +29,7 @@ from proxy.auth.records import KeyRecord, TeamRecord
 from proxy.auth.tokens import hash_key, mint_key, shown_prefix
 from proxy.canonical import Budget, Principal
 from proxy.db import Database
-from proxy.db.keys import KeyRepository
+from proxy.db.keys import KeyFilter, KeyRepository
 from proxy.db.teams import TeamRepository
 from proxy.errors import BadRequest, Conflict, NotFound
 
@@ -134,6 +134,19 @@ class Registry:
         await self._database.open()
         declared = [k for k in self._auth.config_keys if team is None or k.team == team]
         return declared + await self._keys.list(team)
+
+    async def page_keys(
+        self, where: KeyFilter, limit: int, cursor: str | None = None
+    ) -> tuple[list[KeyRecord], str | None, int]:
+        """One page of keys, newest first (see :meth:`KeyRepository.page`); the matching config
+        keys lead the first page and are counted in the total. Raises :class:`ValueError` for
+        a bad cursor."""
+        await self._database.open()
+        declared = [k for k in self._auth.config_keys if where.admits(k)]
+        records, following, total = await self._keys.page(where, limit, cursor)
+        if cursor is None:
+            records = declared + records
+        return records, following, total + len(declared)
 
     async def get_key(self, key_id: str) -> KeyRecord:
         """The key ``key_id``; raises :class:`NotFound`."""

@@ -11,12 +11,75 @@ import sqlalchemy as sa
 from proxy.auth.records import KeyRecord, TeamRecord
 from proxy.db import Database
 from proxy.db.schema import keys, teams
+from proxy.db.spend import decode_cursor, encode_cursor
 from proxy.db.teams import team_record
 
 KEY_FIELDS = ("alias", "team", "user", "models", "rpm", "tpm", "max_parallel", "blocked")
 KEY_FIELDS += ("expires_at", "metadata", "budget")
 _COLUMN = {"user": "user_id"}  # record field -> column, where they differ
 _TEAM_COLUMNS = [column.label(f"team_{column.name}") for column in teams.c]
+
+
+class KeyFilter:
+    """Which keys a page lists: of ``team``; whose alias, id, prefix or user contains
+    ``text`` (case-insensitive); in ``status`` ``active``, ``blocked`` or ``expired`` (as of
+    ``now``). Applies to database rows (:meth:`apply`) and to config records (:meth:`admits`)."""
+
+    __slots__ = ("now", "status", "team", "text")
+
+    def __init__(
+        self,
+        team: str | None = None,
+        text: str | None = None,
+        status: str | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        self.team = team
+        self.text = text.lower() if text else None
+        self.status = status
+        self.now = now or datetime.now(UTC)
+
+    def apply(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        """``query`` restricted to these keys."""
+        if self.team is not None:
+            query = query.where(keys.c.team == self.team)
+        if self.text is not None:
+            pattern = (
+                "%" + self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            )
+            query = query.where(
+                sa.or_(
+                    *(
+                        sa.func.lower(column).like(pattern, escape="\\")
+                        for column in (keys.c.alias, keys.c.id, keys.c.key_prefix, keys.c.user_id)
+                    )
+                )
+            )
+        expired = sa.and_(keys.c.expires_at.is_not(None), keys.c.expires_at <= self.now)
+        if self.status == "blocked":
+            query = query.where(keys.c.blocked.is_(True))
+        elif self.status == "expired":
+            query = query.where(expired)
+        elif self.status == "active":
+            query = query.where(keys.c.blocked.is_(False), sa.not_(expired))
+        return query
+
+    def admits(self, record: KeyRecord) -> bool:
+        """Whether ``record`` is one of these keys."""
+        if self.team is not None and record.team != self.team:
+            return False
+        if self.text is not None:
+            fields = (record.alias, record.id, record.key_prefix, record.user)
+            if not any(self.text in field.lower() for field in fields if field):
+                return False
+        expired = record.expires_at is not None and record.expires_at <= self.now
+        if self.status == "blocked":
+            return record.blocked
+        if self.status == "expired":
+            return expired
+        if self.status == "active":
+            return not record.blocked and not expired
+        return True
 
 
 class KeyRepository:
@@ -76,6 +139,32 @@ class KeyRepository:
         async with self._database.connect() as connection:
             rows = await connection.execute(query)
         return [key_record(row._mapping) for row in rows]
+
+    async def page(
+        self, where: KeyFilter, limit: int, cursor: str | None = None
+    ) -> tuple[list[KeyRecord], str | None, int]:
+        """Keys ``where`` selects, newest first, at most ``limit`` after ``cursor``; the cursor
+        of the next page (None at the end) and how many keys ``where`` selects in all. Raises
+        :class:`ValueError` for a cursor this never made."""
+        query = where.apply(keys.select())
+        if cursor is not None:
+            moment, key_id = decode_cursor(cursor)
+            query = query.where(
+                sa.or_(
+                    keys.c.created_at < moment,
+                    sa.and_(keys.c.created_at == moment, keys.c.id < key_id),
+                )
+            )
+        query = query.order_by(keys.c.created_at.desc(), keys.c.id.desc()).limit(limit + 1)
+        count = where.apply(sa.select(sa.func.count()).select_from(keys))
+        async with self._database.connect() as connection:
+            rows = list(await connection.execute(query))
+            total = int((await connection.execute(count)).scalar_one())
+        records = [key_record(row._mapping) for row in rows[:limit]]
+        if len(rows) <= limit:
+            return records, None, total
+        last = records[-1]
+        return records, encode_cursor(last.created_at, last.id), total
 
     async def count_in_team(self, team: str) -> int:
         """How many keys belong to ``team``."""

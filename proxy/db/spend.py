@@ -55,9 +55,11 @@ _SQLITE_INSERT = (
 
 class SpendFilter:
     """Which records a query covers: ``start`` (inclusive) to ``end`` (exclusive), and only a
-    ``team``, a ``key_id`` or a ``user`` when given."""
+    ``team``, a ``key_id``, a ``user``, a ``model`` (the alias or name the client asked for),
+    a ``cache`` result (``hit``, ``miss`` …) or statuses from ``statuses[0]`` to
+    ``statuses[1]`` (both inclusive) when given."""
 
-    __slots__ = ("end", "key_id", "start", "team", "user")
+    __slots__ = ("cache", "end", "key_id", "model", "start", "statuses", "team", "user")
 
     def __init__(
         self,
@@ -66,12 +68,19 @@ class SpendFilter:
         team: str | None = None,
         key_id: str | None = None,
         user: str | None = None,
+        *,
+        model: str | None = None,
+        cache: str | None = None,
+        statuses: tuple[int, int] | None = None,
     ) -> None:
         self.start = start
         self.end = end
         self.team = team
         self.key_id = key_id
         self.user = user
+        self.model = model
+        self.cache = cache
+        self.statuses = statuses
 
     def apply(self, query: sa.Select[Any]) -> sa.Select[Any]:
         """``query`` restricted to these records."""
@@ -85,6 +94,12 @@ class SpendFilter:
             query = query.where(spend.c.key_id == self.key_id)
         if self.user is not None:
             query = query.where(spend.c.end_user == self.user)
+        if self.model is not None:
+            query = query.where(spend.c.model == self.model)
+        if self.cache is not None:
+            query = query.where(spend.c.cache == self.cache)
+        if self.statuses is not None:
+            query = query.where(spend.c.status.between(*self.statuses))
         return query
 
 
@@ -149,6 +164,25 @@ class SpendRepository:
         more = len(rows) > limit
         last = rows[limit - 1]._mapping if more else None
         return records, None if last is None else encode_cursor(last["time"], last["id"])
+
+    async def key_usage(self, key_ids: Sequence[str]) -> dict[str, tuple[int, datetime]]:
+        """``key id -> (nano-dollars ever charged, time of its newest record)`` for the keys of
+        ``key_ids`` that have records (one grouped query over the key index)."""
+        if not key_ids:
+            return {}
+        await self._database.open()
+        query = (
+            sa.select(
+                spend.c.key_id,
+                sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0),
+                sa.func.max(spend.c.time),
+            )
+            .where(spend.c.key_id.in_(list(key_ids)))
+            .group_by(spend.c.key_id)
+        )
+        async with self._database.connect() as connection:
+            rows = await connection.execute(query)
+            return {key_id: (int(nanos), _aware(last)) for key_id, nanos, last in rows}
 
     async def day_sums(self, since: datetime, limit_users: int) -> list[tuple[str, str, str, int]]:
         """``(scope, id, day, nanos)`` for every key, team and (the ``limit_users`` most recent)
@@ -259,6 +293,13 @@ def _numbers(row: dict[str, Any]) -> dict[str, Any]:
     for name in ("requests", *TOKEN_FIELDS, "cost_nanos", "saved_nanos"):
         row[name] = int(row[name] or 0)
     return row
+
+
+def _aware(moment: Any) -> datetime:
+    """A ``max(time)``: SQLite gives it back as text, without the column's type."""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def _record(row: Any) -> SpendRecord:
