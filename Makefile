@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 
-.PHONY: run test lint bench setup setup-test setup-dev engines clean
+.PHONY: run test lint bench setup setup-test setup-dev engines browser clean
 
 # One virtualenv, three install levels: serving (the package), test (+ test extras) and dev
 # (+ profilers). Each level's stamp is redone when pyproject.toml changes.
@@ -44,11 +44,19 @@ engines:
 	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	       redis-server postgresql >/dev/null; }
 
+# The browser the UI tests drive (tests/e2e/browser.py): Debian's chromium, installed when
+# missing. Playwright's own browser download is not used.
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] \
+	  || { $(SUDO) apt-get update -qq && \
+	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	       chromium >/dev/null; }
+
 lint: setup-test
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-test: setup-test engines lint
+test: setup-test engines browser lint
 	$(BIN)/coverage erase
 	$(BIN)/coverage run -m pytest -q
 	$(BIN)/coverage combine -q

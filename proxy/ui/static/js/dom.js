@@ -51,9 +51,9 @@ export function field(id, label, { type = "text", value = "", options = null, hi
 }
 
 /** A table with a caption and `columns` ([{label, num}]) whose body is returned for filling. */
-export function table(caption, columns) {
+export function table(caption, columns, id = null) {
   const body = el("tbody");
-  const node = el("div", { class: "table-wrap" },
+  const node = el("div", { class: "table-wrap", id },
     el("table", {},
       el("caption", { text: caption }),
       el("thead", {}, el("tr", {}, columns.map((c) => el("th", { scope: "col", class: c.num ? "num" : null, text: c.label })))),

@@ -41,7 +41,7 @@ export async function render(root) {
     drawChart(group, daily.data);
     const name = LABEL[group];
     const { node, body } = table(`Spend by ${group}, largest first`, [{ label: group }, { label: "Requests", num: true },
-      { label: "Input tokens", num: true }, { label: "Output tokens", num: true }, { label: "Cost", num: true }, { label: "Saved", num: true }]);
+      { label: "Input tokens", num: true }, { label: "Output tokens", num: true }, { label: "Cost", num: true }, { label: "Saved", num: true }], "spend-totals");
     replace(body, totals.data.length ? totals.data.map((r) => el("tr", {},
       el("th", { scope: "row", text: r[name] ?? "(none)" }), el("td", { class: "num", text: integer(r.requests) }),
       el("td", { class: "num", text: integer(r.input_tokens + r.cache_read_tokens + r.cache_write_tokens) }),
