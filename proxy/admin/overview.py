@@ -35,6 +35,7 @@ from proxy.admin.readings import Reading, Sampler, rates
 from proxy.db import DatabaseError
 from proxy.db.spend import TOKEN_FIELDS, SpendFilter, SpendRepository
 from proxy.errors import NotFound
+from proxy.ledger.writer import LedgerWriter
 from proxy.pricing import nanos_to_usd
 
 WINDOW = 60.0
@@ -55,8 +56,11 @@ class Overview:
         self._clock = clock
         self._today: tuple[float, str, dict[str, Any] | None] | None = None
 
-    async def summary(self, spend: SpendRepository | None) -> dict[str, Any]:
-        """The whole answer (module docstring); ``spend`` None leaves ``today`` null."""
+    async def summary(
+        self, spend: SpendRepository | None, ledger: LedgerWriter | None = None
+    ) -> dict[str, Any]:
+        """The whole answer (module docstring); ``spend`` None leaves ``today`` null.
+        ``ledger``'s queue is written before today's sums are read again."""
         now = self._clock()
         current: Reading = self._read_now()
         start = self.sampler.baseline(now, WINDOW) or current
@@ -101,16 +105,20 @@ class Overview:
                 "tokens_per_second": [round(s.tokens_per_second, 3) for s in steps],
                 "cost_usd": [round(s.cost_usd, 9) for s in steps],
             },
-            "today": None if spend is None else await self._today_sums(spend, now),
+            "today": None if spend is None else await self._today_sums(spend, ledger, now),
         }
 
-    async def _today_sums(self, spend: SpendRepository, now: float) -> dict[str, Any] | None:
+    async def _today_sums(
+        self, spend: SpendRepository, ledger: LedgerWriter | None, now: float
+    ) -> dict[str, Any] | None:
         day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
         cached = self._today
         if cached is not None and cached[1] == day and now - cached[0] < TODAY_TTL:
             return cached[2]
         midnight = datetime.fromisoformat(day).replace(tzinfo=UTC)
         try:
+            if ledger is not None:
+                await ledger.flush()
             _, total = await spend.totals(SpendFilter(start=midnight), [])
         except (sa.exc.SQLAlchemyError, DatabaseError, OSError):
             sums = None
@@ -138,7 +146,8 @@ async def overview(request: web.Request) -> web.Response:
     context = request.app[ADMIN]
     if context.overview is None:
         raise NotFound("this app keeps no overview", code="overview_unavailable")
-    return json_response(await context.overview.summary(SpendRepository(context.database)))
+    spend = SpendRepository(context.database)
+    return json_response(await context.overview.summary(spend, context.ledger))
 
 
 ROUTES = (("GET", "/admin/overview", overview),)
