@@ -216,8 +216,17 @@ async def test_a_key_from_mint_to_revocation_in_the_browser(site: Site, tmp_path
             )
         assert refused.value.status_code == 401
 
+        # The overview refreshes on its own: a request made while it is open shows up.
         await page.get_by_role("link", name="Overview").click()
-        await expect(page.locator("#card-requests")).not_to_have_text("0")
+        requests = page.locator("#card-requests")
+        await expect(requests).to_have_text(re.compile(r"^[1-9]\d*$"))
+        before = int(await requests.inner_text())
+        with pytest.raises(openai.AuthenticationError):
+            await client.chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "x"}]
+            )
+        await expect(requests).to_have_text(str(before + 1), timeout=20_000)
+        await expect(page.locator("#card-limited")).to_have_text("0 / 0")
         await page.screenshot(path=site.shots / "overview.png", full_page=True)
         for name, heading in (("Teams", "Teams"), ("Models", "Models")):
             await page.get_by_role("link", name=name).click()

@@ -80,6 +80,13 @@ def test_the_markup_has_no_inline_script_style_or_handler():
         assert not re.search(r"\son[a-z]+=", html)
 
 
+def test_the_index_preloads_every_module():
+    html = (STATIC / "index.html").read_text()
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="([^"]+)">', html))
+    modules = {p.relative_to(STATIC).as_posix() for p in (STATIC / "js").rglob("*.js")}
+    assert preloaded == modules - {"js/app.js"}
+
+
 def test_the_scripts_never_parse_html_strings():
     for path in (STATIC / "js").rglob("*.js"):
         source = path.read_text()
