@@ -75,6 +75,7 @@ def seed(path: Path, keys: int, teams: int, rows: int, days: int) -> None:
     rng = random.Random(19)
     now = datetime.now(UTC).replace(tzinfo=None)
     with sqlite3.connect(path) as db:
+        db.execute("PRAGMA synchronous=OFF")
         db.executemany(
             "INSERT INTO teams (id, created_at, updated_at) VALUES (?, ?, ?)",
             [(f"team-{t:02d}", _text(now), _text(now)) for t in range(teams)],
@@ -127,6 +128,8 @@ def seed(path: Path, keys: int, teams: int, rows: int, days: int) -> None:
                 _insert_spend(db, batch)
                 batch = []
         _insert_spend(db, batch)
+        db.commit()
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def _insert_spend(db: sqlite3.Connection, batch: list[tuple[object, ...]]) -> None:
@@ -213,18 +216,22 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=18_919)
+    parser.add_argument(
+        "--database", type=Path, help="a database seeded by an earlier run (seeded when missing)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="crossway-ui-paint-") as scratch_name:
         scratch = Path(scratch_name)
-        database = scratch / "crossway.db"
-        started = time.monotonic()
-        seed(database, args.keys, args.teams, args.rows, args.days)
-        print(
-            f"seeded {args.keys} keys, {args.rows} ledger rows in "
-            f"{time.monotonic() - started:.1f} s",
-            file=sys.stderr,
-        )
+        database = args.database or scratch / "crossway.db"
+        if not database.exists():
+            started = time.monotonic()
+            seed(database, args.keys, args.teams, args.rows, args.days)
+            print(
+                f"seeded {args.keys} keys, {args.rows} ledger rows in "
+                f"{time.monotonic() - started:.1f} s",
+                file=sys.stderr,
+            )
         gateway = start_gateway(scratch, database, args.port)
         try:
             results = asyncio.run(
