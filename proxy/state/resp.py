@@ -59,12 +59,44 @@ def encode(args: tuple[Any, ...]) -> bytes:
 class _Protocol(asyncio.Protocol):
     """The transport's side: feeds bytes to hiredis and resolves waiting futures in order."""
 
-    def __init__(self, lost: asyncio.Future[None]) -> None:
+    def __init__(self, lost: asyncio.Future[None], timeout: float) -> None:
         self.reader = hiredis.Reader()
         self.waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.deadlines: collections.deque[float] = collections.deque()  # one per waiting
         self.transport: asyncio.Transport | None = None
         self.lost = lost
         self.pushes: asyncio.Queue[Any] | None = None  # subscriber mode: every reply goes here
+        self._timeout = timeout
+        self._watchdog: asyncio.TimerHandle | None = None
+
+    def send(self, data: bytes) -> asyncio.Future[Any]:
+        """Write one encoded command; the future of its reply, failed with
+        :class:`StoreUnavailable` (and the connection dropped) when no reply comes within
+        the timeout.
+
+        One timer per connection, not one per command: replies come in order, so only the
+        oldest command waiting can be the first to time out (the watchdog re-arms itself for
+        the next one)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.waiting.append(future)
+        self.deadlines.append(loop.time() + self._timeout)
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(self.deadlines[0], self._watch)
+        assert self.transport is not None
+        self.transport.write(data)
+        return future
+
+    def _watch(self) -> None:
+        self._watchdog = None
+        deadlines = self.deadlines
+        if not deadlines:
+            return
+        loop = asyncio.get_running_loop()
+        if deadlines[0] <= loop.time():
+            self._fail(StoreUnavailable("Redis did not answer in time"))
+        else:
+            self._watchdog = loop.call_at(deadlines[0], self._watch)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -88,6 +120,7 @@ class _Protocol(asyncio.Protocol):
                 self._fail(StoreUnavailable("Redis sent a reply nobody asked for"))
                 return
             future = waiting.popleft()
+            self.deadlines.popleft()
             if not future.done():
                 future.set_result(reply)
 
@@ -98,6 +131,10 @@ class _Protocol(asyncio.Protocol):
         transport = self.transport
         if transport is not None:
             transport.abort()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self.deadlines.clear()
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
@@ -129,16 +166,7 @@ class RespConnection:
         protocol = self._protocol
         if protocol is None or protocol.lost.done():
             protocol = await self._connect()
-        future = asyncio.get_running_loop().create_future()
-        protocol.waiting.append(future)
-        assert protocol.transport is not None
-        protocol.transport.write(encode(args))
-        try:
-            async with asyncio.timeout(self._timeout):
-                reply = await future
-        except TimeoutError:
-            self._drop(protocol, "Redis did not answer in time")
-            raise StoreUnavailable("Redis did not answer in time") from None
+        reply = await protocol.send(encode(args))
         if type(reply) is ReplyError and reply.args and _unavailable(reply):
             raise StoreUnavailable(f"Redis cannot serve now: {str(reply)[:80]}")
         return reply
@@ -182,30 +210,24 @@ class RespConnection:
             async with asyncio.timeout(self._timeout):
                 if address.path is not None:
                     _, protocol = await loop.create_unix_connection(
-                        lambda: _Protocol(lost), address.path
+                        lambda: _Protocol(lost, self._timeout), address.path
                     )
                 else:
                     context = ssl.create_default_context() if address.tls else None
                     _, protocol = await loop.create_connection(
-                        lambda: _Protocol(lost), address.host, address.port, ssl=context
+                        lambda: _Protocol(lost, self._timeout),
+                        address.host,
+                        address.port,
+                        ssl=context,
                     )
                 for command in address.handshake():
-                    future = loop.create_future()
-                    protocol.waiting.append(future)
-                    assert protocol.transport is not None
-                    protocol.transport.write(encode(command))
-                    reply = await future
+                    reply = await protocol.send(encode(command))
                     if type(reply) is ReplyError:
                         protocol.transport.abort()
                         raise StoreUnavailable(f"Redis refused {command[0]}")
         except (OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"cannot connect to Redis: {type(exc).__name__}") from None
         return protocol
-
-    def _drop(self, protocol: _Protocol, reason: str) -> None:
-        protocol._fail(StoreUnavailable(reason))
-        if self._protocol is protocol:
-            self._protocol = None
 
 
 def _unavailable(reply: ReplyError) -> bool:
