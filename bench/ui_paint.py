@@ -162,7 +162,7 @@ def start_gateway(scratch: Path, database: Path, port: int) -> subprocess.Popen[
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a big database migrates first
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/live", timeout=1):

@@ -42,6 +42,7 @@ from proxy.chain import FinishedRequest, anonymous, authenticator
 from proxy.config import ConfigError, ResponsesConfig, ServerConfig, load_config
 from proxy.db import Database, DatabaseError
 from proxy.db.responses import DatabaseResponseStore
+from proxy.db.rollup import SpendRollup, warm_in_background
 from proxy.db.spend import SpendRepository
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect, StreamEncoder, check_json_depth
@@ -133,6 +134,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         metrics.upstream_errors(provider, error.kind).inc()
 
     sampler = Sampler(lambda: read(metrics), logger=blueprint.logger)
+    rollup = SpendRollup(database)
+    warming: list[asyncio.Future[None]] = []  # the spend rollups' warm-up at start
 
     async def start(app: web.Application) -> None:
         snapshot = Snapshot(blueprint, on_upstream_error)
@@ -140,6 +143,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         await state.start()
         if snapshot.gate is not None or config.auth.master_key:
             await database.open()
+            warming.append(asyncio.ensure_future(warm_in_background(rollup, blueprint.logger)))
         await snapshot.start()
         app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
         events.start()
@@ -150,6 +154,10 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await sampler.close()
+        for task in warming:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await app[RUNTIME].close()
         await ledger.close()  # after the last request: what is queued is written (or journaled)
         await events.close()

@@ -133,6 +133,41 @@ spend = sa.Table(
     sa.Index("ix_spend_team_time", "team", "time"),
 )
 
+
+# Daily sums of ``spend`` (proxy/db/rollup.py): per day, team, model and provider; per day, key
+# and team; and the days rolled up. A NULL group value is kept as ''.
+def _sum_columns() -> list[sa.Column[Any]]:
+    names = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
+    names += ("output_tokens", "reasoning_tokens", "cost_nanos", "saved_nanos")
+    return [sa.Column(name, sa.BigInteger, nullable=False) for name in names]
+
+
+spend_by_day = sa.Table(
+    "spend_by_day",
+    METADATA,
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("team", sa.String(64), primary_key=True),
+    sa.Column("model", sa.String(256), primary_key=True),
+    sa.Column("provider", sa.String(64), primary_key=True),
+    *_sum_columns(),
+)
+
+spend_by_key_day = sa.Table(
+    "spend_by_key_day",
+    METADATA,
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("key_id", sa.String(40), primary_key=True),
+    sa.Column("team", sa.String(64), primary_key=True),
+    *_sum_columns(),
+)
+
+spend_rolled_days = sa.Table(
+    "spend_rolled_days",
+    METADATA,
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("rolled_at", UtcDateTime, nullable=False),
+)
+
 responses = sa.Table(
     "responses",
     METADATA,

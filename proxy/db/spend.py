@@ -21,6 +21,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.db import Database
+from proxy.db.rollup import SUMS as _SUM_NAMES
+from proxy.db.rollup import SpendRollup, merge
 from proxy.db.schema import spend
 from proxy.ledger.records import SpendRecord
 
@@ -107,9 +109,12 @@ class SpendRepository:
     """Writes and reads the ledger. Raises what the driver raises when the database cannot
     answer (the writer journals; the API answers 503)."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, rollup: SpendRollup | bool | None = True) -> None:
+        """``rollup``: the daily sums :meth:`totals` reads (True: this database's; None: sum
+        the records every time)."""
         self._database = database
         self._days: dict[int, str] = {}
+        self._rollup = SpendRollup(database) if rollup is True else rollup or None
 
     async def write(self, records: Sequence[SpendRecord]) -> None:
         """Store every record whose id the table does not have yet (see the module
@@ -117,13 +122,19 @@ class SpendRepository:
         if not records:
             return
         await self._database.open()
+        late: set[str] = set()  # days that may be rolled up already
+        if self._rollup is not None:
+            today = self._rollup.today().timestamp()
+            late = {self._day(r.time) for r in records if r.time < today}
         async with self._database.connect() as connection:
             if connection.dialect.name == "sqlite":  # the embedded default: the fast path
                 rows = [self._sqlite_row(record) for record in records]
                 await connection.exec_driver_sql(_SQLITE_INSERT, rows)  # type: ignore[arg-type]
-                return
-            statement = postgresql.insert(spend).on_conflict_do_nothing(index_elements=["id"])
-            await connection.execute(statement, [self._row(record) for record in records])
+            else:
+                statement = postgresql.insert(spend).on_conflict_do_nothing(index_elements=["id"])
+                await connection.execute(statement, [self._row(record) for record in records])
+            if late and self._rollup is not None:
+                await self._rollup.forget(connection, late)
 
     async def totals(
         self, where: SpendFilter, group_by: Sequence[Group]
@@ -131,16 +142,33 @@ class SpendRepository:
         """Sums per group (``requests``, the token buckets, ``cost_nanos``, ``saved_nanos``),
         largest cost first, and the sums of everything ``where`` covers."""
         await self._database.open()
-        keys = [GROUPS[name] for name in group_by]
-        sums = _sums()
-        grouped = where.apply(
-            sa.select(*(column.label(label) for label, column in keys), *sums)
-        ).group_by(*(column for _, column in keys))
-        grouped = grouped.order_by(sa.desc("cost_nanos"), *(column for _, column in keys))
+        rollup = self._rollup
+        if (
+            rollup is not None
+            and where.model is None
+            and where.cache is None
+            and where.statuses is None
+            and rollup.serves(group_by, where.team, where.key_id, where.user)
+        ):
+            equal = {
+                name: value
+                for name, value in (("team", where.team), ("key_id", where.key_id))
+                if value is not None
+            }
+
+            async def from_records(
+                connection: AsyncConnection, start: datetime, end: datetime
+            ) -> list[dict[str, Any]]:
+                part = SpendFilter(start, end, where.team, where.key_id)
+                return await _grouped(connection, part, group_by)
+
+            rows = await rollup.totals(where.start, where.end, group_by, equal, from_records)
+            (total,) = merge(rows, []) or [_numbers(dict.fromkeys(_SUM_NAMES, 0))]
+            return rows, total
         async with self._database.connect() as connection:
-            rows = [dict(row._mapping) for row in await connection.execute(grouped)]
+            rows = await _grouped(connection, where, group_by)
             total = (await connection.execute(where.apply(sa.select(*_sums())))).one()
-        return [_numbers(row) for row in rows], _numbers(dict(total._mapping))
+        return rows, _numbers(dict(total._mapping))
 
     async def logs(
         self, where: SpendFilter, limit: int, cursor: str | None = None
@@ -276,6 +304,18 @@ async def _per_day(
         query = query.where(column.in_(among.scalar_subquery()))
     rows = await connection.execute(query)
     return [(scope, ident, day, int(nanos)) for ident, day, nanos in rows]
+
+
+async def _grouped(
+    connection: AsyncConnection, where: SpendFilter, group_by: Sequence[Group]
+) -> list[dict[str, Any]]:
+    """Sums of the records ``where`` covers per ``group_by`` group, largest cost first."""
+    keys = [GROUPS[name] for name in group_by]
+    grouped = where.apply(
+        sa.select(*(column.label(label) for label, column in keys), *_sums())
+    ).group_by(*(column for _, column in keys))
+    grouped = grouped.order_by(sa.desc("cost_nanos"), *(column for _, column in keys))
+    return [_numbers(dict(row._mapping)) for row in await connection.execute(grouped)]
 
 
 def _sums() -> list[sa.Label[Any]]:
