@@ -91,35 +91,12 @@ def overheads(results: Sequence[CellResult]) -> list[Overhead]:
 
 
 def _throughput_check(results: Sequence[CellResult], stream: bool) -> Check:
-    name = f"throughput >= {MIN_THROUGHPUT_RATIO:.0%} of passthrough (c={LOAD_CONCURRENCY}, "
-    name += f"0 ms, {mode_name(stream)})"
-    gateway = _find(results, "gateway", stream, 0, LOAD_CONCURRENCY)
-    passthrough = _find(results, "passthrough", stream, 0, LOAD_CONCURRENCY)
-    if gateway is None or passthrough is None or passthrough.requests_per_s == 0:
-        return Check(name, "SKIP", "not measured")
-    ratio = gateway.requests_per_s / passthrough.requests_per_s
-    detail = (
-        f"gateway {gateway.requests_per_s:.0f} req/s vs passthrough "
-        f"{passthrough.requests_per_s:.0f} req/s = {ratio:.0%}"
-    )
-    return Check(name, "PASS" if ratio >= MIN_THROUGHPUT_RATIO else "FAIL", detail)
+    return _throughput_ratio_check(results, "gateway", MIN_THROUGHPUT_RATIO, stream, "")
 
 
 def _cpu_check(results: Sequence[CellResult], stream: bool) -> Check:
-    name = f"CPU/request <= {MAX_CPU_RATIO}x passthrough (c={LOAD_CONCURRENCY}, 0 ms, "
-    name += f"{mode_name(stream)})"
-    gateway = _find(results, "gateway", stream, 0, LOAD_CONCURRENCY)
-    passthrough = _find(results, "passthrough", stream, 0, LOAD_CONCURRENCY)
-    if gateway is None or passthrough is None or not passthrough.cpu_ms_per_request:
-        return Check(name, "SKIP", "not measured")
-    if gateway.cpu_ms_per_request is None:
-        return Check(name, "FAIL", "gateway completed no request")
-    ratio = gateway.cpu_ms_per_request / passthrough.cpu_ms_per_request
-    detail = (
-        f"gateway {gateway.cpu_ms_per_request:.3f} ms vs passthrough "
-        f"{passthrough.cpu_ms_per_request:.3f} ms = {ratio:.2f}x"
-    )
-    return Check(name, "PASS" if ratio <= MAX_CPU_RATIO else "FAIL", detail)
+    where = (stream, 0, LOAD_CONCURRENCY)
+    return _cpu_ratio_check(results, "gateway", "passthrough", MAX_CPU_RATIO, where, "")
 
 
 def _overhead_check(found: Sequence[Overhead], stream: bool) -> Check:
@@ -209,11 +186,13 @@ def _cpu_ratio_check(
     baseline: str,
     limit: float,
     where: tuple[bool, int, int],
+    label: str | None = None,
 ) -> Check:
-    """``target``'s CPU per request ≤ ``limit`` times ``baseline``'s in the cell ``where``
-    (stream, latency, concurrency)."""
+    """``target``'s CPU per request at most ``limit`` times ``baseline``'s in the cell
+    ``where`` (stream, latency, concurrency); the check is named after ``label`` (default: the
+    target's name)."""
     stream, latency_ms, concurrency = where
-    name = f"{target} CPU/request <= {limit:g}x {baseline} "
+    name = f"{target if label is None else label} CPU/request <= {limit:g}x {baseline} ".lstrip()
     name += f"(c={concurrency}, {latency_ms} ms, {mode_name(stream)})"
     measured = _find(results, target, stream, latency_ms, concurrency)
     base = _find(results, baseline, stream, latency_ms, concurrency)
@@ -229,16 +208,27 @@ def _cpu_ratio_check(
     return Check(name, "PASS" if ratio <= limit else "FAIL", detail)
 
 
-def _auth_throughput_check(results: Sequence[CellResult], stream: bool) -> Check:
-    name = f"gateway-auth throughput >= {MIN_AUTH_THROUGHPUT_RATIO:.0%} of passthrough "
-    name += f"(c={LOAD_CONCURRENCY}, 0 ms, {mode_name(stream)})"
-    measured = _find(results, "gateway-auth", stream, 0, LOAD_CONCURRENCY)
+def _throughput_ratio_check(
+    results: Sequence[CellResult],
+    target: str,
+    minimum: float,
+    stream: bool,
+    label: str | None = None,
+) -> Check:
+    """``target``'s req/s at least ``minimum`` of the passthrough's (c=64, 0 ms); named after
+    ``label`` as :func:`_cpu_ratio_check` is."""
+    name = f"{target if label is None else label} throughput >= {minimum:.0%} of passthrough "
+    name = name.lstrip() + f"(c={LOAD_CONCURRENCY}, 0 ms, {mode_name(stream)})"
+    measured = _find(results, target, stream, 0, LOAD_CONCURRENCY)
     base = _find(results, "passthrough", stream, 0, LOAD_CONCURRENCY)
     if measured is None or base is None or base.requests_per_s == 0:
         return Check(name, "SKIP", "not measured")
     ratio = measured.requests_per_s / base.requests_per_s
-    detail = f"{measured.requests_per_s:.0f} vs {base.requests_per_s:.0f} req/s = {ratio:.0%}"
-    return Check(name, "PASS" if ratio >= MIN_AUTH_THROUGHPUT_RATIO else "FAIL", detail)
+    detail = (
+        f"{target} {measured.requests_per_s:.0f} req/s vs passthrough "
+        f"{base.requests_per_s:.0f} req/s = {ratio:.0%}"
+    )
+    return Check(name, "PASS" if ratio >= minimum else "FAIL", detail)
 
 
 def _redis_commands_check(results: Sequence[CellResult], stream: bool) -> Check:
@@ -278,7 +268,9 @@ def _variant_checks(results: Sequence[CellResult]) -> list[Check]:
                     results, "gateway-auth", "passthrough", MAX_AUTH_CPU_RATIO, (stream, *load)
                 )
             )
-            found.append(_auth_throughput_check(results, stream))
+            found.append(
+                _throughput_ratio_check(results, "gateway-auth", MIN_AUTH_THROUGHPUT_RATIO, stream)
+            )
         if "gateway-gov-redis" in targets:
             found.append(
                 _cpu_ratio_check(
