@@ -359,8 +359,9 @@ class BalancePlugin:
         try:
             if self._health.enabled:
                 await self._record_answer(deployment)
-            if counts_tokens and reply.response is not None and reply.response.usage is not None:
-                await self._count(deployment.target, "tpm", reply.response.usage.total_tokens, now)
+            usage = reply.whole_usage() if counts_tokens else None
+            if usage is not None:
+                await self._count(deployment.target, "tpm", usage.total_tokens, now)
         except BaseException:
             # Cancelled while the store was busy: nobody will read the stream, so free it (and
             # its in-flight count) here.

@@ -119,6 +119,8 @@ class CachePlugin:
         """Answer ``call`` from the cache, a call in flight, or ``next`` (see the module
         docstring). Raises :class:`~proxy.errors.BadRequest` for a malformed
         ``x-crossway-cache-ttl``; otherwise only what ``next`` raises."""
+        if call.embedding is not None:  # embeddings calls pass by (see the module docstring)
+            return await next(call)
         options = self._options
         rules = directives(
             call.client_headers,

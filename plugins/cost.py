@@ -146,18 +146,19 @@ class CostPlugin:
             if reservations:
                 await self._settle(reservations, 0)
             raise
-        response = reply.response
-        if response is None:
-            assert reply.stream is not None
+        if reply.stream is not None:
             reply.stream = MeteredStream(
                 reply.stream, self._stream_ended(call, reply, reservations)
             )
             return reply
-        usage = response.usage
+        usage = reply.whole_usage()
         if usage is None:
+            response = reply.response
             usage = Usage(
                 input=estimate_prompt_tokens(call),
-                output=sum(message_tokens(choice.message) for choice in response.choices),
+                output=0
+                if response is None
+                else sum(message_tokens(choice.message) for choice in response.choices),
             )
             call.accounting.usage = usage
         nanos = self._charge(call, reply.provider, reply.model, usage)

@@ -157,7 +157,7 @@ class LimitsPlugin:
                 reply.stream, functools.partial(self._ended, held, tokens)
             )
         else:
-            await self._ended(held, tokens, reply.response.usage if reply.response else None)
+            await self._ended(held, tokens, reply.whole_usage())
         return reply
 
     def _plan(self, principal: Principal) -> _Plan:
@@ -209,7 +209,11 @@ class LimitsPlugin:
         self._state.degraded("limits", "open")
 
     def _token_buckets(self, call: Call, plan: _Plan) -> list[RateBucket]:
-        """This call's token reservations: its text / 4 plus its output bound, per scope."""
+        """This call's token reservations: its text / 4 plus its output bound, per scope (an
+        embeddings call: its inputs' tokens)."""
+        if call.embedding is not None:
+            estimate = max(1, call.embedding.estimated_tokens())
+            return [RateBucket(key, min(estimate, limit), limit) for key, limit, _ in plan.tpm]
         chars = 0
         for message in call.messages:
             chars += len(message.text())

@@ -44,7 +44,7 @@ from proxy.db import Database, DatabaseError
 from proxy.db.responses import DatabaseResponseStore
 from proxy.db.rollup import SpendRollup, warm_in_background
 from proxy.db.spend import SpendRepository
-from proxy.dialects import all_dialects
+from proxy.dialects import all_dialects, other_dialects
 from proxy.dialects.base import Dialect, StreamEncoder, check_json_depth
 from proxy.errors import (
     AuthenticationFailed,
@@ -174,7 +174,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         edges.request_id,
     )
     app.on_response_prepare.append(hide_server_version)
-    for dialect in all_dialects():
+    for dialect in (*all_dialects(), *other_dialects()):
         around = _with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
         handler = _dialect_handler(dialect, app, edges.request_id, around)
         for path in dialect.paths:
@@ -403,8 +403,7 @@ def _reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) 
 def _whole(
     dialect: Dialect, call: Call, reply: Reply, request_id: str, outcome: _Outcome
 ) -> web.Response:
-    assert reply.response is not None
-    outcome.usage = reply.response.usage
+    outcome.usage = reply.whole_usage()
     body = dialect.encode_response(call, reply)
     outcome.status = 200
     headers = _reply_headers(dialect, call, reply, request_id)

@@ -388,6 +388,36 @@ class Accounting(Struct):
     fallback: str | None = None
 
 
+EncodingFormat = Literal["float", "base64"]
+
+
+class EmbeddingRequest(Struct):
+    """What an embeddings call asks for: vectors for ``texts``, or for ``tokens`` (token-id
+    lists), exactly one of which is set and non-empty (the dialect checks).
+
+    ``encoding_format`` is how the client wants the vectors written (the dialect's business:
+    providers always return floats); ``dimensions`` asks for shortened vectors, when the model
+    supports it (None: the model's own size).
+    """
+
+    texts: list[str] | None = None
+    tokens: list[list[int]] | None = None
+    encoding_format: EncodingFormat = "float"
+    dimensions: int | None = None
+
+    @property
+    def count(self) -> int:
+        """How many vectors are asked for."""
+        return len(self.texts if self.texts is not None else self.tokens or ())
+
+    def estimated_tokens(self) -> int:
+        """The input's tokens: exact for token lists, one per four characters of text (at
+        least one per text) otherwise."""
+        if self.tokens is not None:
+            return sum(len(tokens) for tokens in self.tokens)
+        return sum(max(1, -(-len(text) // 4)) for text in self.texts or ())
+
+
 class Call(Struct):
     """One client request in canonical form, passed explicitly through the plugin chain.
 
@@ -400,7 +430,9 @@ class Call(Struct):
     the plugins that honour them. ``dialect_state`` is private to the dialect that decoded the
     call (what it needs again to encode the reply); nothing else reads it. ``principal`` is who
     is calling (:data:`ANONYMOUS` until the ``auth`` plugin says otherwise). ``accounting``
-    is the request's :class:`Accounting`, shared by every copy of the call.
+    is the request's :class:`Accounting`, shared by every copy of the call. ``embedding`` is
+    set, and ``messages`` empty, for an embeddings call: its reply carries
+    :attr:`Reply.embeddings` instead of a chat response or stream.
     """
 
     request_id: str
@@ -420,6 +452,7 @@ class Call(Struct):
     principal: Principal = ANONYMOUS
     timings: Timings = msgspec.field(default_factory=lambda: Timings(start=time.perf_counter()))
     accounting: Accounting = msgspec.field(default_factory=Accounting)
+    embedding: EmbeddingRequest | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,16 +654,28 @@ class _OneByOne:
             return []
 
 
-class Reply(Struct):
-    """What the chain returns: a whole :class:`Response`, or a stream of :class:`Chunk`.
+class Embeddings(Struct):
+    """The vectors of an embeddings call, one per input in input order; ``model`` is the
+    upstream model that made them; ``usage.input`` the tokens billed (None: not reported)."""
 
-    Exactly one of ``response`` and ``stream`` is set. A stream returned by the upstream is
-    *primed*: its first chunk has already arrived, so any failure before the first byte reaches
-    the client surfaces as an exception from ``await next(call)`` (where retry and fallback act),
-    and a failure while iterating is a mid-stream failure. Whoever stops iterating early must
-    ``aclose()`` the stream to free the upstream connection. ``provider`` / ``model`` name the
-    deployment that served; ``headers`` are extra response headers for the client;
-    ``attempts`` counts the upstream calls made for this reply (retries and fallbacks included).
+    vectors: list[list[float]]
+    model: str
+    usage: Usage | None = None
+
+
+class Reply(Struct):
+    """What the chain returns: a whole :class:`Response`, a stream of :class:`Chunk`, or, for
+    an embeddings call (:attr:`Call.embedding`), :class:`Embeddings`.
+
+    Exactly one of ``response``, ``stream`` and ``embeddings`` is set: a plugin that wraps
+    streams or rewrites responses leaves a reply with neither alone. A stream returned by the
+    upstream is *primed*: its first chunk has already arrived, so any failure before the first
+    byte reaches the client surfaces as an exception from ``await next(call)`` (where retry and
+    fallback act), and a failure while iterating is a mid-stream failure. Whoever stops
+    iterating early must ``aclose()`` the stream to free the upstream connection.
+    ``provider`` / ``model`` name the deployment that served; ``headers`` are extra response
+    headers for the client; ``attempts`` counts the upstream calls made for this reply
+    (retries and fallbacks included).
     """
 
     provider: str
@@ -639,3 +684,13 @@ class Reply(Struct):
     stream: AsyncIterator[Chunk] | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     attempts: int = 1
+    embeddings: Embeddings | None = None
+
+    def whole_usage(self) -> Usage | None:
+        """The usage a whole reply (a response or embeddings) reported; None for a stream,
+        whose usage comes with its last chunk."""
+        if self.response is not None:
+            return self.response.usage
+        if self.embeddings is not None:
+            return self.embeddings.usage
+        return None

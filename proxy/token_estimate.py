@@ -83,7 +83,10 @@ def estimate_tokens(characters: int) -> int:
 
 def estimate_prompt_tokens(call: Call) -> int:
     """The prompt tokens of ``call``: its messages' text (one token per four characters) plus
-    four per message. Images, audio and tool definitions are not counted."""
+    four per message. Images, audio and tool definitions are not counted. For an embeddings
+    call, its inputs' (:meth:`~proxy.canonical.EmbeddingRequest.estimated_tokens`)."""
+    if call.embedding is not None:
+        return call.embedding.estimated_tokens()
     characters = 0
     for message in call.messages:
         characters += len(message.text())
@@ -103,6 +106,8 @@ def requested_output_tokens(call: Call) -> int | None:
 
 def expected_tokens(call: Call, default_output: int) -> tuple[int, int]:
     """The token mix ``call`` is expected to have: its estimated prompt, and the output limit
-    it set (``default_output`` when it set none)."""
+    it set (``default_output`` when it set none; none for an embeddings call)."""
+    if call.embedding is not None:
+        return estimate_prompt_tokens(call), 0
     output = requested_output_tokens(call)
     return estimate_prompt_tokens(call), default_output if output is None else output

@@ -2,9 +2,13 @@
 
 It picks the deployment (the one a plugin chose, else weighted-random among the candidates),
 runs the provider — over the shared transport, or in-process — under the provider's clocks, and
-returns a :class:`~proxy.canonical.Reply`. Streams come back *primed* (their first chunk has
-arrived), so every failure before the first byte is an exception from this call, where retry and
-fallback can act. Every upstream error is sanitised (no secret reaches a message) and counted.
+returns a :class:`~proxy.canonical.Reply`. An embeddings call (``Call.embedding``) goes to the
+provider's embedding translation (``build_embeddings`` / ``parse_embeddings``, or a local
+provider's ``embed``) and comes back as ``Reply.embeddings``; a provider without one answers
+400 ``embeddings_not_supported`` before anything is sent. Streams come back *primed* (their
+first chunk has arrived), so every failure before the first byte is an exception from this
+call, where retry and fallback can act. Every upstream error is sanitised (no secret reaches a
+message) and counted.
 """
 
 from __future__ import annotations
@@ -16,8 +20,17 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from proxy.canonical import Call, Chunk, Deployment, RawFrames, Reply, Response, Timings
-from proxy.errors import GatewayError, NoReadyDeployment, UpstreamTimeout
+from proxy.canonical import (
+    Call,
+    Chunk,
+    Deployment,
+    Embeddings,
+    RawFrames,
+    Reply,
+    Response,
+    Timings,
+)
+from proxy.errors import BadRequest, GatewayError, NoReadyDeployment, UpstreamTimeout
 from proxy.providers.base import HttpProvider, LocalProvider, Provider, Timeouts
 from proxy.redact import Redactor, sanitise_error
 from proxy.transport import HttpTransport
@@ -307,9 +320,18 @@ class Upstream:
         :class:`NoReadyDeployment` when the call has no candidate at all."""
         deployment = call.deployment or self._pick(call.deployments)
         provider = self._providers[deployment.provider]
+        if call.embedding is not None and not _embeds(provider):
+            raise BadRequest(
+                f"the model {call.model!r} is served by provider {deployment.provider!r}, "
+                "which does not serve embeddings",
+                code="embeddings_not_supported",
+                param="model",
+            )
         clocks = _Clocks(provider.config.timeouts)
         try:
-            if deployment.provider in self._local_names:
+            if call.embedding is not None:
+                result = await self._embed(provider, call, deployment, clocks)
+            elif deployment.provider in self._local_names:
                 result: Any = await self._local(provider, call, deployment, clocks)  # type: ignore[arg-type]
             else:
                 result = await self._http(provider, call, deployment, clocks)  # type: ignore[arg-type]
@@ -323,6 +345,9 @@ class Upstream:
         if isinstance(result, Response):
             clocks.close()
             return Reply(provider=deployment.provider, model=deployment.model, response=result)
+        if isinstance(result, Embeddings):
+            clocks.close()
+            return Reply(provider=deployment.provider, model=deployment.model, embeddings=result)
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
 
     async def count_tokens(self, call: Call, deployments: list[Deployment]) -> int | None:
@@ -372,6 +397,40 @@ class Upstream:
         :func:`~proxy.redact.sanitise_error`) and report it."""
         sanitise_error(error, self._redactor)
         self._on_error(provider, error)
+
+    async def _embed(
+        self, provider: Any, call: Call, deployment: Deployment, clocks: _Clocks
+    ) -> Embeddings:
+        """The vectors of an embeddings call: in-process, or from the provider's requests
+        (sent together when it needs several, e.g. one per text)."""
+        started = time.perf_counter()
+        try:
+            with clocks:
+                local = getattr(provider, "embed", None)
+                if local is not None:
+                    return await local(call, deployment.model)  # type: ignore[no-any-return]
+                requests = provider.build_embeddings(call, deployment.model)
+                if len(requests) == 1:
+                    answers = [await self._transport.request(provider, requests[0])]
+                else:
+                    gathered = await asyncio.gather(
+                        *(self._transport.request(provider, request) for request in requests),
+                        return_exceptions=True,
+                    )
+                    for answer in gathered:
+                        if isinstance(answer, BaseException):
+                            raise answer
+                    answers = gathered
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            call.timings.upstream_wait += time.perf_counter() - started
+        for status, headers, body in answers:
+            if status >= 300:
+                raise provider.parse_error(status, headers, body)
+        return provider.parse_embeddings(  # type: ignore[no-any-return]
+            [body for _, _, body in answers], call, deployment.model
+        )
 
     async def _local(
         self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: _Clocks
@@ -430,3 +489,8 @@ class Upstream:
             await stream.aclose()
             raise
         return stream
+
+
+def _embeds(provider: Provider) -> bool:
+    """Whether ``provider`` has an embedding translation (or answers embeddings itself)."""
+    return hasattr(provider, "build_embeddings") or hasattr(provider, "embed")

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from proxy.canonical import Call, Chunk, Delta, Response
+from proxy.canonical import Call, Chunk, Delta, Embeddings, Response
 from proxy.errors import UpstreamError
 from proxy.providers.base import HttpRequest, ProviderConfig, path_segment
 from proxy.providers.openai import OpenAIConfig, OpenAIProvider
@@ -84,6 +84,7 @@ class AzureProvider:
         )
         self._base = config.endpoint.rstrip("/") + "/openai/deployments/"
         self._query = "/chat/completions?api-version=" + quote(config.api_version, safe="")
+        self._embeddings_query = "/embeddings?api-version=" + quote(config.api_version, safe="")
 
     def deployment(self, model: str) -> str:
         """The Azure deployment that serves ``model``."""
@@ -99,6 +100,17 @@ class AzureProvider:
     def parse_response(self, body: bytes, model: str) -> Response:
         """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""
         return self._openai.parse_response(body, model)
+
+    def build_embeddings(self, call: Call, model: str) -> list[HttpRequest]:
+        """An embeddings call to the deployment serving ``model`` (OpenAI's wire format)."""
+        deployment = self.deployment(model)
+        [request] = self._openai.build_embeddings(call, deployment)
+        request.url = self._base + path_segment(deployment) + self._embeddings_query
+        return [request]
+
+    def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
+        """The vectors of an embeddings answer (OpenAI's wire format)."""
+        return self._openai.parse_embeddings(bodies, call, model)
 
     def parse_event(self, event: str, data: bytes) -> Chunk | None:
         """See :meth:`proxy.providers.base.HttpProvider.parse_event`; annotations give None."""

@@ -89,7 +89,11 @@ class HttpProvider(Protocol):
     verbatim, and the rest of the read, which goes through :meth:`parse_event` as usual. A
     provider whose API counts tokens defines ``count_tokens_request(call, model) -> HttpRequest``
     and ``parse_token_count(body) -> int`` (its errors go through :meth:`parse_error`): the
-    gateway's ``count_tokens`` is then exact for it.
+    gateway's ``count_tokens`` is then exact for it. A provider that serves embeddings defines
+    ``build_embeddings(call, model) -> list[HttpRequest]`` (one request, or several sent
+    together when its API takes one input per request) and ``parse_embeddings(bodies, call,
+    model) -> Embeddings`` (the 2xx bodies in request order; errors go through
+    :meth:`parse_error`); without them an embeddings call to it is a 400.
     """
 
     name: str
@@ -128,7 +132,7 @@ class LocalProvider(Protocol):
     Optional, for any provider: ``listed_models: tuple[str, ...]``, upstream model names that
     ``/v1/models`` lists as ``<provider>/<model>`` while the provider is ready. Optional for a
     local provider: ``count_tokens(call, model) -> int``, the input tokens it would report for
-    ``call``.
+    ``call``; ``async embed(call, model) -> Embeddings``, the vectors of an embeddings call.
     """
 
     name: str

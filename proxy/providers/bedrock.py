@@ -51,6 +51,7 @@ from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
+    Embeddings,
     FinishReason,
     FunctionCall,
     FunctionCallDelta,
@@ -83,6 +84,7 @@ from proxy.providers.base import (
     path_segment,
     retry_after_seconds,
 )
+from proxy.providers.bedrock_embeddings import embedding_bodies, parse_embedding_bodies
 from proxy.providers.eventstream import EventStreamDecoder, EventStreamError
 from proxy.providers.sigv4 import Credentials, sign_headers
 
@@ -333,6 +335,21 @@ class BedrockProvider:
         # '/' (inference-profile ARNs) must be escaped. The URL signed is the URL sent.
         action = "/converse-stream" if call.stream else "/converse"
         url = self._base + path_segment(model, safe=":") + action
+        return self._signed(url, body, call)
+
+    def build_embeddings(self, call: Call, model: str) -> list[HttpRequest]:
+        """An embeddings call: one ``InvokeModel`` request per body the model family needs
+        (:mod:`.bedrock_embeddings`)."""
+        url = self._base + path_segment(model, safe=":") + "/invoke"
+        return [self._signed(url, body, call) for body in embedding_bodies(call, model)]
+
+    def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
+        """The vectors of the ``InvokeModel`` answers (:mod:`.bedrock_embeddings`)."""
+        assert call.embedding is not None
+        return parse_embedding_bodies(self.name, bodies, model, call.embedding.count)
+
+    def _signed(self, url: str, body: bytes, call: Call) -> HttpRequest:
+        """A POST of ``body`` to ``url``, SigV4-signed, with the plugins' headers."""
         headers = self._headers
         if call.upstream_headers:
             # Plugin-set headers are signed too, but never replace the provider's own or the

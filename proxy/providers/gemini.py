@@ -65,6 +65,7 @@ from proxy.canonical import (
     ChunkChoice,
     ContentPart,
     Delta,
+    Embeddings,
     FilePart,
     FinishReason,
     FunctionCall,
@@ -98,6 +99,7 @@ from proxy.providers.base import (
     retry_after_seconds,
     with_plugin_headers,
 )
+from proxy.providers.gemini_embeddings import gemini_embeddings_body, parse_gemini_embeddings
 
 THINKING_BUDGETS: dict[str, int] = {
     "none": 0,
@@ -340,6 +342,19 @@ class GeminiProvider:
         method = ":streamGenerateContent?alt=sse" if call.stream else ":generateContent"
         headers = with_plugin_headers(self._headers, call.upstream_headers)
         return HttpRequest(url=f"{self._base}/{path}{method}", headers=headers, body=body)
+
+    def build_embeddings(self, call: Call, model: str) -> list[HttpRequest]:
+        """An embeddings call: ``batchEmbedContents`` (:mod:`.gemini_embeddings`)."""
+        path = _model_path(model)
+        body = gemini_embeddings_body(call, path)
+        headers = with_plugin_headers(self._headers, call.upstream_headers)
+        url = f"{self._base}/{path}:batchEmbedContents"
+        return [HttpRequest(url=url, headers=headers, body=body)]
+
+    def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
+        """The vectors of a ``batchEmbedContents`` answer (:mod:`.gemini_embeddings`)."""
+        assert call.embedding is not None
+        return parse_gemini_embeddings(self.name, bodies[0], model, call.embedding.count)
 
     def parse_response(self, body: bytes, model: str) -> Response:
         """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""

@@ -19,6 +19,10 @@ model name          behaviour
 anything else       a fixed, deterministic reply that quotes the last user message
 ==================  =========================================================================
 
+Embeddings calls get :mod:`proxy.providers.mock_vectors`' vectors (hashed words and character
+n-grams, L2-normalised; 256 dimensions unless the client asks for ``dimensions``), under the
+same fault models (``error-<status>``, ``slow-<ms>``, ``hang``).
+
 Token counts are deterministic: one token per whitespace-separated word. ``latency_ms`` delays
 every first byte; ``tokens_per_second`` paces streamed tokens (0 streams as fast as possible).
 """
@@ -40,6 +44,7 @@ from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
+    Embeddings,
     FinishReason,
     FunctionCall,
     FunctionCallDelta,
@@ -52,6 +57,7 @@ from proxy.canonical import (
 )
 from proxy.errors import UpstreamUnavailable, upstream_error_for_status
 from proxy.providers.base import ProviderConfig
+from proxy.providers.mock_vectors import DEFAULT_DIMENSIONS, text_vector, token_vector
 
 _FAULT = re.compile(r"^(?P<kind>error|slow|cut|stall)-(?P<arg>\d+)$")
 _QUOTE_WORDS = 40
@@ -93,19 +99,7 @@ class MockProvider:
 
     async def complete(self, call: Call, model: str) -> Response | AsyncIterator[Chunk]:
         """See :meth:`proxy.providers.base.LocalProvider.complete`."""
-        plan = self._plan(model)
-        if plan.delay_s:
-            await asyncio.sleep(plan.delay_s)
-        if plan.hang:
-            await asyncio.Event().wait()
-        if plan.error_status is not None:
-            retry_after = 1.0 if plan.error_status == 429 else None
-            raise upstream_error_for_status(
-                plan.error_status,
-                f"mock upstream failure with status {plan.error_status}",
-                provider=self.name,
-                retry_after=retry_after,
-            )
+        plan = await self._act(model)
         if not call.stream and plan.cut_after is not None:
             raise UpstreamUnavailable("mock upstream dropped the connection", provider=self.name)
         message, finish = _truncate(_answer(call, model), _max_tokens(call))
@@ -152,6 +146,39 @@ class MockProvider:
             choices=[ChunkChoice(index=0, delta=Delta(), finish_reason=finish)],
         )
         yield Chunk(id=response_id, model=model, created=_CREATED, choices=[], usage=usage)
+
+    async def embed(self, call: Call, model: str) -> Embeddings:
+        """The vectors of an embeddings call (see the module docstring); one token per word
+        (or per token id)."""
+        await self._act(model)
+        request = call.embedding
+        assert request is not None
+        size = request.dimensions or DEFAULT_DIMENSIONS
+        if request.tokens is not None:
+            vectors = [token_vector(tokens, size) for tokens in request.tokens]
+            tokens = sum(len(tokens) for tokens in request.tokens)
+        else:
+            texts = request.texts or []
+            vectors = [text_vector(text, size) for text in texts]
+            tokens = sum(len(text.split()) for text in texts)
+        return Embeddings(vectors=vectors, model=model, usage=Usage(input=tokens))
+
+    async def _act(self, model: str) -> _Plan:
+        """Wait, hang or fail as ``model``'s fault plan says; the plan."""
+        plan = self._plan(model)
+        if plan.delay_s:
+            await asyncio.sleep(plan.delay_s)
+        if plan.hang:
+            await asyncio.Event().wait()
+        if plan.error_status is not None:
+            retry_after = 1.0 if plan.error_status == 429 else None
+            raise upstream_error_for_status(
+                plan.error_status,
+                f"mock upstream failure with status {plan.error_status}",
+                provider=self.name,
+                retry_after=retry_after,
+            )
+        return plan
 
     def count_tokens(self, call: Call, model: str) -> int:
         """The input tokens the mock reports for ``call`` (one per word, one more per message):

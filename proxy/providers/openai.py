@@ -26,6 +26,7 @@ from proxy.canonical import (
     Choice,
     Chunk,
     ChunkChoice,
+    Embeddings,
     Message,
     Params,
     RawFrames,
@@ -48,6 +49,7 @@ from proxy.providers.base import (
     retry_after_seconds,
     with_plugin_headers,
 )
+from proxy.providers.openai_embeddings import build_openai_embeddings, parse_openai_embeddings
 from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -189,6 +191,7 @@ class OpenAIProvider:
         self._stream_options = preset is None or preset.stream_options
         base_url = config.base_url or (preset.base_url if preset is not None else DEFAULT_BASE_URL)
         self._url = base_url.rstrip("/") + "/chat/completions"
+        self._embeddings_url = base_url.rstrip("/") + "/embeddings"
         self._parse_payload = functools.partial(self.parse_event, "")
         headers = {"content-type": "application/json", **config.headers}
         if config.api_key:
@@ -222,6 +225,15 @@ class OpenAIProvider:
         )
         headers = with_plugin_headers(self._headers, call.upstream_headers)
         return HttpRequest(url=self._url, headers=headers, body=body)
+
+    def build_embeddings(self, call: Call, model: str) -> list[HttpRequest]:
+        """The upstream request for an embeddings call (:mod:`.openai_embeddings`)."""
+        return [build_openai_embeddings(self._embeddings_url, self._headers, call, model)]
+
+    def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
+        """The vectors of the embeddings answer (:mod:`.openai_embeddings`)."""
+        assert call.embedding is not None
+        return parse_openai_embeddings(self.name, bodies[0], model, call.embedding.count)
 
     def dropped_fields(self, call: Call, model: str) -> list[str]:
         """The fields of ``call`` that this vendor's preset removes for ``model`` (for logs)."""
