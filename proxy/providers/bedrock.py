@@ -345,8 +345,7 @@ class BedrockProvider:
 
     def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
         """The vectors of the ``InvokeModel`` answers (:mod:`.bedrock_embeddings`)."""
-        assert call.embedding is not None
-        return parse_embedding_bodies(self.name, bodies, model, call.embedding.count)
+        return parse_embedding_bodies(self.name, bodies, call, model)
 
     def _signed(self, url: str, body: bytes, call: Call) -> HttpRequest:
         """A POST of ``body`` to ``url``, SigV4-signed, with the plugins' headers."""

@@ -9,8 +9,9 @@ Two families, told apart by the model id (a region prefix such as ``us.`` is all
 - **Cohere Embed** (``cohere.embed-english-v3``, ``cohere.embed-multilingual-v3``): up to 96
   texts per request, ``{"texts", "input_type": "search_document"}`` → ``{"embeddings":
   [[...]], ...}`` (or ``{"embeddings": {"float": [[...]]}}`` when types were asked for); a
-  longer batch is split into requests of 96. Cohere reports no token counts here, so usage is
-  left to the gateway's estimate. ``dimensions`` is not supported (a 400).
+  longer batch is split into requests of 96. Cohere reports no token counts here: usage is
+  the gateway's estimate (:meth:`~proxy.canonical.EmbeddingRequest.estimated_tokens`).
+  ``dimensions`` is not supported (a 400).
 
 Token-id inputs are a 400 for both; so is any other model. Pure translation: the provider
 signs each body.
@@ -34,8 +35,8 @@ COHERE_BATCH = 96
 
 class _TitanRequest(Struct, omit_defaults=True, rename="camel"):
     input_text: str
+    normalize: bool  # always sent: unit vectors, whatever the default
     dimensions: int | UnsetType = UNSET
-    normalize: bool = True
 
 
 class _TitanResponse(Struct, rename="camel"):
@@ -85,7 +86,7 @@ def embedding_bodies(call: Call, model: str) -> list[bytes]:
     if family(model) == "titan":
         dimensions = UNSET if request.dimensions is None else request.dimensions
         return [
-            _ENCODER.encode(_TitanRequest(input_text=text, dimensions=dimensions))
+            _ENCODER.encode(_TitanRequest(input_text=text, normalize=True, dimensions=dimensions))
             for text in request.texts
         ]
     if request.dimensions is not None:
@@ -98,10 +99,14 @@ def embedding_bodies(call: Call, model: str) -> list[bytes]:
 
 
 def parse_embedding_bodies(
-    provider: str, bodies: list[bytes], model: str, expected: int
+    provider: str, bodies: list[bytes], call: Call, model: str
 ) -> Embeddings:
-    """The vectors of the 2xx answers to :func:`embedding_bodies`, in order. Raises
-    :class:`UpstreamError` (502) for a malformed answer or a wrong number of vectors."""
+    """The vectors of the 2xx answers to :func:`embedding_bodies` for ``call``, in order
+    (Cohere's usage: the call's estimate). Raises :class:`UpstreamError` (502) for a
+    malformed answer or a wrong number of vectors."""
+    request = call.embedding
+    assert request is not None
+    expected = request.count
     vectors: list[list[float]] = []
     tokens: int | None = None
     try:
@@ -123,5 +128,5 @@ def parse_embedding_bodies(
             upstream_status=200,
             provider=provider,
         )
-    usage = None if tokens is None else Usage(input=tokens)
+    usage = Usage(input=request.estimated_tokens() if tokens is None else tokens)
     return Embeddings(vectors=vectors, model=model, usage=usage)

@@ -353,8 +353,7 @@ class GeminiProvider:
 
     def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
         """The vectors of a ``batchEmbedContents`` answer (:mod:`.gemini_embeddings`)."""
-        assert call.embedding is not None
-        return parse_gemini_embeddings(self.name, bodies[0], model, call.embedding.count)
+        return parse_gemini_embeddings(self.name, bodies[0], call, model)
 
     def parse_response(self, body: bytes, model: str) -> Response:
         """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""

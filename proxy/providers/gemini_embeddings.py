@@ -4,8 +4,9 @@ One request carries every input: ``{"requests": [{"model": "models/{model}", "co
 {"parts": [{"text": ...}]}, "outputDimensionality": N}, ...]}``; the answer is
 ``{"embeddings": [{"values": [...]}, ...]}`` in the same order. (``embedContent`` is the same
 thing for one text; the batch form serves one text as well, so only it is used.) Gemini embeds
-text only: token-id inputs are a 400. Gemini reports no token usage for embeddings, so usage is
-left to the gateway's estimate. Pure translation.
+text only: token-id inputs are a 400. Gemini reports no token usage for embeddings: usage is the
+gateway's estimate (:meth:`~proxy.canonical.EmbeddingRequest.estimated_tokens`). Pure
+translation.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.canonical import Call, Embeddings
+from proxy.canonical import Call, Embeddings, Usage
 from proxy.errors import BadRequest, UpstreamError
 from proxy.providers.base import malformed
 
@@ -70,9 +71,12 @@ def gemini_embeddings_body(call: Call, model_path: str) -> bytes:
     )
 
 
-def parse_gemini_embeddings(provider: str, body: bytes, model: str, expected: int) -> Embeddings:
-    """The vectors of a 2xx ``batchEmbedContents`` body. Raises :class:`UpstreamError` (502)
-    for a malformed body, or one without ``expected`` vectors."""
+def parse_gemini_embeddings(provider: str, body: bytes, call: Call, model: str) -> Embeddings:
+    """The vectors of a 2xx ``batchEmbedContents`` body for ``call``. Raises
+    :class:`UpstreamError` (502) for a malformed body, or one without a vector per input."""
+    request = call.embedding
+    assert request is not None
+    expected = request.count
     try:
         wire = _DECODER.decode(body)
     except msgspec.DecodeError as exc:
@@ -83,4 +87,8 @@ def parse_gemini_embeddings(provider: str, body: bytes, model: str, expected: in
             upstream_status=200,
             provider=provider,
         )
-    return Embeddings(vectors=[item.values for item in wire.embeddings], model=model)
+    return Embeddings(
+        vectors=[item.values for item in wire.embeddings],
+        model=model,
+        usage=Usage(input=request.estimated_tokens()),
+    )
