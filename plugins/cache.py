@@ -26,6 +26,15 @@ write that fails is dropped, both counted in ``crossway_cache_errors_total{reaso
 an entry that cannot be decoded is deleted and missed (``reason="corrupt"``). Writes run after
 the reply has been handed on, off the request's path, and are awaited by :meth:`close`.
 
+**semantic** (``semantic: {embedding_model, threshold, scope_by, last_messages}``, off unless
+configured) — after an exact miss with no identical call in flight, the request's last user
+message(s) are embedded and compared with the questions already answered in the same scope
+(:mod:`proxy.cache.semantic_cache`); a match at or above ``threshold`` is served like a hit, with
+``x-crossway-cache: semantic`` and ``x-crossway-cache-similarity``. A miss stores its vector with
+its answer. The embedding's cost is added to the request's (by this plugin's ``finished`` hook,
+before the ``cost`` plugin's records it: list ``cache`` before ``cost``). Embeddings calls
+themselves pass by the cache.
+
 ``backend: memory`` keeps entries in this process (LRU bounded by ``max_bytes``; lost on restart
 or config reload, not shared between workers); ``backend: store`` keeps them in the process's
 state store (shared once that store is Redis). Coalescing is per process. ``clock`` (wall time,
@@ -49,6 +58,9 @@ from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry
 from proxy.cache.flight import Flight, FlightReader
 from proxy.cache.key import Scope, cache_key
 from proxy.cache.replay import ReplayStream, replay_chunks
+from proxy.cache.semantic import SemanticConfig
+from proxy.cache.semantic_cache import Probe, SemanticCache
+from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError
@@ -56,6 +68,7 @@ from proxy.store import StoreUnavailable
 
 Clock = Callable[[], float]
 CACHE_HEADER = "x-crossway-cache"
+SIMILARITY_HEADER = "x-crossway-cache-similarity"
 _BUFFER_FACTOR = 32
 """A stream is kept for the cache (and joiners) until its frames pass this many entries' bound."""
 
@@ -71,6 +84,7 @@ class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     scope: Scope = "team"
     mode: Mode = "always"
     coalesce: bool = True
+    semantic: SemanticConfig | None = None
 
 
 class _Shared:
@@ -114,6 +128,9 @@ class CachePlugin:
         self._bytes_gauge = metrics.cache_bytes() if options.backend == "memory" else None
         self._flights: dict[str, _Shared] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._semantic: SemanticCache | None = None
+        if options.semantic is not None:
+            self._start_semantic(options.semantic, context, clock)
 
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Answer ``call`` from the cache, a call in flight, or ``next`` (see the module
@@ -146,7 +163,31 @@ class CachePlugin:
                 if reply is not None:
                     return reply
                 return await self._miss(call, key, rules, next, share=False)
+            if self._semantic is not None:
+                probe = await self._semantic.probe(call, next)
+                if probe is not None:
+                    reply = await self._semantic_hit(call, probe, rules)
+                    if reply is not None:
+                        return reply
+                    return await self._miss(
+                        call, key, rules, next, share=options.coalesce, probe=probe
+                    )
         return await self._miss(call, key, rules, next, share=options.coalesce)
+
+    def _start_semantic(self, config: SemanticConfig, context: PluginContext, clock: Clock) -> None:
+        options = self._options
+        store = context.state.store_for("cache") if options.backend == "store" else None
+        semantic = self._semantic = SemanticCache(
+            config,
+            options.scope,
+            context.resolve,
+            self._semantic_failed,
+            feed=None if store is None else SemanticFeed(store, ttl=options.max_ttl),
+            clock=clock,
+        )
+        self._results["semantic"] = context.metrics.cache_requests("semantic")
+        self._errors["embedding"] = context.metrics.cache_errors("embedding")
+        self.finished = semantic.finished
 
     @property
     def waiting(self) -> int:
@@ -161,6 +202,38 @@ class CachePlugin:
     # -- hits ----------------------------------------------------------------------------------
 
     async def _lookup(self, call: Call, key: str, rules: Directives) -> Reply | None:
+        found = await self._read(key, rules)
+        if found is None:
+            return None
+        entry, age = found
+        self._results["hit"].inc()
+        self._record_hit(call.accounting, entry.cost_nanos)
+        return _answer(call, entry.provider, entry.model, entry.response, age)
+
+    async def _semantic_hit(self, call: Call, probe: Probe, rules: Directives) -> Reply | None:
+        """The answer a semantic match names, served like a hit; None if it is gone."""
+        match = probe.match
+        if match is None:
+            return None
+        found = await self._read(match.entry, rules)
+        if found is None:
+            return None
+        entry, age = found
+        self._results["semantic"].inc()
+        self._record_hit(call.accounting, entry.cost_nanos)
+        reply = _answer(call, entry.provider, entry.model, entry.response, age)
+        reply.headers[CACHE_HEADER] = "semantic"
+        reply.headers[SIMILARITY_HEADER] = f"{match.similarity:.4f}"
+        return reply
+
+    def _semantic_failed(self, reason: str, error: BaseException | None) -> None:
+        self._errors["embedding" if reason == "embedding" else "backend"].inc()
+        if isinstance(error, StoreUnavailable):
+            self._state.degraded("cache", "miss")
+
+    async def _read(self, key: str, rules: Directives) -> tuple[Entry, float] | None:
+        """The live entry under ``key`` young enough for ``rules``, with its age; None when
+        there is none (a backend failure or a corrupt entry, counted, is none too)."""
         try:
             data = await self._backend.get(key)
         except Exception as exc:  # any backend failure is a miss
@@ -182,9 +255,7 @@ class CachePlugin:
         age = entry.age(now)
         if rules.max_age is not None and age > rules.max_age:
             return None
-        self._results["hit"].inc()
-        self._record_hit(call.accounting, entry.cost_nanos)
-        return _answer(call, entry.provider, entry.model, entry.response, age)
+        return entry, age
 
     def _record_hit(self, accounting: Accounting, saved_nanos: int | None) -> None:
         accounting.cache = "hit"
@@ -243,7 +314,14 @@ class CachePlugin:
     # -- misses --------------------------------------------------------------------------------
 
     async def _miss(
-        self, call: Call, key: str, rules: Directives, next: Next, *, share: bool
+        self,
+        call: Call,
+        key: str,
+        rules: Directives,
+        next: Next,
+        *,
+        share: bool,
+        probe: Probe | None = None,
     ) -> Reply:
         self._results["miss"].inc()
         accounting = call.accounting
@@ -262,7 +340,7 @@ class CachePlugin:
         reply.headers[CACHE_HEADER] = "miss"
         if reply.response is None:
             on_end = functools.partial(
-                self._stream_ended, key, rules.ttl, flight, reply, accounting, shared
+                self._stream_ended, key, rules.ttl, flight, reply, accounting, shared, probe
             )
             reply.stream = flight.start_stream(reply, on_end)
             return reply
@@ -279,7 +357,7 @@ class CachePlugin:
         )
         flight.finish_whole(reply, data)
         if len(data) <= self._options.max_entry_bytes:
-            self._spawn(self._write(key, data, rules.ttl, flight))
+            self._spawn(self._write(key, data, rules.ttl, flight, probe))
         else:
             self._forget(key, flight)
         return reply
@@ -292,6 +370,7 @@ class CachePlugin:
         reply: Reply,
         leader: Accounting,
         shared: _Shared | None,
+        probe: Probe | None,
         complete: bool,
     ) -> None:
         """A miss's stream is over (see :meth:`Flight.start_stream`)."""
@@ -304,10 +383,16 @@ class CachePlugin:
                 joiner.saved_nanos = cost
                 if cost:
                     self._saved_usd.inc(cost / 1e9)
-        self._spawn(self._store_stream(key, ttl, flight, reply, cost))
+        self._spawn(self._store_stream(key, ttl, flight, reply, cost, probe))
 
     async def _store_stream(
-        self, key: str, ttl: int, flight: Flight, reply: Reply, cost: int | None
+        self,
+        key: str,
+        ttl: int,
+        flight: Flight,
+        reply: Reply,
+        cost: int | None,
+        probe: Probe | None,
     ) -> None:
         """Fold a stream that ended normally into an entry and store it (off the stream's
         path: it runs once the last chunks have been handed on)."""
@@ -329,16 +414,22 @@ class CachePlugin:
         if len(data) > self._options.max_entry_bytes:
             self._forget(key, flight)
             return
-        await self._write(key, data, ttl, flight)
+        await self._write(key, data, ttl, flight, probe)
 
-    async def _write(self, key: str, data: bytes, ttl: int, flight: Flight) -> None:
+    async def _write(
+        self, key: str, data: bytes, ttl: int, flight: Flight, probe: Probe | None = None
+    ) -> None:
+        """Store an entry; then index its question's vector, when it had one."""
         try:
             await self._backend.set(key, data, ttl)
         except Exception:  # a failed write only loses the entry
             self._errors["backend"].inc()
+            return
         finally:
             self._forget(key, flight)
-        self._export_bytes()
+            self._export_bytes()
+        if probe is not None and self._semantic is not None:
+            await self._semantic.remember(probe, key, ttl)
 
     async def _delete(self, key: str) -> None:
         try:

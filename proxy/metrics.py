@@ -392,7 +392,8 @@ class Metrics:
         )
         self.cache_requests = self._counter(
             "crossway_cache_requests",
-            "Requests seen by the response cache, by result (hit, miss, bypass, coalesced).",
+            "Requests seen by the response cache, by result (hit, miss, bypass, coalesced, "
+            "semantic).",
             ["result"],
         )
         self.cache_saved_usd = self._counter(
@@ -409,7 +410,7 @@ class Metrics:
         self.cache_errors = self._counter(
             "crossway_cache_errors",
             "Cache reads and writes that failed and were served as misses, by reason "
-            "(backend, corrupt).",
+            "(backend, corrupt, embedding).",
             ["reason"],
         )
         self.auth_failures = self._counter(
