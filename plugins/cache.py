@@ -154,9 +154,9 @@ class CachePlugin:
             return reply
         key = cache_key(call, options.scope)
         if rules.read:
-            reply = await self._lookup(call, key, rules)
-            if reply is not None:
-                return reply
+            found = await self._read(key, rules)
+            if found is not None:
+                return self._hit(call, *found)
             shared = self._flights.get(key)
             if shared is not None and shared.flight.joinable:
                 reply = await self._join(call, shared)
@@ -201,11 +201,7 @@ class CachePlugin:
 
     # -- hits ----------------------------------------------------------------------------------
 
-    async def _lookup(self, call: Call, key: str, rules: Directives) -> Reply | None:
-        found = await self._read(key, rules)
-        if found is None:
-            return None
-        entry, age = found
+    def _hit(self, call: Call, entry: Entry, age: float) -> Reply:
         self._results["hit"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
         return _answer(call, entry.provider, entry.model, entry.response, age)
