@@ -5,7 +5,9 @@ Before the call goes on, the texts of the listed ``roles`` are scanned for the c
 by its entity's action: ``mask`` (a placeholder, restored in the reply), ``redact`` (for good),
 ``hash`` (a keyed hash, needs ``hash_key``) or ``block`` (the request is refused with 400
 ``pii_blocked``, naming the entity types found, never a value, and nothing is sent). The masked
-call stays in place for the inner links, so a cache keys on masked text. ``output`` says what
+call stays in place for the inner links, so a cache keys on masked text. An embeddings call's
+text inputs are scanned as user messages (when ``user`` is among the roles): the embedding
+provider sees placeholders, and nothing is restored (the answer is vectors). ``output`` says what
 happens to the reply: ``restore`` placeholders (default), ``scan`` (also redact values the model
 writes itself), or ``none``. See :mod:`proxy.pii` for detection, placeholders and restoring.
 
@@ -35,7 +37,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from proxy.canonical import Call, GatewayOptions, Reply
+from proxy.canonical import Call, GatewayOptions, Message, Reply
 from proxy.chain import Next, PluginContext
 from proxy.errors import BadRequest, GatewayError, InternalError
 from proxy.pii.custom import pattern_finder, words_finder
@@ -158,9 +160,11 @@ class MaskingPlugin:
         rules, fail_closed = self._request_rules(call.options)
         if not rules:
             return await self._send(call, next, None)
+        texts = call.embedding.texts if call.embedding is not None else None
+        messages = call.messages if texts is None else _as_user_messages(texts)
         try:
             masked = mask_messages(
-                call.messages, self._scanner(rules), rules, self._roles, self._replacer
+                messages, self._scanner(rules), rules, self._roles, self._replacer
             )
         except Exception as exc:  # a detector bug: the failure policy decides
             self._logger.error(
@@ -185,7 +189,12 @@ class MaskingPlugin:
             )
             error.attempts = 0
             raise error
-        call.messages = masked.messages
+        if texts is None:
+            call.messages = masked.messages
+        else:  # an embeddings call: its inputs are masked as user text
+            call.embedding = msgspec.structs.replace(
+                call.embedding, texts=[message.text() for message in masked.messages]
+            )
         return await self._send(call, next, masked.vault)
 
     async def _send(self, call: Call, next: Next, vault: Vault | None) -> Reply:
@@ -267,3 +276,8 @@ class MaskingPlugin:
         redactor = OutputRedactor(self._scanner(everything), self._labels, lambda _: None, 0)
         error.message = redactor.whole(error.message)
         error.args = (error.message,)
+
+
+def _as_user_messages(texts: list[str]) -> list[Message]:
+    """An embeddings call's inputs as user messages, for the scanner."""
+    return [Message(role="user", content=text) for text in texts]

@@ -29,6 +29,7 @@ from tests.schemas import validate
 MASTER = "master-key-" + "0123456789abcdef" * 2
 ALLOWED = "sk-cw-embedder-" + "abcdefghij" * 4
 CHAT_ONLY = "sk-cw-chatonly-" + "klmnopqrst" * 4
+METERED = "sk-cw-metered-" + "uvwxyzabcd" * 4
 
 
 def config_text(tmp_path: Path, upstream: str) -> str:
@@ -42,6 +43,7 @@ def config_text(tmp_path: Path, upstream: str) -> str:
           keys:
             - {{key: "{ALLOWED}", alias: rag, team: search}}
             - {{key: "{CHAT_ONLY}", alias: chat-only, models: [chat]}}
+            - {{key: "{METERED}", alias: metered, tpm: 45}}
         providers:
           mock: {{type: mock, faults: true}}
           up: {{type: openai, base_url: "{upstream}/v1", api_key: "{UPSTREAM_KEY}"}}
@@ -72,6 +74,7 @@ def config_text(tmp_path: Path, upstream: str) -> str:
         plugins:
           - auth: {{}}
           - limits: {{}}
+          - masking: {{entities: {{email: mask, credit_card: block}}}}
           - cost: {{}}
           - fallback: {{chains: {{flaky-embed: [openai-embed]}}}}
           - retry: {{retries: 1, backoff_base: 0}}
@@ -343,10 +346,38 @@ async def test_the_allow_list_applies_to_embedding_models(gateway: Gateway) -> N
         await gateway.client("sk-cw-unknown").embeddings.create(model="embed", input="x")
 
 
-async def test_a_failing_embedding_upstream_falls_back(gateway: Gateway) -> None:
+async def test_masking_keeps_pii_from_the_embedding_provider(gateway: Gateway) -> None:
+    await gateway.client().embeddings.create(
+        model="openai-embed", input=["write to jane.doe@example.com today", "no pii here"]
+    )
+    [sent] = gateway.upstream.requests
+    assert "jane.doe@example.com" not in json.dumps(sent)
+    assert sent["input"][1] == "no pii here"
+    with pytest.raises(openai.BadRequestError) as blocked:
+        await gateway.client().embeddings.create(model="openai-embed", input="4111 1111 1111 1111")
+    assert blocked.value.code == "pii_blocked"
+    assert len(gateway.upstream.requests) == 1
+
+
+async def test_tokens_per_minute_count_embedding_inputs(gateway: Gateway) -> None:
+    texts = ["eight ch"] * 10  # 20 tokens: estimated (8 characters) and reported (2 words)
+    client = gateway.client(METERED)
+    await client.embeddings.create(model="openai-embed", input=texts)
+    await client.embeddings.create(model="openai-embed", input=texts)
+    with pytest.raises(openai.RateLimitError):
+        await client.embeddings.create(model="openai-embed", input=texts)
+    assert len(gateway.upstream.requests) == 2
+
+
+async def test_a_failing_embedding_upstream_is_retried_then_falls_back(gateway: Gateway) -> None:
     raw = await gateway.client().embeddings.with_raw_response.create(
         model="flaky-embed", input="fallback please"
     )
+    assert [sent["model"] for sent in gateway.upstream.requests] == [
+        "fail-500",
+        "fail-500",  # the retry
+        "text-embedding-3-small",  # the fallback
+    ]
     assert raw.headers["x-crossway-fallback"] == "openai-embed"
     assert close(raw.parse().data[0].embedding, vector_for("fallback please"))
     assert UPSTREAM_KEY not in json.dumps(raw.parse().model_dump())
