@@ -43,8 +43,9 @@ class SemanticConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``embedding_model`` is an alias (or ``provider/model``) routed through the rest of the
     chain; ``threshold`` the cosine similarity a hit needs; ``timeout`` the seconds an
     embedding may take before the request goes on as an exact miss; ``max_entries`` bounds
-    each scope and ``max_vectors`` all of them (the oldest go first); ``max_chars`` the query
-    text that is embedded at all.
+    each scope and ``max_vectors`` all of them (the oldest go first; a vector takes its
+    dimensions times 4 bytes and 1/32 of that again: 20,000 of 1,536 dimensions about 127 MB);
+    ``max_chars`` the query text that is embedded at all.
     """
 
     embedding_model: str
@@ -53,7 +54,7 @@ class SemanticConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     last_messages: Annotated[int, Meta(ge=1, le=100)] = 1
     timeout: Annotated[float, Meta(gt=0, le=60)] = 2.0
     max_entries: Annotated[int, Meta(ge=1)] = 10_000
-    max_vectors: Annotated[int, Meta(ge=1)] = 100_000
+    max_vectors: Annotated[int, Meta(ge=1)] = 20_000
     max_chars: Annotated[int, Meta(ge=1)] = 16_384
 
 
