@@ -47,7 +47,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -59,12 +59,14 @@ from proxy.cache.flight import Flight, FlightReader
 from proxy.cache.key import Scope, cache_key
 from proxy.cache.replay import ReplayStream, replay_chunks
 from proxy.cache.semantic import SemanticConfig
-from proxy.cache.semantic_cache import Probe, SemanticCache
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError
 from proxy.store import StoreUnavailable
+
+if TYPE_CHECKING:  # imported when configured: numpy is not loaded for the exact cache alone
+    from proxy.cache.semantic_cache import Probe, SemanticCache
 
 Clock = Callable[[], float]
 CACHE_HEADER = "x-crossway-cache"
@@ -175,6 +177,8 @@ class CachePlugin:
         return await self._miss(call, key, rules, next, share=options.coalesce)
 
     def _start_semantic(self, config: SemanticConfig, context: PluginContext, clock: Clock) -> None:
+        from proxy.cache.semantic_cache import SemanticCache  # numpy, only when configured
+
         options = self._options
         store = context.state.store_for("cache") if options.backend == "store" else None
         semantic = self._semantic = SemanticCache(
