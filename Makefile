@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 
-.PHONY: run test lint bench setup setup-test setup-dev engines browser clean
+.PHONY: run test lint bench setup setup-test setup-dev setup-litellm engines browser clean
 
 # One virtualenv, three install levels: serving (the package), test (+ test extras) and dev
 # (+ profilers). Each level's stamp is redone when pyproject.toml changes.
@@ -65,5 +65,18 @@ test: setup-test engines browser lint
 bench: setup
 	$(BIN)/python -m bench
 
+# Opt-in, for `python -m bench --targets passthrough,gateway,litellm` only: LiteLLM's proxy in a
+# virtualenv of its own, never a dependency of the project. Pinned (1.82.7 and 1.82.8 were
+# compromised releases on PyPI: never those).
+LITELLM_VENV    ?= .venv-litellm
+LITELLM_VERSION ?= 1.80.0
+$(LITELLM_VENV)/bin/.litellm-$(LITELLM_VERSION):
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
+	touch $@
+
+setup-litellm: $(LITELLM_VENV)/bin/.litellm-$(LITELLM_VERSION)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .ruff_cache

@@ -25,6 +25,7 @@ from aiohttp import web
 from plugins import BUILTINS
 from proxy.admin import add_admin_routes
 from proxy.admin.guard import AdminContext
+from proxy.admin.litellm import LiteLLMRoutes, add_litellm_routes
 from proxy.admin.overview import Overview
 from proxy.admin.readings import Sampler, read
 from proxy.canonical import (
@@ -205,6 +206,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         edges.plain,
     )
     add_ui_routes(app, edges.plain)
+    if config.compat.litellm:
+        add_litellm_routes(app, LiteLLMRoutes(lambda: app[RUNTIME].snapshot), edges.plain)
     app.router.add_route("*", "/{tail:.*}", edges.unmatched)
     edges.install(app)
     return app

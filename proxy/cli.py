@@ -1,4 +1,4 @@
-"""The ``crossway`` command: ``serve``, ``check``, ``keys``, ``teams`` and ``--version``."""
+"""The ``crossway`` command: serve, check, keys, teams, import and ``--version``."""
 
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate a config and print what it resolves to")
     check.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG), help="YAML config")
     from proxy.admin.cli import add_commands
+    from proxy.migrate.cli import add_import
 
     add_commands(commands, Path(DEFAULT_CONFIG))
+    add_import(commands)
     return parser
 
 
@@ -41,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check":
             return check(args.config, sys.stdout)
+        if args.command == "import":
+            from proxy.migrate.cli import run_import
+
+            return run_import(args, sys.stdout, sys.stderr)
         if args.command in ("keys", "teams"):
             from proxy.admin.cli import run
 
@@ -70,9 +76,15 @@ def check(config_path: Path, out: TextIO) -> int:
     from proxy.runtime import Loader
 
     blueprint = Loader(config_path, BUILTINS, Metrics(), sys.stderr).load()
+    describe(blueprint, str(config_path), out)
+    return 0
+
+
+def describe(blueprint: Any, label: str, out: TextIO) -> None:
+    """What ``check`` prints of a valid config's ``blueprint`` (``label`` names the file)."""
     config = blueprint.config
     server = config.server
-    print(f"config {config_path}: ok", file=out)
+    print(f"config {label}: ok", file=out)
     print(f"server: {server.host}:{server.port}, {server.workers} worker(s)", file=out)
     print("providers:", file=out)
     for name, provider in blueprint.providers.items():
@@ -97,7 +109,6 @@ def check(config_path: Path, out: TextIO) -> int:
         print(f"  {spec.ref}: {type(plugin).__module__}.{type(plugin).__name__}", file=out)
     _print_auth(blueprint, out)
     _print_state(config, out)
-    return 0
 
 
 def _print_state(config: Any, out: TextIO) -> None:

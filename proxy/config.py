@@ -112,6 +112,15 @@ class ResponsesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_bytes: Annotated[int, Meta(ge=1024)] = 64 * 1024 * 1024
 
 
+class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Compatibility layers for clients of other gateways. ``litellm``: LiteLLM's routes
+    (``/key/*``, ``/spend/logs``, ``/model/info``, ``/health/liveliness``,
+    ``/health/readiness``; as the process started, :mod:`proxy.admin.litellm`) and response
+    headers (``x-litellm-*``; following reloads, :mod:`proxy.compat_headers`)."""
+
+    litellm: bool = True
+
+
 class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """One deployment of a model alias: ``provider/model``, its load-balancing weight and,
     optionally, its own ``prices`` (USD per million tokens; see :mod:`proxy.pricing`)."""
@@ -153,6 +162,7 @@ class GatewayConfig(Struct, frozen=True):
     database: DatabaseConfig = DatabaseConfig()
     auth: AuthConfig = AuthConfig()
     state: StateConfig = StateConfig()
+    compat: CompatConfig = CompatConfig()
 
 
 class ConfigError(Exception):
@@ -180,6 +190,7 @@ _TOP_LEVEL = frozenset(
         "database",
         "auth",
         "state",
+        "compat",
     }
 )
 
@@ -224,6 +235,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
     database = _convert(tree.get("database"), DatabaseConfig, "$.database", errors)
     auth = _auth(tree.get("auth"), errors)
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
+    compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
     if (
         errors
         or server is None
@@ -233,6 +245,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
         or database is None
         or auth is None
         or state is None
+        or compat is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -250,6 +263,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> Gateway
         database=database,
         auth=auth,
         state=state,
+        compat=compat,
     )
 
 

@@ -87,6 +87,11 @@ class Database:
             raise DatabaseError("the database is not open")
         return self._engine
 
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` has connected (and :meth:`close` has not run since)."""
+        return self._engine is not None
+
     async def open(self) -> None:
         """Create the database if needed, migrate it to the newest schema, and keep a
         connection pool (idempotent, safe to call concurrently). Raises :class:`DatabaseError`."""
