@@ -10,7 +10,8 @@ What the deployment-level settings become:
   :attr:`ModelTable.limits`); ``weight`` → the deployment's weight (without weights, LiteLLM's
   simple-shuffle weighs by ``rpm``, else ``tpm``: so does the translation);
 - ``order`` → the lowest order stays in the alias; each higher order becomes an alias of its own
-  (``<alias>--order-<n>``) that the alias falls back to (:attr:`ModelTable.order_chains`);
+  (``<alias>--order-<n>``; ``<alias>--unordered`` for entries without one, which LiteLLM tries
+  last) that the alias falls back to, in order (:attr:`ModelTable.order_chains`);
 - ``timeout`` → the provider's ``total`` clock (and ``first_byte`` at most that);
   ``stream_timeout`` → its ``idle`` clock (LiteLLM's is a read timeout between stream bytes);
 - ``input_cost_per_token`` / ``output_cost_per_token`` (and the cache read / creation costs),
@@ -250,7 +251,7 @@ class _Builder:
     def finish(self) -> None:
         for alias, deployments in self._entries.items():
             orders = sorted({d.order for d in deployments}, key=_order_key)
-            names = [alias if i == 0 else f"{alias}--order-{o}" for i, o in enumerate(orders)]
+            names = [alias if i == 0 else _order_alias(alias, o) for i, o in enumerate(orders)]
             for order, name in zip(orders, names, strict=True):
                 group = [d for d in deployments if d.order == order]
                 self._table.aliases[name] = self._group(name, group)
@@ -301,6 +302,12 @@ class _Builder:
             )
             return False
         return True
+
+
+def _order_alias(alias: str, order: Any) -> str:
+    """The alias of a higher order's deployments (LiteLLM tries those without an order only
+    after every ordered one)."""
+    return f"{alias}--unordered" if order is None else f"{alias}--order-{order}"
 
 
 def _order_key(order: Any) -> tuple[bool, float]:

@@ -277,7 +277,8 @@ def _fallback(
             continue
         path = f"$.{source}.{name}"
         if name == "default_fallbacks":
-            pairs = [(alias, value) for alias in table.aliases if "--order-" not in alias]
+            ordered = {name for chain in table.order_chains.values() for name in chain}
+            pairs = [(alias, value) for alias in table.aliases if alias not in ordered]
         else:
             pairs = _pairs(value, path, result)
         for alias, targets in pairs:

@@ -54,7 +54,7 @@ def expected_routes(source: dict[str, Any]) -> dict[str, set[str]]:
         if prefix not in WIRE:
             continue
         model = model.removeprefix("converse/")
-        order = float(params.get("order", 0))
+        order = float(params.get("order", "inf"))  # LiteLLM tries the unordered last
         chosen.setdefault(entry["model_name"], []).append((order, model))
     routes = {
         name: {model for order, model in pairs if order == min(o for o, _ in pairs)}
