@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench import aio, cache_lookup, procstat, redis_stats
 from bench.analysis import checks, overheads
+from bench.litellm import start_litellm
 from bench.matrix import DIRECT, TARGETS, Cell, CellResult, Settings, plan, run_matrix
 from bench.report import BenchReport, table_header, table_row
 from bench.targets import (
@@ -81,6 +82,9 @@ async def _start_servers(
             servers[name] = await start_gateway(
                 stack, scratch, upstream, command, name=name, variant=name, redis=redis
             )
+    if "litellm" in options.targets:
+        progress("starting LiteLLM's proxy (.venv-litellm)")
+        servers["litellm"] = await start_litellm(stack, scratch, upstream)
     return servers
 
 

@@ -23,7 +23,8 @@ from bench.driver import LoadResult, LoadSpec, open_session, run_load
 from bench.targets import GATEWAY_VARIANTS, Server, set_upstream_latency
 
 DIRECT = "direct"
-TARGETS = ("passthrough", "gateway", *GATEWAY_VARIANTS)  # every target, in report order
+# every target, in report order; ``litellm`` is LiteLLM's proxy (bench/litellm.py), opt-in
+TARGETS = ("passthrough", "gateway", *GATEWAY_VARIANTS, "litellm")
 DEFAULT_TARGETS = ("passthrough", "gateway")  # the gateway variants are opt-in
 # Variant cells the standard matrix (no --targets) adds: the shipped chain where its cost per
 # request in flight shows, a 50 ms upstream at 256 connections.

@@ -7,6 +7,7 @@ reaches only the harness, which then stops them in order.
 """
 
 import asyncio
+import os
 import socket
 import subprocess
 import time
@@ -55,8 +56,16 @@ def free_port() -> int:
         return port
 
 
-def spawn(stack: ExitStack, name: str, argv: list[str], cwd: Path, log_dir: Path) -> Child:
-    """Start ``argv`` in ``cwd`` with output to ``log_dir/<name>.log``.
+def spawn(
+    stack: ExitStack,
+    name: str,
+    argv: list[str],
+    cwd: Path,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+) -> Child:
+    """Start ``argv`` in ``cwd`` with output to ``log_dir/<name>.log``, with ``env`` added to
+    this process's environment.
 
     The child is stopped (see :func:`stop`) when ``stack`` closes.
     """
@@ -69,6 +78,7 @@ def spawn(stack: ExitStack, name: str, argv: list[str], cwd: Path, log_dir: Path
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
         )
     child = Child(name=name, process=process, log_path=log_path)
     stack.callback(stop, child)

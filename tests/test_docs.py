@@ -14,6 +14,7 @@ DOCUMENTS = [
     "THREAT_MODEL.md",
     "deploy/README.md",
     "bench/README.md",
+    "docs/migrating-from-litellm.md",
 ]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 NAMED = re.compile(r"\b([A-Za-z0-9_./-]+\.md)\b")
