@@ -5,23 +5,32 @@
 over (with the reason) and notes on what behaves differently on purpose. ``model_list`` is
 :mod:`proxy.migrate.litellm_models`' job, the three settings sections
 :mod:`proxy.migrate.litellm_settings`'. ``credential_list`` entries are merged into the models
-that name them; ``environment_variables`` are not set (the environment is the deployment's).
+that name them; a Presidio ``guardrails`` entry becomes the masking plugin
+(:mod:`proxy.migrate.litellm_guardrails`); ``environment_variables`` are not set (the
+environment is the deployment's).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from proxy.migrate.litellm_guardrails import translate_guardrails
 from proxy.migrate.litellm_models import Clocks, translate_models
 from proxy.migrate.litellm_settings import section, translate_settings
 from proxy.migrate.result import Translation
 
 _KNOWN = frozenset(
-    {"model_list", "router_settings", "litellm_settings", "general_settings", "credential_list"}
+    {
+        "model_list",
+        "router_settings",
+        "litellm_settings",
+        "general_settings",
+        "credential_list",
+        "guardrails",
+    }
 )
 _REASONS = {
     "environment_variables": "set these in the gateway's environment: Crossway reads ${NAME}",
-    "guardrails": "Crossway's guardrail is the masking plugin: configure its entities",
     "include": "Crossway reads one file: merge the included files first",
     "mcp_servers": "Crossway has no MCP gateway",
 }
@@ -46,7 +55,8 @@ def translate(tree: Any) -> Translation:
     table = translate_models(
         tree.get("model_list"), result, clocks, _credentials(tree.get("credential_list"), result)
     )
-    rest = translate_settings(tree, table, result)
+    masking = translate_guardrails(tree.get("guardrails"), result)
+    rest = translate_settings(tree, table, result, masking)
     config: dict[str, Any] = {"providers": table.providers, "models": table.aliases}
     config.update(rest)
     result.config = config

@@ -2,8 +2,8 @@
 plugin chain, ``state``, ``auth`` and ``database``.
 
 The chain is built in the order Crossway's plugins want: ``auth`` → ``limits`` (with a master
-key) → ``cache`` → ``cost`` (with a master key, a database or prices) → ``fallback`` →
-``retry`` → ``balance``. What each setting becomes:
+key) → ``masking`` (from a Presidio guardrail) → ``cache`` → ``cost`` (with a master key, a
+database or prices) → ``fallback`` → ``retry`` → ``balance``. What each setting becomes:
 
 - ``routing_strategy`` → ``balance.strategy`` (simple-shuffle → weighted, least-busy,
   latency-based-routing → latency, cost-based-routing → cost); ``allowed_fails`` /
@@ -98,11 +98,14 @@ def section(tree: dict[str, Any], name: str, result: Translation) -> dict[str, A
 
 
 def translate_settings(
-    tree: dict[str, Any], table: ModelTable, result: Translation
+    tree: dict[str, Any],
+    table: ModelTable,
+    result: Translation,
+    masking: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The config sections other than ``providers`` and ``models``: ``plugins`` and, where the
-    source has them, ``state``, ``auth`` and ``database``. Adds ``model_group_alias``
-    aliases to ``table``."""
+    """The config sections other than ``providers`` and ``models``: ``plugins`` (with the
+    ``masking`` options, when given, after ``auth``/``limits``) and, where the source has them,
+    ``state``, ``auth`` and ``database``. Adds ``model_group_alias`` aliases to ``table``."""
     router = section(tree, "router_settings", result)
     settings = section(tree, "litellm_settings", result)
     general = section(tree, "general_settings", result)
@@ -117,6 +120,8 @@ def translate_settings(
     if master_key is not None:
         out["auth"] = {"master_key": master_key}
         plugins += [{"auth": {}}, {"limits": {}}]
+    if masking is not None:
+        plugins.append({"masking": masking})
     if "database_url" in general:
         out["database"] = {"url": env_value(general["database_url"])}
     redis_url = _redis_url(router, settings.get("cache_params") or {})

@@ -238,3 +238,22 @@ async def test_order_two_serves_when_order_one_fails(
         answer = await served.client().chat.completions.create(model="gpt-4o", messages=HI)
         assert answer.choices[0].message.content == "Hello from openai"
         assert served.take_requests() == [("azure", "gpt-4o-ptu"), ("openai", "gpt-4o")]
+
+
+async def test_the_presidio_guardrail_masks_before_the_upstream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    """LiteLLM's Presidio guardrail, imported as the masking plugin: the upstream never sees the
+    e-mail address, the client gets it back (output_parse_pii), a card number is refused."""
+    fixture = next(f for f in FIXTURES if f.stem == "12_presidio_guardrail")
+    _, config = imported(fixture, tmp_path / "crossway.yaml")
+    async with serve(config, tmp_path, monkeypatch, redis_url) as served:
+        client = served.client()
+        question = [{"role": "user", "content": "Write to alice@example.com please"}]
+        await client.chat.completions.create(model="gpt-4o", messages=question)
+        (received,) = served.fakes["openai"].requests
+        assert received.body["messages"][-1]["content"] == "Write to <EMAIL_1> please"
+        card = [{"role": "user", "content": "My card is 4111 1111 1111 1111"}]
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(model="gpt-4o", messages=card)
+        assert refused.value.code == "pii_blocked"

@@ -401,7 +401,7 @@ def test_what_has_no_equivalent_is_listed_with_its_path() -> None:
         "$.litellm_settings.success_callback",
         "$.litellm_settings.max_budget",
         "$.general_settings.alerting",
-        "$.guardrails",
+        "$.guardrails[0]",
         "$.environment_variables",
         "$.something_new",
     }
@@ -451,3 +451,57 @@ def test_a_translated_tree_is_a_valid_crossway_config() -> None:
     config = parse_config(yaml.safe_dump(result.config), {})
     assert set(config.models) == {"a", "a--unordered"}
     assert [spec.ref for spec in config.plugins] == ["cache", "fallback", "retry", "balance"]
+
+
+def test_a_presidio_guardrail_becomes_the_masking_plugin() -> None:
+    text = (
+        one("openai/a")
+        + """
+guardrails:
+  - guardrail_name: pii
+    litellm_params:
+      guardrail: presidio
+      mode: during_call
+      output_parse_pii: true
+      pii_entities_config: {EMAIL_ADDRESS: MASK, CREDIT_CARD: BLOCK, PERSON: MASK}
+  - guardrail_name: other
+    litellm_params: {guardrail: aporia, mode: post_call}
+"""
+    )
+    result = run(text)
+    assert plugin(result, "masking") == {
+        "entities": {"email": "mask", "credit_card": "block"},
+        "output": "restore",
+    }
+    assert set(skipped(result)) == {
+        "$.guardrails[0].litellm_params.pii_entities_config.PERSON",
+        "$.guardrails[1]",
+    }
+
+
+def test_presidio_without_entities_masks_everything_and_keeps_placeholders() -> None:
+    result = run(
+        one("openai/a")
+        + "guardrails: [{guardrail_name: p, litellm_params: {guardrail: presidio}}]\n"
+    )
+    masking = plugin(result, "masking")
+    assert masking["output"] == "none"
+    assert set(masking["entities"]) == {
+        "email",
+        "phone",
+        "credit_card",
+        "iban",
+        "us_ssn",
+        "ip_address",
+    }
+    assert set(masking["entities"].values()) == {"mask"}
+
+
+def test_presidio_after_the_call_is_reported() -> None:
+    result = run(
+        one("openai/a")
+        + "guardrails: [{guardrail_name: p,\n"
+        + "              litellm_params: {guardrail: presidio, mode: logging_only}}]\n"
+    )
+    assert not any("masking" in entry for entry in result.config["plugins"])
+    assert "$.guardrails[0].litellm_params.mode" in skipped(result)
