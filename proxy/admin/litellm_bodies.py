@@ -7,8 +7,10 @@ budget never resets without one; ``1d``/``24h``, ``7d``, ``30d``, ``1mo`` map to
 periods, any other is a 400); ``rpm_limit`` / ``tpm_limit`` / ``max_parallel_requests`` →
 ``rpm`` / ``tpm`` / ``max_parallel``; ``key_alias`` → ``alias``; ``team_id`` → ``team``;
 ``user_id`` → ``user``; ``metadata``; ``duration`` (``30s``, ``30m``, ``30h``, ``30d``) →
-``expires_at`` from now; ``blocked``. LiteLLM fields Crossway has no equivalent for are accepted
-when empty (``null``, ``[]``, ``{}``) and otherwise a 400 naming the field — never ignored.
+``expires_at`` from now; ``blocked``. Any other field (LiteLLM's ``aliases``, ``config``,
+``permissions``, ``tags``, per-model limits, a ``key`` of the caller's choosing on generate …) is
+accepted when empty (``null``, ``[]``, ``{}``, ``0``, ``false``, ``""``) and otherwise a 400
+naming it — never ignored.
 """
 
 from __future__ import annotations
@@ -28,22 +30,7 @@ from proxy.errors import BadRequest
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PERIODS = {"1d": "1d", "24h": "1d", "7d": "7d", "30d": "30d", "1mo": "1mo"}
-_UNSUPPORTED = (
-    "key",
-    "aliases",
-    "config",
-    "permissions",
-    "model_max_budget",
-    "model_rpm_limit",
-    "model_tpm_limit",
-    "guardrails",
-    "tags",
-    "allowed_cache_controls",
-    "enforced_params",
-    "budget_id",
-    "organization_id",
-    "spend",
-)
+_EMPTY: tuple[object, ...] = (None, [], {}, 0, False, "")
 
 
 class LiteLLMKey(Struct, frozen=True, forbid_unknown_fields=False):
@@ -76,10 +63,9 @@ def decode_key_body(body: bytes, *, update: bool) -> LiteLLMKey:
         raise BadRequest("the body is not valid JSON", code="invalid_json") from None
     if not isinstance(raw, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_request")
-    for name in _UNSUPPORTED:
-        if name == "key" and update:
-            continue
-        if raw.get(name) not in (None, [], {}, 0):
+    known = set(LiteLLMKey.__struct_fields__) - ({"key"} if not update else set())
+    for name, value in raw.items():
+        if name not in known and not any(value == empty for empty in _EMPTY):
             raise BadRequest(f"{name}: LiteLLM's {name} has no Crossway equivalent", param=name)
     try:
         return msgspec.convert(raw, LiteLLMKey)

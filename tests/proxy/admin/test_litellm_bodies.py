@@ -116,3 +116,10 @@ def test_records_are_shown_in_litellm_names_without_the_key() -> None:
     assert info["max_budget"] == 1
     assert info["budget_duration"] is None
     assert shown(current, "sk-cw-x")["key"] == "sk-cw-x"
+
+
+def test_a_field_litellm_has_and_crossway_does_not_is_never_ignored() -> None:
+    with pytest.raises(BadRequest) as error:
+        decode_key_body(body(send_invite_email=True), update=False)
+    assert error.value.param == "send_invite_email"
+    decode_key_body(body(send_invite_email=False, key="sk-cw-x"), update=True)
