@@ -82,7 +82,7 @@ async def _start_servers(
             servers[name] = await start_gateway(
                 stack, scratch, upstream, command, name=name, variant=name, redis=redis
             )
-    if "litellm" in options.targets:
+    if "litellm" in targets:
         progress("starting LiteLLM's proxy (.venv-litellm)")
         servers["litellm"] = await start_litellm(stack, scratch, upstream)
     return servers
