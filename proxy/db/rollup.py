@@ -110,9 +110,10 @@ class SpendRollup:
         assert table is not None, "totals() of what serves() refused"
         today = self.today()
         if start is None:
-            start = await self._first_record()
-            if start is None:
+            first = await self._first_record()
+            if first is None:
                 return []
+            start = _floor_day(first)  # nothing is earlier: the first day is whole
         end = today + _DAY if end is None else end
         whole_from, whole_to = _ceil_day(start), min(_floor_day(end), today)
         async with self._database.connect() as connection:

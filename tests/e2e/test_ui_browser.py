@@ -186,6 +186,10 @@ async def test_a_key_from_mint_to_revocation_in_the_browser(site: Site, tmp_path
         assert [row["team"] for row in rows] == ["search"]
         assert rows[0]["requests"] == "1"
         assert float(rows[0]["cost_usd"]) > 0
+        await page.get_by_label("Group by").select_option("key")  # the chart per day, keys apart
+        by_key = page.locator("#spend-totals tbody tr")
+        await expect(by_key.locator("th")).to_have_text(re.compile(r"^key_[0-9a-f]{16}$"))
+        await expect(page.locator("#spend-summary")).to_contain_text("1 requests")
 
         await page.get_by_role("link", name="Keys").click()
         key_row = page.locator("tbody tr", has_text=XSS)
