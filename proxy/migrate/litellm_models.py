@@ -20,7 +20,9 @@ What the deployment-level settings become:
   (``OPENAI_API_KEY`` …) when absent is written as that variable, ``${NAME:-}``: unset, the
   provider is not ready (as LiteLLM fails such calls), the gateway still starts.
 
-Anything else is reported through :meth:`~proxy.migrate.result.Translation.skip`.
+Chat and embedding entries (``model_info.mode`` absent, ``chat``, ``completion``,
+``responses``, ``embedding``) are translated alike: an alias serves whichever route the client
+calls. Anything else is reported through :meth:`~proxy.migrate.result.Translation.skip`.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ FAMILIES: dict[str, Family] = {
 
 _BARE_MODELS = (("gpt-", "openai"), ("chatgpt-", "openai"), ("o1", "openai"), ("o3", "openai"))
 _BARE_MODELS += (("o4", "openai"), ("claude", "anthropic"))
-_CHAT_MODES = (None, "chat", "completion", "responses")
+_SERVED_MODES = (None, "chat", "completion", "responses", "embedding")
 _ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info"})
 _DEPLOYMENT_KEYS = frozenset({"model", "rpm", "tpm", "weight", "order", "timeout"})
 _DEPLOYMENT_KEYS |= {"stream_timeout", "litellm_credential_name"}
@@ -155,8 +157,8 @@ class _Builder:
         alias = entry["model_name"]
         params = dict(entry.get("litellm_params") or {})
         info = dict(entry.get("model_info") or {})
-        if info.get("mode") not in _CHAT_MODES:
-            result.skip(path, f"mode {info['mode']!r}: Crossway serves chat models only")
+        if info.get("mode") not in _SERVED_MODES:
+            result.skip(path, f"mode {info['mode']!r}: Crossway serves chat and embedding models")
             return
         credential = params.get("litellm_credential_name")
         if credential is not None:

@@ -17,7 +17,9 @@ database or prices) → ``fallback`` → ``retry`` → ``balance``. What each se
   → ``state: {backend: redis, redis: {url}}``;
 - ``cache`` + ``cache_params`` → the ``cache`` plugin: ``redis`` (LiteLLM's default) → the
   ``store`` backend on Redis, ``local`` → ``memory``; ``ttl``; ``mode: default_off`` →
-  ``opt_in``. Entries stay scoped by team, on purpose (a note says so);
+  ``opt_in``; ``redis-semantic`` / ``qdrant-semantic`` → ``semantic: {embedding_model,
+  threshold}`` (``*_semantic_cache_embedding_model``, ``similarity_threshold``). Entries stay
+  scoped by team, on purpose (a note says so);
 - ``master_key`` → ``auth.master_key``; ``database_url`` → ``database.url``.
 """
 
@@ -125,7 +127,7 @@ def translate_settings(
     if "database_url" in general:
         out["database"] = {"url": env_value(general["database_url"])}
     redis_url = _redis_url(router, settings.get("cache_params") or {})
-    cache = _cache(settings, redis_url is not None, result)
+    cache = _cache(settings, redis_url is not None, table.aliases, result)
     if cache is not None:
         plugins.append({"cache": cache})
     if redis_url is not None:
@@ -226,7 +228,9 @@ def _redis_url(router: dict[str, Any], cache_params: dict[str, Any]) -> str | No
     return None
 
 
-def _cache(settings: dict[str, Any], has_redis: bool, result: Translation) -> dict[str, Any] | None:
+def _cache(
+    settings: dict[str, Any], has_redis: bool, aliases: Any, result: Translation
+) -> dict[str, Any] | None:
     if not settings.get("cache"):
         return None
     params = settings.get("cache_params") or {}
@@ -243,10 +247,9 @@ def _cache(settings: dict[str, Any], has_redis: bool, result: Translation) -> di
     else:
         cache["backend"] = "memory"
     if kind.endswith("-semantic"):
-        result.skip(
-            f"{path}.type",
-            f"{kind}: Crossway has no semantic cache; an exact-match cache is configured",
-        )
+        semantic = _semantic(params, kind, aliases, result)
+        if semantic is not None:
+            cache["semantic"] = semantic
     elif kind not in ("local", "redis"):
         result.skip(f"{path}.type", f"{kind}: no such backend; the in-memory cache is configured")
     if "ttl" in params:
@@ -262,10 +265,38 @@ def _cache(settings: dict[str, Any], has_redis: bool, result: Translation) -> di
     return cache
 
 
+def _semantic(
+    params: dict[str, Any], kind: str, aliases: Any, result: Translation
+) -> dict[str, Any] | None:
+    """``cache.semantic`` from LiteLLM's semantic cache: its embedding model (a model_name of
+    the config) and ``similarity_threshold``; Qdrant itself is not used (the vectors live in the
+    gateway, shared through the state store with ``backend: store``)."""
+    path = "$.litellm_settings.cache_params"
+    name = "qdrant" if kind.startswith("qdrant") else "redis"
+    model = params.get(f"{name}_semantic_cache_embedding_model")
+    if model not in aliases:
+        result.skip(
+            f"{path}.{name}_semantic_cache_embedding_model",
+            f"{model!r} is not a model of this config: the semantic cache needs one; an "
+            "exact-match cache is configured",
+        )
+        return None
+    semantic: dict[str, Any] = {"embedding_model": model}
+    if "similarity_threshold" in params:
+        semantic["threshold"] = env_value(params["similarity_threshold"])
+    if name == "qdrant":
+        result.notes.append(
+            f"{path}: no Qdrant: the semantic cache's vectors are kept by the gateway"
+        )
+    return semantic
+
+
 _CACHE_PARAMS = frozenset(
     {"type", "ttl", "mode", "host", "port", "password", "url", "ssl", "similarity_threshold"}
 )
 _CACHE_PARAMS |= {"redis_semantic_cache_embedding_model", "supported_call_types", "namespace"}
+_CACHE_PARAMS |= {"qdrant_semantic_cache_embedding_model", "qdrant_collection_name"}
+_CACHE_PARAMS |= {"qdrant_api_base", "qdrant_api_key", "qdrant_quantization_config"}
 
 
 def _fallback(

@@ -24,7 +24,7 @@ from tests.proxy.providers.fakes import FAKES, ProviderFake
 
 FIXTURES = sorted((Path(__file__).parents[1] / "fixtures" / "litellm").glob("*.yaml"))
 MASTER = "sk-litellm-master-" + "0123456789abcdef" * 2
-INCOMPLETE = {"06_semantic_cache", "09_priority_order", "10_kitchen_sink"}
+INCOMPLETE = {"09_priority_order", "10_kitchen_sink"}
 # LiteLLM provider prefix → the fake that speaks its wire format (the test's own table).
 WIRE = {
     "openai": "openai",

@@ -383,8 +383,8 @@ def test_what_has_no_equivalent_is_listed_with_its_path() -> None:
       - model_name: m
         litellm_params: {model: vertex_ai/gemini-pro, vertex_project: p}
       - model_name: e
-        litellm_params: {model: openai/text-embedding-3-small}
-        model_info: {mode: embedding}
+        litellm_params: {model: openai/dall-e-3}
+        model_info: {mode: image_generation}
       - model_name: t
         litellm_params: {model: openai/a, temperature: 0.1}
     litellm_settings: {success_callback: [langfuse, prometheus], max_budget: 10}
@@ -505,3 +505,34 @@ def test_presidio_after_the_call_is_reported() -> None:
     )
     assert not any("masking" in entry for entry in result.config["plugins"])
     assert "$.guardrails[0].litellm_params.mode" in skipped(result)
+
+
+def test_semantic_caches_become_the_semantic_cache_over_an_embedding_model() -> None:
+    text = """
+    model_list:
+      - {model_name: chat, litellm_params: {model: openai/gpt-4o}}
+      - model_name: embed
+        litellm_params: {model: openai/text-embedding-3-small}
+        model_info: {mode: embedding}
+    litellm_settings:
+      cache: true
+      cache_params:
+        type: redis-semantic
+        host: r
+        similarity_threshold: 0.8
+        redis_semantic_cache_embedding_model: embed
+    """
+    result = run(text)
+    assert result.config["models"]["embed"] == [{"target": "openai/text-embedding-3-small"}]
+    assert plugin(result, "cache") == {
+        "backend": "store",
+        "semantic": {"embedding_model": "embed", "threshold": 0.8},
+    }
+    assert result.complete, result.untranslated
+    qdrant = run(
+        text.replace("redis-semantic", "qdrant-semantic").replace(
+            "redis_semantic_cache_embedding_model", "qdrant_semantic_cache_embedding_model"
+        )
+    )
+    assert plugin(qdrant, "cache")["semantic"] == {"embedding_model": "embed", "threshold": 0.8}
+    assert any("Qdrant" in note for note in qdrant.notes)
