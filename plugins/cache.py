@@ -62,7 +62,7 @@ from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
 from proxy.chain import Next, PluginContext
-from proxy.errors import GatewayError
+from proxy.errors import GatewayError, NoReadyDeployment
 from proxy.store import StoreUnavailable
 
 if TYPE_CHECKING:  # imported when configured: numpy is not loaded for the exact cache alone
@@ -179,6 +179,12 @@ class CachePlugin:
     def _start_semantic(self, config: SemanticConfig, context: PluginContext, clock: Clock) -> None:
         from proxy.cache.semantic_cache import SemanticCache  # numpy, only when configured
 
+        try:  # a model nothing can route is a config error; one not ready now is not
+            context.resolve(config.embedding_model)
+        except NoReadyDeployment:
+            pass
+        except GatewayError as exc:
+            raise ValueError(f"semantic.embedding_model: {exc.message}") from None
         options = self._options
         store = context.state.store_for("cache") if options.backend == "store" else None
         semantic = self._semantic = SemanticCache(

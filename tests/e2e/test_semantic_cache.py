@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from proxy.app import create_app
+from proxy.config import ConfigError
 from tests.e2e.conftest import start_site
 
 MASTER = "master-key-" + "0123456789abcdef" * 2
@@ -204,7 +205,12 @@ async def test_a_semantic_hit_costs_the_embedding_only(gateway: Gateway) -> None
     assert first["cost_usd"] > 0.5
 
 
-@pytest.mark.parametrize("embedding", ["embed-broken", "embed-hangs", "no-such-model"])
+async def test_an_embedding_model_nothing_routes_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"semantic\.embedding_model"):
+        await running(tmp_path, embedding="no-such-model")
+
+
+@pytest.mark.parametrize("embedding", ["embed-broken", "embed-hangs"])
 async def test_an_embedding_that_fails_is_an_exact_only_miss(
     tmp_path: Path, embedding: str
 ) -> None:
