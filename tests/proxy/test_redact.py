@@ -54,6 +54,10 @@ def test_secrets_that_are_too_short_or_empty_are_ignored():
     assert redactor.text("abc 12345 plain") == "abc 12345 plain"
 
 
+def test_a_secret_of_six_characters_is_long_enough_to_be_replaced():
+    assert Redactor(["123456"]).text("pin 123456") == "pin [REDACTED]"
+
+
 def test_longer_secret_wins_over_its_prefix():
     redactor = Redactor(["secret-value", "secret-value-longer"])
     assert redactor.text("x secret-value-longer y") == f"x {MASK} y"
@@ -139,6 +143,8 @@ def test_value_keeps_container_types(redactor: Redactor):
     [
         "api_key",
         "API_KEY",
+        "apikey",
+        "api-key",
         "Authorization",
         "authorization",
         "x-api-key",
@@ -321,10 +327,10 @@ def test_sanitise_error_cleans_and_caps_every_text_field_of_an_error() -> None:
     error.details = {key: [key, {"deeper": key + "d" * 5000}]}  # type: ignore[attr-defined]
     sanitise_error(error, Redactor([key]))
     assert error.message.startswith("bad key [REDACTED] ")
-    assert len(error.message) == MAX_MESSAGE_CHARS
+    assert len(error.message) == MAX_MESSAGE_CHARS == 1000  # as documented
     assert error.args == (error.message,)
     assert error.code.startswith("[REDACTED]")
-    assert len(error.code) == MAX_FIELD_CHARS
+    assert len(error.code) == MAX_FIELD_CHARS == 256
     assert error.param == "messages [REDACTED]"
     assert key not in repr(error.details)  # type: ignore[attr-defined]
     deeper = error.details["[REDACTED]"][1]["deeper"]  # type: ignore[attr-defined]
