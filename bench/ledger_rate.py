@@ -1,8 +1,11 @@
-"""``python -m bench.ledger_rate``: how many spend records per second the ledger writes to SQLite.
+"""``python -m bench.ledger_rate``: how many spend records per second the ledger writes to its
+database (SQLite, or PostgreSQL with ``--database postgresql://…``).
 
 The records go the way the gateway sends them: :meth:`LedgerWriter.record` (the request path's
 only step) for every record, the writer's background task batching them (500 at most, every
-second at least) into a fresh SQLite file through :class:`~proxy.db.spend.SpendRepository`.
+second at least) through :class:`~proxy.db.spend.SpendRepository` into a fresh SQLite file, or
+into the ``--database`` given — a database of the bench's own: each round empties its
+``spend`` table first.
 It reports the sustained rate — records in the database over the wall time from the first
 record queued to the writer's close, which returns once the last is committed — and the
 request path's CPU per record, over
@@ -23,6 +26,7 @@ from pathlib import Path
 import structlog
 
 from proxy.db import Database
+from proxy.db.schema import spend
 from proxy.db.spend import SpendRepository
 from proxy.ledger.journal import Journal
 from proxy.ledger.records import RecordIds, SpendRecord
@@ -61,10 +65,15 @@ def _record(ids: RecordIds, i: int) -> SpendRecord:
     )
 
 
-async def one_round(directory: Path, records: int, offered: float) -> tuple[float, float, int]:
+async def one_round(
+    directory: Path, records: int, offered: float, url: str | None = None
+) -> tuple[float, float, int]:
     """(records per second into the database, request-path µs CPU per record, journaled)."""
-    database = Database(f"sqlite:///{directory}/ledger.db")
-    await database.open()  # creating and migrating the file is not part of the rate
+    database = Database(url or f"sqlite:///{directory}/ledger.db")
+    await database.open()  # creating and migrating the schema is not part of the rate
+    if url is not None:
+        async with database.connect() as connection:
+            await connection.execute(spend.delete())
     metrics = Metrics()
     writer = LedgerWriter(
         SpendRepository(database), Journal(directory / "journal"), metrics, structlog.get_logger()
@@ -87,12 +96,14 @@ async def one_round(directory: Path, records: int, offered: float) -> tuple[floa
     return records / elapsed, path_cpu / records * 1e6, journaled
 
 
-async def measure(records: int, offered: float, rounds: int) -> list[tuple[float, float, int]]:
+async def measure(
+    records: int, offered: float, rounds: int, url: str | None = None
+) -> list[tuple[float, float, int]]:
     """Every round's figures."""
     results = []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory(prefix="crossway-ledger-") as directory:
-            results.append(await one_round(Path(directory), records, offered))
+            results.append(await one_round(Path(directory), records, offered, url))
     return results
 
 
@@ -104,13 +115,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--offered", type=float, default=0.0, help="records per second offered (0: at once)"
     )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--database",
+        default=None,
+        help="a database URL of the bench's own (its spend table is emptied); default: SQLite",
+    )
     args = parser.parse_args(argv)
-    results = asyncio.run(measure(args.records, args.offered, args.rounds))
+    results = asyncio.run(measure(args.records, args.offered, args.rounds, args.database))
     rates = [rate for rate, _, _ in results]
     cpu = [path for _, path, _ in results]
     journaled = sum(j for _, _, j in results)
+    engine = "PostgreSQL" if (args.database or "").startswith("postgres") else "SQLite"
     print(
-        f"ledger into SQLite, {args.rounds} rounds of {args.records} records: "
+        f"ledger into {engine}, "
+        f"{args.rounds} rounds of {args.records} records: "
         f"median {statistics.median(rates):,.0f} records/s (rounds "
         f"{min(rates):,.0f}..{max(rates):,.0f}); request path "
         f"{statistics.median(cpu):.2f} µs CPU per record; journaled {journaled}"

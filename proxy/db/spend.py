@@ -1,10 +1,12 @@
 """The ``spend`` table: the ledger's records, and the sums the spend API and budgets read.
 
-:meth:`SpendRepository.write` is the ledger writer's sink: one multi-row insert per batch that
-skips ids the table already has (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL alike), so
-that replaying a journal never duplicates a record. On SQLite the insert is one prepared
-statement given plain tuples (bound parameters, as every query here): SQLAlchemy's per-row
-processing would cost more than SQLite's own work. Money is summed in SQL as integers
+:meth:`SpendRepository.write` is the ledger writer's sink: one insert per batch that skips ids
+the table already has (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL alike), so that
+replaying a journal never duplicates a record. Both bypass SQLAlchemy's per-row processing,
+which would cost more than the database's own work, and bind every value as a parameter: on
+SQLite one prepared statement given plain tuples; on PostgreSQL one statement and one round
+trip for the whole batch, ``INSERT … SELECT * FROM unnest($1::VARCHAR(32)[], …)``, each
+parameter an array holding one column of the batch. Money is summed in SQL as integers
 (nano-dollars); grouping by day uses the stored UTC ``day`` column, the same on every engine.
 """
 
@@ -45,12 +47,16 @@ TOKEN_FIELDS = (
 _COLUMN = {"user": "end_user"}  # record field -> column, where they differ
 _SCOPES = {"key": spend.c.key_id, "team": spend.c.team, "user": spend.c.end_user}
 _RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
-_SQLITE_FIELDS = tuple(f for f in _RECORD_FIELDS if f != "time")
+_FIELDS_AFTER_TIME = tuple(f for f in _RECORD_FIELDS if f != "time")
+_INSERTED = ("time", "day", *(_COLUMN.get(f, f) for f in _FIELDS_AFTER_TIME))
 _SQLITE_INSERT = (
-    "INSERT INTO spend (time, day, "
-    + ", ".join(_COLUMN.get(f, f) for f in _SQLITE_FIELDS)
-    + ") VALUES ("
-    + ", ".join("?" * (len(_SQLITE_FIELDS) + 2))
+    f"INSERT INTO spend ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))}) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_POSTGRES_TYPES = [spend.c[name].type.compile(dialect=postgresql.dialect()) for name in _INSERTED]
+_POSTGRES_INSERT = (
+    f"INSERT INTO spend ({', '.join(_INSERTED)}) SELECT * FROM unnest("
+    + ", ".join(f"${i}::{kind}[]" for i, kind in enumerate(_POSTGRES_TYPES, 1))
     + ") ON CONFLICT (id) DO NOTHING"
 )
 
@@ -127,12 +133,13 @@ class SpendRepository:
             today = self._rollup.today().timestamp()
             late = {self._day(r.time) for r in records if r.time < today}
         async with self._database.connect() as connection:
-            if connection.dialect.name == "sqlite":  # the embedded default: the fast path
+            if connection.dialect.name == "sqlite":
                 rows = [self._sqlite_row(record) for record in records]
                 await connection.exec_driver_sql(_SQLITE_INSERT, rows)  # type: ignore[arg-type]
             else:
-                statement = postgresql.insert(spend).on_conflict_do_nothing(index_elements=["id"])
-                await connection.execute(statement, [self._row(record) for record in records])
+                rows = [self._postgres_row(record) for record in records]
+                columns = tuple(list(column) for column in zip(*rows, strict=True))
+                await connection.exec_driver_sql(_POSTGRES_INSERT, columns)
             if late and self._rollup is not None:
                 await self._rollup.forget(connection, late)
 
@@ -264,18 +271,18 @@ class SpendRepository:
             total = (await connection.execute(sa.select(charged).where(column == ident))).scalar()
         return days, int(total or 0)
 
-    def _row(self, record: SpendRecord) -> dict[str, Any]:
-        row = {_COLUMN.get(field, field): getattr(record, field) for field in _RECORD_FIELDS}
-        row["time"] = datetime.fromtimestamp(record.time, UTC)
-        row["day"] = self._day(record.time)
-        return row
+    def _postgres_row(self, record: SpendRecord) -> tuple[Any, ...]:
+        """The record as :data:`_POSTGRES_INSERT` takes it (a row of its columns): the time an
+        aware UTC ``datetime``."""
+        moment = datetime.fromtimestamp(record.time, UTC)
+        return (moment, self._day(record.time), *(getattr(record, f) for f in _FIELDS_AFTER_TIME))
 
     def _sqlite_row(self, record: SpendRecord) -> tuple[Any, ...]:
         """The record as :data:`_SQLITE_INSERT` takes it: the time as SQLAlchemy keeps a
         :class:`~proxy.db.schema.UtcDateTime` in SQLite (naive UTC text, microseconds)."""
         moment = datetime.fromtimestamp(record.time, UTC)
         text = f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond:06d}"
-        return (text, self._day(record.time), *(getattr(record, f) for f in _SQLITE_FIELDS))
+        return (text, self._day(record.time), *(getattr(record, f) for f in _FIELDS_AFTER_TIME))
 
     def _day(self, timestamp: float) -> str:
         day_number = int(timestamp // 86_400)

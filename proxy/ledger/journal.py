@@ -119,6 +119,8 @@ class Claimed:
         self.path = path
         self._fd = fd
         self.torn = 0  # lines that could not be decoded
+        self.lines = _count_lines(fd)
+        """Its lines (records, and torn lines) when it was claimed."""
 
     def batches(self, size: int) -> Iterator[list[SpendRecord]]:
         """The file's records, ``size`` at a time (undecodable lines skipped, counted in
@@ -149,3 +151,15 @@ class Claimed:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+def _count_lines(fd: int) -> int:
+    """The lines of the file open at ``fd`` (a last line without its newline counts)."""
+    count = 0
+    offset = 0
+    last = b"\n"
+    while chunk := os.pread(fd, 1 << 16, offset):
+        count += chunk.count(b"\n")
+        offset += len(chunk)
+        last = chunk[-1:]
+    return count + (last != b"\n")

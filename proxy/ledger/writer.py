@@ -13,10 +13,12 @@ interleaved with new records so that catching up never starves them — and dele
 Nothing is dropped silently. The queue holds at most ``max_queue`` records; beyond that (the
 database and the disk both failing) records are dropped, logged and counted in
 ``crossway_ledger_dropped_total``, as are journal lines that cannot be read back.
-``crossway_ledger_pending`` is what this process has not yet written to the database (queued,
-and journaled but not replayed); ``crossway_ledger_journaled_total`` counts records that went
-to the journal. :meth:`close` (on SIGTERM, after in-flight requests finished) writes what is
-queued: to the database if it answers in time, else to the journal.
+``crossway_ledger_pending`` is what this process has not yet written to the database: queued,
+journaled since its last replay, and the lines of the journal files it is replaying (counted
+anew each time it claims files, since a file one worker journaled may be replayed by
+another); ``crossway_ledger_journaled_total`` counts records that went to the journal.
+:meth:`close` (on SIGTERM, after in-flight requests finished) writes what is queued: to the
+database if it answers in time, else to the journal.
 """
 
 from __future__ import annotations
@@ -99,12 +101,13 @@ class LedgerWriter:
         if len(self._queue) >= self._max_queue:
             self._drop(1, "the ledger queue is full: the database and the journal are failing")
             return
-        self._queue.append(record)
+        queue = self._queue
+        queue.append(record)
         self._pending.inc()
         if self._task is None:
             self.start()
-        elif len(self._queue) >= self._batch_size:
-            self._wake.set()
+        elif len(queue) == 1 or len(queue) >= self._batch_size:
+            self._wake.set()  # the first record starts the interval; a full batch ends it
 
     def start(self) -> None:
         """Start the background task (idempotent)."""
@@ -146,15 +149,27 @@ class LedgerWriter:
                 await asyncio.sleep(self._interval)
 
     async def _wait(self) -> None:
-        """Until a batch is full, ``interval`` has passed with records waiting, or closing; no
-        wait while a replay has more to do."""
-        if len(self._queue) >= self._batch_size or (self._replaying and self._usable()):
+        """Until a batch is full, ``interval`` has passed since the first record waiting (or
+        since a catch-up became due), or closing; idle (nothing queued, nothing to replay)
+        until a record arrives; no wait while a replay has more to do."""
+        if self._ready() or (self._replaying and self._usable()):
             return
-        self._wake.clear()
-        timeout = self._interval if self._queue or self._catch_up else None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._wake.wait()
+        wake = self._wake
+        if not self._queue and not self._catch_up:
+            wake.clear()
+            await wake.wait()  # record() wakes on the first record, close() on closing
+        deadline = asyncio.get_running_loop().time() + self._interval
+        while not self._ready():
+            wake.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await wake.wait()
+            except TimeoutError:
+                return
+
+    def _ready(self) -> bool:
+        """Whether to write without waiting longer: a full batch, or closing."""
+        return self._closing or len(self._queue) >= self._batch_size
 
     def _take(self) -> list[SpendRecord]:
         queue = self._queue
@@ -209,6 +224,9 @@ class LedgerWriter:
         if not self._replaying:
             self._catch_up = False
             self._replaying = self._journal.claim()
+            # What this process now has to replay is what it claimed: a file it journaled but
+            # released after a failed replay may have been claimed by another worker since.
+            self._set_journaled(sum(claimed.lines for claimed in self._replaying))
             if not self._replaying:
                 return
         while self._replaying:
@@ -221,16 +239,20 @@ class LedgerWriter:
                 continue
             if not await self._to_database(batch):
                 return
-            replayed = min(len(batch), self._journaled_pending)
-            self._journaled_pending -= replayed
-            self._pending.dec(replayed)
+            self._set_journaled(self._journaled_pending - len(batch))
             return
+
+    def _set_journaled(self, count: int) -> None:
+        count = max(0, count)
+        self._pending.inc(count - self._journaled_pending)
+        self._journaled_pending = count
 
     def _finish(self, claimed: Claimed) -> None:
         self._replaying.pop(0)
         self._replay_batches = None
         if claimed.torn:
             self._drop(claimed.torn, f"unreadable lines in the ledger journal {claimed.path}")
+            self._set_journaled(self._journaled_pending - claimed.torn)
         claimed.finish()
         if not self._replaying:
             self.logger.info("ledger_journal_replayed")

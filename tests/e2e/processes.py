@@ -34,7 +34,11 @@ def http(url: str, body: bytes | None = None) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def wait_ready(url: str, deadline: float = 20.0) -> None:
+START_DEADLINE = 60.0
+"""Seconds a gateway may take to start: generous, for a machine that other test runs load."""
+
+
+def wait_ready(url: str, deadline: float = START_DEADLINE) -> None:
     stop = time.monotonic() + deadline
     while time.monotonic() < stop:
         try:
@@ -93,7 +97,11 @@ def serve(
     served = Served(f"http://127.0.0.1:{port}", config, process, logs)
     try:
         wait_ready(served.url)
-        eventually(lambda: listeners(port) == workers, what=f"{workers} listening worker(s)")
+        eventually(
+            lambda: listeners(port) == workers,
+            timeout=START_DEADLINE,
+            what=f"{workers} listening worker(s)",
+        )
         yield served
     finally:
         process.send_signal(signal.SIGTERM)

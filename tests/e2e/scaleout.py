@@ -18,6 +18,11 @@ from tests.e2e.processes import Served, free_port, serve
 MASTER = "master-key-for-the-scaleout-tests-0123456789"
 LIMITED = "sk-cw-limited-key-for-scaleout-tests-0123456789"
 FREE = "sk-cw-free-key-for-scaleout-tests-0123456789ab"
+BUDGETED = "sk-cw-budgeted-key-for-scaleout-tests-01234567"
+BUDGET_USD = 0.0001
+"""The budgeted key's daily budget: about 14 requests of ``chat``'s size (the mock's prices)."""
+COST = "  - cost: {reserve_output_tokens: 10}\n"
+"""The cost plugin, for ``plugins=``: budgets and the ledger."""
 
 
 def config(
@@ -49,6 +54,7 @@ def config(
           keys:
             - {{key: "{LIMITED}", alias: limited, rpm: 60}}
             - {{key: "{FREE}", alias: free}}
+            - {{key: "{BUDGETED}", alias: budgeted, budget: {{max_usd: {BUDGET_USD}, period: 1d}}}}
         plugins:
           - auth: {{}}
           - limits: {{}}
@@ -105,14 +111,29 @@ class Client:
         headers: dict[str, str] | None = None,
         model: str = "echo",
     ) -> tuple[int, dict[str, str]]:
-        body = {"model": model, "messages": [{"role": "user", "content": text}]}
+        status, response_headers, _ = await self.completion(url, key, text, headers, model)
+        return status, response_headers
+
+    async def completion(
+        self,
+        url: str,
+        key: str,
+        text: str = "hi",
+        headers: dict[str, str] | None = None,
+        model: str = "echo",
+        max_tokens: int | None = None,
+    ) -> tuple[int, dict[str, str], dict]:
+        """One chat completion: its status, headers (names in lower case) and JSON body."""
+        body: dict = {"model": model, "messages": [{"role": "user", "content": text}]}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         async with self.session.post(
             f"{url}/v1/chat/completions",
             json=body,
             headers={"authorization": f"Bearer {key}", **(headers or {})},
         ) as response:
-            await response.read()
-            return response.status, dict(response.headers)
+            headers = {name.lower(): value for name, value in response.headers.items()}
+            return response.status, headers, json.loads(await response.read())
 
     async def admin(
         self, method: str, url: str, path: str, body: object = None
@@ -138,13 +159,13 @@ class Client:
         return total
 
 
-async def poll(condition, *, seconds: float, what: str) -> float:
-    """Await ``condition()`` (a coroutine function returning bool) until it holds; the seconds
-    it took. Fails after ``seconds``."""
+async def poll(condition, *, seconds: float, what: str, every: float = 0.01) -> float:
+    """Await ``condition()`` (a coroutine function returning bool) until it holds, trying
+    ``every`` seconds; the seconds it took. Fails after ``seconds``."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     while not await condition():
         if loop.time() - started > seconds:
             raise AssertionError(f"not within {seconds} s: {what}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(every)
     return loop.time() - started

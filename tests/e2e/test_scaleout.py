@@ -1,10 +1,15 @@
 """Scale-out through real ``crossway serve`` processes sharing one Redis and one PostgreSQL:
-two instances on two ports, and two workers on one port, hold one rate limit, share cache
-entries and see a revoked key refused everywhere within a second.
+two instances on two ports, and two workers on one port, hold one rate limit and one budget,
+share cache entries and see a revoked key refused everywhere within a second.
 
 The rate-limit proof needs no minute of waiting: GCRA admits a burst of exactly ``rpm`` and
 then one request per ``60 / rpm`` seconds, so in a test lasting ``t`` seconds a key with
 ``rpm: 60`` gets between 60 and ``60 + t`` successes (the bound every assertion states).
+
+The budget's bound: a request is admitted while the key's spend, charged plus reserved by the
+requests in flight on every process, is below ``max_usd`` (one atomic ``INCRBY`` in Redis), so
+the spend ends between ``max_usd`` and ``max_usd`` plus one request's reservation, however
+many processes serve the key and however many requests are in flight.
 """
 
 from __future__ import annotations
@@ -16,7 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.scaleout import FREE, LIMITED, Client, instances, poll
+from tests.e2e.scaleout import (
+    BUDGET_USD,
+    BUDGETED,
+    COST,
+    FREE,
+    LIMITED,
+    Client,
+    instances,
+    poll,
+)
 from tests.engines import RedisServer
 from tests.engines.plugin import redis_command
 
@@ -34,7 +48,12 @@ async def client() -> AsyncIterator[Client]:
 def gateways(request, tmp_path: Path, redis_url: str, postgres_url: str):
     count, workers = TOPOLOGIES[request.param]
     with instances(
-        tmp_path, count, workers=workers, redis_url=redis_url, database_url=postgres_url
+        tmp_path,
+        count,
+        workers=workers,
+        redis_url=redis_url,
+        database_url=postgres_url,
+        plugins=COST,
     ) as served:
         # Two instances: two URLs. Two workers: one URL, which the kernel spreads.
         yield [s.url for s in served] * (2 // count)
@@ -56,6 +75,45 @@ async def test_one_rpm_limit_holds_across_every_process(gateways: list[str], cli
     assert ok + limited == 150, statuses
     # Per process, 60 each would be 120: the bound is the shared one.
     assert 60 <= ok <= 60 + int(elapsed) + 1, (ok, elapsed)
+
+
+# One request of the budget test: "budget N" is 3 input tokens ($0.000001 each at the mock's
+# prices) and echoes 2 output tokens ($0.000002 each): $0.000007. It reserves its estimated
+# prompt plus max_tokens (10) of output, at most $0.00004.
+RESERVATION_USD = 0.00004
+
+
+async def test_one_budget_holds_across_every_process(gateways: list[str], client: Client):
+    targets = itertools.cycle(gateways)
+    gate = asyncio.Semaphore(8)
+    counter = itertools.count()
+
+    async def one(url: str) -> tuple[int, dict[str, str], dict]:
+        async with gate:
+            return await client.completion(
+                url, BUDGETED, text=f"budget {next(counter)}", max_tokens=10
+            )
+
+    # Concurrent requests on every process, then one at a time until the budget refuses (the
+    # concurrent ones may stop short of it while reservations are in flight).
+    replies = list(await asyncio.gather(*(one(next(targets)) for _ in range(40))))
+    while replies[-1][0] == 200:
+        assert len(replies) < 100, "the budget never refused"
+        replies.append(await one(next(targets)))
+    served = [headers for status, headers, _ in replies if status == 200]
+    refused = [(headers, body) for status, headers, body in replies if status == 429]
+    assert len(served) + len(refused) == len(replies), [r[0] for r in replies]
+    spent = sum(float(headers["x-crossway-cost-usd"]) for headers in served)
+    # Counted per process, each would admit its own $0.0001 (about 28 requests in all).
+    assert BUDGET_USD <= spent < BUDGET_USD + RESERVATION_USD, (spent, len(served))
+    for headers, body in refused:
+        assert body["error"]["code"] == "budget_exceeded"
+        assert headers["x-crossway-budget-scope"] == "key"
+        assert headers["x-should-retry"] == "false"
+    # Spent on one process, refused by every one.
+    for url in gateways * 3:
+        status, _, body = await client.completion(url, BUDGETED, text="after", max_tokens=10)
+        assert (status, body["error"]["code"]) == (429, "budget_exceeded")
 
 
 async def test_an_entry_cached_by_one_is_a_hit_on_the_other(gateways: list[str], client: Client):
@@ -134,8 +192,14 @@ async def test_redis_killed_under_load_then_restarted(
     tmp_path: Path, own_redis: RedisServer, client: Client
 ):
     database = f"sqlite:///{tmp_path}/crossway.db"
-    with instances(tmp_path, 1, redis_url=own_redis.url, database_url=database) as (served,):
+    with instances(tmp_path, 1, redis_url=own_redis.url, database_url=database, plugins=COST) as (
+        served,
+    ):
         url = served.url
+
+        async def budgeted() -> tuple[int, str | None]:
+            status, _, body = await client.completion(url, BUDGETED, "spend", max_tokens=10)
+            return status, body.get("error", {}).get("code")
 
         async def load(round_: int, model: str = "echo") -> list[int]:
             # 100 concurrent requests, half of them repeats (cache hits while Redis is up).
@@ -146,6 +210,7 @@ async def test_redis_killed_under_load_then_restarted(
             return [status for status, _ in replies]
 
         assert await load(0) == [200] * 100
+        assert await budgeted() == (200, None)
         # The slow model keeps the next 100 in the upstream (300 ms) while Redis dies: they
         # passed the limits and the cache lookup, their cache writes will fail.
         in_flight = asyncio.ensure_future(load(1, model="slow"))
@@ -171,6 +236,17 @@ async def test_redis_killed_under_load_then_restarted(
             >= 70
         )
 
+        # Budgets follow state.on_unavailable.budgets, closed by default: refused before any
+        # upstream call, the key without a budget still served.
+        assert await budgeted() == (503, "budget_unavailable")
+        assert (await client.chat(url, FREE, "no budget"))[0] == 200
+        assert (
+            await client.metric(
+                url, "crossway_state_degraded_total", use="budgets", decision="closed"
+            )
+            == 1
+        )
+
         own_redis.start()
 
         async def reconnected() -> bool:
@@ -181,3 +257,5 @@ async def test_redis_killed_under_load_then_restarted(
         assert (await client.chat(url, LIMITED, "shared again"))[0] == 200
         keys = redis_command(own_redis.port, "KEYS", "crossway:limits:rpm:*")
         assert b"crossway:limits:rpm:key:" in keys
+        assert await budgeted() == (200, None)
+        assert b"crossway:spend:key:" in redis_command(own_redis.port, "KEYS", "crossway:spend:*")

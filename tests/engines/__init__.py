@@ -269,6 +269,11 @@ class PostgresServer:
         )
         return result.stdout.strip()
 
+    def kill(self) -> None:
+        """Stop it at once by its PID (SIGQUIT, PostgreSQL's immediate shutdown: connections
+        cut, no checkpoint; the next :meth:`start` recovers from the WAL): an outage."""
+        _stop(self.process, signal.SIGQUIT)
+
     def stop(self, *, remove: bool = False) -> None:
         """Stop it (fast shutdown) by its PID; ``remove`` deletes its data too."""
         _stop(self.process, signal.SIGINT)

@@ -5,6 +5,8 @@
 - ``postgres_server``: one private PostgreSQL for the session; ``postgres_url`` gives the test a
   database of its own (created empty; dropped after).
 - ``own_redis``: a Redis for one test alone, which the test may kill and restart.
+- ``own_postgres``: a PostgreSQL for one test alone (started), which the test may kill and
+  restart on the same port and data directory.
 """
 
 from __future__ import annotations
@@ -63,3 +65,10 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     postgres_server.sql(f"CREATE DATABASE {name}", database="postgres")
     yield postgres_server.url.rsplit("/", 1)[0] + "/" + name
     postgres_server.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", database="postgres")
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    yield server
+    server.stop(remove=True)

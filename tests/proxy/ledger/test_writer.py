@@ -4,6 +4,8 @@ its replay without duplicates, close, and every loss counted."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,8 +27,10 @@ class FakeDatabase:
         self.batches: list[int] = []
         self.mode = "ok"
         self.slow = asyncio.Event()
+        self.attempts = 0
 
     async def write(self, records: Sequence[SpendRecord]) -> None:
+        self.attempts += 1
         if self.mode == "down":
             raise ConnectionError("database is down")
         if self.mode == "slow":
@@ -125,6 +129,35 @@ async def test_a_lone_record_is_written_within_the_interval(tmp_path: Path) -> N
     await h.writer.close()
 
 
+async def test_a_record_after_an_idle_spell_is_written_within_the_interval(
+    tmp_path: Path,
+) -> None:
+    # Once the first batch is written and the start-up catch-up is done, the writer waits
+    # for the next record without a timer: that record must start one, not wait for 499 more.
+    h = Harness(tmp_path, interval=0.05)
+    h.writer.record(record(1))
+    await until(lambda: len(h.database.rows) == 1)
+    await until(lambda: not h.writer._catch_up)
+    for i in range(3):
+        h.writer.record(record(2 + i))
+        await until(lambda i=i: len(h.database.rows) == 2 + i)
+    assert h.database.batches == [1, 1, 1, 1]
+    await h.writer.close()
+
+
+async def test_records_arriving_together_after_an_idle_spell_share_a_batch(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, interval=0.05)
+    h.writer.start()
+    await until(lambda: not h.writer._catch_up)
+    for i in range(20):
+        h.writer.record(record(i))
+    await until(lambda: len(h.database.rows) == 20)
+    assert h.database.batches == [20]
+    await h.writer.close()
+
+
 async def test_a_database_outage_goes_to_the_journal_and_is_replayed_once_it_is_back(
     tmp_path: Path,
 ) -> None:
@@ -186,6 +219,47 @@ async def test_a_journal_left_by_another_process_is_replayed_when_the_database_a
     await until(lambda: len(h.database.rows) == 4 and h.journal_files() == [])
     assert set(h.database.rows) == {r.id for r in [*left, mine]}
     await h.writer.close()
+
+
+def claimable(path: Path) -> bool:
+    """Whether no writer holds ``path``'s lock (flock locks conflict within one process too)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock
+    return True
+
+
+async def test_records_another_worker_replayed_are_no_longer_pending_here(
+    tmp_path: Path,
+) -> None:
+    a, b = Harness(tmp_path), Harness(tmp_path)  # two workers, one journal directory
+    a.database.mode = "down"
+    mine = [record(i) for i in range(5)]
+    for r in mine:
+        a.writer.record(r)
+    await until(lambda: a.metric("crossway_ledger_journaled_total") == 5)
+    # A's replay fails too (the database is still down): A gives its file up, unreplayed.
+    a.clock.advance(5.0)
+    await until(lambda: a.database.attempts == 2)
+    (left,) = a.journal_files()
+    await until(lambda: claimable(left))
+    assert a.writer.pending == 5
+    b.writer.start()  # B catches up on start: it claims and replays A's file
+    await until(lambda: len(b.database.rows) == 5 and a.journal_files() == [])
+    assert b.writer.pending == 0
+    # A, back, finds nothing left to replay: nothing of its own is pending any more.
+    a.database.mode = "ok"
+    a.clock.advance(5.0)
+    a.writer.record(record(9))
+    await until(lambda: a.writer.pending == 0)
+    assert a.metric("crossway_ledger_pending") == 0
+    assert a.metric("crossway_ledger_dropped_total") == 0
+    await a.writer.close()
+    await b.writer.close()
 
 
 async def test_a_live_writers_journal_is_never_claimed(tmp_path: Path) -> None:

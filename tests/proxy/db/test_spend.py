@@ -1,0 +1,104 @@
+"""proxy/db/spend.py: a batch of ledger records goes in as one insert on SQLite and on
+PostgreSQL, every field comes back as written (None, floats, the time to the microsecond), and
+writing ids the table already has adds nothing (a journal's replay)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from proxy.db import Database
+from proxy.db.spend import SpendFilter, SpendRepository
+from proxy.ledger.records import RecordIds, SpendRecord
+
+IDS = RecordIds()
+MOMENT = datetime(2026, 12, 1, 12, 30, 15, 123456, tzinfo=UTC).timestamp()
+
+
+def record(i: int, **fields: object) -> SpendRecord:
+    values: dict = dict(
+        id=IDS(),
+        request_id=f"req-{i}",
+        time=MOMENT + i,
+        key_id=f"key_{i % 3}",
+        key_alias="ci",
+        team="search" if i % 2 else None,
+        user=None,
+        dialect="openai",
+        model="fast",
+        provider="mock",
+        upstream_model="echo",
+        input_tokens=3 + i,
+        cache_read_tokens=0,
+        cache_write_tokens=1,
+        output_tokens=2,
+        reasoning_tokens=0,
+        cost_nanos=7000 * i,
+        cost_source="estimated",
+        saved_nanos=None,
+        status=200,
+        error_code=None,
+        duration_ms=1.5 + i,
+        ttft_ms=None,
+        attempts=1,
+        fallback=None,
+        cache=None,
+    )
+    values.update(fields)
+    return SpendRecord(**values)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def repository(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator:
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+    else:
+        url = f"sqlite:///{tmp_path}/data/crossway.db"
+    database = Database(url)
+    yield SpendRepository(database)
+    await database.close()
+
+
+async def test_a_batch_comes_back_field_for_field(repository: SpendRepository) -> None:
+    written = [record(i) for i in range(1, 6)]
+    written.append(
+        record(
+            9,
+            user="ann@example.com",
+            saved_nanos=12,
+            error_code="budget_exceeded",
+            status=429,
+            ttft_ms=0.25,
+            fallback="fast->slow",
+            cache="hit",
+            cost_nanos=None,
+            cost_source=None,
+        )
+    )
+    await repository.write(written)
+    stored, cursor = await repository.logs(SpendFilter(), limit=100)
+    assert cursor is None
+    assert sorted(stored, key=lambda r: r.id) == sorted(written, key=lambda r: r.id)
+
+
+async def test_ids_already_stored_are_skipped(repository: SpendRepository) -> None:
+    first = [record(i) for i in range(1, 501)]
+    await repository.write(first)
+    await repository.write([*first[:250], again := record(1000)])  # a journal replayed in part
+    rows, total = await repository.totals(SpendFilter(), [])
+    assert total["requests"] == 501
+    assert total["cost_nanos"] == sum(r.cost_nanos or 0 for r in [*first, again])
+    assert rows == [total]
+
+
+async def test_the_day_column_groups_in_utc(repository: SpendRepository) -> None:
+    late = datetime(2026, 12, 1, 23, 59, 59, tzinfo=UTC).timestamp()
+    await repository.write([record(1, time=late), record(2, time=late + 2)])
+    rows, _ = await repository.totals(SpendFilter(), ["day"])
+    assert sorted((row["day"], row["requests"]) for row in rows) == [
+        ("2026-12-01", 1),
+        ("2026-12-02", 1),
+    ]
