@@ -65,9 +65,11 @@ def _stop(process: subprocess.Popen | None, sig: int) -> None:
 
 
 class RedisServer:
-    """A ``redis-server`` of its own (no persistence) on :attr:`port`."""
+    """A ``redis-server`` of its own (no persistence) on :attr:`port`; with ``tls``, that port
+    speaks TLS only (a self-signed certificate for 127.0.0.1, :attr:`certificate`); with
+    ``unix_socket``, it also listens on :attr:`socket`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: bool = False, unix_socket: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise EngineMissing(
@@ -77,10 +79,59 @@ class RedisServer:
         self.directory = Path(tempfile.mkdtemp(prefix="crossway-redis-"))
         self.port = free_port()
         self.process: subprocess.Popen | None = None
+        self.tls = tls
+        self.certificate = self.directory / "cert.pem"
+        self.socket = self.directory / "redis.sock" if unix_socket else None
+        self._listen = ["--port", str(self.port)]
+        if tls:
+            self._make_certificate()
+            self._listen = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.certificate),
+                "--tls-key-file",
+                str(self.directory / "key.pem"),
+                "--tls-ca-cert-file",
+                str(self.certificate),
+                "--tls-auth-clients",
+                "no",
+            ]
+        if self.socket is not None:
+            self._listen += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+
+    def _make_certificate(self) -> None:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise EngineMissing("openssl is not installed: apt-get install openssl")
+        subprocess.run(
+            [
+                openssl,
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                str(self.directory / "key.pem"),
+                "-out",
+                str(self.certificate),
+            ],
+            check=True,
+            capture_output=True,
+        )
 
     def start(self) -> RedisServer:
         """Start (or restart, on the same port) and wait until it accepts connections."""
@@ -89,8 +140,7 @@ class RedisServer:
             self.process = subprocess.Popen(
                 [
                     self._binary,
-                    "--port",
-                    str(self.port),
+                    *self._listen,
                     "--bind",
                     "127.0.0.1",
                     "--save",

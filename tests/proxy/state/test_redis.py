@@ -282,3 +282,52 @@ async def test_a_password_and_database_number_from_the_url(own_redis: RedisServe
         assert not wrong.up
     finally:
         await wrong.close()
+
+
+async def test_a_unix_socket_url_with_a_database_number() -> None:
+    server = RedisServer(unix_socket=True).start()
+    try:
+        over_socket = RedisStore(config(f"unix://{server.socket}?db=2", timeout_ms=2000))
+        await over_socket.start()
+        try:
+            assert over_socket.up
+            await over_socket.set("k", b"over the socket")
+        finally:
+            await over_socket.close()
+        # The same server over TCP: the key is in database 2, and only there.
+        for database, expected in ((2, b"over the socket"), (0, None)):
+            over_tcp = RedisStore(config(f"redis://127.0.0.1:{server.port}/{database}"))
+            await over_tcp.start()
+            try:
+                assert await over_tcp.get("k") == expected
+            finally:
+                await over_tcp.close()
+    finally:
+        server.stop()
+
+
+async def test_a_rediss_url_speaks_tls_and_verifies_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = RedisServer(tls=True).start()
+    try:
+        assert server.url.startswith("rediss://")
+        untrusted = RedisStore(config(server.url, timeout_ms=2000))
+        await untrusted.start()  # a self-signed certificate the system does not trust
+        try:
+            assert not untrusted.up
+        finally:
+            await untrusted.close()
+        monkeypatch.setenv("SSL_CERT_FILE", str(server.certificate))
+        trusted = RedisStore(config(server.url, timeout_ms=2000))
+        await trusted.start()
+        try:
+            assert trusted.up
+            await trusted.set("k", b"over TLS")
+            assert await trusted.get("k") == b"over TLS"
+            states = await trusted.rate_take([RateBucket("r", 1, 2, 60.0)])
+            assert states[0].allowed
+        finally:
+            await trusted.close()
+    finally:
+        server.stop()
