@@ -6,7 +6,7 @@ state:
   backend: redis                       # memory (default) | redis
   redis:
     url: "${REDIS_URL:-redis://127.0.0.1:6379/0}"   # redis://, rediss:// (TLS), unix://
-    cluster: false                     # Redis Cluster
+    cluster: false                     # Redis Cluster (the URL names one node; database 0)
     timeout_ms: 50                     # per operation; past it the use's failure policy applies
     breaker: {failures: 3, cooldown_ms: 1000}
     max_idle: 2592000                  # seconds a key written without a TTL outlives its last write
@@ -113,7 +113,11 @@ class RedisConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_idle: Annotated[int, Meta(ge=60)] = 2_592_000
 
     def __post_init__(self) -> None:
-        RedisAddress(self.url)  # a ValueError is a validation error at $.state.redis
+        address = RedisAddress(self.url)  # a ValueError is a validation error at $.state.redis
+        if self.cluster and (address.path is not None or address.database):
+            raise ValueError(
+                "a Redis Cluster is reached over redis:// or rediss:// and has database 0 only"
+            )
 
 
 class OnUnavailable(Struct, frozen=True, forbid_unknown_fields=True):

@@ -7,6 +7,11 @@ holds and releases — which run atomically with the server's clock. Commands ar
 one connection (:mod:`proxy.state.resp`): what concurrent requests send in one turn of the
 event loop leaves in one write.
 
+With ``cluster: true`` the commands go to the node serving each key's slot
+(:mod:`proxy.state.cluster`), and the keys under :data:`SAME_SLOT` (the limits', which the
+multi-key scripts take together) share one hash tag; a multi-key operation on keys of
+different slots raises :class:`ValueError` (Redis's ``CROSSSLOT``).
+
 Keys are namespaced: a key that does not start with ``crossway:`` gets that prefix. Every key
 has a TTL, so that nothing grows without bound: a write that gives none (a lifetime budget
 counter, an in-flight counter) sets ``max_idle`` (in-flight counters: :data:`HOLD_IDLE`), renewed
@@ -33,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.state.breaker import CircuitBreaker
+from proxy.state.cluster import ClusterConnection
 from proxy.state.config import RedisAddress, RedisConfig
 from proxy.state.resp import ReplyError, RespConnection
 from proxy.state.scripts import (
@@ -49,6 +55,10 @@ from proxy.state.scripts import (
 from proxy.store import RateBucket, RateState, StoreUnavailable
 
 PREFIX = "crossway:"
+SAME_SLOT = "crossway:limits:"
+"""On Redis Cluster, the keys under this prefix share one hash slot, as ``crossway:{limits}:…``:
+the multi-key scripts take a key's, its team's and its deployment's buckets together."""
+_TAGGED = "crossway:{limits}:"
 HOLD_IDLE = 600.0  # seconds an in-flight counter outlives its last hold or release
 
 
@@ -63,7 +73,13 @@ class RedisStore:
         logger: Any = None,
     ) -> None:
         self.address = RedisAddress(config.url)
-        self._connection = RespConnection(self.address, config.timeout_ms / 1000)
+        timeout = config.timeout_ms / 1000
+        self._connection: RespConnection | ClusterConnection = (
+            ClusterConnection(self.address, timeout)
+            if config.cluster
+            else RespConnection(self.address, timeout)
+        )
+        self._name = _cluster_key if config.cluster else _key
         self._idle_ms = config.max_idle * 1000
         self._hold_idle_ms = int(HOLD_IDLE * 1000)
         self._on_up = on_up
@@ -103,50 +119,58 @@ class RedisStore:
 
     async def get(self, key: str) -> bytes | None:
         """See :meth:`proxy.store.Store.get`."""
-        reply = await self._call("GET", _key(key))
+        reply = await self._call("GET", self._name(key))
         if type(reply) is ReplyError:
             raise ValueError(f"key {key!r} does not hold a value")
         return reply  # type: ignore[no-any-return]
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """See :meth:`proxy.store.Store.set`."""
-        await self._call("SET", _key(key), value, "PX", self._ms(ttl))
+        await self._call("SET", self._name(key), value, "PX", self._ms(ttl))
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         """See :meth:`proxy.store.Store.incr`."""
         created_ttl = 0 if ttl is None else self._ms(ttl)
-        return int(await self._script(INCR, (_key(key),), (amount, created_ttl, self._idle_ms)))
+        return int(
+            await self._script(INCR, (self._name(key),), (amount, created_ttl, self._idle_ms))
+        )
 
     async def delete(self, key: str) -> None:
         """See :meth:`proxy.store.Store.delete`."""
-        await self._call("UNLINK", _key(key))
+        await self._call("UNLINK", self._name(key))
 
     async def ttl(self, key: str) -> float | None:
         """See :meth:`proxy.store.Store.ttl` (and the module docstring on idle expiry)."""
-        reply = await self._call("PTTL", _key(key))
+        reply = await self._call("PTTL", self._name(key))
         return None if reply < 0 else reply / 1000
 
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
         """See :meth:`proxy.store.Store.rate_take`."""
-        reply = await self._script(RATE_TAKE, [_key(b.key) for b in buckets], _bucket_args(buckets))
+        reply = await self._script(
+            RATE_TAKE, [self._name(b.key) for b in buckets], _bucket_args(buckets)
+        )
         return _states(reply, 0)
 
     async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
         """See :meth:`proxy.store.Store.rate_adjust`."""
         if buckets:
-            await self._script(RATE_ADJUST, [_key(b.key) for b in buckets], _bucket_args(buckets))
+            await self._script(
+                RATE_ADJUST, [self._name(b.key) for b in buckets], _bucket_args(buckets)
+            )
 
     async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
         """See :meth:`proxy.store.Store.hold`."""
         if len(keys) != len(limits):
             raise ValueError("hold needs one limit per key")
-        reply = await self._script(HOLD, [_key(k) for k in keys], (*limits, self._hold_idle_ms))
+        reply = await self._script(
+            HOLD, [self._name(k) for k in keys], (*limits, self._hold_idle_ms)
+        )
         return None if reply < 0 else int(reply)
 
     async def release(self, keys: Sequence[str]) -> None:
         """See :meth:`proxy.store.Store.release`."""
         if keys:
-            await self._script(RELEASE, [_key(k) for k in keys], (self._hold_idle_ms,))
+            await self._script(RELEASE, [self._name(k) for k in keys], (self._hold_idle_ms,))
 
     async def admit(
         self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
@@ -156,7 +180,7 @@ class RedisStore:
             raise ValueError("admit needs one limit per key")
         reply = await self._script(
             ADMIT,
-            [*(_key(k) for k in keys), *(_key(b.key) for b in buckets)],
+            [*(self._name(k) for k in keys), *(self._name(b.key) for b in buckets)],
             (len(keys), *limits, self._hold_idle_ms, *_bucket_args(buckets)),
         )
         if reply[0] >= 0:
@@ -168,13 +192,13 @@ class RedisStore:
         if keys or buckets:
             await self._script(
                 SETTLE,
-                [*(_key(k) for k in keys), *(_key(b.key) for b in buckets)],
+                [*(self._name(k) for k in keys), *(self._name(b.key) for b in buckets)],
                 (len(keys), self._hold_idle_ms, *_bucket_args(buckets)),
             )
 
     async def publish(self, channel: str, message: bytes) -> None:
         """Send ``message`` to the subscribers of ``channel`` (namespaced like keys)."""
-        await self._call("PUBLISH", _key(channel), message)
+        await self._call("PUBLISH", self._name(channel), message)
 
     async def _load_scripts(self) -> None:
         """Load every script (so that ``EVALSHA`` finds them): the probe of a connection."""
@@ -250,6 +274,14 @@ def _states(reply: list[int], start: int) -> list[RateState]:
         RateState(bool(reply[i]), reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
         for i in range(start, len(reply), 4)
     ]
+
+
+def _cluster_key(key: str) -> str:
+    """:func:`_key`, and on Redis Cluster the keys of :data:`SAME_SLOT` in one hash slot."""
+    key = _key(key)
+    if key.startswith(SAME_SLOT):
+        return _TAGGED + key[len(SAME_SLOT) :]
+    return key
 
 
 def _bucket_args(buckets: Sequence[RateBucket]) -> list[Any]:

@@ -4,8 +4,8 @@ Why not redis-py's client on the hot path: measured on this project's machine at
 64, one ``GET`` or ``EVALSHA`` through ``redis.asyncio`` costs 85 to 180 µs of the gateway's CPU
 (connection pool, retry and observability layers per command), the same command through this
 module 8 to 10 µs. A gateway makes one or two such calls per request, so the difference is the
-whole governance budget. redis-py still serves what is off the hot path: Redis Cluster
-(:mod:`proxy.state.redis`).
+whole governance budget. A Redis Cluster is one such connection per primary
+(:mod:`proxy.state.cluster`).
 
 :class:`RespConnection` keeps one TCP (or TLS, or unix-socket) connection and pipelines every
 command on it: commands written in one turn of the event loop leave in one write, and replies

@@ -33,8 +33,10 @@ def config(
     workers: int = 1,
     extra: str = "",
     plugins: str = "",
+    cluster: bool = False,
 ) -> str:
-    """The config every instance of a test shares (``port`` aside)."""
+    """The config every instance of a test shares (``port`` aside); ``cluster``: the Redis URL
+    names a node of a Redis Cluster."""
     return (
         textwrap.dedent(
             f"""
@@ -47,7 +49,11 @@ def config(
         database: {{url: "{database_url}"}}
         state:
           backend: redis
-          redis: {{url: "{redis_url}", timeout_ms: 200, breaker: {{failures: 2, cooldown_ms: 200}}}}
+          redis:
+            url: "{redis_url}"
+            cluster: {"true" if cluster else "false"}
+            timeout_ms: 200
+            breaker: {{failures: 2, cooldown_ms: 200}}
         auth:
           master_key: "{MASTER}"
           cache_ttl: 60
@@ -68,7 +74,7 @@ def config(
 
 @contextlib.contextmanager
 def instances(
-    tmp_path: Path, count: int, *, workers: int = 1, **options: str
+    tmp_path: Path, count: int, *, workers: int = 1, **options: str | bool
 ) -> Iterator[list[Served]]:
     """``count`` gateway processes (each with ``workers``) on their own ports."""
     with contextlib.ExitStack() as stack:

@@ -31,7 +31,7 @@ from tests.e2e.scaleout import (
     instances,
     poll,
 )
-from tests.engines import RedisServer
+from tests.engines import RedisCluster, RedisServer
 from tests.engines.plugin import redis_command
 
 TOPOLOGIES = {"two instances": (2, 1), "two workers": (1, 2)}
@@ -259,3 +259,50 @@ async def test_redis_killed_under_load_then_restarted(
         assert b"crossway:limits:rpm:key:" in keys
         assert await budgeted() == (200, None)
         assert b"crossway:spend:key:" in redis_command(own_redis.port, "KEYS", "crossway:spend:*")
+
+
+async def test_two_instances_over_a_redis_cluster_share_limits_budgets_and_cache(
+    tmp_path: Path, redis_cluster: RedisCluster, postgres_url: str, client: Client
+):
+    with instances(
+        tmp_path,
+        2,
+        redis_url=redis_cluster.url,
+        database_url=postgres_url,
+        plugins=COST,
+        cluster=True,
+    ) as served:
+        first, second = (s.url for s in served)
+        status, headers = await client.chat(first, FREE, text="cached on the cluster")
+        assert (status, headers["x-crossway-cache"]) == (200, "miss")
+        status, headers = await client.chat(second, FREE, text="cached on the cluster")
+        assert (status, headers["x-crossway-cache"]) == (200, "hit")
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        targets = itertools.cycle([first, second])
+        statuses = [(await client.chat(next(targets), LIMITED, f"c {i}"))[0] for i in range(80)]
+        elapsed = loop.time() - started
+        assert 60 <= statuses.count(200) <= 60 + int(elapsed) + 1, statuses
+        assert statuses.count(429) == 80 - statuses.count(200)
+
+        spent = 0.0
+        for i in range(40):
+            status, headers, _ = await client.completion(
+                next(targets), BUDGETED, text=f"budget {i}", max_tokens=10
+            )
+            if status != 200:
+                break
+            spent += float(headers["x-crossway-cost-usd"])
+        assert status == 429
+        assert BUDGET_USD <= spent < BUDGET_USD + RESERVATION_USD
+        for url in (first, second):  # nothing was decided without the cluster
+            assert await client.metric(url, "crossway_state_up") == 1
+            assert await client.metric(url, "crossway_state_degraded_total") == 0
+        # The limits' buckets share one slot, hence one node, under their hash tag.
+        holding = [
+            node
+            for node in redis_cluster.nodes
+            if b"crossway:{limits}:rpm:key:" in redis_command(node.port, "KEYS", "crossway:*")
+        ]
+        assert len(holding) == 1

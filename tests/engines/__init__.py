@@ -64,12 +64,25 @@ def _stop(process: subprocess.Popen | None, sig: int) -> None:
         process.wait()
 
 
+def redis_command(port: int, *args: str) -> bytes:
+    """Send one command to the Redis on ``port`` and return its raw reply."""
+    encoded = b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(encoded)
+        return sock.recv(1 << 20)
+
+
 class RedisServer:
     """A ``redis-server`` of its own (no persistence) on :attr:`port`; with ``tls``, that port
     speaks TLS only (a self-signed certificate for 127.0.0.1, :attr:`certificate`); with
-    ``unix_socket``, it also listens on :attr:`socket`."""
+    ``unix_socket``, it also listens on :attr:`socket`; with ``cluster``, it is a node of a
+    Redis Cluster (:class:`RedisCluster`), its bus on :attr:`bus_port`."""
 
-    def __init__(self, *, tls: bool = False, unix_socket: bool = False) -> None:
+    def __init__(
+        self, *, tls: bool = False, unix_socket: bool = False, cluster: bool = False
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise EngineMissing(
@@ -101,6 +114,16 @@ class RedisServer:
             ]
         if self.socket is not None:
             self._listen += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
+        self.bus_port = free_port() if cluster else None
+        if cluster:
+            self._listen += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(self.directory / "nodes.conf"),
+                "--cluster-port",
+                str(self.bus_port),
+            ]
 
     @property
     def url(self) -> str:
@@ -166,6 +189,50 @@ class RedisServer:
         """Stop it and remove its directory."""
         _stop(self.process, signal.SIGTERM)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class RedisCluster:
+    """``size`` cluster nodes (:class:`RedisServer`), the 16384 slots split evenly between
+    them, every node knowing every other; :attr:`url` names the first."""
+
+    def __init__(self, size: int = 3) -> None:
+        self.nodes = [RedisServer(cluster=True) for _ in range(size)]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> RedisCluster:
+        """Start the nodes, give each its slots, introduce them; wait until the cluster is ok
+        on every node."""
+        for node in self.nodes:
+            node.start()
+        bounds = [round(i * 16384 / len(self.nodes)) for i in range(len(self.nodes) + 1)]
+        first = self.nodes[0]
+        for node, start, end in zip(self.nodes, bounds, bounds[1:], strict=False):
+            slots = ("CLUSTER", "ADDSLOTSRANGE", str(start), str(end - 1))
+            assert redis_command(node.port, *slots).startswith(b"+OK")
+            if node is not first:
+                meet = ("CLUSTER", "MEET", "127.0.0.1", str(first.port), str(first.bus_port))
+                assert redis_command(node.port, *meet).startswith(b"+OK")
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not all(self._ready(node) for node in self.nodes):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the Redis Cluster did not form in {_START_TIMEOUT:.0f} s")
+            time.sleep(0.05)
+        return self
+
+    def _ready(self, node: RedisServer) -> bool:
+        info = redis_command(node.port, "CLUSTER", "INFO").decode()
+        return "cluster_state:ok" in info and f"cluster_known_nodes:{len(self.nodes)}" in info
+
+    def node_id(self, node: RedisServer) -> str:
+        """The node's cluster id."""
+        return redis_command(node.port, "CLUSTER", "MYID").split(b"\r\n")[1].decode()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
 
 
 def _postgres_binaries() -> Path:

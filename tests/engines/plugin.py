@@ -7,29 +7,19 @@
 - ``own_redis``: a Redis for one test alone, which the test may kill and restart.
 - ``own_postgres``: a PostgreSQL for one test alone (started), which the test may kill and
   restart on the same port and data directory.
+- ``redis_cluster``: a Redis Cluster of three nodes for one test alone.
 """
 
 from __future__ import annotations
 
 import itertools
-import socket
 from collections.abc import Iterator
 
 import pytest
 
-from tests.engines import PostgresServer, RedisServer
+from tests.engines import PostgresServer, RedisCluster, RedisServer, redis_command
 
 _databases = itertools.count()
-
-
-def redis_command(port: int, *args: str) -> bytes:
-    """Send one command to the Redis on ``port`` and return its raw reply line."""
-    encoded = b"*%d\r\n" % len(args) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args
-    )
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(encoded)
-        return sock.recv(1 << 20)
 
 
 @pytest.fixture(scope="session")
@@ -72,3 +62,10 @@ def own_postgres() -> Iterator[PostgresServer]:
     server = PostgresServer().start()
     yield server
     server.stop(remove=True)
+
+
+@pytest.fixture
+def redis_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.stop()
