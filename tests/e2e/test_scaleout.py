@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -145,6 +147,29 @@ async def test_a_key_revoked_on_one_is_refused_by_the_other_within_a_second(
 
     # Without the announcement this would take auth.cache_ttl (60 s).
     await poll(refused_everywhere, seconds=1.0, what="the revoked key refused by the other")
+
+
+async def test_a_config_reload_keeps_the_shared_counters(
+    tmp_path: Path, redis_url: str, postgres_url: str, client: Client
+):
+    with instances(tmp_path, 1, redis_url=redis_url, database_url=postgres_url) as (served,):
+        statuses = [(await client.chat(served.url, LIMITED, f"r {i}"))[0] for i in range(65)]
+        assert statuses.count(429) >= 1
+        text = served.config.read_text()
+        served.config.write_text(
+            text.replace("models:\n", "models:\n  reloaded: [{target: mock/echo}]\n")
+        )
+        os.kill(served.pid, signal.SIGHUP)
+
+        async def reloaded() -> bool:
+            return (
+                await client.metric(served.url, "crossway_config_reloads_total", result="ok") == 1
+            )
+
+        await poll(reloaded, seconds=20.0, what="the reload")
+        # The new snapshot's limits plugin counts in the same Redis buckets: still spent.
+        status, _ = await client.chat(served.url, LIMITED, "after the reload", model="reloaded")
+        assert status == 429
 
 
 async def test_the_memory_backend_counts_per_worker_and_says_so(tmp_path: Path, client: Client):
