@@ -52,7 +52,7 @@ def config(
           redis:
             url: "{redis_url}"
             cluster: {"true" if cluster else "false"}
-            timeout_ms: 200
+            timeout_ms: 1000          # generous: a loaded test machine is slow
             breaker: {{failures: 2, cooldown_ms: 200}}
         auth:
           master_key: "{MASTER}"
