@@ -15,7 +15,7 @@ from proxy.db.spend import SpendFilter, SpendRepository
 from proxy.ledger.records import RecordIds, SpendRecord
 
 IDS = RecordIds()
-MOMENT = datetime(2026, 12, 1, 12, 30, 15, 123456, tzinfo=UTC).timestamp()
+MOMENT = datetime(2026, 11, 1, 12, 30, 15, 123456, tzinfo=UTC).timestamp()
 
 
 def record(i: int, **fields: object) -> SpendRecord:
@@ -95,10 +95,10 @@ async def test_ids_already_stored_are_skipped(repository: SpendRepository) -> No
 
 
 async def test_the_day_column_groups_in_utc(repository: SpendRepository) -> None:
-    late = datetime(2026, 12, 1, 23, 59, 59, tzinfo=UTC).timestamp()
+    late = datetime(2026, 11, 20, 23, 59, 59, tzinfo=UTC).timestamp()  # a day gone by
     await repository.write([record(1, time=late), record(2, time=late + 2)])
     rows, _ = await repository.totals(SpendFilter(), ["day"])
     assert sorted((row["day"], row["requests"]) for row in rows) == [
-        ("2026-12-01", 1),
-        ("2026-12-02", 1),
+        ("2026-11-20", 1),
+        ("2026-11-21", 1),
     ]
