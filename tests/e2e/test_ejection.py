@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
+import openai
+
 from tests.e2e.reliability_plugins import ClockedBalance
 from tests.e2e.test_reliability import HELPERS, MESSAGES, Launch, fault, launch
 from tests.faults import status
@@ -19,10 +22,18 @@ async def test_a_burst_of_failures_ejects_once_for_the_first_cooldown(launch: La
         f"""
         - plugin: {HELPERS}:ClockedBalance
           options: {{health: {{failures: 5, cooldown: 30, max_cooldown: 300}}}}
-        """
+        """,
+        first_byte=60,  # a loaded machine must not turn the burst's 500s into 504s
     )
     gateway.upstream.script("gpt-a", then=status(500))
-    client = gateway.client()
+    # 256 requests at once on a loaded machine wait long for a connection: the SDK's default
+    # 5 s connect timeout would fail them before the gateway saw them.
+    client = openai.AsyncOpenAI(
+        base_url=f"{gateway.url}/v1",
+        api_key="k",
+        max_retries=0,
+        timeout=httpx.Timeout(120, connect=60),
+    )
 
     async def one() -> int:
         raw = await client.chat.completions.with_raw_response.create(
@@ -36,7 +47,11 @@ async def test_a_burst_of_failures_ejects_once_for_the_first_cooldown(launch: La
         except Exception as exc:  # the SDK raises for every error status
             return getattr(exc, "status_code", type(exc).__name__)
 
-    outcomes = await asyncio.gather(*(attempt() for _ in range(BURST)))
+    try:
+        outcomes = await asyncio.gather(*(attempt() for _ in range(BURST)))
+    finally:
+        await client.close()
+    client = gateway.client()
     assert set(outcomes) <= {502, 503}, outcomes
     metrics = await gateway.metrics()
     assert 'crossway_deployment_ejections_total{model="gpt-a",provider="up"} 1.0' in metrics
