@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import anthropic
+import httpx
 import openai
 import pytest
 from aiohttp import web
@@ -74,7 +75,14 @@ class Gateway:
         self.config = path
 
     def openai(self, key: str) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+        """A client for ``key``; its connect timeout is generous, for the tests that open 50
+        connections at once on a loaded machine (the SDK's default is 5 s)."""
+        return openai.AsyncOpenAI(
+            base_url=f"{self.url}/v1",
+            api_key=key,
+            max_retries=0,
+            timeout=httpx.Timeout(120, connect=60),
+        )
 
     def anthropic(self, key: str) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0)
