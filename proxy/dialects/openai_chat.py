@@ -157,7 +157,28 @@ def error_json(error: GatewayError) -> bytes:
     )
 
 
-class OpenAIChatDialect:
+class OpenAIErrors:
+    """What every OpenAI-shaped dialect answers beside its bodies: errors as OpenAI's error
+    JSON with the error's own status, and no headers beyond the common ones."""
+
+    def encode_error(self, error: GatewayError, request_id: str) -> bytes:
+        """See :meth:`proxy.dialects.base.Dialect.encode_error`: OpenAI's error JSON."""
+        return error_json(error)
+
+    def response_headers(self, call: Call, reply: Reply) -> dict[str, str]:
+        """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
+        return {}
+
+    def error_status(self, error: GatewayError) -> int:
+        """See :meth:`proxy.dialects.base.Dialect.error_status`: the error's own."""
+        return error.status
+
+    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
+        """See :meth:`proxy.dialects.base.Dialect.error_headers`: none."""
+        return {}
+
+
+class OpenAIChatDialect(OpenAIErrors):
     """See the module docstring."""
 
     name = "openai"
@@ -218,22 +239,6 @@ class OpenAIChatDialect:
     def stream_encoder(self, call: Call, reply: Reply) -> ChatStreamEncoder:
         """See :meth:`proxy.dialects.base.Dialect.stream_encoder`."""
         return ChatStreamEncoder(include_usage=call.include_usage)
-
-    def encode_error(self, error: GatewayError, request_id: str) -> bytes:
-        """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
-        return error_json(error)
-
-    def response_headers(self, call: Call, reply: Reply) -> dict[str, str]:
-        """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
-        return {}
-
-    def error_status(self, error: GatewayError) -> int:
-        """See :meth:`proxy.dialects.base.Dialect.error_status`: the error's own."""
-        return error.status
-
-    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
-        """See :meth:`proxy.dialects.base.Dialect.error_headers`: none."""
-        return {}
 
 
 class ChatStreamEncoder:

@@ -23,7 +23,13 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from proxy.canonical import MAX_TOKENS_LIMIT, Call, Chunk, Message, Params, Reply, Timings
 from proxy.dialects.base import bad_request
-from proxy.dialects.openai_chat import DONE_FRAME, OpenAIUsage, decode_extra, error_json
+from proxy.dialects.openai_chat import (
+    DONE_FRAME,
+    OpenAIErrors,
+    OpenAIUsage,
+    decode_extra,
+    error_json,
+)
 from proxy.errors import BadRequest, GatewayError
 from proxy.sse import encode_data_frame
 
@@ -148,7 +154,7 @@ def legacy_params(params: LegacyParams, logprobs: int | None) -> Params:
     )
 
 
-class OpenAICompletionsDialect:
+class OpenAICompletionsDialect(OpenAIErrors):
     """See the module docstring."""
 
     name = "openai_completions"
@@ -189,22 +195,6 @@ class OpenAICompletionsDialect:
         return CompletionStreamEncoder(
             include_usage=call.include_usage, echo=call.dialect_state.get("echo", "")
         )
-
-    def encode_error(self, error: GatewayError, request_id: str) -> bytes:
-        """See :meth:`proxy.dialects.base.Dialect.encode_error`."""
-        return error_json(error)
-
-    def response_headers(self, call: Call, reply: Reply) -> dict[str, str]:
-        """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
-        return {}
-
-    def error_status(self, error: GatewayError) -> int:
-        """See :meth:`proxy.dialects.base.Dialect.error_status`: the error's own."""
-        return error.status
-
-    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
-        """See :meth:`proxy.dialects.base.Dialect.error_headers`: none."""
-        return {}
 
 
 def encode_completion(call: Call, reply: Reply) -> bytes:

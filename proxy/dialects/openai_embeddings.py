@@ -23,8 +23,8 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from proxy.canonical import Call, EmbeddingRequest, Params, Reply, Timings
 from proxy.dialects.base import StreamEncoder, bad_request
-from proxy.dialects.openai_chat import decode_extra, error_json
-from proxy.errors import BadRequest, GatewayError
+from proxy.dialects.openai_chat import OpenAIErrors, decode_extra
+from proxy.errors import BadRequest
 
 MAX_INPUTS = 2048
 """OpenAI's bound on the inputs of one request."""
@@ -66,7 +66,7 @@ _ENCODER = msgspec.json.Encoder()
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
-class OpenAIEmbeddingsDialect:
+class OpenAIEmbeddingsDialect(OpenAIErrors):
     """See the module docstring."""
 
     name = "openai_embeddings"
@@ -123,22 +123,6 @@ class OpenAIEmbeddingsDialect:
     def stream_encoder(self, call: Call, reply: Reply) -> StreamEncoder:
         """Never used: an embeddings reply is whole (the app asks only for streams)."""
         raise TypeError("embeddings are never streamed")
-
-    def encode_error(self, error: GatewayError, request_id: str) -> bytes:
-        """See :meth:`proxy.dialects.base.Dialect.encode_error`: OpenAI's error JSON."""
-        return error_json(error)
-
-    def response_headers(self, call: Call, reply: Reply) -> dict[str, str]:
-        """See :meth:`proxy.dialects.base.Dialect.response_headers`: none beyond the common."""
-        return {}
-
-    def error_status(self, error: GatewayError) -> int:
-        """See :meth:`proxy.dialects.base.Dialect.error_status`: the error's own."""
-        return error.status
-
-    def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
-        """See :meth:`proxy.dialects.base.Dialect.error_headers`: none."""
-        return {}
 
 
 def _inputs(value: _Input) -> tuple[list[str] | None, list[list[int]] | None]:
