@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import msgspec
 from msgspec import Meta
@@ -39,7 +39,7 @@ from proxy.chain import Next, PluginContext
 from proxy.errors import RateLimited
 from proxy.observed import ObservedStream
 from proxy.state.policy import SharedState, StateUnavailable
-from proxy.store import RateBucket, RateState, Store, StoreUnavailable
+from proxy.store import Admission, LimitPlan, Store, StoreUnavailable
 
 _PREFIX = "crossway:limits:"
 _CHARS_PER_TOKEN = 4
@@ -69,28 +69,20 @@ class LimitExceeded(RateLimited):
 
 
 class _Plan:
-    """What limiting one principal takes, built once per principal: its in-flight counters,
-    its request buckets (the same every call) and its token buckets' keys and limits."""
+    """What limiting one principal takes, built once per principal: its store plan (in-flight
+    counters, request buckets, token buckets), each bucket's scope, and the
+    ``x-ratelimit-limit-*`` texts."""
 
-    __slots__ = (
-        "limit_texts",
-        "principal",
-        "rpm",
-        "rpm_labels",
-        "slot_labels",
-        "slot_limits",
-        "slots",
-        "tpm",
-    )
+    __slots__ = ("labels", "limit_texts", "limits", "principal", "slot_labels", "tokens")
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
-        self.slots: list[str] = []
-        self.slot_limits: list[int] = []
+        slots: list[tuple[str, int]] = []
+        requests: list[tuple[str, int]] = []
+        tokens: list[tuple[str, int]] = []
         self.slot_labels: list[str] = []
-        self.rpm: list[RateBucket] = []
-        self.rpm_labels: list[str] = []
-        self.tpm: list[tuple[str, int, str]] = []
+        request_labels: list[str] = []
+        token_labels: list[str] = []
         scopes = (
             ("key", principal.key_id, principal.limits),
             ("team", principal.team, principal.team_limits),
@@ -99,21 +91,18 @@ class _Plan:
             if ident is None or limits is None:
                 continue
             if limits.max_parallel is not None:
-                self.slots.append(f"{_PREFIX}parallel:{scope}:{ident}")
-                self.slot_limits.append(limits.max_parallel)
+                slots.append((f"{_PREFIX}parallel:{scope}:{ident}", limits.max_parallel))
                 self.slot_labels.append(scope)
             if limits.rpm is not None:
-                self.rpm.append(RateBucket(f"{_PREFIX}rpm:{scope}:{ident}", 1, limits.rpm))
-                self.rpm_labels.append(scope)
+                requests.append((f"{_PREFIX}rpm:{scope}:{ident}", limits.rpm))
+                request_labels.append(scope)
             if limits.tpm is not None:
-                self.tpm.append((f"{_PREFIX}tpm:{scope}:{ident}", limits.tpm, scope))
-        # The x-ratelimit-limit-* texts, one per bucket in take order (requests, then tokens).
-        self.limit_texts = [str(b.limit) for b in self.rpm] + [str(t[1]) for t in self.tpm]
-
-    @property
-    def empty(self) -> bool:
-        """Nothing to limit."""
-        return not (self.slots or self.rpm or self.tpm)
+                tokens.append((f"{_PREFIX}tpm:{scope}:{ident}", limits.tpm))
+                token_labels.append(scope)
+        self.limits = LimitPlan(slots, requests, tokens) if slots or requests or tokens else None
+        self.tokens = bool(tokens)
+        self.labels = request_labels + token_labels  # each bucket's scope, in plan order
+        self.limit_texts = [str(limit) for _, limit in (*requests, *tokens)]
 
 
 class LimitsPlugin:
@@ -130,75 +119,74 @@ class LimitsPlugin:
         self._plans: dict[str | None, _Plan] = {}
 
     async def __call__(self, call: Call, next: Next) -> Reply:
-        """Admit ``call`` within its principal's limits, or raise :class:`LimitExceeded`."""
+        """Admit ``call`` within its principal's limits, or raise :class:`LimitExceeded`.
+
+        One store call admits (slots and buckets together) and, when the plan holds slots or
+        reserves tokens, one settles when the reply is over."""
         principal = call.principal
         if principal.limits is None and principal.team_limits is None:
             return await next(call)
-        plan = self._plan(principal)
-        if plan.empty:
+        plan = self._plans.get(principal.key_id)
+        if plan is None or plan.principal is not principal:  # new, or the key changed
+            plan = self._plan(principal)
+        limits = plan.limits
+        if limits is None:
             return await next(call)
-        # One store call admits (slots and buckets together), one settles when the reply is
-        # over; none for what the plan does not limit.
-        tokens = self._token_buckets(call, plan) if plan.tpm else []
-        buckets = plan.rpm + tokens if tokens else plan.rpm
-        held, states = await self._admit(plan, buckets)
+        tokens = self._estimate(call) if plan.tokens else 0
+        try:
+            admission = await self._store.admit(limits, tokens)
+        except StoreUnavailable:
+            self._unavailable()
+            return await next(call)  # admitted uncounted: nothing to settle
+        if admission.full is not None or admission.refused is not None:
+            self._refused(plan, admission)
+        settles = bool(limits.slots) or plan.tokens
         try:
             reply = await next(call)
         except BaseException:
-            given_back = [_costing(b, -b.cost) for b in tokens] if states else []
-            await self._settle(held, given_back)
+            if settles:
+                await self._ended(limits, tokens, 0)  # a failed call: its tokens given back
             raise
-        if states:
-            reply.headers.update(_headers(plan, states))
-        if not (held or tokens):
+        reply.headers.update(_headers(plan, admission))
+        if not settles:
             return reply
         if reply.stream is not None:
             reply.stream = ObservedStream(
-                reply.stream, functools.partial(self._ended, held, tokens)
+                reply.stream, functools.partial(self._stream_ended, limits, tokens)
             )
         else:
-            await self._ended(held, tokens, reply.whole_usage())
+            usage = reply.whole_usage()
+            await self._ended(limits, tokens, tokens if usage is None else usage.total_tokens)
         return reply
 
     def _plan(self, principal: Principal) -> _Plan:
-        plan = self._plans.get(principal.key_id)
-        if plan is None or plan.principal is not principal:  # new, or the key changed
-            if len(self._plans) >= _MAX_PLANS:
-                self._plans.clear()
-            plan = self._plans[principal.key_id] = _Plan(principal)
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        plan = self._plans[principal.key_id] = _Plan(principal)
         return plan
 
-    async def _admit(
-        self, plan: _Plan, buckets: list[RateBucket]
-    ) -> tuple[list[str], list[RateState]]:
-        """Hold a slot in every scope with ``max_parallel`` and take from every bucket, all or
-        nothing, in one store call; raise :class:`LimitExceeded` when a slot or bucket has no
-        room. Returns the slots held and the buckets' states (both empty when the store is
-        unavailable and the policy admits)."""
-        slots = plan.slots
-        try:
-            if slots and buckets:
-                full, states = await self._store.admit(slots, plan.slot_limits, buckets)
-            elif slots:
-                full, states = await self._store.hold(slots, plan.slot_limits), []
-            else:
-                full, states = None, await self._store.rate_take(buckets)
-        except StoreUnavailable:
-            self._unavailable()
-            return [], []
-        if full is not None:
-            self._full(plan, full)
-        self._check(plan, buckets, states)
-        return slots, states
-
-    def _full(self, plan: _Plan, full: int) -> None:
-        """Raise for the slot ``full``, which has no room."""
-        scope = plan.slot_labels[full]
-        self._metrics.rate_limited(scope, "max_parallel").inc()
+    def _refused(self, plan: _Plan, admission: Admission) -> NoReturn:
+        """Raise :class:`LimitExceeded` for the slot or bucket that had no room, counted in
+        ``crossway_rate_limited_total{scope,limit}``."""
+        limits = plan.limits
+        assert limits is not None
+        if admission.full is not None:
+            scope = plan.slot_labels[admission.full]
+            self._metrics.rate_limited(scope, "max_parallel").inc()
+            raise LimitExceeded(
+                f"this {scope}'s {limits.slot_limits[admission.full]} requests in flight are taken",
+                retry_after=_PARALLEL_RETRY_AFTER,
+                headers={},
+            )
+        index = admission.refused
+        assert index is not None
+        scope = plan.labels[index]
+        limit = "rpm" if index < limits.requests else "tpm"
+        self._metrics.rate_limited(scope, limit).inc()
         raise LimitExceeded(
-            f"this {scope}'s {plan.slot_limits[full]} requests in flight are taken",
-            retry_after=_PARALLEL_RETRY_AFTER,
-            headers={},
+            f"this {scope}'s {limit} limit of {limits.limits[index]} is reached",
+            retry_after=admission.retry_after,
+            headers=_headers(plan, admission),
         )
 
     def _unavailable(self) -> None:
@@ -208,93 +196,44 @@ class LimitsPlugin:
             raise StateUnavailable("rate limits cannot be checked right now", retry_after=1)
         self._state.degraded("limits", "open")
 
-    def _token_buckets(self, call: Call, plan: _Plan) -> list[RateBucket]:
-        """This call's token reservations: its text / 4 plus its output bound, per scope (an
-        embeddings call: its inputs' tokens)."""
+    def _estimate(self, call: Call) -> int:
+        """This call's token reservation: its text / 4 plus its output bound (an embeddings
+        call: its inputs' tokens)."""
         if call.embedding is not None:
-            estimate = max(1, call.embedding.estimated_tokens())
-            return [RateBucket(key, min(estimate, limit), limit) for key, limit, _ in plan.tpm]
+            return max(1, call.embedding.estimated_tokens())
         chars = 0
         for message in call.messages:
             chars += len(message.text())
         params = call.params
         output = params.max_completion_tokens or params.max_tokens or self._reserve
-        estimate = max(1, chars // _CHARS_PER_TOKEN + output)
-        return [RateBucket(key, min(estimate, limit), limit) for key, limit, _ in plan.tpm]
+        return max(1, chars // _CHARS_PER_TOKEN + output)
 
-    def _check(self, plan: _Plan, buckets: list[RateBucket], states: list[RateState]) -> None:
-        """Raise :class:`LimitExceeded` when a bucket refused the take."""
-        for index, state in enumerate(states):
-            if not state.allowed:
-                rpm = len(plan.rpm)
-                scope = plan.rpm_labels[index] if index < rpm else plan.tpm[index - rpm][2]
-                limit = "rpm" if index < rpm else "tpm"
-                self._metrics.rate_limited(scope, limit).inc()
-                raise LimitExceeded(
-                    f"this {scope}'s {limit} limit of {buckets[index].limit} is reached",
-                    retry_after=max(s.retry_after for s in states if not s.allowed),
-                    headers=_headers(plan, states),
-                )
+    async def _stream_ended(self, limits: LimitPlan, reserved: int, usage: Usage | None) -> None:
+        """A stream is over: a reservation without usage is kept."""
+        await self._ended(limits, reserved, reserved if usage is None else usage.total_tokens)
 
-    async def _ended(
-        self, held: list[str], reserved: list[RateBucket], usage: Usage | None
-    ) -> None:
-        """The reply is over: free the slots, correct the token reservations with ``usage``."""
-        corrections: list[RateBucket] = []
-        if usage is not None and reserved:
-            used = usage.total_tokens
-            for b in reserved:
-                if used != b.cost:
-                    corrections.append(RateBucket(b.key, used - b.cost, b.limit, b.period))
-        await self._settle(held, corrections)
-
-    async def _settle(self, held: list[str], corrections: list[RateBucket]) -> None:
-        """Release ``held`` and charge ``corrections``, in one store call."""
+    async def _ended(self, limits: LimitPlan, reserved: int, used: int) -> None:
+        """The reply is over: free the slots, correct the token reservation to ``used``."""
         try:
-            if held and corrections:
-                await self._store.settle(held, corrections)
-            elif held:
-                await self._store.release(held)
-            elif corrections:
-                await self._store.rate_adjust(corrections)
+            await self._store.settle(limits, reserved, used)
         except StoreUnavailable:
             self._state.degraded("limits", "open")
 
 
-def _costing(bucket: RateBucket, cost: int) -> RateBucket:
-    return RateBucket(bucket.key, cost, bucket.limit, bucket.period)
-
-
-_REQUEST_HEADERS = (
-    "x-ratelimit-limit-requests",
-    "x-ratelimit-remaining-requests",
-    "x-ratelimit-reset-requests",
-)
-_TOKEN_HEADERS = (
-    "x-ratelimit-limit-tokens",
-    "x-ratelimit-remaining-tokens",
-    "x-ratelimit-reset-tokens",
-)
-
-
-def _headers(plan: _Plan, states: list[RateState]) -> dict[str, str]:
-    """OpenAI's ``x-ratelimit-*`` headers: per kind (the plan's request buckets first, then its
-    token buckets), from the bucket with the least left."""
+def _headers(plan: _Plan, admission: Admission) -> dict[str, str]:
+    """OpenAI's ``x-ratelimit-*`` headers: per kind (requests, tokens), from the bucket with
+    the least left."""
     headers: dict[str, str] = {}
-    rpm = len(plan.rpm)
-    for names, first, last in ((_REQUEST_HEADERS, 0, rpm), (_TOKEN_HEADERS, rpm, len(states))):
-        if first == last:
-            continue
-        tightest = first
-        least = states[first].remaining
-        for index in range(first + 1, last):
-            remaining = states[index].remaining
-            if remaining < least:
-                tightest, least = index, remaining
-        limit, left, reset = names
-        headers[limit] = plan.limit_texts[tightest]
-        headers[left] = str(least)
-        headers[reset] = duration(states[tightest].reset_after)
+    state = admission.requests
+    if state is not None:
+        headers["x-ratelimit-limit-requests"] = plan.limit_texts[admission.requests_bucket]
+        headers["x-ratelimit-remaining-requests"] = str(state.remaining)
+        headers["x-ratelimit-reset-requests"] = duration(state.reset_after)
+    state = admission.tokens
+    if state is not None:
+        headers["x-ratelimit-limit-tokens"] = plan.limit_texts[admission.tokens_bucket]
+        headers["x-ratelimit-remaining-tokens"] = str(state.remaining)
+        headers["x-ratelimit-reset-tokens"] = duration(state.reset_after)
     return headers
 
 

@@ -25,6 +25,7 @@ with ``PX`` expiry at the TAT (so an idle bucket costs nothing), with the server
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -60,6 +61,97 @@ class RateState(msgspec.Struct, frozen=True):
     remaining: int
     reset_after: float
     retry_after: float = 0.0
+
+
+class LimitPlan:
+    """One principal's limits as the store takes them, built once per principal and never
+    changed: in-flight counters (``slots``, each with its limit in ``slot_limits``), then GCRA
+    buckets of ``period`` seconds (``keys`` with their ``limits``) — the first ``requests`` take
+    one unit per call, the others (token buckets) a call's tokens, capped at each bucket's limit
+    (a cost above the limit would never fit)."""
+
+    __slots__ = ("intervals", "keys", "limits", "period", "requests", "slot_limits", "slots")
+
+    def __init__(
+        self,
+        slots: Sequence[tuple[str, int]] = (),
+        requests: Sequence[tuple[str, int]] = (),
+        tokens: Sequence[tuple[str, int]] = (),
+        period: float = 60.0,
+    ) -> None:
+        self.slots = tuple(key for key, _ in slots)
+        self.slot_limits = tuple(limit for _, limit in slots)
+        self.keys = tuple(key for key, _ in (*requests, *tokens))
+        self.limits = tuple(limit for _, limit in (*requests, *tokens))
+        self.requests = len(requests)
+        self.period = period
+        self.intervals = tuple(period / limit for limit in self.limits)
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether the plan has token buckets (a call must estimate its tokens)."""
+        return len(self.keys) > self.requests
+
+    def buckets(self, tokens: int) -> list[RateBucket]:
+        """Every bucket with what a call of ``tokens`` tokens takes from it."""
+        requests = self.requests
+        return [
+            RateBucket(key, 1 if index < requests else min(tokens, limit), limit, self.period)
+            for index, (key, limit) in enumerate(zip(self.keys, self.limits, strict=True))
+        ]
+
+    def corrections(self, reserved: int, used: int) -> list[RateBucket]:
+        """What correcting a reservation of ``reserved`` tokens to ``used`` charges each token
+        bucket (negative: given back); buckets already right are left out."""
+        corrections = []
+        for index in range(self.requests, len(self.keys)):
+            limit = self.limits[index]
+            delta = used - min(reserved, limit)
+            if delta:
+                corrections.append(RateBucket(self.keys[index], delta, limit, self.period))
+        return corrections
+
+
+class Admission(msgspec.Struct, frozen=True):
+    """:meth:`Store.admit`'s answer. ``full``: the index of a slot with no room (then nothing
+    else is known). Otherwise ``refused``: the index of the first bucket that refused (then no
+    slot is held and nothing charged) and ``retry_after``, seconds until every refusing bucket
+    would fit; ``requests`` and ``tokens``: the state of the request bucket, and of the token
+    bucket, with the least left (None when the plan has none of that kind), and their
+    indexes among the plan's buckets (``requests_bucket``, ``tokens_bucket``)."""
+
+    full: int | None = None
+    refused: int | None = None
+    retry_after: float = 0.0
+    requests: RateState | None = None
+    tokens: RateState | None = None
+    requests_bucket: int = 0
+    tokens_bucket: int = 0
+
+
+def summarise(plan: LimitPlan, states: Sequence[RateState]) -> Admission:
+    """The :class:`Admission` of ``plan`` from :meth:`Store.rate_take`'s ``states`` (one per
+    bucket of the plan, in order)."""
+    refused = next((index for index, state in enumerate(states) if not state.allowed), None)
+    retry = max((s.retry_after for s in states if not s.allowed), default=0.0)
+    split = plan.requests
+    requests = _least(states, 0, split)
+    tokens = _least(states, split, len(states))
+    return Admission(
+        refused=refused,
+        retry_after=retry,
+        requests=None if requests is None else states[requests],
+        tokens=None if tokens is None else states[tokens],
+        requests_bucket=requests or 0,
+        tokens_bucket=tokens or 0,
+    )
+
+
+def _least(states: Sequence[RateState], first: int, last: int) -> int | None:
+    """The index of the first of ``states[first:last]`` with the least left; None if empty."""
+    if first == last:
+        return None
+    return min(range(first, last), key=lambda index: states[index].remaining)
 
 
 class Store(Protocol):
@@ -124,31 +216,35 @@ class Store(Protocol):
         """Subtract one from every counter of ``keys`` (never below zero)."""
         ...
 
-    async def admit(
-        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
-    ) -> tuple[int | None, list[RateState]]:
-        """:meth:`hold` then :meth:`rate_take`, as one atomic step (one round trip for a
-        remote backend): the slots are held and the buckets charged only if every slot had
-        room and every bucket allowed the take.
-
-        Returns ``(full, states)``: ``full`` is :meth:`hold`'s answer (then ``states`` is
-        empty and nothing changed); otherwise ``states`` are :meth:`rate_take`'s (when one
-        refuses, the slots are not held either).
-        """
+    async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
+        """Hold a slot in every counter of ``plan`` and take from every bucket (``tokens`` from
+        its token buckets), as one atomic step, all or nothing: one round trip for a remote
+        backend. A full slot or a refusing bucket changes nothing (see :class:`Admission`)."""
         ...
 
-    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
-        """:meth:`release` then :meth:`rate_adjust`, as one step (one round trip)."""
+    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
+        """The call admitted with ``reserved`` tokens is over: release ``plan``'s slots and
+        correct its token buckets to ``used`` tokens (:meth:`LimitPlan.corrections`), as one
+        step. A remote backend may defer it by a few milliseconds, to send it within this
+        process's next :meth:`admit` (applied before that admission: one round trip for both).
+        """
         ...
 
 
 class MemoryStore:
-    """The in-process :class:`Store`: a dict with lazy expiry on ``clock`` (seconds).
+    """The in-process :class:`Store`: dicts with lazy expiry on ``clock`` (seconds).
 
-    Expired keys are dropped when read and, every ``sweep_every`` writes, all at once, so that
-    memory holds only live keys plus at most that many writes' worth of dead ones. When more
-    than ``max_keys`` keys are live the oldest written is evicted, which bounds memory whatever
-    keys callers make up. Not thread-safe: use it from one event loop.
+    Values and integer counters live in one dict, GCRA buckets (their TAT, a float) and
+    in-flight counters (an int, gone at zero) in one each, so that the limits' hot path reads
+    and writes a number, not an entry. Keys never mix kinds: a key holds one kind at a time, as
+    in Redis (``set`` and ``delete`` clear it of any kind; using a key of one kind as another
+    raises :class:`ValueError`).
+
+    Expired keys and full buckets are dropped when read and, every ``sweep_every`` writes, all
+    at once. When more than ``max_keys`` values are live the oldest written is evicted; past
+    ``max_keys`` buckets the oldest made are evicted at the next sweep. So memory is bounded
+    whatever keys callers make up; in-flight counters are bounded by the requests in flight.
+    Not thread-safe: use it from one event loop.
     """
 
     def __init__(
@@ -160,29 +256,37 @@ class MemoryStore:
         self._max_keys = max_keys
         self._sweep_every = sweep_every
         self._writes = 0
-        self._data: dict[str, tuple[bytes | int | float, float | None]] = {}
+        self._data: dict[str, tuple[bytes | int, float | None]] = {}
+        self._tats: dict[str, float] = {}
+        self._slots: dict[str, int] = {}
 
     async def get(self, key: str) -> bytes | None:
-        """See :meth:`Store.get`."""
+        """See :meth:`Store.get`. A bucket reads as its TAT, a slot counter as its count."""
         entry = self._live(key)
-        if entry is None:
-            return None
-        value = entry[0]
-        return value if isinstance(value, bytes) else str(value).encode()
+        if entry is not None:
+            value = entry[0]
+            return value if isinstance(value, bytes) else str(value).encode()
+        count = self._slots.get(key)
+        if count is not None:
+            return str(count).encode()
+        tat = self._tats.get(key)
+        if tat is not None and tat > self._clock():
+            return repr(tat).encode()
+        return None
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """See :meth:`Store.set`."""
+        self._forget_kinds(key)
         self._write(key, value, self._expiry(ttl))
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         """See :meth:`Store.incr`."""
         entry = self._live(key)
         if entry is None:
+            self._not_a(key, "a counter")
             count, expires = amount, self._expiry(ttl)
         else:
             current, expires = entry
-            if isinstance(current, float):
-                raise ValueError(f"key {key!r} holds a rate bucket, not an integer")
             if not isinstance(current, int):
                 try:
                     current = int(current)
@@ -195,18 +299,20 @@ class MemoryStore:
     async def delete(self, key: str) -> None:
         """See :meth:`Store.delete`."""
         self._data.pop(key, None)
+        self._forget_kinds(key)
 
     async def ttl(self, key: str) -> float | None:
-        """See :meth:`Store.ttl`."""
+        """See :meth:`Store.ttl`. A bucket expires when it is full again (at its TAT)."""
         now = self._clock()
         entry = self._live(key, now)
-        if entry is None or entry[1] is None:
-            return None
-        return entry[1] - now
+        if entry is not None:
+            return None if entry[1] is None else entry[1] - now
+        tat = self._tats.get(key)
+        return tat - now if tat is not None and tat > now else None
 
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
         """See :meth:`Store.rate_take`."""
-        return self._take(buckets)[0]
+        return self._take(buckets, self._clock())[0]
 
     async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
         """See :meth:`Store.rate_adjust`."""
@@ -223,56 +329,112 @@ class MemoryStore:
         """See :meth:`Store.release`."""
         self._release(keys)
 
-    async def admit(
-        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
-    ) -> tuple[int | None, list[RateState]]:
-        """See :meth:`Store.admit`."""
-        full = self._full_slot(keys, limits)
-        if full is not None:
-            return full, []
-        states, allowed = self._take(buckets) if buckets else ([], True)
-        if allowed:
-            self._hold(keys)
-        return None, states
-
-    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
-        """See :meth:`Store.settle`."""
-        self._release(keys)
-        self._adjust(buckets)
-
-    # The rate and slot operations run synchronously below (one event-loop step per store
-    # call); they read and write ``_data`` directly, as ``_write`` would, on the hot path.
-
-    def _take(self, buckets: Sequence[RateBucket]) -> tuple[list[RateState], bool]:
-        """:meth:`rate_take`'s states, and whether the take happened."""
+    async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
+        """See :meth:`Store.admit`. The common case (room everywhere) in one pass; a refusal
+        is worked out again by :meth:`_take`, which charges nothing."""
+        slots, tats, data = self._slots, self._tats, self._data
+        for index, key in enumerate(plan.slots):
+            count = slots.get(key)
+            if count is None:
+                if key in data or key in tats:
+                    self._not_a(key, "an in-flight counter")
+            elif count >= plan.slot_limits[index]:
+                return Admission(full=index)
         now = self._clock()
-        data = self._data
+        requests, limits, intervals = plan.requests, plan.limits, plan.intervals
+        ceiling = plan.period + _SLACK
+        news: list[float] = []
+        for index, key in enumerate(plan.keys):
+            tat = tats.get(key)
+            if tat is None:
+                if key in data or key in slots:
+                    self._not_a(key, "a rate bucket")
+                debt = 0.0
+            else:
+                debt = tat - now if tat > now else 0.0
+            limit = limits[index]
+            cost = 1 if index < requests else (tokens if tokens < limit else limit)
+            new = debt + cost * intervals[index]
+            if new > ceiling:
+                return summarise(plan, self._take(plan.buckets(tokens), now)[0])
+            news.append(new)
+        for key in plan.slots:
+            slots[key] = slots.get(key, 0) + 1
+        keys, period = plan.keys, plan.period
+        least = [-1, -1]  # per kind (requests, tokens): the bucket with the least left
+        lefts = [0, 0]
+        for index, new in enumerate(news):
+            if new > 0:
+                tats[keys[index]] = now + new
+            remaining = int((period - new) / intervals[index] + _SLACK)
+            kind = 0 if index < requests else 1
+            if least[kind] < 0 or remaining < lefts[kind]:
+                least[kind] = index
+                lefts[kind] = remaining
+        self._wrote(len(news))
+        at_requests, at_tokens = least
+        return Admission(
+            requests=None
+            if at_requests < 0
+            else RateState(True, max(lefts[0], 0), news[at_requests]),
+            tokens=None if at_tokens < 0 else RateState(True, max(lefts[1], 0), news[at_tokens]),
+            requests_bucket=max(at_requests, 0),
+            tokens_bucket=max(at_tokens, 0),
+        )
+
+    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
+        """See :meth:`Store.settle`: :meth:`_release` and :meth:`_adjust` in one pass."""
+        self._release(plan.slots)
+        if used == reserved:
+            return
+        now = self._clock()
+        tats, limits, keys, intervals = self._tats, plan.limits, plan.keys, plan.intervals
+        for index in range(plan.requests, len(keys)):
+            limit = limits[index]
+            delta = used - (reserved if reserved < limit else limit)
+            if not delta:
+                continue
+            key = keys[index]
+            tat = tats.get(key)
+            if tat is None:
+                self._not_a(key, "a rate bucket")
+                debt = 0.0
+            else:
+                debt = tat - now if tat > now else 0.0
+            new = debt + delta * intervals[index]
+            if new > 0:
+                tats[key] = now + new
+            elif tat is not None:
+                del tats[key]
+            self._wrote(1)
+
+    # The rate and slot operations below run synchronously (one event-loop step per store
+    # call) on the limits' hot path: each reads and writes its own table directly.
+
+    def _take(self, buckets: Sequence[RateBucket], now: float) -> tuple[list[RateState], bool]:
+        """:meth:`rate_take`'s states, and whether the take happened."""
+        tats = self._tats
         debts: list[float] = []
         allowed = True
         for bucket in buckets:
-            entry = data.get(bucket.key)
-            if entry is None:
+            tat = tats.get(bucket.key)
+            if tat is None:
+                self._not_a(bucket.key, "a rate bucket")
                 debt = 0.0
-            else:  # _debt, inlined
-                tat = entry[0]
-                if type(tat) is not float:
-                    raise ValueError(f"key {bucket.key!r} does not hold a rate bucket")
+            else:
                 debt = tat - now if tat > now else 0.0
             debts.append(debt)
             period = bucket.period
             if debt + bucket.cost * period / bucket.limit > period + _SLACK:
                 allowed = False
         states: list[RateState] = []
-        for index, bucket in enumerate(buckets):
+        for bucket, debt in zip(buckets, debts, strict=True):
             period = bucket.period
             interval = period / bucket.limit
-            debt = debts[index]
             new = debt + bucket.cost * interval
             if allowed:
                 if new > 0:
-                    key = bucket.key
-                    data.pop(key, None)  # re-inserted: dict order is write order
-                    data[key] = (now + new, now + new)
+                    tats[bucket.key] = now + new
                 remaining = int((period - new) / interval + _SLACK)
                 states.append(RateState(True, remaining if remaining > 0 else 0, new))
             else:
@@ -286,70 +448,70 @@ class MemoryStore:
 
     def _adjust(self, buckets: Sequence[RateBucket]) -> None:
         now = self._clock()
-        data = self._data
+        tats = self._tats
         for bucket in buckets:
             key = bucket.key
-            entry = data.pop(key, None)
-            if entry is None:
+            tat = tats.get(key)
+            if tat is None:
+                self._not_a(key, "a rate bucket")
                 debt = 0.0
-            else:  # _debt, inlined
-                tat = entry[0]
-                if type(tat) is not float:
-                    data[key] = entry
-                    raise ValueError(f"key {key!r} does not hold a rate bucket")
+            else:
                 debt = tat - now if tat > now else 0.0
             new = debt + bucket.cost * bucket.period / bucket.limit
             if new > 0:
-                data[key] = (now + new, now + new)
+                tats[key] = now + new
+            elif tat is not None:
+                del tats[key]
         self._wrote(len(buckets))
 
     def _full_slot(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
         """The index of the first counter of ``keys`` at its limit; None when none is."""
+        slots = self._slots
         for index, key in enumerate(keys):
-            if self._count(key) >= limits[index]:
+            count = slots.get(key)
+            if count is None:
+                self._not_a(key, "an in-flight counter")
+            elif count >= limits[index]:
                 return index
         return None
 
     def _hold(self, keys: Sequence[str]) -> None:
-        data = self._data
+        slots = self._slots
         for key in keys:
-            count = self._count(key) + 1
-            data.pop(key, None)
-            data[key] = (count, None)
-        self._wrote(len(keys))
+            slots[key] = slots.get(key, 0) + 1
 
     def _release(self, keys: Sequence[str]) -> None:
-        data = self._data
+        slots = self._slots
         for key in keys:
-            count = self._count(key)
-            data.pop(key, None)
-            if count > 1:
-                data[key] = (count - 1, None)
-        self._wrote(len(keys))
+            count = slots.get(key)
+            if count is None:
+                self._not_a(key, "an in-flight counter")
+            elif count > 1:
+                slots[key] = count - 1
+            else:
+                del slots[key]
 
-    def _count(self, key: str) -> int:
-        entry = self._data.get(key)
-        if entry is None:
-            return 0
-        value = entry[0]
-        if type(value) is not int:
-            raise ValueError(f"key {key!r} does not hold an in-flight counter")
-        return value
+    def _not_a(self, key: str, kind: str) -> None:
+        """Raise :class:`ValueError` unless ``key`` is free to become ``kind`` (it holds
+        nothing of another kind); called only when ``key`` is missing from ``kind``'s table."""
+        held = None
+        if kind != "a counter" and self._live(key) is not None:
+            held = "a value"
+        elif kind != "a rate bucket" and self._tats.get(key, 0.0) > self._clock():
+            held = "a rate bucket"
+        elif kind != "an in-flight counter" and key in self._slots:
+            held = "an in-flight counter"
+        if held is not None:
+            raise ValueError(f"key {key!r} holds {held}, not {kind}")
 
-    def _debt(self, key: str, now: float) -> float:
-        """Seconds a GCRA bucket is from full (its TAT minus now, at least 0). A bucket's
-        entry expires at its TAT, so an expired one needs no expiry check: its debt is 0."""
-        entry = self._data.get(key)
-        if entry is None:
-            return 0.0
-        tat = entry[0]
-        if type(tat) is not float:
-            raise ValueError(f"key {key!r} does not hold a rate bucket")
-        return tat - now if tat > now else 0.0
+    def _forget_kinds(self, key: str) -> None:
+        """Drop ``key`` from the bucket and slot tables (it becomes a plain value)."""
+        self._tats.pop(key, None)
+        self._slots.pop(key, None)
 
     def __len__(self) -> int:
         """The number of keys held, expired ones not yet swept included."""
-        return len(self._data)
+        return len(self._data) + len(self._tats) + len(self._slots)
 
     def _expiry(self, ttl: float | None) -> float | None:
         if ttl is None:
@@ -358,9 +520,7 @@ class MemoryStore:
             raise ValueError("ttl must be positive")
         return self._clock() + ttl
 
-    def _live(
-        self, key: str, now: float | None = None
-    ) -> tuple[bytes | int | float, float | None] | None:
+    def _live(self, key: str, now: float | None = None) -> tuple[bytes | int, float | None] | None:
         entry = self._data.get(key)
         if entry is None:
             return None
@@ -370,26 +530,33 @@ class MemoryStore:
             return None
         return entry
 
-    def _write(self, key: str, value: bytes | int | float, expires: float | None) -> None:
+    def _write(self, key: str, value: bytes | int, expires: float | None) -> None:
         data = self._data
         data.pop(key, None)  # re-insert so that dict order is write order (oldest first)
         data[key] = (value, expires)
         self._wrote(1)
-
-    def _wrote(self, writes: int) -> None:
-        """Account for ``writes`` writes: sweep every ``sweep_every``, evict past ``max_keys``."""
-        before = self._writes
-        self._writes = before + writes
-        if before // self._sweep_every != self._writes // self._sweep_every:
-            self._sweep()
-        data = self._data
         while len(data) > self._max_keys:
             del data[next(iter(data))]
 
+    def _wrote(self, writes: int) -> None:
+        """Account for ``writes`` writes: every ``sweep_every``, sweep (:meth:`_sweep`)."""
+        self._writes += writes
+        if self._writes >= self._sweep_every:
+            self._writes = 0
+            self._sweep()
+
     def _sweep(self) -> None:
+        """Drop expired values and full buckets; past ``max_keys`` buckets, the oldest made."""
         now = self._clock()
-        dead = [
-            k for k, (_, expires) in self._data.items() if expires is not None and expires <= now
-        ]
-        for key in dead:
-            del self._data[key]
+        data = self._data
+        for key in [
+            k for k, (_, expires) in data.items() if expires is not None and expires <= now
+        ]:
+            del data[key]
+        tats = self._tats
+        for key in [k for k, tat in tats.items() if tat <= now]:
+            del tats[key]
+        excess = len(tats) - self._max_keys
+        if excess > 0:
+            for key in list(itertools.islice(tats, excess)):
+                del tats[key]

@@ -33,7 +33,15 @@ from proxy.errors import GatewayError
 from proxy.metrics import Metrics
 from proxy.state.config import USES, StateConfig, Use
 from proxy.state.redis import RedisStore
-from proxy.store import MemoryStore, RateBucket, RateState, Store, StoreUnavailable
+from proxy.store import (
+    Admission,
+    LimitPlan,
+    MemoryStore,
+    RateBucket,
+    RateState,
+    Store,
+    StoreUnavailable,
+)
 
 Decision = Literal["local", "open", "closed", "miss"]
 
@@ -197,18 +205,16 @@ class UseStore:
         except StoreUnavailable as error:
             await self._fallback(error).release(keys)
 
-    async def admit(
-        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
-    ) -> tuple[int | None, list[RateState]]:
+    async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
         """See :meth:`proxy.store.Store.admit`."""
         try:
-            return await self._shared.admit(keys, limits, buckets)
+            return await self._shared.admit(plan, tokens)
         except StoreUnavailable as error:
-            return await self._fallback(error).admit(keys, limits, buckets)
+            return await self._fallback(error).admit(plan, tokens)
 
-    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
+    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
         """See :meth:`proxy.store.Store.settle`."""
         try:
-            await self._shared.settle(keys, buckets)
+            await self._shared.settle(plan, reserved, used)
         except StoreUnavailable as error:
-            await self._fallback(error).settle(keys, buckets)
+            await self._fallback(error).settle(plan, reserved, used)

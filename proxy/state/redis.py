@@ -5,7 +5,9 @@ Every operation is one round trip: a plain command (``GET``, ``SET … PX``, ``U
 whose TTL applies on creation, GCRA takes and corrections across several buckets, in-flight
 holds and releases — which run atomically with the server's clock. Commands are pipelined on
 one connection (:mod:`proxy.state.resp`): what concurrent requests send in one turn of the
-event loop leaves in one write.
+event loop leaves in one write. A limits settlement is not sent on its own when an admission
+follows soon: it rides in this process's next admission script (:mod:`proxy.state.settlements`),
+so that a limited request costs one round trip for limits, not two.
 
 With ``cluster: true`` the commands go to the node serving each key's slot
 (:mod:`proxy.state.cluster`), and the keys under :data:`SAME_SLOT` (the limits', which the
@@ -52,7 +54,8 @@ from proxy.state.scripts import (
     SETTLE,
     Script,
 )
-from proxy.store import RateBucket, RateState, StoreUnavailable
+from proxy.state.settlements import PendingSettlements
+from proxy.store import Admission, LimitPlan, RateBucket, RateState, StoreUnavailable, summarise
 
 PREFIX = "crossway:"
 SAME_SLOT = "crossway:limits:"
@@ -90,6 +93,7 @@ class RedisStore:
         )
         self._prober: asyncio.Task[None] | None = None
         self._closed = False
+        self._pending = PendingSettlements(self.flush)
 
     @property
     def up(self) -> bool:
@@ -108,7 +112,12 @@ class RedisStore:
             self._on_up(True)
 
     async def close(self) -> None:
-        """Stop probing and close the connection (idempotent)."""
+        """Send what settlements are pending, stop probing and close the connection
+        (idempotent)."""
+        if not self._closed and self.up:
+            with contextlib.suppress(StoreUnavailable, ValueError):
+                await self.flush()
+        await self._pending.drain()
         self._closed = True
         prober, self._prober = self._prober, None
         if prober is not None:
@@ -146,6 +155,7 @@ class RedisStore:
 
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
         """See :meth:`proxy.store.Store.rate_take`."""
+        await self.flush()  # pending settlements first: the same order as settled
         reply = await self._script(
             RATE_TAKE, [self._name(b.key) for b in buckets], _bucket_args(buckets)
         )
@@ -153,6 +163,7 @@ class RedisStore:
 
     async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
         """See :meth:`proxy.store.Store.rate_adjust`."""
+        await self.flush()  # pending settlements first: the same order as settled
         if buckets:
             await self._script(
                 RATE_ADJUST, [self._name(b.key) for b in buckets], _bucket_args(buckets)
@@ -160,6 +171,7 @@ class RedisStore:
 
     async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
         """See :meth:`proxy.store.Store.hold`."""
+        await self.flush()  # pending settlements first: the same order as settled
         if len(keys) != len(limits):
             raise ValueError("hold needs one limit per key")
         reply = await self._script(
@@ -169,31 +181,55 @@ class RedisStore:
 
     async def release(self, keys: Sequence[str]) -> None:
         """See :meth:`proxy.store.Store.release`."""
+        await self.flush()  # pending settlements first: the same order as settled
         if keys:
             await self._script(RELEASE, [self._name(k) for k in keys], (self._hold_idle_ms,))
 
-    async def admit(
-        self, keys: Sequence[str], limits: Sequence[int], buckets: Sequence[RateBucket]
-    ) -> tuple[int | None, list[RateState]]:
-        """See :meth:`proxy.store.Store.admit`."""
-        if len(keys) != len(limits):
-            raise ValueError("admit needs one limit per key")
+    async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
+        """See :meth:`proxy.store.Store.admit`. The settlements pending here
+        (:mod:`proxy.state.settlements`) go in the same script, applied first."""
+        buckets = plan.buckets(tokens)
+        releases, adjusts = self._pending.take()
+        name = self._name
         reply = await self._script(
             ADMIT,
-            [*(self._name(k) for k in keys), *(self._name(b.key) for b in buckets)],
-            (len(keys), *limits, self._hold_idle_ms, *_bucket_args(buckets)),
+            [
+                *releases,
+                *(name(b.key) for b in adjusts),
+                *(name(k) for k in plan.slots),
+                *(name(b.key) for b in buckets),
+            ],
+            (
+                len(releases),
+                len(adjusts),
+                len(plan.slots),
+                self._hold_idle_ms,
+                *_bucket_args(adjusts),
+                *plan.slot_limits,
+                *_bucket_args(buckets),
+            ),
         )
         if reply[0] >= 0:
-            return int(reply[0]), []
-        return None, _states(reply, 1)
+            return Admission(full=int(reply[0]))
+        return summarise(plan, _states(reply, 1))
 
-    async def settle(self, keys: Sequence[str], buckets: Sequence[RateBucket]) -> None:
-        """See :meth:`proxy.store.Store.settle`."""
-        if keys or buckets:
+    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
+        """See :meth:`proxy.store.Store.settle`: kept to ride on this process's next
+        admission, or sent on its own within :data:`~proxy.state.settlements.SETTLE_DELAY`
+        (:mod:`proxy.state.settlements`). Never raises: a settlement that cannot be sent is
+        lost, and its slots expire after :data:`HOLD_IDLE`."""
+        corrections = plan.corrections(reserved, used) if used != reserved else []
+        if plan.slots or corrections:
+            self._pending.add([self._name(k) for k in plan.slots], corrections)
+
+    async def flush(self) -> None:
+        """Send the pending settlements now, in one script (nothing when none is pending)."""
+        releases, adjusts = self._pending.take()
+        if releases or adjusts:
             await self._script(
                 SETTLE,
-                [*(self._name(k) for k in keys), *(self._name(b.key) for b in buckets)],
-                (len(keys), self._hold_idle_ms, *_bucket_args(buckets)),
+                [*releases, *(self._name(b.key) for b in adjusts)],
+                (len(releases), self._hold_idle_ms, *_bucket_args(adjusts)),
             )
 
     async def publish(self, channel: str, message: bytes) -> None:

@@ -207,23 +207,33 @@ return 0
 """,
 )
 
-# KEYS: n slots, then buckets; ARGV: n, the slots' limits, the idle ms, then per bucket cost,
-# limit, period ms. Reply: {full (-1: none), then rate_take's four numbers per bucket}; slots are
-# held only when the take happened.
+# KEYS: r slots to release and a buckets to adjust (the settlements this process had pending),
+# then n slots to hold and the buckets to take. ARGV: r, a, n, the idle ms, per adjusted bucket
+# cost, limit, period ms, the n slots' limits, then per taken bucket cost, limit, period ms. The
+# settlements apply first, whatever the admission's answer. Reply: {full (-1: none), then
+# rate_take's four numbers per taken bucket}; slots are held only when the take happened.
 ADMIT = Script(
     "admit",
     _NOW
     + _DEBT
     + _TAKE
+    + _ADJUST
     + _SLOTS
     + f"""
-local n = tonumber(ARGV[1])
-local full = full_slot(0, n, 2)
-if full == -2 then local bad = 'a slot'; {_WRONG} end
+local r, a, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local idle = ARGV[4]
+local bad = release(0, r, idle)
+if bad ~= nil then {_WRONG} end
+bad = adjust(r, a, 5)
+if bad ~= nil then {_WRONG} end
+local k = r + a
+local limits = 5 + 3 * a
+local full = full_slot(k, n, limits)
+if full == -2 then bad = 'a slot'; {_WRONG} end
 if full >= 0 then return {{full}} end
-local out, allowed = take(n, #KEYS - n, n + 3)
-if out == nil then local bad = allowed; {_WRONG} end
-if allowed then hold(0, n, ARGV[n + 2]) end
+local out, allowed = take(k + n, #KEYS - k - n, limits + n)
+if out == nil then bad = allowed; {_WRONG} end
+if allowed then hold(k, n, idle) end
 table.insert(out, 1, -1)
 return out
 """,

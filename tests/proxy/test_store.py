@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from proxy.store import MemoryStore, RateBucket
+from proxy.store import Admission, LimitPlan, MemoryStore, RateBucket, RateState, summarise
 from tests.faults import FakeClock
 
 
@@ -205,21 +207,96 @@ async def test_slots_are_held_all_or_nothing(store: MemoryStore):
 
 
 async def test_admit_holds_slots_only_when_every_bucket_takes(store: MemoryStore):
-    slots, limits = ["s:key", "s:team"], [2, 5]
-    full, states = await store.admit(slots, limits, [RateBucket("b", 1, 1)])
-    assert (full, [s.allowed for s in states]) == (None, [True])
+    plan = LimitPlan(slots=[("s:key", 2), ("s:team", 5)], requests=[("b", 1)])
+    admission = await store.admit(plan, 0)
+    assert (admission.full, admission.refused) == (None, None)
+    assert admission.requests == RateState(True, 0, 60.0)
     assert await store.get("s:key") == b"1"
-    full, states = await store.admit(slots, limits, [RateBucket("b", 1, 1)])
-    assert (full, [s.allowed for s in states]) == (None, [False])  # the bucket is empty
+    admission = await store.admit(plan, 0)
+    assert (admission.full, admission.refused) == (None, 0)  # the bucket is empty
+    assert admission.retry_after == pytest.approx(60)
     assert await store.get("s:key") == b"1", "a refused take holds no slot"
-    await store.hold(slots, limits)
-    assert await store.admit(slots, limits, [RateBucket("c", 1, 9)]) == (0, [])
+    await store.hold(["s:key"], [2])
+    other = LimitPlan(slots=[("s:key", 2)], requests=[("c", 9)])
+    assert await store.admit(other, 0) == Admission(full=0)
     assert await store.get("c") is None, "a full slot charges no bucket"
 
 
-async def test_settle_releases_and_adjusts(store: MemoryStore):
-    await store.admit(["s"], [1], [RateBucket("t", 8, 10)])
-    await store.settle(["s"], [RateBucket("t", -8, 10)])
+async def test_admit_reports_the_tightest_bucket_of_each_kind(store: MemoryStore):
+    plan = LimitPlan(
+        requests=[("rk", 100), ("rt", 10)], tokens=[("tk", 1000), ("tt", 5000)], period=60.0
+    )
+    admission = await store.admit(plan, 400)
+    assert admission.requests == RateState(True, 9, pytest.approx(6.0))
+    assert admission.requests_bucket == 1  # the team's 10 rpm
+    assert admission.tokens == RateState(True, 600, pytest.approx(24.0))
+    assert admission.tokens_bucket == 2  # the key's 1,000 tpm
+    refused = await store.admit(plan, 700)  # the key's tokens: 600 left
+    assert (refused.refused, refused.tokens_bucket) == (2, 2)
+    assert refused.tokens is not None
+    assert not refused.tokens.allowed
+    assert await store.get("rk") is not None
+    assert (await store.admit(plan, 0)).requests == RateState(True, 8, pytest.approx(12.0))
+
+
+async def test_a_token_cost_above_a_limit_is_capped(store: MemoryStore):
+    plan = LimitPlan(tokens=[("small", 100), ("large", 10_000)])
+    admission = await store.admit(plan, 5_000)
+    assert admission.refused is None
+    assert admission.tokens == RateState(True, 0, pytest.approx(60.0))
+    assert plan.corrections(5_000, 50) == [
+        RateBucket("small", -50, 100),
+        RateBucket("large", -4_950, 10_000),
+    ]
+
+
+async def test_settle_releases_and_corrects_the_tokens(store: MemoryStore):
+    plan = LimitPlan(slots=[("s", 1)], tokens=[("t", 10)])
+    await store.admit(plan, 8)
+    await store.settle(plan, 8, 0)
     assert await store.get("s") is None
-    (state,) = await store.rate_take([RateBucket("t", 10, 10)])
-    assert state.allowed
+    assert await store.get("t") is None  # every token given back
+    await store.admit(plan, 8)
+    await store.settle(plan, 8, 20)  # used more than reserved: later takes wait
+    assert (await store.admit(plan, 1)).refused == 0
+
+
+async def test_admit_and_settle_answer_as_hold_take_and_adjust(clock: FakeClock):
+    # The fused fast path against the general operations it stands for, on random plans.
+    fused, general = MemoryStore(clock), MemoryStore(clock)
+    rng = random.Random(12)
+    plans = [
+        LimitPlan(
+            slots=[(f"p{i}", rng.randrange(1, 4)) for i in range(rng.randrange(3))],
+            requests=[(f"r{i}", rng.randrange(1, 6)) for i in range(rng.randrange(3))],
+            tokens=[(f"t{i}", rng.randrange(5, 60)) for i in range(rng.randrange(3))],
+            period=10.0,
+        )
+        for _ in range(8)
+    ]
+    admitted: list[tuple[LimitPlan, int]] = []
+    outcomes = {"full": 0, "refused": 0, "admitted": 0}
+    for step in range(400):
+        clock.advance(rng.random())
+        if admitted and rng.random() < 0.4:
+            plan, tokens = admitted.pop(rng.randrange(len(admitted)))
+            used = rng.randrange(0, 80)
+            await fused.settle(plan, tokens, used)
+            await general.release(plan.slots)
+            await general.rate_adjust(plan.corrections(tokens, used))
+            continue
+        plan, tokens = rng.choice(plans), rng.randrange(1, 80)
+        got = await fused.admit(plan, tokens)
+        full = general._full_slot(plan.slots, plan.slot_limits)
+        if full is not None:
+            assert got == Admission(full=full), step
+            outcomes["full"] += 1
+            continue
+        states = await general.rate_take(plan.buckets(tokens))
+        want = summarise(plan, states)
+        if want.refused is None:
+            await general.hold(plan.slots, plan.slot_limits)
+            admitted.append((plan, tokens))
+        outcomes["admitted" if want.refused is None else "refused"] += 1
+        assert got == want, step
+    assert min(outcomes.values()) >= 20, outcomes  # every path was taken

@@ -13,7 +13,7 @@ import pytest
 from proxy.metrics import Metrics
 from proxy.state.config import BreakerConfig, RedisConfig
 from proxy.state.redis import RedisStore
-from proxy.store import MemoryStore, RateBucket, StoreUnavailable
+from proxy.store import LimitPlan, MemoryStore, RateBucket, StoreUnavailable
 from tests.engines import RedisServer
 from tests.engines.plugin import redis_command
 from tests.waiting import until
@@ -146,23 +146,64 @@ async def test_the_same_answers_as_the_memory_store(store: RedisStore):
             await store.release(keys)
             await memory.release(keys)
         elif operation == 5:
-            keys = [f"h{key}", "hteam"]
-            limits = [rng.randrange(1, 4), rng.randrange(1, 4)]
-            buckets = [RateBucket(f"r{i}", rng.randrange(1, 4), 10, 3600.0) for i in range(2)]
-            got_full, got = await store.admit(keys, limits, buckets)
-            want_full, want = await memory.admit(keys, limits, buckets)
-            assert got_full == want_full, step
-            assert [(s.allowed, s.remaining) for s in got] == [
-                (s.allowed, s.remaining) for s in want
-            ], step
+            plan = LimitPlan(
+                slots=[(f"h{key}", rng.randrange(1, 4)), ("hteam", rng.randrange(1, 4))],
+                requests=[("r0", 10)],
+                tokens=[("r1", 10)],
+                period=3600.0,
+            )
+            tokens = rng.randrange(1, 4)
+            got_admission = await store.admit(plan, tokens)
+            want_admission = await memory.admit(plan, tokens)
+            assert (got_admission.full, got_admission.refused) == (
+                want_admission.full,
+                want_admission.refused,
+            ), step
+            for got_state, want_state in (
+                (got_admission.requests, want_admission.requests),
+                (got_admission.tokens, want_admission.tokens),
+            ):
+                assert (got_state is None) == (want_state is None), step
+                if got_state is not None and want_state is not None:
+                    assert (got_state.allowed, got_state.remaining) == (
+                        want_state.allowed,
+                        want_state.remaining,
+                    ), step
         elif operation == 6:
-            keys = [f"h{key}"]
-            buckets = [RateBucket(f"r{rng.randrange(2)}", rng.randrange(-3, 3), 10, 3600.0)]
-            await store.settle(keys, buckets)
-            await memory.settle(keys, buckets)
+            plan = LimitPlan(slots=[(f"h{key}", 3)], tokens=[(f"r{rng.randrange(2)}", 10)])
+            reserved, used = 3, rng.randrange(0, 6)
+            await store.settle(plan, reserved, used)
+            await memory.settle(plan, reserved, used)
         else:
             amount = rng.randrange(-5, 6)
             assert await store.incr(f"c{key}", amount) == await memory.incr(f"c{key}", amount)
+
+
+async def test_a_settlement_rides_on_the_next_admission(store: RedisStore):
+    sent: list[tuple[object, ...]] = []
+    connection = store._connection
+    call = connection.call
+
+    async def counting(*args):
+        sent.append(args)
+        return await call(*args)
+
+    connection.call = counting  # type: ignore[method-assign]
+    plan = LimitPlan(slots=[("one", 1)], tokens=[("tokens", 100)])
+    assert (await store.admit(plan, 60)).refused is None
+    sent.clear()
+    await store.settle(plan, 60, 10)
+    assert sent == [], "a settlement waits for the next admission"
+    admission = await store.admit(plan, 60)  # fits only if the slot and 50 tokens came back
+    assert (admission.full, admission.refused) == (None, None)
+    assert admission.tokens is not None
+    assert admission.tokens.remaining == 30
+    assert len(sent) == 1, "one round trip settles and admits"
+    sent.clear()
+    await store.settle(plan, 60, 60)
+    await until(lambda: len(sent) == 1, seconds=2, what="the settlement sent on its own")
+    await until(lambda: not store._pending, seconds=2, what="nothing pending")
+    assert await store.get("one") is None
 
 
 async def test_every_operation_is_one_round_trip(store: RedisStore):
@@ -185,8 +226,7 @@ async def test_every_operation_is_one_round_trip(store: RedisStore):
         lambda: store.rate_adjust([RateBucket("a", -1, 5), RateBucket("b", -1, 5)]),
         lambda: store.hold(["p1", "p2"], [3, 3]),
         lambda: store.release(["p1", "p2"]),
-        lambda: store.admit(["p1"], [3], [RateBucket("a", 1, 5), RateBucket("b", 1, 5)]),
-        lambda: store.settle(["p1"], [RateBucket("a", -1, 5)]),
+        lambda: store.admit(LimitPlan([("p1", 3)], [("a", 5)], [("b", 5)]), 1),
     ]
     for operation in operations:
         sent.clear()
