@@ -4,10 +4,10 @@ Place it right after ``auth``. A call whose principal has no limits (no key limi
 limits; the master key; an open gateway) passes untouched. Otherwise, per scope (the key, and
 its team, whose counters every key of the team shares):
 
-- ``max_parallel``: requests in flight, counted in the state store (``incr``), released when
-  the reply is over (a stream when it ends, fails or is closed).
-- ``rpm`` and ``tpm``: GCRA buckets in the state store (:meth:`proxy.store.Store.rate_take`,
-  whose docstring states the algorithm and its accuracy), taken all or nothing across scopes.
+- ``max_parallel``: requests in flight, counted in the state store, released when the reply
+  is over (a stream when it ends, fails or is closed).
+- ``rpm`` and ``tpm``: GCRA buckets in the state store (:mod:`proxy.store`'s docstring states
+  the algorithm and its accuracy), taken all or nothing across scopes.
   ``tpm`` counts input + output tokens: a call reserves an estimate when it starts — its
   messages' characters / 4, plus ``max_tokens`` (or ``max_completion_tokens``) or else
   ``output_reserve``, capped at the limit — and the reservation is corrected with the real
@@ -23,6 +23,11 @@ When the shared store is unavailable, ``state.on_unavailable.limits`` decides
 ``open`` admits the call uncounted, ``closed`` refuses it (503 ``state_unavailable``); each
 such decision counts in ``crossway_state_degraded_total{use="limits"}``.
 Deployment limits (per upstream) stay in ``balance``.
+
+Each principal's counters become a :class:`~proxy.store.LimitPlan` once (cached per key), so a
+call costs one :meth:`~proxy.store.Store.admit` (slots and buckets together, one round trip on
+Redis) and, when it holds slots or reserves tokens, one :meth:`~proxy.store.Store.settle`
+(which Redis carries in the next admission).
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ class _Plan:
     counters, request buckets, token buckets), each bucket's scope, and the
     ``x-ratelimit-limit-*`` texts."""
 
-    __slots__ = ("labels", "limit_texts", "limits", "principal", "slot_labels", "tokens")
+    __slots__ = ("labels", "limit_texts", "limits", "principal", "settles", "slot_labels", "tokens")
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
@@ -101,6 +106,7 @@ class _Plan:
                 token_labels.append(scope)
         self.limits = LimitPlan(slots, requests, tokens) if slots or requests or tokens else None
         self.tokens = bool(tokens)
+        self.settles = bool(slots or tokens)  # a call's end changes a counter
         self.labels = request_labels + token_labels  # each bucket's scope, in plan order
         self.limit_texts = [str(limit) for _, limit in (*requests, *tokens)]
 
@@ -140,14 +146,14 @@ class LimitsPlugin:
             return await next(call)  # admitted uncounted: nothing to settle
         if admission.full is not None or admission.refused is not None:
             self._refused(plan, admission)
-        settles = bool(limits.slots) or plan.tokens
+        settles = plan.settles
         try:
             reply = await next(call)
         except BaseException:
             if settles:
                 await self._ended(limits, tokens, 0)  # a failed call: its tokens given back
             raise
-        reply.headers.update(_headers(plan, admission))
+        _add_headers(reply.headers, plan, admission)
         if not settles:
             return reply
         if reply.stream is not None:
@@ -186,7 +192,7 @@ class LimitsPlugin:
         raise LimitExceeded(
             f"this {scope}'s {limit} limit of {limits.limits[index]} is reached",
             retry_after=admission.retry_after,
-            headers=_headers(plan, admission),
+            headers=_add_headers({}, plan, admission),
         )
 
     def _unavailable(self) -> None:
@@ -220,10 +226,9 @@ class LimitsPlugin:
             self._state.degraded("limits", "open")
 
 
-def _headers(plan: _Plan, admission: Admission) -> dict[str, str]:
-    """OpenAI's ``x-ratelimit-*`` headers: per kind (requests, tokens), from the bucket with
-    the least left."""
-    headers: dict[str, str] = {}
+def _add_headers(headers: dict[str, str], plan: _Plan, admission: Admission) -> dict[str, str]:
+    """Add OpenAI's ``x-ratelimit-*`` headers to ``headers`` (and return it): per kind
+    (requests, tokens), from the bucket with the least left."""
     state = admission.requests
     if state is not None:
         headers["x-ratelimit-limit-requests"] = plan.limit_texts[admission.requests_bucket]

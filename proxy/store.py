@@ -342,8 +342,11 @@ class MemoryStore:
                 return Admission(full=index)
         now = self._clock()
         requests, limits, intervals = plan.requests, plan.limits, plan.intervals
-        ceiling = plan.period + _SLACK
+        period = plan.period
+        ceiling = period + _SLACK
         news: list[float] = []
+        least_requests = least_tokens = -1  # per kind: the bucket with the least left
+        left_requests = left_tokens = 0
         for index, key in enumerate(plan.keys):
             tat = tats.get(key)
             if tat is None:
@@ -353,33 +356,35 @@ class MemoryStore:
             else:
                 debt = tat - now if tat > now else 0.0
             limit = limits[index]
-            cost = 1 if index < requests else (tokens if tokens < limit else limit)
-            new = debt + cost * intervals[index]
-            if new > ceiling:
-                return summarise(plan, self._take(plan.buckets(tokens), now)[0])
+            interval = intervals[index]
+            if index < requests:
+                new = debt + interval
+                if new > ceiling:
+                    return summarise(plan, self._take(plan.buckets(tokens), now)[0])
+                remaining = int((period - new) / interval + _SLACK)
+                if least_requests < 0 or remaining < left_requests:
+                    least_requests, left_requests = index, remaining
+            else:
+                new = debt + (tokens if tokens < limit else limit) * interval
+                if new > ceiling:
+                    return summarise(plan, self._take(plan.buckets(tokens), now)[0])
+                remaining = int((period - new) / interval + _SLACK)
+                if least_tokens < 0 or remaining < left_tokens:
+                    least_tokens, left_tokens = index, remaining
             news.append(new)
+        for key, new in zip(plan.keys, news, strict=True):
+            if new > 0:
+                tats[key] = now + new
         for key in plan.slots:
             slots[key] = slots.get(key, 0) + 1
-        keys, period = plan.keys, plan.period
-        least = [-1, -1]  # per kind (requests, tokens): the bucket with the least left
-        lefts = [0, 0]
-        for index, new in enumerate(news):
-            if new > 0:
-                tats[keys[index]] = now + new
-            remaining = int((period - new) / intervals[index] + _SLACK)
-            kind = 0 if index < requests else 1
-            if least[kind] < 0 or remaining < lefts[kind]:
-                least[kind] = index
-                lefts[kind] = remaining
         self._wrote(len(news))
-        at_requests, at_tokens = least
         return Admission(
             requests=None
-            if at_requests < 0
-            else RateState(True, max(lefts[0], 0), news[at_requests]),
-            tokens=None if at_tokens < 0 else RateState(True, max(lefts[1], 0), news[at_tokens]),
-            requests_bucket=max(at_requests, 0),
-            tokens_bucket=max(at_tokens, 0),
+            if least_requests < 0
+            else RateState(True, left_requests, news[least_requests]),
+            tokens=None if least_tokens < 0 else RateState(True, left_tokens, news[least_tokens]),
+            requests_bucket=least_requests if least_requests > 0 else 0,
+            tokens_bucket=least_tokens if least_tokens > 0 else 0,
         )
 
     async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:

@@ -120,10 +120,17 @@ async def test_one_budget_holds_across_every_process(gateways: list[str], client
         assert (status, body["error"]["code"]) == (429, "budget_exceeded")
 
 
-async def test_an_entry_cached_by_one_is_a_hit_on_the_other(gateways: list[str], client: Client):
+async def test_an_entry_cached_by_one_is_a_hit_on_the_other(
+    gateways: list[str], client: Client, redis_server: RedisServer
+):
     first, second = gateways
     status, headers = await client.chat(first, FREE, text="cache me")
     assert (status, headers["x-crossway-cache"]) == (200, "miss")
+
+    async def stored() -> bool:  # the entry is written after the reply, off its path
+        return b"crossway:cache:" in redis_command(redis_server.port, "KEYS", "crossway:cache:*")
+
+    await poll(stored, seconds=5, what="the entry in Redis")
     # Each try opens a new connection; with two workers the kernel may send several to the
     # worker that stored it, but every one of them must hit.
     for _ in range(10):
@@ -314,6 +321,14 @@ async def test_two_instances_over_a_redis_cluster_share_limits_budgets_and_cache
         first, second = (s.url for s in served)
         status, headers = await client.chat(first, FREE, text="cached on the cluster")
         assert (status, headers["x-crossway-cache"]) == (200, "miss")
+
+        async def stored() -> bool:  # the entry is written after the reply, off its path
+            return any(
+                b"crossway:cache:" in redis_command(node.port, "KEYS", "crossway:cache:*")
+                for node in redis_cluster.nodes
+            )
+
+        await poll(stored, seconds=5, what="the entry in the cluster")
         status, headers = await client.chat(second, FREE, text="cached on the cluster")
         assert (status, headers["x-crossway-cache"]) == (200, "hit")
 
