@@ -37,8 +37,11 @@ class AuthPlugin:
         principal = call.principal
         if principal is ANONYMOUS:
             principal = call.principal = await self.authenticate(call.client_headers)
-        if principal.models is not None:
-            self._check_models(call, principal)
+        models = principal.models
+        if models is not None:
+            options = call.options
+            if call.model not in models or options.fallbacks or options.load_balancer:
+                self._check_models(call, principal)
         return await next(call)
 
     def _check_models(self, call: Call, principal: Principal) -> None:

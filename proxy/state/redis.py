@@ -135,7 +135,9 @@ class RedisStore:
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """See :meth:`proxy.store.Store.set`."""
-        await self._call("SET", self._name(key), value, "PX", self._ms(ttl))
+        reply = await self._call("SET", self._name(key), value, "PX", self._ms(ttl))
+        if type(reply) is ReplyError:
+            raise ValueError(f"SET {key!r}: {str(reply)[:200]}")
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         """See :meth:`proxy.store.Store.incr`."""
@@ -146,7 +148,9 @@ class RedisStore:
 
     async def delete(self, key: str) -> None:
         """See :meth:`proxy.store.Store.delete`."""
-        await self._call("UNLINK", self._name(key))
+        reply = await self._call("UNLINK", self._name(key))
+        if type(reply) is ReplyError:
+            raise ValueError(f"UNLINK {key!r}: {str(reply)[:200]}")
 
     async def ttl(self, key: str) -> float | None:
         """See :meth:`proxy.store.Store.ttl` (and the module docstring on idle expiry)."""

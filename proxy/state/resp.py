@@ -39,6 +39,7 @@ _UNAVAILABLE_REPLIES = (
     b"MASTERDOWN",
     b"CLUSTERDOWN",
     b"TRYAGAIN",
+    b"OOM",  # over maxmemory with no eviction: writes refused until memory is freed
 )
 
 

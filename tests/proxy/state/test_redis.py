@@ -238,6 +238,22 @@ async def test_every_operation_is_one_round_trip(store: RedisStore):
     assert sent == ["EVALSHA", "EVAL"]
 
 
+async def test_a_server_out_of_memory_is_unavailable_for_writes(own_redis: RedisServer):
+    store = RedisStore(config(own_redis.url, timeout_ms=2000))
+    await store.start()
+    try:
+        await store.set("before", b"v")
+        assert redis_command(own_redis.port, "CONFIG", "SET", "maxmemory", "1").startswith(b"+OK")
+        with pytest.raises(StoreUnavailable, match="OOM"):
+            await store.set("k", b"v")
+        with pytest.raises(StoreUnavailable, match="OOM"):
+            await store.incr("n")
+        assert await store.get("before") == b"v"  # reads still served
+    finally:
+        redis_command(own_redis.port, "CONFIG", "SET", "maxmemory", "0")
+        await store.close()
+
+
 async def test_redis_down_at_start_then_up_reconnects(own_redis: RedisServer):
     own_redis.kill()
     ups: list[bool] = []
