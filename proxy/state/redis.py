@@ -219,9 +219,9 @@ class RedisStore:
 
     async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
         """See :meth:`proxy.store.Store.settle`: kept to ride on this process's next
-        admission, or sent on its own within :data:`~proxy.state.settlements.SETTLE_DELAY`
-        (:mod:`proxy.state.settlements`). Never raises: a settlement that cannot be sent is
-        lost, and its slots expire after :data:`HOLD_IDLE`."""
+        admission, or sent on its own a loop turn later (:mod:`proxy.state.settlements`).
+        Never raises: a settlement that cannot be sent is lost, and its slots expire after
+        :data:`HOLD_IDLE`."""
         corrections = plan.corrections(reserved, used) if used != reserved else []
         if plan.slots or corrections:
             self._pending.add([self._name(k) for k in plan.slots], corrections)
