@@ -146,23 +146,22 @@ class LimitsPlugin:
             return await next(call)  # admitted uncounted: nothing to settle
         if admission.full is not None or admission.refused is not None:
             self._refused(plan, admission)
-        settles = plan.settles
         try:
             reply = await next(call)
         except BaseException:
-            if settles:
-                await self._ended(limits, tokens, 0)  # a failed call: its tokens given back
+            if plan.settles:
+                self._store.settle(admission, 0)  # a failed call: its tokens given back
             raise
         _add_headers(reply.headers, plan, admission)
-        if not settles:
+        if not plan.settles:
             return reply
         if reply.stream is not None:
             reply.stream = ObservedStream(
-                reply.stream, functools.partial(self._stream_ended, limits, tokens)
+                reply.stream, functools.partial(self._stream_ended, admission)
             )
         else:
             usage = reply.whole_usage()
-            await self._ended(limits, tokens, tokens if usage is None else usage.total_tokens)
+            self._store.settle(admission, tokens if usage is None else usage.total_tokens)
         return reply
 
     def _plan(self, principal: Principal) -> _Plan:
@@ -214,16 +213,10 @@ class LimitsPlugin:
         output = params.max_completion_tokens or params.max_tokens or self._reserve
         return max(1, chars // _CHARS_PER_TOKEN + output)
 
-    async def _stream_ended(self, limits: LimitPlan, reserved: int, usage: Usage | None) -> None:
+    async def _stream_ended(self, admission: Admission, usage: Usage | None) -> None:
         """A stream is over: a reservation without usage is kept."""
-        await self._ended(limits, reserved, reserved if usage is None else usage.total_tokens)
-
-    async def _ended(self, limits: LimitPlan, reserved: int, used: int) -> None:
-        """The reply is over: free the slots, correct the token reservation to ``used``."""
-        try:
-            await self._store.settle(limits, reserved, used)
-        except StoreUnavailable:
-            self._state.degraded("limits", "open")
+        used = admission.reserved if usage is None else usage.total_tokens
+        self._store.settle(admission, used)
 
 
 def _add_headers(headers: dict[str, str], plan: _Plan, admission: Admission) -> dict[str, str]:

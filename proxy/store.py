@@ -118,7 +118,12 @@ class Admission(msgspec.Struct, frozen=True):
     slot is held and nothing charged) and ``retry_after``, seconds until every refusing bucket
     would fit; ``requests`` and ``tokens``: the state of the request bucket, and of the token
     bucket, with the least left (None when the plan has none of that kind), and their
-    indexes among the plan's buckets (``requests_bucket``, ``tokens_bucket``)."""
+    indexes among the plan's buckets (``requests_bucket``, ``tokens_bucket``).
+
+    An admission that held and took (neither full nor refused) is ended by
+    :meth:`Store.settle`: it names its ``plan``, the tokens it ``reserved``, and whether a
+    policy answered it from a ``local`` store while the shared one was unavailable (then it
+    is settled there)."""
 
     full: int | None = None
     refused: int | None = None
@@ -127,23 +132,28 @@ class Admission(msgspec.Struct, frozen=True):
     tokens: RateState | None = None
     requests_bucket: int = 0
     tokens_bucket: int = 0
+    plan: LimitPlan | None = None
+    reserved: int = 0
+    local: bool = False
 
 
-def summarise(plan: LimitPlan, states: Sequence[RateState]) -> Admission:
-    """The :class:`Admission` of ``plan`` from :meth:`Store.rate_take`'s ``states`` (one per
-    bucket of the plan, in order)."""
+def summarise(plan: LimitPlan, tokens: int, states: Sequence[RateState]) -> Admission:
+    """The :class:`Admission` of ``plan`` for a call of ``tokens`` from
+    :meth:`Store.rate_take`'s ``states`` (one per bucket of the plan, in order)."""
     refused = next((index for index, state in enumerate(states) if not state.allowed), None)
     retry = max((s.retry_after for s in states if not s.allowed), default=0.0)
     split = plan.requests
     requests = _least(states, 0, split)
-    tokens = _least(states, split, len(states))
+    least_tokens = _least(states, split, len(states))
     return Admission(
         refused=refused,
         retry_after=retry,
         requests=None if requests is None else states[requests],
-        tokens=None if tokens is None else states[tokens],
+        tokens=None if least_tokens is None else states[least_tokens],
         requests_bucket=requests or 0,
-        tokens_bucket=tokens or 0,
+        tokens_bucket=least_tokens or 0,
+        plan=plan,
+        reserved=tokens,
     )
 
 
@@ -222,12 +232,13 @@ class Store(Protocol):
         backend. A full slot or a refusing bucket changes nothing (see :class:`Admission`)."""
         ...
 
-    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
-        """The call admitted with ``reserved`` tokens is over: release ``plan``'s slots and
-        correct its token buckets to ``used`` tokens (:meth:`LimitPlan.corrections`), as one
-        step. A remote backend may defer it by a few milliseconds, to send it within this
-        process's next :meth:`admit` (applied before that admission: one round trip for both).
-        """
+    def settle(self, admission: Admission, used: int) -> None:
+        """The call of ``admission`` (one that held and took) is over: release its plan's
+        slots and correct its token reservation to ``used`` tokens
+        (:meth:`LimitPlan.corrections`), as one step. Never waits and never raises
+        :class:`StoreUnavailable`: the memory backend applies it at once, a remote one sends it
+        within this process's next :meth:`admit` (applied before that admission: one round
+        trip for both) or a loop turn later, and loses it when it cannot be sent."""
         ...
 
 
@@ -360,14 +371,14 @@ class MemoryStore:
             if index < requests:
                 new = debt + interval
                 if new > ceiling:
-                    return summarise(plan, self._take(plan.buckets(tokens), now)[0])
+                    return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
                 remaining = int((period - new) / interval + _SLACK)
                 if least_requests < 0 or remaining < left_requests:
                     least_requests, left_requests = index, remaining
             else:
                 new = debt + (tokens if tokens < limit else limit) * interval
                 if new > ceiling:
-                    return summarise(plan, self._take(plan.buckets(tokens), now)[0])
+                    return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
                 remaining = int((period - new) / interval + _SLACK)
                 if least_tokens < 0 or remaining < left_tokens:
                     least_tokens, left_tokens = index, remaining
@@ -385,11 +396,17 @@ class MemoryStore:
             tokens=None if least_tokens < 0 else RateState(True, left_tokens, news[least_tokens]),
             requests_bucket=least_requests if least_requests > 0 else 0,
             tokens_bucket=least_tokens if least_tokens > 0 else 0,
+            plan=plan,
+            reserved=tokens,
         )
 
-    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
+    def settle(self, admission: Admission, used: int) -> None:
         """See :meth:`Store.settle`: :meth:`_release` and :meth:`_adjust` in one pass."""
+        plan = admission.plan
+        if plan is None:
+            raise ValueError("only an admission that held and took is settled")
         self._release(plan.slots)
+        reserved = admission.reserved
         if used == reserved:
             return
         now = self._clock()

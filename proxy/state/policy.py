@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+import msgspec
+
 from proxy.errors import GatewayError
 from proxy.metrics import Metrics
 from proxy.state.config import USES, StateConfig, Use
@@ -206,15 +208,17 @@ class UseStore:
             await self._fallback(error).release(keys)
 
     async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
-        """See :meth:`proxy.store.Store.admit`."""
+        """See :meth:`proxy.store.Store.admit`. An admission answered by the local store is
+        marked ``local``, so that it is settled there."""
         try:
             return await self._shared.admit(plan, tokens)
         except StoreUnavailable as error:
-            return await self._fallback(error).admit(plan, tokens)
+            admission = await self._fallback(error).admit(plan, tokens)
+            return msgspec.structs.replace(admission, local=True)
 
-    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
-        """See :meth:`proxy.store.Store.settle`."""
-        try:
-            await self._shared.settle(plan, reserved, used)
-        except StoreUnavailable as error:
-            await self._fallback(error).settle(plan, reserved, used)
+    def settle(self, admission: Admission, used: int) -> None:
+        """See :meth:`proxy.store.Store.settle`: where the admission was answered."""
+        if admission.local and self._local is not None:
+            self._local.settle(admission, used)
+        else:
+            self._shared.settle(admission, used)

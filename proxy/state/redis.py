@@ -215,13 +215,17 @@ class RedisStore:
         )
         if reply[0] >= 0:
             return Admission(full=int(reply[0]))
-        return summarise(plan, _states(reply, 1))
+        return summarise(plan, tokens, _states(reply, 1))
 
-    async def settle(self, plan: LimitPlan, reserved: int, used: int) -> None:
+    def settle(self, admission: Admission, used: int) -> None:
         """See :meth:`proxy.store.Store.settle`: kept to ride on this process's next
-        admission, or sent on its own a loop turn later (:mod:`proxy.state.settlements`).
-        Never raises: a settlement that cannot be sent is lost, and its slots expire after
+        admission, or sent on its own a loop turn later (:mod:`proxy.state.settlements`). A
+        settlement that cannot be sent is lost; its slots then expire after
         :data:`HOLD_IDLE`."""
+        plan = admission.plan
+        if plan is None:
+            raise ValueError("only an admission that held and took is settled")
+        reserved = admission.reserved
         corrections = plan.corrections(reserved, used) if used != reserved else []
         if plan.slots or corrections:
             self._pending.add([self._name(k) for k in plan.slots], corrections)

@@ -252,13 +252,13 @@ async def test_a_token_cost_above_a_limit_is_capped(store: MemoryStore):
 
 async def test_settle_releases_and_corrects_the_tokens(store: MemoryStore):
     plan = LimitPlan(slots=[("s", 1)], tokens=[("t", 10)])
-    await store.admit(plan, 8)
-    await store.settle(plan, 8, 0)
+    store.settle(await store.admit(plan, 8), 0)
     assert await store.get("s") is None
     assert await store.get("t") is None  # every token given back
-    await store.admit(plan, 8)
-    await store.settle(plan, 8, 20)  # used more than reserved: later takes wait
+    store.settle(await store.admit(plan, 8), 20)  # used more than reserved: later takes wait
     assert (await store.admit(plan, 1)).refused == 0
+    with pytest.raises(ValueError, match="held and took"):
+        store.settle(Admission(full=0), 0)
 
 
 async def test_admit_and_settle_answer_as_hold_take_and_adjust(clock: FakeClock):
@@ -274,16 +274,17 @@ async def test_admit_and_settle_answer_as_hold_take_and_adjust(clock: FakeClock)
         )
         for _ in range(8)
     ]
-    admitted: list[tuple[LimitPlan, int]] = []
+    admitted: list[tuple[Admission, int]] = []
     outcomes = {"full": 0, "refused": 0, "admitted": 0}
     for step in range(400):
         clock.advance(rng.random())
         if admitted and rng.random() < 0.4:
-            plan, tokens = admitted.pop(rng.randrange(len(admitted)))
+            admission, tokens = admitted.pop(rng.randrange(len(admitted)))
+            assert admission.plan is not None
             used = rng.randrange(0, 80)
-            await fused.settle(plan, tokens, used)
-            await general.release(plan.slots)
-            await general.rate_adjust(plan.corrections(tokens, used))
+            fused.settle(admission, used)
+            await general.release(admission.plan.slots)
+            await general.rate_adjust(admission.plan.corrections(tokens, used))
             continue
         plan, tokens = rng.choice(plans), rng.randrange(1, 80)
         got = await fused.admit(plan, tokens)
@@ -293,10 +294,10 @@ async def test_admit_and_settle_answer_as_hold_take_and_adjust(clock: FakeClock)
             outcomes["full"] += 1
             continue
         states = await general.rate_take(plan.buckets(tokens))
-        want = summarise(plan, states)
+        want = summarise(plan, tokens, states)
         if want.refused is None:
             await general.hold(plan.slots, plan.slot_limits)
-            admitted.append((plan, tokens))
+            admitted.append((got, tokens))
         outcomes["admitted" if want.refused is None else "refused"] += 1
         assert got == want, step
     assert min(outcomes.values()) >= 20, outcomes  # every path was taken

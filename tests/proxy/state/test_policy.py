@@ -142,3 +142,26 @@ async def test_the_limits_plugin_follows_its_policy(policy: str):
         assert counted >= 2
     finally:
         await state.close()
+
+
+async def test_slots_held_locally_meanwhile_are_released_locally():
+    # A key with max_parallel 1 served one request at a time through an outage: each
+    # admission answered by the local store is settled there, so none stays held.
+    metrics = Metrics()
+    state = redis_state(DOWN_URL, metrics, limits="local")
+    await state.start()
+    try:
+        resolver = router({"m": ["p/model"]})
+        context = PluginContext(
+            resolver.resolve, metrics, structlog.get_logger(), state.store, state=state
+        )
+        chain = compose([LimitsPlugin(LimitsOptions(), context)], ScriptedUpstream(FakeClock()))
+        principal = Principal(key_id="k", limits=RateLimits(max_parallel=1, tpm=10_000))
+        for _ in range(5):
+            call = limited_call(resolver)
+            call.principal = principal
+            await chain(call)  # a slot still held would refuse it
+        assert state.redis is not None
+        assert not state.redis._pending, "nothing was queued for Redis"
+    finally:
+        await state.close()

@@ -13,7 +13,7 @@ import pytest
 from proxy.metrics import Metrics
 from proxy.state.config import BreakerConfig, RedisConfig
 from proxy.state.redis import RedisStore
-from proxy.store import LimitPlan, MemoryStore, RateBucket, StoreUnavailable
+from proxy.store import Admission, LimitPlan, MemoryStore, RateBucket, StoreUnavailable
 from tests.engines import RedisServer
 from tests.engines.plugin import redis_command
 from tests.waiting import until
@@ -172,8 +172,8 @@ async def test_the_same_answers_as_the_memory_store(store: RedisStore):
         elif operation == 6:
             plan = LimitPlan(slots=[(f"h{key}", 3)], tokens=[(f"r{rng.randrange(2)}", 10)])
             reserved, used = 3, rng.randrange(0, 6)
-            await store.settle(plan, reserved, used)
-            await memory.settle(plan, reserved, used)
+            store.settle(Admission(plan=plan, reserved=reserved), used)
+            memory.settle(Admission(plan=plan, reserved=reserved), used)
         else:
             amount = rng.randrange(-5, 6)
             assert await store.incr(f"c{key}", amount) == await memory.incr(f"c{key}", amount)
@@ -190,9 +190,10 @@ async def test_a_settlement_rides_on_the_next_admission(store: RedisStore):
 
     connection.call = counting  # type: ignore[method-assign]
     plan = LimitPlan(slots=[("one", 1)], tokens=[("tokens", 100)])
-    assert (await store.admit(plan, 60)).refused is None
+    first = await store.admit(plan, 60)
+    assert first.refused is None
     sent.clear()
-    await store.settle(plan, 60, 10)
+    store.settle(first, 10)
     assert sent == [], "a settlement waits for the next admission"
     admission = await store.admit(plan, 60)  # fits only if the slot and 50 tokens came back
     assert (admission.full, admission.refused) == (None, None)
@@ -200,7 +201,7 @@ async def test_a_settlement_rides_on_the_next_admission(store: RedisStore):
     assert admission.tokens.remaining == 30
     assert len(sent) == 1, "one round trip settles and admits"
     sent.clear()
-    await store.settle(plan, 60, 60)
+    store.settle(admission, 60)
     await until(lambda: len(sent) == 1, seconds=2, what="the settlement sent on its own")
     await until(lambda: not store._pending, seconds=2, what="nothing pending")
     assert await store.get("one") is None
