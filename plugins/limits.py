@@ -235,10 +235,13 @@ def _add_headers(headers: dict[str, str], plan: _Plan, admission: Admission) -> 
     return headers
 
 
+_MILLISECONDS = [f"{ms}ms" for ms in range(1001)]
+
+
 def duration(seconds: float) -> str:
     """OpenAI's reset format: ``250ms``, ``1s``, ``1.5s``, ``6m0s``."""
     if seconds < 1:
-        return f"{math.ceil(seconds * 1000)}ms"
+        return _MILLISECONDS[math.ceil(seconds * 1000)]
     minutes, rest = divmod(seconds, 60)
     text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
     return f"{int(minutes)}m{text}" if minutes else text

@@ -251,10 +251,12 @@ class MemoryStore:
     in Redis (``set`` and ``delete`` clear it of any kind; using a key of one kind as another
     raises :class:`ValueError`).
 
-    Expired keys and full buckets are dropped when read and, every ``sweep_every`` writes, all
-    at once. When more than ``max_keys`` values are live the oldest written is evicted; past
-    ``max_keys`` buckets the oldest made are evicted at the next sweep. So memory is bounded
-    whatever keys callers make up; in-flight counters are bounded by the requests in flight.
+    Expired values are dropped when read; expired values, full buckets and in-flight counters
+    back at zero (all of which read as missing) are dropped every ``sweep_every`` writes. When
+    more than ``max_keys`` values are live the oldest written is evicted; past ``max_keys``
+    buckets the oldest made are evicted at the next sweep. So memory is bounded whatever keys
+    callers make up; in-flight counters are bounded by the requests in flight plus those idle
+    since the last sweep.
     Not thread-safe: use it from one event loop.
     """
 
@@ -278,7 +280,7 @@ class MemoryStore:
             value = entry[0]
             return value if isinstance(value, bytes) else str(value).encode()
         count = self._slots.get(key)
-        if count is not None:
+        if count:  # a counter at zero is gone, as in Redis
             return str(count).encode()
         tat = self._tats.get(key)
         if tat is not None and tat > self._clock():
@@ -427,7 +429,7 @@ class MemoryStore:
             if new > 0:
                 tats[key] = now + new
             elif tat is not None:
-                del tats[key]
+                tats[key] = now  # full again (swept later)
             self._wrote(1)
 
     # The rate and slot operations below run synchronously (one event-loop step per store
@@ -483,7 +485,7 @@ class MemoryStore:
             if new > 0:
                 tats[key] = now + new
             elif tat is not None:
-                del tats[key]
+                tats[key] = now  # full again (swept later)
         self._wrote(len(buckets))
 
     def _full_slot(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
@@ -508,10 +510,9 @@ class MemoryStore:
             count = slots.get(key)
             if count is None:
                 self._not_a(key, "an in-flight counter")
-            elif count > 1:
-                slots[key] = count - 1
-            else:
-                del slots[key]
+            elif count > 0:
+                slots[key] = count - 1  # kept at zero until the next sweep
+        self._wrote(len(keys))
 
     def _not_a(self, key: str, kind: str) -> None:
         """Raise :class:`ValueError` unless ``key`` is free to become ``kind`` (it holds
@@ -521,7 +522,7 @@ class MemoryStore:
             held = "a value"
         elif kind != "a rate bucket" and self._tats.get(key, 0.0) > self._clock():
             held = "a rate bucket"
-        elif kind != "an in-flight counter" and key in self._slots:
+        elif kind != "an in-flight counter" and self._slots.get(key):
             held = "an in-flight counter"
         if held is not None:
             raise ValueError(f"key {key!r} holds {held}, not {kind}")
@@ -533,7 +534,7 @@ class MemoryStore:
 
     def __len__(self) -> int:
         """The number of keys held, expired ones not yet swept included."""
-        return len(self._data) + len(self._tats) + len(self._slots)
+        return len(self._data) + len(self._tats) + sum(1 for count in self._slots.values() if count)
 
     def _expiry(self, ttl: float | None) -> float | None:
         if ttl is None:
@@ -568,7 +569,8 @@ class MemoryStore:
             self._sweep()
 
     def _sweep(self) -> None:
-        """Drop expired values and full buckets; past ``max_keys`` buckets, the oldest made."""
+        """Drop expired values, full buckets and idle in-flight counters; past ``max_keys``
+        buckets, the oldest made."""
         now = self._clock()
         data = self._data
         for key in [
@@ -578,6 +580,9 @@ class MemoryStore:
         tats = self._tats
         for key in [k for k, tat in tats.items() if tat <= now]:
             del tats[key]
+        slots = self._slots
+        for key in [k for k, count in slots.items() if not count]:
+            del slots[key]
         excess = len(tats) - self._max_keys
         if excess > 0:
             for key in list(itertools.islice(tats, excess)):
