@@ -167,8 +167,8 @@ class Usage(Struct, omit_defaults=True):
 
     @property
     def total_tokens(self) -> int:
-        """Every token billed."""
-        return self.prompt_tokens + self.completion_tokens
+        """Every token billed (:attr:`prompt_tokens` + :attr:`completion_tokens`)."""
+        return self.input + self.cache_read + self.cache_write + self.output + self.reasoning
 
 
 # ---------------------------------------------------------------------------------------------
