@@ -67,7 +67,7 @@ from proxy.canonical import ANONYMOUS, Budget, Call, Reply, Usage
 from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
-from proxy.ledger.records import RecordIds, end_user, spend_record
+from proxy.ledger.records import end_user
 from proxy.metered import MeteredStream, message_tokens
 from proxy.pricing import PriceBook, expected_nanos, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
@@ -113,8 +113,7 @@ class CostPlugin:
         self._fail_closed = context.state.policy("budgets") == "closed"
         self._ledger = context.ledger if options.ledger else None
         self._database = context.database
-        self._ids = RecordIds()
-        self._reserved: dict[tuple[Scope, str], int] = {}  # in flight, per budgeted scope
+        self._in_flight: set[Reservation] = set()
         self._uncounted_scopes: set[tuple[Scope, str]] = set()
         self._resynced: set[tuple[Scope, str]] = set()
         self._lost_track = False
@@ -135,21 +134,17 @@ class CostPlugin:
         """Check budgets, pass ``call`` on, and price what comes back (a stream when it is
         over). Raises :class:`BudgetExceeded` (429) or :class:`BudgetUnavailable` (503)
         before any upstream call."""
-        reservations: list[Reservation] = []
-        if call.principal is not ANONYMOUS:
-            reservations = await self._reserve(call)
+        reservation = None if call.principal is ANONYMOUS else await self._reserve(call)
         try:
             reply = await next(call)
         except BaseException:
             call.accounting.cost_nanos = 0  # nothing was served
             call.accounting.cost_source = "estimated"
-            if reservations:
-                await self._settle(reservations, 0)
+            if reservation is not None:
+                await self._settle(reservation, 0)
             raise
         if reply.stream is not None:
-            reply.stream = MeteredStream(
-                reply.stream, self._stream_ended(call, reply, reservations)
-            )
+            reply.stream = MeteredStream(reply.stream, self._stream_ended(call, reply, reservation))
             return reply
         usage = reply.whole_usage()
         if usage is None:
@@ -164,14 +159,15 @@ class CostPlugin:
         nanos = self._charge(call, reply.provider, reply.model, usage)
         if nanos is not None:
             reply.headers[COST_HEADER] = format_usd(nanos)
-        if reservations:
-            await self._settle(reservations, nanos or 0)
+        if reservation is not None:
+            await self._settle(reservation, nanos or 0)
         return reply
 
     def finished(self, request: FinishedRequest) -> None:
-        """Queue the ledger's record of ``request`` (see the module docstring)."""
+        """Queue ``request`` for the ledger, which builds its record off the request path (see
+        the module docstring)."""
         if self._ledger is not None:
-            self._ledger.record(spend_record(request, self._ids()))
+            self._ledger.record(request)
 
     async def start(self) -> None:
         """Rebuild the budget counters from the ledger, then start the ledger writer (which
@@ -205,7 +201,7 @@ class CostPlugin:
                 scopes.append(("user", user, principal.user_budget))
         return scopes
 
-    async def _reserve(self, call: Call) -> list[Reservation]:
+    async def _reserve(self, call: Call) -> Reservation | None:
         budgeted: list[tuple[Scope, str, Budget]] = []
         for scope, ident, budget in self._scopes(call):
             if budget is None:
@@ -217,10 +213,10 @@ class CostPlugin:
                 ):
                     self._resync(scope, ident)
         if not budgeted:
-            return []
+            return None
         worst = self._worst_case(call)
         try:
-            reservations, refusal = await self._counters.reserve(budgeted, worst)
+            reservation, refusal = await self._counters.reserve(budgeted, worst)
         except StoreUnavailable:
             if self._fail_closed:
                 self._state.degraded("budgets", "closed")
@@ -228,14 +224,13 @@ class CostPlugin:
                     "the budget cannot be checked right now", retry_after=1.0
                 ) from None
             self._state.degraded("budgets", "open")
-            return []
-        if refusal is not None:
+            return None
+        if reservation is None:
+            assert refusal is not None
             self._metrics.budget_rejected(refusal.scope).inc()
             raise _exceeded(refusal)
-        for reservation in reservations:
-            scope = (reservation.scope, reservation.ident)
-            self._reserved[scope] = self._reserved.get(scope, 0) + reservation.nanos
-        return reservations
+        self._in_flight.add(reservation)
+        return reservation
 
     def _uncounted(self, scope: Scope, ident: str) -> None:
         """``scope`` spends while its counters are not kept up (it has no budget)."""
@@ -275,7 +270,7 @@ class CostPlugin:
             await self._ledger.flush()
             async with asyncio.timeout(_REBUILD_TIMEOUT):
                 days, total = await SpendRepository(self._database).scope_sums(scope, ident, since)
-            in_flight = self._reserved.get((scope, ident), 0)
+            in_flight = sum(r.nanos for r in self._in_flight if r.holds(scope, ident))
             today = day_of(now)
             spent = {day_of(_day_start(day)): nanos for day, nanos in days}
             spent[today] = spent.get(today, 0) + in_flight
@@ -294,17 +289,10 @@ class CostPlugin:
         known = [price for price in prices if price is not None]
         return max(known) if known else 0
 
-    async def _settle(self, reservations: list[Reservation], nanos: int) -> None:
-        reserved = self._reserved
-        for reservation in reservations:
-            scope = (reservation.scope, reservation.ident)
-            left = reserved.get(scope, 0) - reservation.nanos
-            if left > 0:
-                reserved[scope] = left
-            else:
-                reserved.pop(scope, None)
+    async def _settle(self, reservation: Reservation, nanos: int) -> None:
+        self._in_flight.discard(reservation)
         try:
-            crossings = await self._counters.settle(reservations, nanos)
+            crossings = await self._counters.settle(reservation, nanos)
         except StoreUnavailable:
             self._state.degraded("budgets", "open")
             return
@@ -371,7 +359,7 @@ class CostPlugin:
     # -- cost -----------------------------------------------------------------------------
 
     def _stream_ended(
-        self, call: Call, reply: Reply, reservations: list[Reservation]
+        self, call: Call, reply: Reply, reservation: Reservation | None
     ) -> Callable[[Usage | None, int], Awaitable[None]]:
         async def ended(usage: Usage | None, generated: int) -> None:
             estimated = usage is None
@@ -379,8 +367,8 @@ class CostPlugin:
                 usage = Usage(input=estimate_prompt_tokens(call), output=generated)
                 call.accounting.usage = usage
             nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated)
-            if reservations:
-                await self._settle(reservations, nanos or 0)
+            if reservation is not None:
+                await self._settle(reservation, nanos or 0)
 
         return ended
 

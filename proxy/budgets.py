@@ -10,7 +10,9 @@ Spend lives in the state store (:mod:`proxy.store`), so that a shared backend sh
 still in flight. They are rebuilt from the spend ledger when the gateway starts
 (:meth:`SpendCounters.rebuild`, which sets only counters the store does not hold yet), and
 kept up by the requests of scopes that have a budget — the day counters for a period budget,
-the lifetime counter for a ``lifetime`` one: one ``incr`` per scope to reserve, one to settle.
+the lifetime counter for a ``lifetime`` one: one store operation
+(:meth:`~proxy.store.Store.incr_within`, one round trip on Redis) reserves on every scope of a
+request at once, and one settles them.
 A scope that starts to have a budget is re-read from the ledger (:meth:`SpendCounters.
 overwrite`; the ``cost`` plugin does it in the background the first time it sees the budget).
 
@@ -23,13 +25,13 @@ A budget's period decides which counters it reads, in UTC:
 - ``lifetime``: never resets.
 
 Admission: a request is refused once its scope's spend in the period (charged plus reserved)
-has reached ``max_usd``; otherwise it reserves its worst-case cost at once (atomically, one
-``incr``), and the reservation is corrected to the real cost when the request ends. Concurrent
-requests therefore see each other's reservations: with room for five worst cases, twenty
-concurrent requests are admitted about five at a time. The bound on overshoot: the last request
-admitted may reserve more than was left, so a period's spend can exceed ``max_usd`` by at most
-one request's reservation — plus, for a request that set no ``max_tokens``, whatever its output
-cost beyond the default output reserve (and any error in the prompt estimate).
+has reached ``max_usd``; otherwise it reserves its worst-case cost at once (atomically, on
+every scope or none), and the reservation is corrected to the real cost when the request ends.
+Concurrent requests therefore see each other's reservations: with room for five worst cases,
+twenty concurrent requests are admitted about five at a time. The bound on overshoot: the last
+request admitted may reserve more than was left, so a period's spend can exceed ``max_usd`` by
+at most one request's reservation — plus, for a request that set no ``max_tokens``, whatever its
+output cost beyond the default output reserve (and any error in the prompt estimate).
 
 Sums of whole past days (for ``7d``, ``30d``, ``1mo``) are read from the store at most once a
 minute per scope and kept in process; today's counter is always read live.
@@ -38,7 +40,7 @@ minute per scope and kept in process; today's counter is always read live.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple
 
@@ -84,16 +86,33 @@ def resets_at(period: BudgetPeriod, now: float) -> datetime | None:
     return today + timedelta(days=1)
 
 
-class Reservation(NamedTuple):
-    """What one request reserved on one scope: the counter it incremented, by how much, and the
-    budget it was checked against."""
+class Reservation:
+    """What one request reserved: ``nanos`` on the counter of each of its budgeted ``scopes``
+    (``(scope, id, budget)``) that the budget's period reads (``keys``, created with ``ttls``),
+    on UTC ``day``. Compared by identity (the cost plugin keeps those in flight in a set)."""
 
-    scope: Scope
-    ident: str
-    key: str
-    day: int
-    nanos: int
-    budget: Budget
+    __slots__ = ("day", "keys", "nanos", "scopes", "soft", "ttls")
+
+    def __init__(
+        self,
+        scopes: Sequence[tuple[Scope, str, Budget]],
+        keys: list[str],
+        ttls: list[float | None],
+        day: int,
+        nanos: int,
+        soft: bool,
+    ) -> None:
+        self.scopes = scopes
+        self.keys = keys
+        self.ttls = ttls
+        self.day = day
+        self.nanos = nanos
+        self.soft = soft
+        """Whether a scope has a soft limit (settling must then read the counters)."""
+
+    def holds(self, scope: Scope, ident: str) -> bool:
+        """Whether this reservation is on ``scope`` / ``ident``."""
+        return any(s == scope and i == ident for s, i, _ in self.scopes)
 
 
 class Refusal(NamedTuple):
@@ -128,62 +147,64 @@ class SpendCounters:
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
 
     async def reserve(
-        self, scopes: Iterable[tuple[Scope, str, Budget]], nanos: int
-    ) -> tuple[list[Reservation], Refusal | None]:
+        self, scopes: Sequence[tuple[Scope, str, Budget]], nanos: int
+    ) -> tuple[Reservation | None, Refusal | None]:
         """Reserve ``nanos`` on every scope (``(scope, id, budget)``) in the counter its budget's
-        period reads (today's, or the lifetime one); a scope whose period's spend has reached its
-        budget refuses, and then nothing stays reserved. One ``incr`` per scope.
+        period reads (today's, or the lifetime one), unless a scope's period spend has already
+        reached its budget: then nothing is reserved. One store operation for every scope
+        (:meth:`~proxy.store.Store.incr_within`).
 
-        Returns the reservations (to :meth:`settle` later) and the refusal, if any.
+        Returns the reservation (to :meth:`settle` later), or the refusal.
         """
         day = day_of(self._clock())
-        made: list[Reservation] = []
+        keys: list[str] = []
+        limits: list[int] = []
+        ttls: list[float | None] = []
+        soft = False
         for scope, ident, budget in scopes:
-            day_key, all_key = self._keys(scope, ident, day)
-            lifetime = budget.period == "lifetime"
-            key = all_key if lifetime else day_key
-            total = await self._store.incr(key, nanos, ttl=None if lifetime else _DAY_TTL)
-            made.append(Reservation(scope, ident, key, day, nanos, budget))
-            spent = total - nanos
-            if not lifetime and budget.period != "1d":
-                closed = self._cached_closed(scope, ident, day, budget.period)
-                if closed is None:
-                    closed = await self._closed_days(scope, ident, budget.period, day)
-                spent += closed
-            if spent >= max_nanos(budget):
-                await self.release(made)
-                return [], Refusal(scope, ident, budget, spent)
-        return made, None
-
-    async def release(self, reservations: Iterable[Reservation]) -> None:
-        """Undo ``reservations`` (a refused request)."""
-        for reservation in reservations:
-            await self._store.incr(reservation.key, -reservation.nanos)
-
-    async def settle(self, reservations: Iterable[Reservation], nanos: int) -> list[Crossing]:
-        """Correct each reservation to the real cost ``nanos`` (one ``incr`` each, none when
-        they are equal); returns the scopes whose soft limit this charge crossed."""
-        crossings: list[Crossing] = []
-        for reservation in reservations:
-            delta = nanos - reservation.nanos
-            budget = reservation.budget
-            lifetime = budget.period == "lifetime"
-            if delta:
-                total = await self._store.incr(
-                    reservation.key, delta, ttl=None if lifetime else _DAY_TTL
-                )
+            period = budget.period
+            names = self._keys(scope, ident, day)
+            limit = max_nanos(budget)
+            if period == "lifetime":
+                keys.append(names[1])
+                ttls.append(None)
             else:
-                total = int(await self._store.get(reservation.key) or 0)
+                keys.append(names[0])
+                ttls.append(_DAY_TTL)
+                if period != "1d":
+                    closed = self._cached_closed(scope, ident, day, period)
+                    if closed is None:
+                        closed = await self._closed_days(scope, ident, period, day)
+                    limit -= closed
+            limits.append(limit)
+            soft = soft or budget.soft_usd is not None
+        refused, values = await self._store.incr_within(keys, nanos, limits, ttls)
+        if refused is not None:
+            scope, ident, budget = scopes[refused]
+            spent = values[refused] + max_nanos(budget) - limits[refused]
+            return None, Refusal(scope, ident, budget, spent)
+        return Reservation(scopes, keys, ttls, day, nanos, soft), None
+
+    async def settle(self, reservation: Reservation, nanos: int) -> list[Crossing]:
+        """Correct ``reservation`` to the real cost ``nanos`` (one store operation; none when
+        they are equal and no scope has a soft limit); returns the scopes whose soft limit
+        this charge crossed."""
+        delta = nanos - reservation.nanos
+        if not reservation.soft:
+            if delta:
+                await self._store.incr_within(reservation.keys, delta, None, reservation.ttls)
+            return []
+        _, totals = await self._store.incr_within(reservation.keys, delta, None, reservation.ttls)
+        crossings: list[Crossing] = []
+        for index, (scope, ident, budget) in enumerate(reservation.scopes):
             soft = soft_nanos(budget)
             if soft is None:
                 continue
-            after = total
-            if not lifetime:
-                after += await self._closed_days(
-                    reservation.scope, reservation.ident, budget.period, reservation.day
-                )
+            after = totals[index]
+            if budget.period != "lifetime":
+                after += await self._closed_days(scope, ident, budget.period, reservation.day)
             if after - nanos < soft <= after:
-                crossings.append(Crossing(reservation.scope, reservation.ident, budget, after))
+                crossings.append(Crossing(scope, ident, budget, after))
         return crossings
 
     async def overwrite(

@@ -141,6 +141,24 @@ class Store(Protocol):
         """:meth:`release` then :meth:`rate_adjust`, as one step (one round trip)."""
         ...
 
+    async def incr_within(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """Add ``amount`` to every counter of ``keys`` — unless, with ``limits``, one of them
+        already holds at least its limit (the same index): atomically, all or nothing.
+
+        ``limits`` None adds unconditionally. ``ttls`` (one per key) apply as :meth:`incr`'s:
+        only to a counter the call creates. Returns ``(None, values)`` with the counters' new
+        values when the amount was added, else ``(index, values)``: the first counter at its
+        limit and every counter's value as it is (nothing changed). Raises :class:`ValueError`
+        (nothing changed) if a key holds a non-integer value.
+        """
+        ...
+
 
 class MemoryStore:
     """The in-process :class:`Store`: a dict with lazy expiry on ``clock`` (seconds).
@@ -393,3 +411,53 @@ class MemoryStore:
         ]
         for key in dead:
             del self._data[key]
+
+    async def incr_within(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """See :meth:`Store.incr_within` (one synchronous step)."""
+        now = self._clock()
+        data = self._data
+        values: list[int] = []
+        expiries: list[float | None] = []
+        for index, key in enumerate(keys):
+            entry = data.get(key)
+            if entry is not None and entry[1] is not None and entry[1] <= now:
+                del data[key]
+                entry = None
+            if entry is None:
+                ttl = ttls[index]
+                if ttl is not None and ttl <= 0:
+                    raise ValueError("ttl must be positive")
+                values.append(0)
+                expiries.append(None if ttl is None else now + ttl)
+                continue
+            value = entry[0]
+            if type(value) is not int:
+                value = _integer(key, value)
+            values.append(value)
+            expiries.append(entry[1])
+        if limits is not None:
+            for index, value in enumerate(values):
+                if value >= limits[index]:
+                    return index, values
+        for index, key in enumerate(keys):
+            value = values[index] = values[index] + amount
+            data.pop(key, None)  # re-inserted: dict order is write order
+            data[key] = (value, expiries[index])
+        self._wrote(len(keys))
+        return None, values
+
+
+def _integer(key: str, value: bytes | float) -> int:
+    """The counter ``value`` of ``key`` held as text; ValueError if it is not an integer."""
+    if isinstance(value, float):
+        raise ValueError(f"key {key!r} holds a rate bucket, not an integer")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"key {key!r} does not hold an integer") from None

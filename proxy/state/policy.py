@@ -212,3 +212,16 @@ class UseStore:
             await self._shared.settle(keys, buckets)
         except StoreUnavailable as error:
             await self._fallback(error).settle(keys, buckets)
+
+    async def incr_within(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """See :meth:`proxy.store.Store.incr_within`."""
+        try:
+            return await self._shared.incr_within(keys, amount, limits, ttls)
+        except StoreUnavailable as error:
+            return await self._fallback(error).incr_within(keys, amount, limits, ttls)

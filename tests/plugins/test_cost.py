@@ -29,6 +29,7 @@ from proxy.canonical import (
 )
 from proxy.chain import FinishedRequest, compose
 from proxy.errors import BudgetExceeded, BudgetUnavailable, GatewayError
+from proxy.ledger.records import spend_record
 from proxy.metrics import Metrics
 from proxy.price_catalog import parse_price
 from proxy.pricing import Catalog, PriceBook, ProviderPricing
@@ -265,6 +266,9 @@ class FailingStore(MemoryStore):
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         raise StoreUnavailable("redis is down")
 
+    async def incr_within(self, *args: Any, **kwargs: Any) -> tuple[int | None, list[int]]:
+        raise StoreUnavailable("redis is down")
+
 
 def budgeted(**options) -> tuple[CostPlugin, Metrics, ScriptedUpstream, Any]:
     metrics = Metrics()
@@ -403,6 +407,7 @@ async def test_every_finished_request_becomes_one_ledger_record() -> None:
     plugin.finished(finished)
     ignored = CostPlugin(CostConfig(ledger=False), ctx)
     ignored.finished(finished)
-    (record,) = ledger.records
+    (finished_request,) = ledger.records  # the writer builds the record off the request path
+    record = spend_record(finished_request, "id")
     assert (record.key_id, record.model, record.cost_nanos) == ("k1", "alias", USAGE_NANOS)
     assert (record.input_tokens, record.output_tokens, record.duration_ms) == (10, 5, 250.0)
