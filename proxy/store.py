@@ -424,32 +424,31 @@ class MemoryStore:
         data = self._data
         values: list[int] = []
         expiries: list[float | None] = []
-        for index, key in enumerate(keys):
+        index = 0
+        for key in keys:
             entry = data.get(key)
-            if entry is not None and entry[1] is not None and entry[1] <= now:
-                del data[key]
-                entry = None
-            if entry is None:
+            if entry is None or (entry[1] is not None and entry[1] <= now):  # missing, expired
                 ttl = ttls[index]
                 if ttl is not None and ttl <= 0:
                     raise ValueError("ttl must be positive")
                 values.append(0)
                 expiries.append(None if ttl is None else now + ttl)
-                continue
-            value = entry[0]
-            if type(value) is not int:
-                value = _integer(key, value)
-            values.append(value)
-            expiries.append(entry[1])
+            else:
+                value = entry[0]
+                values.append(value if type(value) is int else _integer(key, value))
+                expiries.append(entry[1])
+            index += 1
         if limits is not None:
             for index, value in enumerate(values):
                 if value >= limits[index]:
                     return index, values
-        for index, key in enumerate(keys):
+        index = 0
+        for key in keys:
             value = values[index] = values[index] + amount
             data.pop(key, None)  # re-inserted: dict order is write order
             data[key] = (value, expiries[index])
-        self._wrote(len(keys))
+            index += 1
+        self._wrote(index)
         return None, values
 
 
