@@ -69,7 +69,7 @@ from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import end_user
 from proxy.metered import MeteredStream, message_tokens
-from proxy.pricing import PriceBook, expected_nanos, format_usd, nanos_to_usd
+from proxy.pricing import PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
@@ -78,8 +78,6 @@ _REBUILD_DAYS = 40
 _REBUILD_USERS = 10_000
 _REBUILD_TIMEOUT = 30.0
 _MAX_TRACKED = 100_000
-
-ScopeList = list[tuple[Scope, str, Budget | None]]
 
 
 class AlertsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -188,9 +186,9 @@ class CostPlugin:
 
     # -- budgets --------------------------------------------------------------------------
 
-    def _scopes(self, call: Call) -> ScopeList:
+    async def _reserve(self, call: Call) -> Reservation | None:
         principal = call.principal
-        scopes: ScopeList = []
+        scopes: list[tuple[Scope, str, Budget | None]] = []
         if principal.key_id is not None:
             scopes.append(("key", principal.key_id, principal.budget))
         if principal.team is not None:
@@ -199,21 +197,18 @@ class CostPlugin:
             user = end_user(call)
             if user is not None:
                 scopes.append(("user", user, principal.user_budget))
-        return scopes
-
-    async def _reserve(self, call: Call) -> Reservation | None:
         budgeted: list[tuple[Scope, str, Budget]] = []
-        for scope, ident, budget in self._scopes(call):
-            if budget is None:
-                self._uncounted(scope, ident)
+        for scope in scopes:
+            if scope[2] is None:
+                self._uncounted(scope[0], scope[1])
             else:
-                budgeted.append((scope, ident, budget))
-                if (self._uncounted_scopes or self._lost_track) and self._resync_needed(
-                    scope, ident
-                ):
-                    self._resync(scope, ident)
+                budgeted.append(scope)  # type: ignore[arg-type]
         if not budgeted:
             return None
+        if self._uncounted_scopes or self._lost_track:
+            for scope, ident, _ in budgeted:
+                if self._resync_needed(scope, ident):
+                    self._resync(scope, ident)
         worst = self._worst_case(call)
         try:
             reservation, refusal = await self._counters.reserve(budgeted, worst)
@@ -284,10 +279,16 @@ class CostPlugin:
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
         price among its deployments (0 when none has a price)."""
-        mix = expected_tokens(call, self._options.reserve_output_tokens)
-        prices = [expected_nanos(self._prices, d, mix) for d in call.deployments]
-        known = [price for price in prices if price is not None]
-        return max(known) if known else 0
+        prompt, output = expected_tokens(call, self._options.reserve_output_tokens)
+        prices = self._prices
+        worst = 0
+        for deployment in call.deployments:
+            price = prices.price(deployment.provider, deployment.model)
+            if price is not None:
+                nanos = price.estimate_nanos(prompt, output)
+                if nanos > worst:
+                    worst = nanos
+        return worst
 
     async def _settle(self, reservation: Reservation, nanos: int) -> None:
         self._in_flight.discard(reservation)
