@@ -133,6 +133,19 @@ class Crossing(NamedTuple):
     spent: int
 
 
+class _Plan(NamedTuple):
+    """One scope's part of a reservation under ``budget``: the counter its period reads, that
+    counter's TTL, the budget in nano-dollars, whether past days count (a rolling window or
+    the month) and whether it has a soft limit."""
+
+    budget: Budget
+    key: str
+    ttl: float | None
+    limit: int
+    rolling: bool
+    soft: bool
+
+
 class SpendCounters:
     """The live spend counters in ``store`` (see the module docstring).
 
@@ -145,6 +158,7 @@ class SpendCounters:
         self._clock = clock
         self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
+        self._plans: dict[tuple[str, str, int], _Plan] = {}
 
     async def reserve(
         self, scopes: Sequence[tuple[Scope, str, Budget]], nanos: int
@@ -162,22 +176,19 @@ class SpendCounters:
         ttls: list[float | None] = []
         soft = False
         for scope, ident, budget in scopes:
-            period = budget.period
-            names = self._keys(scope, ident, day)
-            limit = max_nanos(budget)
-            if period == "lifetime":
-                keys.append(names[1])
-                ttls.append(None)
-            else:
-                keys.append(names[0])
-                ttls.append(_DAY_TTL)
-                if period != "1d":
-                    closed = self._cached_closed(scope, ident, day, period)
-                    if closed is None:
-                        closed = await self._closed_days(scope, ident, period, day)
-                    limit -= closed
+            plan = self._plans.get((scope, ident, day))
+            if plan is None or plan.budget is not budget:
+                plan = self._plan(scope, ident, day, budget)
+            keys.append(plan.key)
+            ttls.append(plan.ttl)
+            limit = plan.limit
+            if plan.rolling:
+                closed = self._cached_closed(scope, ident, day, budget.period)
+                if closed is None:
+                    closed = await self._closed_days(scope, ident, budget.period, day)
+                limit -= closed
             limits.append(limit)
-            soft = soft or budget.soft_usd is not None
+            soft = soft or plan.soft
         refused, values = await self._store.incr_within(keys, nanos, limits, ttls)
         if refused is not None:
             scope, ident, budget = scopes[refused]
@@ -301,6 +312,23 @@ class SpendCounters:
         if cached is not None and time.monotonic() - cached[0] < _CLOSED_TTL:
             return cached[1]
         return None
+
+    def _plan(self, scope: Scope, ident: str, day: int, budget: Budget) -> _Plan:
+        """What reserving on ``scope`` under ``budget`` on ``day`` takes (kept per day)."""
+        day_key, all_key = self._keys(scope, ident, day)
+        lifetime = budget.period == "lifetime"
+        plan = _Plan(
+            budget,
+            all_key if lifetime else day_key,
+            None if lifetime else _DAY_TTL,
+            max_nanos(budget),
+            budget.period not in ("1d", "lifetime"),
+            budget.soft_usd is not None,
+        )
+        if len(self._plans) >= _MAX_CACHED:
+            self._plans.clear()
+        self._plans[(scope, ident, day)] = plan
+        return plan
 
     def _keys(self, scope: Scope, ident: str, day: int) -> tuple[str, str]:
         """The day and lifetime counter names (kept: formatting them costs more than a
