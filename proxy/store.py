@@ -422,34 +422,50 @@ class MemoryStore:
         """See :meth:`Store.incr_within` (one synchronous step)."""
         now = self._clock()
         data = self._data
+        entries = list(map(data.get, keys))
+        for entry in entries:  # the common case: live integer counters
+            if (
+                entry is None
+                or type(entry[0]) is not int
+                or (entry[1] is not None and entry[1] <= now)
+            ):
+                entries = self._counters(keys, entries, ttls, now)
+                break
+        if limits is not None:
+            for index, limit in enumerate(limits):
+                if entries[index][0] >= limit:  # type: ignore[index]
+                    return index, [entry[0] for entry in entries]  # type: ignore[index,misc]
         values: list[int] = []
-        expiries: list[float | None] = []
-        index = 0
-        for key in keys:
-            entry = data.get(key)
-            if entry is None or (entry[1] is not None and entry[1] <= now):  # missing, expired
+        for key, (value, expires) in zip(keys, entries, strict=True):
+            value += amount
+            data.pop(key, None)  # re-inserted: dict order is write order
+            data[key] = (value, expires)
+            values.append(value)
+        self._wrote(len(values))
+        return None, values
+
+    def _counters(
+        self,
+        keys: Sequence[str],
+        entries: list[tuple[bytes | int | float, float | None] | None],
+        ttls: Sequence[float | None],
+        now: float,
+    ) -> list[tuple[int, float | None]]:
+        """``entries`` of ``keys`` as counters: a missing or expired one at 0 with the expiry its
+        TTL gives, text parsed; ValueError for anything else."""
+        counters: list[tuple[int, float | None]] = []
+        for index, entry in enumerate(entries):
+            if entry is None or (entry[1] is not None and entry[1] <= now):
                 ttl = ttls[index]
                 if ttl is not None and ttl <= 0:
                     raise ValueError("ttl must be positive")
-                values.append(0)
-                expiries.append(None if ttl is None else now + ttl)
+                counters.append((0, None if ttl is None else now + ttl))
             else:
                 value = entry[0]
-                values.append(value if type(value) is int else _integer(key, value))
-                expiries.append(entry[1])
-            index += 1
-        if limits is not None:
-            for index, value in enumerate(values):
-                if value >= limits[index]:
-                    return index, values
-        index = 0
-        for key in keys:
-            value = values[index] = values[index] + amount
-            data.pop(key, None)  # re-inserted: dict order is write order
-            data[key] = (value, expiries[index])
-            index += 1
-        self._wrote(index)
-        return None, values
+                counters.append(
+                    (value if type(value) is int else _integer(keys[index], value), entry[1])
+                )
+        return counters
 
 
 def _integer(key: str, value: bytes | float) -> int:
