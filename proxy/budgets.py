@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from proxy.canonical import Budget, BudgetPeriod
 from proxy.pricing import NANOS_PER_USD
@@ -134,16 +134,19 @@ class Crossing(NamedTuple):
 
 
 class _Plan(NamedTuple):
-    """One scope's part of a reservation under ``budget``: the counter its period reads, that
-    counter's TTL, the budget in nano-dollars, whether past days count (a rolling window or
-    the month) and whether it has a soft limit."""
+    """What a reservation on some scopes takes: the counters their periods read (``keys``)
+    and those counters' ``ttls``, the budgets in nano-dollars (``limits``), the indices of the
+    scopes whose past days count (a rolling window or the month), whether one has a soft limit,
+    and ``net``."""
 
-    budget: Budget
-    key: str
-    ttl: float | None
-    limit: int
-    rolling: bool
+    keys: list[str]
+    ttls: list[float | None]
+    limits: list[int]
+    rolling: list[int]
     soft: bool
+    net: list[Any]
+    """With rolling scopes: ``[when, generation, limits]``, the limits less what the past days
+    spent as computed at monotonic time ``when`` (reused for as long as those sums are)."""
 
 
 class SpendCounters:
@@ -157,8 +160,9 @@ class SpendCounters:
         self._store = store
         self._clock = clock
         self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
+        self._generation = 0  # moves whenever past days' sums may have changed
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
-        self._plans: dict[tuple[str, str, int], _Plan] = {}
+        self._plans: dict[tuple[int, tuple[tuple[Scope, str, Budget], ...]], _Plan] = {}
 
     async def reserve(
         self, scopes: Sequence[tuple[Scope, str, Budget]], nanos: int
@@ -171,30 +175,30 @@ class SpendCounters:
         Returns the reservation (to :meth:`settle` later), or the refusal.
         """
         day = day_of(self._clock())
-        keys: list[str] = []
-        limits: list[int] = []
-        ttls: list[float | None] = []
-        soft = False
-        for scope, ident, budget in scopes:
-            plan = self._plans.get((scope, ident, day))
-            if plan is None or plan.budget is not budget:
-                plan = self._plan(scope, ident, day, budget)
-            keys.append(plan.key)
-            ttls.append(plan.ttl)
-            limit = plan.limit
-            if plan.rolling:
-                closed = self._cached_closed(scope, ident, day, budget.period)
-                if closed is None:
-                    closed = await self._closed_days(scope, ident, budget.period, day)
-                limit -= closed
-            limits.append(limit)
-            soft = soft or plan.soft
-        refused, values = await self._store.incr_within(keys, nanos, limits, ttls)
+        scopes = tuple(scopes)
+        plan = self._plans.get((day, scopes))
+        if plan is None:
+            plan = self._plan(day, scopes)
+        limits = plan.limits
+        if plan.rolling:
+            now = time.monotonic()
+            stamp, generation, net = plan.net
+            if generation == self._generation and now - stamp < _CLOSED_TTL:
+                limits = net
+            else:
+                limits = list(limits)
+                for index in plan.rolling:
+                    scope, ident, budget = scopes[index]
+                    limits[index] -= await self._closed_days(scope, ident, budget.period, day)
+                    stamp = self._closed.get((scope, ident, day, budget.period), (now, 0))[0]
+                    now = min(now, stamp)  # as old as the oldest sum it used
+                plan.net[:] = (now, self._generation, limits)
+        refused, values = await self._store.incr_within(plan.keys, nanos, limits, plan.ttls)
         if refused is not None:
             scope, ident, budget = scopes[refused]
-            spent = values[refused] + max_nanos(budget) - limits[refused]
+            spent = values[refused] + plan.limits[refused] - limits[refused]
             return None, Refusal(scope, ident, budget, spent)
-        return Reservation(scopes, keys, ttls, day, nanos, soft), None
+        return Reservation(scopes, plan.keys, plan.ttls, day, nanos, plan.soft), None
 
     async def settle(self, reservation: Reservation, nanos: int) -> list[Crossing]:
         """Correct ``reservation`` to the real cost ``nanos`` (one store operation; none when
@@ -232,6 +236,7 @@ class SpendCounters:
             await self._store.set(key, str(spent.get(day, 0)).encode(), ttl=remaining)
         await self._store.set(self._keys(scope, ident, now_day)[1], str(total).encode())
         self._closed = {k: v for k, v in self._closed.items() if k[:2] != (scope, ident)}
+        self._generation += 1
 
     def clock(self) -> float:
         """The wall time these counters use (UNIX seconds)."""
@@ -277,7 +282,7 @@ class SpendCounters:
             written += await self._seed(key, nanos, remaining)
         for scope, ident, nanos in totals:
             written += await self._seed(self._keys(scope, ident, now_day)[1], nanos, None)
-        self._closed.clear()
+        self.forget_past_days()
         return written
 
     async def _seed(self, key: str, nanos: int, ttl: float | None) -> int:
@@ -303,9 +308,14 @@ class SpendCounters:
         for past in range(day - count, day):
             total += int(await self._store.get(self._keys(scope, ident, past)[0]) or 0)
         if len(self._closed) >= _MAX_CACHED:
-            self._closed.clear()
+            self.forget_past_days()
         self._closed[(scope, ident, day, period)] = (time.monotonic(), total)
         return total
+
+    def forget_past_days(self) -> None:
+        """Drop the sums of past days kept in process: the next reservations read them anew."""
+        self._closed.clear()
+        self._generation += 1
 
     def _cached_closed(self, scope: Scope, ident: str, day: int, period: str) -> int | None:
         cached = self._closed.get((scope, ident, day, period))
@@ -313,21 +323,26 @@ class SpendCounters:
             return cached[1]
         return None
 
-    def _plan(self, scope: Scope, ident: str, day: int, budget: Budget) -> _Plan:
-        """What reserving on ``scope`` under ``budget`` on ``day`` takes (kept per day)."""
-        day_key, all_key = self._keys(scope, ident, day)
-        lifetime = budget.period == "lifetime"
+    def _plan(self, day: int, scopes: tuple[tuple[Scope, str, Budget], ...]) -> _Plan:
+        """What reserving on ``scopes`` on ``day`` takes (kept per day and scopes)."""
+        keys: list[str] = []
+        ttls: list[float | None] = []
+        for scope, ident, budget in scopes:
+            day_key, all_key = self._keys(scope, ident, day)
+            lifetime = budget.period == "lifetime"
+            keys.append(all_key if lifetime else day_key)
+            ttls.append(None if lifetime else _DAY_TTL)
         plan = _Plan(
-            budget,
-            all_key if lifetime else day_key,
-            None if lifetime else _DAY_TTL,
-            max_nanos(budget),
-            budget.period not in ("1d", "lifetime"),
-            budget.soft_usd is not None,
+            keys,
+            ttls,
+            [max_nanos(budget) for _, _, budget in scopes],
+            [i for i, (_, _, b) in enumerate(scopes) if b.period not in ("1d", "lifetime")],
+            any(budget.soft_usd is not None for _, _, budget in scopes),
+            [0.0, -1, []],
         )
         if len(self._plans) >= _MAX_CACHED:
             self._plans.clear()
-        self._plans[(scope, ident, day)] = plan
+        self._plans[(day, scopes)] = plan
         return plan
 
     def _keys(self, scope: Scope, ident: str, day: int) -> tuple[str, str]:

@@ -87,10 +87,10 @@ async def test_a_rolling_window_counts_whole_days() -> None:
     for _ in range(3):  # 1 USD on each of three days
         assert await h.spend(USD, budget)
         h.clock.advance(DAY)
-        h.counters._closed.clear()  # the minute-long cache of past days, in test time
+        h.counters.forget_past_days()  # the minute-long cache of past days, in test time
     assert not await h.spend(1, budget)
     h.clock.advance(4 * DAY)  # the first day leaves the window after 7 days
-    h.counters._closed.clear()
+    h.counters.forget_past_days()
     assert await h.counters.spent("key", "k", "7d") == 2 * USD
     assert await h.spend(1, budget)
 
@@ -102,7 +102,7 @@ async def test_a_calendar_month_resets_on_the_first() -> None:
     assert not await h.spend(1, budget)
     assert resets_at("1mo", h.clock()) == datetime(2027, 1, 1, tzinfo=UTC)
     h.clock.advance(3600)
-    h.counters._closed.clear()
+    h.counters.forget_past_days()
     assert await h.spend(1, budget)
 
 
