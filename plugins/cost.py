@@ -188,21 +188,21 @@ class CostPlugin:
 
     async def _reserve(self, call: Call) -> Reservation | None:
         principal = call.principal
-        scopes: list[tuple[Scope, str, Budget | None]] = []
+        budgeted: list[tuple[Scope, str, Budget]] = []
         if principal.key_id is not None:
-            scopes.append(("key", principal.key_id, principal.budget))
+            if principal.budget is not None:
+                budgeted.append(("key", principal.key_id, principal.budget))
+            else:
+                self._uncounted("key", principal.key_id)
         if principal.team is not None:
-            scopes.append(("team", principal.team, principal.team_budget))
+            if principal.team_budget is not None:
+                budgeted.append(("team", principal.team, principal.team_budget))
+            else:
+                self._uncounted("team", principal.team)
         if principal.user_budget is not None:
             user = end_user(call)
             if user is not None:
-                scopes.append(("user", user, principal.user_budget))
-        budgeted: list[tuple[Scope, str, Budget]] = []
-        for scope in scopes:
-            if scope[2] is None:
-                self._uncounted(scope[0], scope[1])
-            else:
-                budgeted.append(scope)  # type: ignore[arg-type]
+                budgeted.append(("user", user, principal.user_budget))
         if not budgeted:
             return None
         if self._uncounted_scopes or self._lost_track:
