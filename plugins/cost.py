@@ -67,7 +67,7 @@ from proxy.canonical import ANONYMOUS, Budget, Call, Reply, Usage
 from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
-from proxy.ledger.records import end_user
+from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import MeteredStream, message_tokens
 from proxy.pricing import PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
@@ -111,6 +111,7 @@ class CostPlugin:
         self._fail_closed = context.state.policy("budgets") == "closed"
         self._ledger = context.ledger if options.ledger else None
         self._database = context.database
+        self._ids = RecordIds()
         self._in_flight: set[Reservation] = set()
         self._uncounted_scopes: set[tuple[Scope, str]] = set()
         self._resynced: set[tuple[Scope, str]] = set()
@@ -162,10 +163,12 @@ class CostPlugin:
         return reply
 
     def finished(self, request: FinishedRequest) -> None:
-        """Queue ``request`` for the ledger, which builds its record off the request path (see
-        the module docstring)."""
+        """Queue the ledger's record of ``request`` (see the module docstring). The record is
+        built here rather than in the writer's task: it holds no reference the garbage
+        collector tracks, where a queued request (its call) would, and collections of those
+        cost more than the building."""
         if self._ledger is not None:
-            self._ledger.record(request)
+            self._ledger.record(spend_record(request, self._ids()))
 
     async def start(self) -> None:
         """Rebuild the budget counters from the ledger, then start the ledger writer (which

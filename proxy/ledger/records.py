@@ -97,8 +97,8 @@ def _identity(metadata: dict[str, Any] | None) -> str | None:
 
 
 def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
-    """The ledger's record of ``request`` (built positionally, in the order of
-    :class:`SpendRecord`'s fields)."""
+    """The ledger's record of ``request`` (on the request path: built positionally, in the
+    order of :class:`SpendRecord`'s fields)."""
     call = request.call
     principal = request.principal
     usage = request.usage

@@ -1,19 +1,14 @@
 """The ledger writer: records queued on the request path, written to the database in batches.
 
 :meth:`LedgerWriter.record` is all the request path does: append to an in-memory queue (O(1),
-no I/O). It takes a ready :class:`~proxy.ledger.records.SpendRecord` or the
-:class:`~proxy.chain.FinishedRequest` itself, which the background task turns into its record
-(:func:`~proxy.ledger.records.spend_record`, with a fresh ledger id) when it takes it from the
-queue: building the record is not the request's work (a queued request keeps its call alive
-until then: at most ``interval`` seconds while the database keeps up). The task writes the
-queue to the :class:`LedgerSink` (the database) in batches of at most ``batch_size`` records,
-at least every ``interval`` seconds while records wait. The sink is never waited on for more
-than ``write_timeout``: a batch that fails or is slower goes to the
-:class:`~proxy.ledger.journal.Journal` instead (a slow write is left to finish on its own; the
-database ignores the ids it then gets twice), and for ``retry_after`` seconds every batch goes
-straight to the journal; then the next batch tries the database again. Once a batch reaches
-the database, journal files are replayed — one batch per round, interleaved with new records
-so that catching up never starves them — and deleted.
+no I/O). A background task writes the queue to the :class:`LedgerSink` (the database) in
+batches of at most ``batch_size`` records, at least every ``interval`` seconds while records
+wait. The sink is never waited on for more than ``write_timeout``: a batch that fails or is
+slower goes to the :class:`~proxy.ledger.journal.Journal` instead (a slow write is left to
+finish on its own; the database ignores the ids it then gets twice), and for ``retry_after``
+seconds every batch goes straight to the journal; then the next batch tries the database
+again. Once a batch reaches the database, journal files are replayed — one batch per round,
+interleaved with new records so that catching up never starves them — and deleted.
 
 Nothing is dropped silently. The queue holds at most ``max_queue`` records; beyond that (the
 database and the disk both failing) records are dropped, logged and counted in
@@ -35,9 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from proxy.chain import FinishedRequest
 from proxy.ledger.journal import Claimed, Journal
-from proxy.ledger.records import RecordIds, SpendRecord, spend_record
+from proxy.ledger.records import SpendRecord
 from proxy.metrics import Metrics
 
 Clock = Callable[[], float]
@@ -79,8 +73,7 @@ class LedgerWriter:
         self._write_timeout = write_timeout
         self._retry_after = retry_after
         self._clock = clock
-        self._queue: collections.deque[SpendRecord | FinishedRequest] = collections.deque()
-        self._ids = RecordIds()
+        self._queue: collections.deque[SpendRecord] = collections.deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -99,9 +92,9 @@ class LedgerWriter:
         """Records not yet in the database: queued, and journaled but not replayed."""
         return len(self._queue) + self._journaled_pending
 
-    def record(self, record: SpendRecord | FinishedRequest) -> None:
-        """Queue ``record`` (or a finished request's record) for the database (never blocks,
-        never raises; once closed, the record goes to the journal at once)."""
+    def record(self, record: SpendRecord) -> None:
+        """Queue ``record`` for the database (never blocks, never raises; once closed, the
+        record goes to the journal at once)."""
         if self._closing:
             self._late(record)
             return
@@ -181,14 +174,9 @@ class LedgerWriter:
     def _take(self) -> list[SpendRecord]:
         queue = self._queue
         count = min(len(queue), self._batch_size)
-        batch = [self._spend_record(queue.popleft()) for _ in range(count)]
+        batch = [queue.popleft() for _ in range(count)]
         self._pending.dec(count)
         return batch
-
-    def _spend_record(self, entry: SpendRecord | FinishedRequest) -> SpendRecord:
-        if type(entry) is SpendRecord:
-            return entry
-        return spend_record(entry, self._ids())  # type: ignore[arg-type]
 
     def _usable(self) -> bool:
         straggler = self._straggler
@@ -276,9 +264,9 @@ class LedgerWriter:
         self._replay_batches = None
         self._catch_up = True
 
-    def _late(self, record: SpendRecord | FinishedRequest) -> None:
+    def _late(self, record: SpendRecord) -> None:
         try:
-            self._journal.append([self._spend_record(record)])
+            self._journal.append([record])
         except OSError as exc:
             self._drop(1, f"the ledger journal cannot be written: {exc.strerror}")
             return
