@@ -57,7 +57,7 @@ from proxy.cache.control import Directives, Mode, directives
 from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry
 from proxy.cache.flight import Flight, FlightReader
 from proxy.cache.key import Scope, cache_key
-from proxy.cache.replay import ReplayStream, replay_chunks
+from proxy.cache.replay import ReplayStream, replay_frames
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
@@ -214,7 +214,7 @@ class CachePlugin:
     def _hit(self, call: Call, entry: Entry, age: float) -> Reply:
         self._results["hit"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        return _answer(call, entry.provider, entry.model, entry.response, age)
+        return _answer(call, entry.provider, entry.model, entry.response, age, entry.frames)
 
     async def _semantic_hit(self, call: Call, probe: Probe, rules: Directives) -> Reply | None:
         """The answer a semantic match names, served like a hit; None if it is gone."""
@@ -227,7 +227,7 @@ class CachePlugin:
         entry, age = found
         self._results["semantic"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        reply = _answer(call, entry.provider, entry.model, entry.response, age)
+        reply = _answer(call, entry.provider, entry.model, entry.response, age, entry.frames)
         reply.headers[CACHE_HEADER] = "semantic"
         reply.headers[SIMILARITY_HEADER] = f"{match.similarity:.4f}"
         return reply
@@ -351,19 +351,18 @@ class CachePlugin:
             reply.stream = flight.start_stream(reply, on_end)
             return reply
         now = self._clock()
-        data = encode_entry(
-            Entry(
-                created=now,
-                expires=now + rules.ttl,
-                provider=reply.provider,
-                model=reply.model,
-                response=reply.response,
-                cost_nanos=accounting.cost_nanos,
-            )
+        entry = Entry(
+            created=now,
+            expires=now + rules.ttl,
+            provider=reply.provider,
+            model=reply.model,
+            response=reply.response,
+            cost_nanos=accounting.cost_nanos,
         )
+        data = encode_entry(entry)
         flight.finish_whole(reply, data)
         if len(data) <= self._options.max_entry_bytes:
-            self._spawn(self._write(key, data, rules.ttl, flight, probe))
+            self._spawn(self._write(key, entry, data, rules.ttl, flight, probe))
         else:
             self._forget(key, flight)
         return reply
@@ -407,27 +406,33 @@ class CachePlugin:
             self._forget(key, flight)
             return
         now = self._clock()
-        data = encode_entry(
-            Entry(
-                created=now,
-                expires=now + ttl,
-                provider=reply.provider,
-                model=reply.model,
-                response=response,
-                cost_nanos=cost,
-            )
+        entry = Entry(
+            created=now,
+            expires=now + ttl,
+            provider=reply.provider,
+            model=reply.model,
+            response=response,
+            cost_nanos=cost,
         )
+        data = encode_entry(entry)
         if len(data) > self._options.max_entry_bytes:
             self._forget(key, flight)
             return
-        await self._write(key, data, ttl, flight, probe)
+        await self._write(key, entry, data, ttl, flight, probe)
 
     async def _write(
-        self, key: str, data: bytes, ttl: int, flight: Flight, probe: Probe | None = None
+        self,
+        key: str,
+        entry: Entry,
+        data: bytes,
+        ttl: int,
+        flight: Flight,
+        probe: Probe | None = None,
     ) -> None:
-        """Store an entry; then index its question's vector, when it had one."""
+        """Store ``entry`` (``data`` is its encoding, which fits ``max_entry_bytes``), with its
+        replay's frames when they fit too; then index its question's vector, when it had one."""
         try:
-            await self._backend.set(key, data, ttl)
+            await self._backend.set(key, self._framed(entry, data), ttl)
         except Exception:  # a failed write only loses the entry
             self._errors["backend"].inc()
             return
@@ -436,6 +441,17 @@ class CachePlugin:
             self._export_bytes()
         if probe is not None and self._semantic is not None:
             await self._semantic.remember(probe, key, ttl)
+
+    def _framed(self, entry: Entry, data: bytes) -> bytes:
+        """``entry`` encoded with its replay's frames (:func:`replay_frames`) when they can be
+        made and still fit ``max_entry_bytes``; else ``data``, its encoding without them."""
+        frames = replay_frames(entry.response)
+        limit = self._options.max_entry_bytes
+        if frames is None or len(data) + len(frames) > limit:
+            return data
+        entry.frames = frames
+        framed = encode_entry(entry)
+        return framed if len(framed) <= limit else data
 
     async def _delete(self, key: str) -> None:
         try:
@@ -460,10 +476,18 @@ class CachePlugin:
         task.add_done_callback(self._tasks.discard)
 
 
-def _answer(call: Call, provider: str, model: str, response: Response, age: float) -> Reply:
-    """A hit's reply: ``response`` whole, or replayed when the client asked for a stream."""
+def _answer(
+    call: Call,
+    provider: str,
+    model: str,
+    response: Response,
+    age: float,
+    frames: bytes | None = None,
+) -> Reply:
+    """A hit's reply: ``response`` whole, or replayed when the client asked for a stream (from
+    the replay's ``frames`` when the entry kept them)."""
     headers = {CACHE_HEADER: "hit", "age": str(int(age))}
     if call.stream:
-        stream = ReplayStream(replay_chunks(response))
+        stream = ReplayStream(response, frames)
         return Reply(provider=provider, model=model, stream=stream, headers=headers, attempts=0)
     return Reply(provider=provider, model=model, response=response, headers=headers, attempts=0)

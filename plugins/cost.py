@@ -69,7 +69,7 @@ from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import MeteredStream, message_tokens
-from proxy.pricing import PriceBook, expected_nanos, format_usd, nanos_to_usd
+from proxy.pricing import PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
@@ -78,8 +78,6 @@ _REBUILD_DAYS = 40
 _REBUILD_USERS = 10_000
 _REBUILD_TIMEOUT = 30.0
 _MAX_TRACKED = 100_000
-
-ScopeList = list[tuple[Scope, str, Budget | None]]
 
 
 class AlertsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -114,7 +112,7 @@ class CostPlugin:
         self._ledger = context.ledger if options.ledger else None
         self._database = context.database
         self._ids = RecordIds()
-        self._reserved: dict[tuple[Scope, str], int] = {}  # in flight, per budgeted scope
+        self._in_flight: set[Reservation] = set()
         self._uncounted_scopes: set[tuple[Scope, str]] = set()
         self._resynced: set[tuple[Scope, str]] = set()
         self._lost_track = False
@@ -135,21 +133,17 @@ class CostPlugin:
         """Check budgets, pass ``call`` on, and price what comes back (a stream when it is
         over). Raises :class:`BudgetExceeded` (429) or :class:`BudgetUnavailable` (503)
         before any upstream call."""
-        reservations: list[Reservation] = []
-        if call.principal is not ANONYMOUS:
-            reservations = await self._reserve(call)
+        reservation = None if call.principal is ANONYMOUS else await self._reserve(call)
         try:
             reply = await next(call)
         except BaseException:
             call.accounting.cost_nanos = 0  # nothing was served
             call.accounting.cost_source = "estimated"
-            if reservations:
-                await self._settle(reservations, 0)
+            if reservation is not None:
+                await self._settle(reservation, 0)
             raise
         if reply.stream is not None:
-            reply.stream = MeteredStream(
-                reply.stream, self._stream_ended(call, reply, reservations)
-            )
+            reply.stream = MeteredStream(reply.stream, self._stream_ended(call, reply, reservation))
             return reply
         usage = reply.whole_usage()
         if usage is None:
@@ -164,12 +158,15 @@ class CostPlugin:
         nanos = self._charge(call, reply.provider, reply.model, usage)
         if nanos is not None:
             reply.headers[COST_HEADER] = format_usd(nanos)
-        if reservations:
-            await self._settle(reservations, nanos or 0)
+        if reservation is not None:
+            await self._settle(reservation, nanos or 0)
         return reply
 
     def finished(self, request: FinishedRequest) -> None:
-        """Queue the ledger's record of ``request`` (see the module docstring)."""
+        """Queue the ledger's record of ``request`` (see the module docstring). The record is
+        built here rather than in the writer's task: it holds no reference the garbage
+        collector tracks, where a queued request (its call) would, and collections of those
+        cost more than the building."""
         if self._ledger is not None:
             self._ledger.record(spend_record(request, self._ids()))
 
@@ -192,35 +189,32 @@ class CostPlugin:
 
     # -- budgets --------------------------------------------------------------------------
 
-    def _scopes(self, call: Call) -> ScopeList:
+    async def _reserve(self, call: Call) -> Reservation | None:
         principal = call.principal
-        scopes: ScopeList = []
+        budgeted: list[tuple[Scope, str, Budget]] = []
         if principal.key_id is not None:
-            scopes.append(("key", principal.key_id, principal.budget))
+            if principal.budget is not None:
+                budgeted.append(("key", principal.key_id, principal.budget))
+            else:
+                self._uncounted("key", principal.key_id)
         if principal.team is not None:
-            scopes.append(("team", principal.team, principal.team_budget))
+            if principal.team_budget is not None:
+                budgeted.append(("team", principal.team, principal.team_budget))
+            else:
+                self._uncounted("team", principal.team)
         if principal.user_budget is not None:
             user = end_user(call)
             if user is not None:
-                scopes.append(("user", user, principal.user_budget))
-        return scopes
-
-    async def _reserve(self, call: Call) -> list[Reservation]:
-        budgeted: list[tuple[Scope, str, Budget]] = []
-        for scope, ident, budget in self._scopes(call):
-            if budget is None:
-                self._uncounted(scope, ident)
-            else:
-                budgeted.append((scope, ident, budget))
-                if (self._uncounted_scopes or self._lost_track) and self._resync_needed(
-                    scope, ident
-                ):
-                    self._resync(scope, ident)
+                budgeted.append(("user", user, principal.user_budget))
         if not budgeted:
-            return []
+            return None
+        if self._uncounted_scopes or self._lost_track:
+            for scope, ident, _ in budgeted:
+                if self._resync_needed(scope, ident):
+                    self._resync(scope, ident)
         worst = self._worst_case(call)
         try:
-            reservations, refusal = await self._counters.reserve(budgeted, worst)
+            reservation, refusal = await self._counters.reserve(budgeted, worst)
         except StoreUnavailable:
             if self._fail_closed:
                 self._state.degraded("budgets", "closed")
@@ -228,14 +222,13 @@ class CostPlugin:
                     "the budget cannot be checked right now", retry_after=1.0
                 ) from None
             self._state.degraded("budgets", "open")
-            return []
-        if refusal is not None:
+            return None
+        if reservation is None:
+            assert refusal is not None
             self._metrics.budget_rejected(refusal.scope).inc()
             raise _exceeded(refusal)
-        for reservation in reservations:
-            scope = (reservation.scope, reservation.ident)
-            self._reserved[scope] = self._reserved.get(scope, 0) + reservation.nanos
-        return reservations
+        self._in_flight.add(reservation)
+        return reservation
 
     def _uncounted(self, scope: Scope, ident: str) -> None:
         """``scope`` spends while its counters are not kept up (it has no budget)."""
@@ -275,7 +268,7 @@ class CostPlugin:
             await self._ledger.flush()
             async with asyncio.timeout(_REBUILD_TIMEOUT):
                 days, total = await SpendRepository(self._database).scope_sums(scope, ident, since)
-            in_flight = self._reserved.get((scope, ident), 0)
+            in_flight = sum(r.nanos for r in self._in_flight if r.holds(scope, ident))
             today = day_of(now)
             spent = {day_of(_day_start(day)): nanos for day, nanos in days}
             spent[today] = spent.get(today, 0) + in_flight
@@ -289,22 +282,21 @@ class CostPlugin:
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
         price among its deployments (0 when none has a price)."""
-        mix = expected_tokens(call, self._options.reserve_output_tokens)
-        prices = [expected_nanos(self._prices, d, mix) for d in call.deployments]
-        known = [price for price in prices if price is not None]
-        return max(known) if known else 0
+        prompt, output = expected_tokens(call, self._options.reserve_output_tokens)
+        prices = self._prices
+        worst = 0
+        for deployment in call.deployments:
+            price = prices.price(deployment.provider, deployment.model)
+            if price is not None:
+                nanos = price.estimate_nanos(prompt, output)
+                if nanos > worst:
+                    worst = nanos
+        return worst
 
-    async def _settle(self, reservations: list[Reservation], nanos: int) -> None:
-        reserved = self._reserved
-        for reservation in reservations:
-            scope = (reservation.scope, reservation.ident)
-            left = reserved.get(scope, 0) - reservation.nanos
-            if left > 0:
-                reserved[scope] = left
-            else:
-                reserved.pop(scope, None)
+    async def _settle(self, reservation: Reservation, nanos: int) -> None:
+        self._in_flight.discard(reservation)
         try:
-            crossings = await self._counters.settle(reservations, nanos)
+            crossings = await self._counters.settle(reservation, nanos)
         except StoreUnavailable:
             self._state.degraded("budgets", "open")
             return
@@ -371,7 +363,7 @@ class CostPlugin:
     # -- cost -----------------------------------------------------------------------------
 
     def _stream_ended(
-        self, call: Call, reply: Reply, reservations: list[Reservation]
+        self, call: Call, reply: Reply, reservation: Reservation | None
     ) -> Callable[[Usage | None, int], Awaitable[None]]:
         async def ended(usage: Usage | None, generated: int) -> None:
             estimated = usage is None
@@ -379,8 +371,8 @@ class CostPlugin:
                 usage = Usage(input=estimate_prompt_tokens(call), output=generated)
                 call.accounting.usage = usage
             nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated)
-            if reservations:
-                await self._settle(reservations, nanos or 0)
+            if reservation is not None:
+                await self._settle(reservation, nanos or 0)
 
         return ended
 

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from proxy.canonical import (
     Principal,
     RawFrames,
     Reply,
+    Timings,
     Usage,
     batched,
 )
@@ -425,14 +426,15 @@ async def _stream(
     stream = reply.stream
     assert stream is not None
     encoder = dialect.stream_encoder(call, reply)
-    response = web.StreamResponse(
-        headers={**_SSE_HEADERS, **_reply_headers(dialect, call, reply, request_id)}
-    )
+    headers = {**_SSE_HEADERS, **_reply_headers(dialect, call, reply, request_id)}
     timings = call.timings
     outcome.status = 200
     # What arrived together leaves in one write; verbatim frames go out as they came when the
     # encoder can relay them (an OpenAI client of an OpenAI-compatible upstream).
     source = batched(stream)
+    if source.ended:  # all of it is here (a cache replay): one body, one write
+        return await _stream_at_once(source, stream, encoder, headers, timings, outcome)
+    response = web.StreamResponse(headers=headers)
     pinger = None if encoder.keepalive is None else _Pinger(source, encoder, response)
     next_batch = source.next_batch if pinger is None else pinger.next_batch
     relay = getattr(encoder, "relay", None)
@@ -476,6 +478,42 @@ async def _stream(
     except ConnectionResetError:
         outcome.status = CLIENT_CLOSED
     return response
+
+
+async def _stream_at_once(
+    source: BatchedStream,
+    stream: AsyncIterator[Chunk],
+    encoder: StreamEncoder,
+    headers: dict[str, str],
+    timings: Timings,
+    outcome: _Outcome,
+) -> web.Response:
+    """A stream whose every item is already held, sent as one SSE body with a length: the
+    same frames and end (or in-band error) as :func:`_stream` would write, in one write
+    instead of headers, chunks and the chunked encoding's end. Nothing waits, so no pings."""
+    relay = getattr(encoder, "relay", None)
+    pending: list[bytes] = []
+    try:
+        while batch := await source.next_batch(relay is not None):
+            for item in batch:
+                if type(item) is RawFrames:
+                    pending.append(relay(item))  # type: ignore[misc]
+                    continue
+                if item.usage is not None:  # type: ignore[union-attr]
+                    outcome.usage = item.usage  # type: ignore[union-attr]
+                pending.append(encoder.chunk(item))  # type: ignore[arg-type]
+        pending.append(encoder.end())
+    except GatewayError as error:
+        outcome.error = error
+        outcome.status = error.status
+        pending.append(encoder.error(error))
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if timings.first_token is None:
+        timings.first_token = time.perf_counter() - timings.start
+    return web.Response(body=b"".join(pending), headers=headers)
 
 
 class _Pinger:

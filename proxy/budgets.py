@@ -10,7 +10,9 @@ Spend lives in the state store (:mod:`proxy.store`), so that a shared backend sh
 still in flight. They are rebuilt from the spend ledger when the gateway starts
 (:meth:`SpendCounters.rebuild`, which sets only counters the store does not hold yet), and
 kept up by the requests of scopes that have a budget — the day counters for a period budget,
-the lifetime counter for a ``lifetime`` one: one ``incr`` per scope to reserve, one to settle.
+the lifetime counter for a ``lifetime`` one: one store operation
+(:meth:`~proxy.store.Store.incr_within`, one round trip on Redis) reserves on every scope of a
+request at once, and one settles them.
 A scope that starts to have a budget is re-read from the ledger (:meth:`SpendCounters.
 overwrite`; the ``cost`` plugin does it in the background the first time it sees the budget).
 
@@ -23,13 +25,13 @@ A budget's period decides which counters it reads, in UTC:
 - ``lifetime``: never resets.
 
 Admission: a request is refused once its scope's spend in the period (charged plus reserved)
-has reached ``max_usd``; otherwise it reserves its worst-case cost at once (atomically, one
-``incr``), and the reservation is corrected to the real cost when the request ends. Concurrent
-requests therefore see each other's reservations: with room for five worst cases, twenty
-concurrent requests are admitted about five at a time. The bound on overshoot: the last request
-admitted may reserve more than was left, so a period's spend can exceed ``max_usd`` by at most
-one request's reservation — plus, for a request that set no ``max_tokens``, whatever its output
-cost beyond the default output reserve (and any error in the prompt estimate).
+has reached ``max_usd``; otherwise it reserves its worst-case cost at once (atomically, on
+every scope or none), and the reservation is corrected to the real cost when the request ends.
+Concurrent requests therefore see each other's reservations: with room for five worst cases,
+twenty concurrent requests are admitted about five at a time. The bound on overshoot: the last
+request admitted may reserve more than was left, so a period's spend can exceed ``max_usd`` by
+at most one request's reservation — plus, for a request that set no ``max_tokens``, whatever its
+output cost beyond the default output reserve (and any error in the prompt estimate).
 
 Sums of whole past days (for ``7d``, ``30d``, ``1mo``) are read from the store at most once a
 minute per scope and kept in process; today's counter is always read live.
@@ -38,9 +40,9 @@ minute per scope and kept in process; today's counter is always read live.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from proxy.canonical import Budget, BudgetPeriod
 from proxy.pricing import NANOS_PER_USD
@@ -84,16 +86,33 @@ def resets_at(period: BudgetPeriod, now: float) -> datetime | None:
     return today + timedelta(days=1)
 
 
-class Reservation(NamedTuple):
-    """What one request reserved on one scope: the counter it incremented, by how much, and the
-    budget it was checked against."""
+class Reservation:
+    """What one request reserved: ``nanos`` on the counter of each of its budgeted ``scopes``
+    (``(scope, id, budget)``) that the budget's period reads (``keys``, created with ``ttls``),
+    on UTC ``day``. Compared by identity (the cost plugin keeps those in flight in a set)."""
 
-    scope: Scope
-    ident: str
-    key: str
-    day: int
-    nanos: int
-    budget: Budget
+    __slots__ = ("day", "keys", "nanos", "scopes", "soft", "ttls")
+
+    def __init__(
+        self,
+        scopes: Sequence[tuple[Scope, str, Budget]],
+        keys: list[str],
+        ttls: list[float | None],
+        day: int,
+        nanos: int,
+        soft: bool,
+    ) -> None:
+        self.scopes = scopes
+        self.keys = keys
+        self.ttls = ttls
+        self.day = day
+        self.nanos = nanos
+        self.soft = soft
+        """Whether a scope has a soft limit (settling must then read the counters)."""
+
+    def holds(self, scope: Scope, ident: str) -> bool:
+        """Whether this reservation is on ``scope`` / ``ident``."""
+        return any(s == scope and i == ident for s, i, _ in self.scopes)
 
 
 class Refusal(NamedTuple):
@@ -114,6 +133,22 @@ class Crossing(NamedTuple):
     spent: int
 
 
+class _Plan(NamedTuple):
+    """What a reservation on some scopes takes: the counters their periods read (``keys``)
+    and those counters' ``ttls``, the budgets in nano-dollars (``limits``), the indices of the
+    scopes whose past days count (a rolling window or the month), whether one has a soft limit,
+    and ``net``."""
+
+    keys: list[str]
+    ttls: list[float | None]
+    limits: list[int]
+    rolling: list[int]
+    soft: bool
+    net: list[Any]
+    """With rolling scopes: ``[when, generation, limits]``, the limits less what the past days
+    spent as computed at monotonic time ``when`` (reused for as long as those sums are)."""
+
+
 class SpendCounters:
     """The live spend counters in ``store`` (see the module docstring).
 
@@ -125,65 +160,66 @@ class SpendCounters:
         self._store = store
         self._clock = clock
         self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
+        self._generation = 0  # moves whenever past days' sums may have changed
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
+        self._plans: dict[tuple[int, tuple[tuple[Scope, str, Budget], ...]], _Plan] = {}
 
     async def reserve(
-        self, scopes: Iterable[tuple[Scope, str, Budget]], nanos: int
-    ) -> tuple[list[Reservation], Refusal | None]:
+        self, scopes: Sequence[tuple[Scope, str, Budget]], nanos: int
+    ) -> tuple[Reservation | None, Refusal | None]:
         """Reserve ``nanos`` on every scope (``(scope, id, budget)``) in the counter its budget's
-        period reads (today's, or the lifetime one); a scope whose period's spend has reached its
-        budget refuses, and then nothing stays reserved. One ``incr`` per scope.
+        period reads (today's, or the lifetime one), unless a scope's period spend has already
+        reached its budget: then nothing is reserved. One store operation for every scope
+        (:meth:`~proxy.store.Store.incr_within`).
 
-        Returns the reservations (to :meth:`settle` later) and the refusal, if any.
+        Returns the reservation (to :meth:`settle` later), or the refusal.
         """
         day = day_of(self._clock())
-        made: list[Reservation] = []
-        for scope, ident, budget in scopes:
-            day_key, all_key = self._keys(scope, ident, day)
-            lifetime = budget.period == "lifetime"
-            key = all_key if lifetime else day_key
-            total = await self._store.incr(key, nanos, ttl=None if lifetime else _DAY_TTL)
-            made.append(Reservation(scope, ident, key, day, nanos, budget))
-            spent = total - nanos
-            if not lifetime and budget.period != "1d":
-                closed = self._cached_closed(scope, ident, day, budget.period)
-                if closed is None:
-                    closed = await self._closed_days(scope, ident, budget.period, day)
-                spent += closed
-            if spent >= max_nanos(budget):
-                await self.release(made)
-                return [], Refusal(scope, ident, budget, spent)
-        return made, None
-
-    async def release(self, reservations: Iterable[Reservation]) -> None:
-        """Undo ``reservations`` (a refused request)."""
-        for reservation in reservations:
-            await self._store.incr(reservation.key, -reservation.nanos)
-
-    async def settle(self, reservations: Iterable[Reservation], nanos: int) -> list[Crossing]:
-        """Correct each reservation to the real cost ``nanos`` (one ``incr`` each, none when
-        they are equal); returns the scopes whose soft limit this charge crossed."""
-        crossings: list[Crossing] = []
-        for reservation in reservations:
-            delta = nanos - reservation.nanos
-            budget = reservation.budget
-            lifetime = budget.period == "lifetime"
-            if delta:
-                total = await self._store.incr(
-                    reservation.key, delta, ttl=None if lifetime else _DAY_TTL
-                )
+        scopes = tuple(scopes)
+        plan = self._plans.get((day, scopes))
+        if plan is None:
+            plan = self._plan(day, scopes)
+        limits = plan.limits
+        if plan.rolling:
+            now = time.monotonic()
+            stamp, generation, net = plan.net
+            if generation == self._generation and now - stamp < _CLOSED_TTL:
+                limits = net
             else:
-                total = int(await self._store.get(reservation.key) or 0)
+                limits = list(limits)
+                for index in plan.rolling:
+                    scope, ident, budget = scopes[index]
+                    limits[index] -= await self._closed_days(scope, ident, budget.period, day)
+                    stamp = self._closed.get((scope, ident, day, budget.period), (now, 0))[0]
+                    now = min(now, stamp)  # as old as the oldest sum it used
+                plan.net[:] = (now, self._generation, limits)
+        refused, values = await self._store.incr_within(plan.keys, nanos, limits, plan.ttls)
+        if refused is not None:
+            scope, ident, budget = scopes[refused]
+            spent = values[refused] + plan.limits[refused] - limits[refused]
+            return None, Refusal(scope, ident, budget, spent)
+        return Reservation(scopes, plan.keys, plan.ttls, day, nanos, plan.soft), None
+
+    async def settle(self, reservation: Reservation, nanos: int) -> list[Crossing]:
+        """Correct ``reservation`` to the real cost ``nanos`` (one store operation; none when
+        they are equal and no scope has a soft limit); returns the scopes whose soft limit
+        this charge crossed."""
+        delta = nanos - reservation.nanos
+        if not reservation.soft:
+            if delta:
+                await self._store.incr_within(reservation.keys, delta, None, reservation.ttls)
+            return []
+        _, totals = await self._store.incr_within(reservation.keys, delta, None, reservation.ttls)
+        crossings: list[Crossing] = []
+        for index, (scope, ident, budget) in enumerate(reservation.scopes):
             soft = soft_nanos(budget)
             if soft is None:
                 continue
-            after = total
-            if not lifetime:
-                after += await self._closed_days(
-                    reservation.scope, reservation.ident, budget.period, reservation.day
-                )
+            after = totals[index]
+            if budget.period != "lifetime":
+                after += await self._closed_days(scope, ident, budget.period, reservation.day)
             if after - nanos < soft <= after:
-                crossings.append(Crossing(reservation.scope, reservation.ident, budget, after))
+                crossings.append(Crossing(scope, ident, budget, after))
         return crossings
 
     async def overwrite(
@@ -200,6 +236,7 @@ class SpendCounters:
             await self._store.set(key, str(spent.get(day, 0)).encode(), ttl=remaining)
         await self._store.set(self._keys(scope, ident, now_day)[1], str(total).encode())
         self._closed = {k: v for k, v in self._closed.items() if k[:2] != (scope, ident)}
+        self._generation += 1
 
     def clock(self) -> float:
         """The wall time these counters use (UNIX seconds)."""
@@ -245,7 +282,7 @@ class SpendCounters:
             written += await self._seed(key, nanos, remaining)
         for scope, ident, nanos in totals:
             written += await self._seed(self._keys(scope, ident, now_day)[1], nanos, None)
-        self._closed.clear()
+        self.forget_past_days()
         return written
 
     async def _seed(self, key: str, nanos: int, ttl: float | None) -> int:
@@ -271,15 +308,42 @@ class SpendCounters:
         for past in range(day - count, day):
             total += int(await self._store.get(self._keys(scope, ident, past)[0]) or 0)
         if len(self._closed) >= _MAX_CACHED:
-            self._closed.clear()
+            self.forget_past_days()
         self._closed[(scope, ident, day, period)] = (time.monotonic(), total)
         return total
+
+    def forget_past_days(self) -> None:
+        """Drop the sums of past days kept in process: the next reservations read them anew."""
+        self._closed.clear()
+        self._generation += 1
 
     def _cached_closed(self, scope: Scope, ident: str, day: int, period: str) -> int | None:
         cached = self._closed.get((scope, ident, day, period))
         if cached is not None and time.monotonic() - cached[0] < _CLOSED_TTL:
             return cached[1]
         return None
+
+    def _plan(self, day: int, scopes: tuple[tuple[Scope, str, Budget], ...]) -> _Plan:
+        """What reserving on ``scopes`` on ``day`` takes (kept per day and scopes)."""
+        keys: list[str] = []
+        ttls: list[float | None] = []
+        for scope, ident, budget in scopes:
+            day_key, all_key = self._keys(scope, ident, day)
+            lifetime = budget.period == "lifetime"
+            keys.append(all_key if lifetime else day_key)
+            ttls.append(None if lifetime else _DAY_TTL)
+        plan = _Plan(
+            keys,
+            ttls,
+            [max_nanos(budget) for _, _, budget in scopes],
+            [i for i, (_, _, b) in enumerate(scopes) if b.period not in ("1d", "lifetime")],
+            any(budget.soft_usd is not None for _, _, budget in scopes),
+            [0.0, -1, []],
+        )
+        if len(self._plans) >= _MAX_CACHED:
+            self._plans.clear()
+        self._plans[(day, scopes)] = plan
+        return plan
 
     def _keys(self, scope: Scope, ident: str, day: int) -> tuple[str, str]:
         """The day and lifetime counter names (kept: formatting them costs more than a

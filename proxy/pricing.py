@@ -132,10 +132,12 @@ def usd_to_nanos(usd: float) -> int | None:
 
 def format_usd(nanos: int) -> str:
     """``nanos`` as a plain decimal USD amount with no trailing zeros: ``"0.00042"``, ``"0"``."""
-    sign = "-" if nanos < 0 else ""
-    whole, fraction = divmod(abs(nanos), NANOS_PER_USD)
-    digits = f"{fraction:09d}".rstrip("0")
-    return f"{sign}{whole}.{digits}" if digits else f"{sign}{whole}"
+    if nanos < 0:
+        return "-" + format_usd(-nanos)
+    whole, fraction = divmod(nanos, NANOS_PER_USD)
+    if not fraction:
+        return str(whole)
+    return f"{whole}.{str(fraction + NANOS_PER_USD)[1:].rstrip('0')}"  # nine digits, padded
 
 
 def nanos_to_usd(nanos: int) -> float:

@@ -241,6 +241,24 @@ class Store(Protocol):
         trip for both) or a loop turn later, and loses it when it cannot be sent."""
         ...
 
+    async def incr_within(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """Add ``amount`` to every counter of ``keys`` — unless, with ``limits``, one of them
+        already holds at least its limit (the same index): atomically, all or nothing.
+
+        ``limits`` None adds unconditionally. ``ttls`` (one per key) apply as :meth:`incr`'s:
+        only to a counter the call creates. Returns ``(None, values)`` with the counters' new
+        values when the amount was added, else ``(index, values)``: the first counter at its
+        limit and every counter's value as it is (nothing changed). Raises :class:`ValueError`
+        (nothing changed) if a key holds a non-integer value.
+        """
+        ...
+
 
 class MemoryStore:
     """The in-process :class:`Store`: dicts with lazy expiry on ``clock`` (seconds).
@@ -587,3 +605,69 @@ class MemoryStore:
         if excess > 0:
             for key in list(itertools.islice(tats, excess)):
                 del tats[key]
+
+    async def incr_within(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """See :meth:`Store.incr_within` (one synchronous step)."""
+        now = self._clock()
+        data = self._data
+        entries = list(map(data.get, keys))
+        for entry in entries:  # the common case: live integer counters
+            if (
+                entry is None
+                or type(entry[0]) is not int
+                or (entry[1] is not None and entry[1] <= now)
+            ):
+                entries = self._counters(keys, entries, ttls, now)
+                break
+        if limits is not None:
+            for index, limit in enumerate(limits):
+                if entries[index][0] >= limit:  # type: ignore[index]
+                    return index, [entry[0] for entry in entries]  # type: ignore[index,misc]
+        values: list[int] = []
+        for key, (value, expires) in zip(keys, entries, strict=True):
+            value += amount
+            data.pop(key, None)  # re-inserted: dict order is write order
+            data[key] = (value, expires)
+            values.append(value)
+        self._wrote(len(values))
+        while len(data) > self._max_keys:
+            del data[next(iter(data))]
+        return None, values
+
+    def _counters(
+        self,
+        keys: Sequence[str],
+        entries: list[tuple[bytes | int, float | None] | None],
+        ttls: Sequence[float | None],
+        now: float,
+    ) -> list[tuple[int, float | None]]:
+        """``entries`` of ``keys`` as counters: a missing or expired one at 0 with the expiry its
+        TTL gives, text parsed; ValueError for anything else."""
+        counters: list[tuple[int, float | None]] = []
+        for index, entry in enumerate(entries):
+            if entry is None or (entry[1] is not None and entry[1] <= now):
+                self._not_a(keys[index], "a counter")
+                ttl = ttls[index]
+                if ttl is not None and ttl <= 0:
+                    raise ValueError("ttl must be positive")
+                counters.append((0, None if ttl is None else now + ttl))
+            else:
+                value = entry[0]
+                counters.append(
+                    (value if type(value) is int else _integer(keys[index], value), entry[1])
+                )
+        return counters
+
+
+def _integer(key: str, value: bytes) -> int:
+    """The counter ``value`` of ``key`` held as text; ValueError if it is not an integer."""
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"key {key!r} does not hold an integer") from None

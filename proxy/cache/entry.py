@@ -4,7 +4,9 @@ An entry is a whole canonical :class:`~proxy.canonical.Response` — a stream th
 folded into one first (:mod:`proxy.cache.assemble`) — with what the cache needs besides: when it
 was made and when it expires (wall-clock seconds, so that instances sharing a store agree on an
 entry's age), the deployment that produced it, and what it cost (for the savings a hit reports).
-Any dialect, streamed or not, can be answered from it.
+Any dialect, streamed or not, can be answered from it. An entry may also keep the answer's replay
+pre-encoded as OpenAI chat frames (:func:`~proxy.cache.replay.replay_frames`), so that a streamed
+hit of an OpenAI client writes them as they are instead of building and encoding chunks.
 
 Entries are msgpack behind a short magic prefix that names the format; :func:`decode_entry`
 raises :class:`CorruptEntry` for anything else (a truncated value, another format, a foreign
@@ -23,7 +25,9 @@ MAGIC = b"CWC" + bytes([FORMAT])
 
 class Entry(msgspec.Struct, array_like=True):
     """One cached answer; ``created``/``expires`` are wall-clock seconds (``time.time``);
-    ``cost_nanos`` is what the answer cost when it was made (nano-dollars; None if unknown)."""
+    ``cost_nanos`` is what the answer cost when it was made (nano-dollars; None if unknown);
+    ``frames`` the replay's frames, when kept (None otherwise: a stream is then replayed from
+    ``response``)."""
 
     created: float
     expires: float
@@ -31,6 +35,7 @@ class Entry(msgspec.Struct, array_like=True):
     model: str
     response: Response
     cost_nanos: int | None = None
+    frames: bytes | None = None
 
     def age(self, now: float) -> float:
         """Seconds since the answer was made (never negative: clocks of instances may differ)."""

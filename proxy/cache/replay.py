@@ -11,11 +11,17 @@ kind (and drop the usage chunk when the client did not ask for it), and the app 
 marker.
 
 :class:`ReplayStream` hands all of them over in one batch, so the whole replay leaves in one
-write.
+write. An entry may also keep its replay pre-encoded (:func:`replay_frames`): every chunk but the
+usage chunk as the OpenAI chat frames that dialect would write for them, which a reader that can
+take verbatim frames (``next_batch(raw=True)``) receives as one :class:`~proxy.canonical.RawFrames`
+instead of chunks to encode again; read back with :class:`FrameParser`, those frames give exactly
+the chunks :func:`replay_chunks` makes (the first one's ``input_usage`` and the stop sequences,
+which OpenAI's format lacks, restored from the answer).
 """
 
 from __future__ import annotations
 
+import msgspec
 from msgspec import UNSET
 
 from proxy.canonical import (
@@ -28,6 +34,9 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
+from proxy.dialects.openai_chat import ChatStreamEncoder
+
+_CHUNK_DECODER = msgspec.json.Decoder(Chunk)
 
 
 def replay_chunks(response: Response) -> list[Chunk]:
@@ -77,25 +86,67 @@ def replay_chunks(response: Response) -> list[Chunk]:
         add([finish])
     usage = response.usage
     if usage is not None:
-        add([], usage)
+        chunks.append(_usage_chunk(response, usage))
         # Dialects that announce the input at the start (Anthropic's message_start) can.
-        chunks[0].input_usage = Usage(
-            input=usage.input, cache_read=usage.cache_read, cache_write=usage.cache_write
-        )
+        chunks[0].input_usage = _input_usage(usage)
     return chunks
 
 
+def replay_frames(response: Response) -> bytes | None:
+    """Every chunk of ``response``'s replay but the usage chunk, as OpenAI chat frames; None
+    when they could not be verbatim frames (an answer without an id, a model or a creation
+    time, which :class:`~proxy.canonical.RawFrames` must name, or without a choice)."""
+    if not (response.id and response.model and response.created and response.choices):
+        return None
+    chunks = replay_chunks(response)
+    if response.usage is not None:
+        chunks.pop()
+    encoder = ChatStreamEncoder(include_usage=False)
+    return b"".join([encoder.chunk(chunk) for chunk in chunks])
+
+
+class FrameParser:
+    """Reads the frames of :func:`replay_frames` back into the chunks of :func:`replay_chunks`
+    (with ``raw`` set to each frame's JSON): the opening chunk of the answer's first choice gets
+    the input usage, and each finish chunk its choice's stop sequence."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: Response) -> None:
+        self._response = response
+
+    def __call__(self, payload: bytes) -> Chunk:
+        """The chunk of one frame's JSON. Raises :class:`msgspec.DecodeError` for JSON that
+        is not a chunk (never for frames :func:`replay_frames` made)."""
+        chunk = _CHUNK_DECODER.decode(payload)
+        chunk.raw = payload
+        response = self._response
+        for choice in chunk.choices:
+            if choice.finish_reason is not None:
+                for answered in response.choices:
+                    if answered.index == choice.index:
+                        choice.stop_sequence = answered.stop_sequence
+            elif choice.delta.role is not UNSET and choice.index == response.choices[0].index:
+                chunk.input_usage = _input_usage(response.usage)
+        return chunk
+
+
 class ReplayStream:
-    """A reply stream over fixed chunks: one batch with all of them, then the end.
+    """A reply stream over a whole answer's replay: one batch with all of it, then the end.
 
     It is the :class:`~proxy.canonical.BatchedStream` of a cache hit; iterating it yields the
-    same chunks one by one. Nothing is held open, so ``aclose`` only drops what is left.
+    chunks of :func:`replay_chunks` one by one. Given ``frames`` (:func:`replay_frames` of the
+    same answer), a raw read gets them as one :class:`~proxy.canonical.RawFrames` followed by
+    the usage chunk, and the chunks are never built. Nothing is held open, so ``aclose`` only
+    drops what is left.
     """
 
-    __slots__ = ("_chunks",)
+    __slots__ = ("_chunks", "_frames", "_response")
 
-    def __init__(self, chunks: list[Chunk]) -> None:
-        self._chunks = chunks
+    def __init__(self, response: Response, frames: bytes | None = None) -> None:
+        self._response: Response | None = response
+        self._frames = frames
+        self._chunks: list[Chunk] | None = None
 
     @property
     def ended(self) -> bool:
@@ -103,18 +154,48 @@ class ReplayStream:
         return True
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """Every chunk not handed over yet; ``[]`` after the first call."""
-        chunks, self._chunks = self._chunks, []
-        return chunks  # type: ignore[return-value]
+        """Everything not handed over yet; ``[]`` after the first call."""
+        response, self._response = self._response, None
+        chunks, self._chunks = self._chunks, None
+        if response is None:
+            return chunks or []  # type: ignore[return-value]
+        frames = self._frames
+        if not raw or frames is None:
+            return replay_chunks(response)  # type: ignore[return-value]
+        batch: list[Chunk | RawFrames] = [RawFrames(frames, FrameParser(response))]
+        if response.usage is not None:
+            batch.append(_usage_chunk(response, response.usage))
+        return batch
 
     def __aiter__(self) -> ReplayStream:
         return self
 
     async def __anext__(self) -> Chunk:
+        if self._response is not None:
+            self._chunks = replay_chunks(self._response)
+            self._response = None
         if not self._chunks:
             raise StopAsyncIteration
         return self._chunks.pop(0)
 
     async def aclose(self) -> None:
         """Drop the chunks not read."""
-        self._chunks = []
+        self._response = None
+        self._chunks = None
+
+
+def _input_usage(usage: Usage | None) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(input=usage.input, cache_read=usage.cache_read, cache_write=usage.cache_write)
+
+
+def _usage_chunk(response: Response, usage: Usage) -> Chunk:
+    return Chunk(
+        id=response.id,
+        model=response.model,
+        created=response.created,
+        system_fingerprint=response.system_fingerprint,
+        choices=[],
+        usage=usage,
+    )

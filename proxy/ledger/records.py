@@ -114,7 +114,7 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         model = call.model if len(call.model) <= _MAX_TEXT else call.model[:_MAX_TEXT]
         user = end_user(call)
         first = call.timings.first_token
-        ttft = None if first is None else round(first * 1000, 3)
+        ttft = None if first is None else _ms(first)
     upstream_model = request.upstream_model
     if upstream_model is not None and len(upstream_model) > _MAX_TEXT:
         upstream_model = upstream_model[:_MAX_TEXT]
@@ -140,9 +140,15 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         saved,
         request.status,
         request.error_code,
-        round(request.duration * 1000, 3),
+        _ms(request.duration),
         ttft,
         request.attempts,
         fallback,
         cache,
     )
+
+
+def _ms(seconds: float) -> float:
+    """``seconds`` (not negative) in milliseconds, to the microsecond (``round(·, 3)`` costs four
+    times as much)."""
+    return int(seconds * 1_000_000 + 0.5) / 1000

@@ -222,3 +222,16 @@ class UseStore:
             self._local.settle(admission, used)
         else:
             self._shared.settle(admission, used)
+
+    async def incr_within(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """See :meth:`proxy.store.Store.incr_within`."""
+        try:
+            return await self._shared.incr_within(keys, amount, limits, ttls)
+        except StoreUnavailable as error:
+            return await self._fallback(error).incr_within(keys, amount, limits, ttls)

@@ -11,8 +11,9 @@ so that a limited request costs one round trip for limits, not two.
 
 With ``cluster: true`` the commands go to the node serving each key's slot
 (:mod:`proxy.state.cluster`), and the keys under :data:`SAME_SLOT` (the limits', which the
-multi-key scripts take together) share one hash tag; a multi-key operation on keys of
-different slots raises :class:`ValueError` (Redis's ``CROSSSLOT``).
+multi-key scripts take together) share one hash tag, as do those under :data:`SPEND_SLOT` (the
+budgets' spend counters, which :meth:`RedisStore.incr_within` takes together); a multi-key
+operation on keys of different slots raises :class:`ValueError` (Redis's ``CROSSSLOT``).
 
 Keys are namespaced: a key that does not start with ``crossway:`` gets that prefix. Every key
 has a TTL, so that nothing grows without bound: a write that gives none (a lifetime budget
@@ -48,6 +49,7 @@ from proxy.state.scripts import (
     ALL,
     HOLD,
     INCR,
+    INCR_WITHIN,
     RATE_ADJUST,
     RATE_TAKE,
     RELEASE,
@@ -62,6 +64,10 @@ SAME_SLOT = "crossway:limits:"
 """On Redis Cluster, the keys under this prefix share one hash slot, as ``crossway:{limits}:…``:
 the multi-key scripts take a key's, its team's and its deployment's buckets together."""
 _TAGGED = "crossway:{limits}:"
+SPEND_SLOT = "crossway:spend:"
+"""On Redis Cluster, the budgets' spend counters share one hash slot, as ``crossway:{spend}:…``:
+a request reserves on its key's, its team's and its end user's counters in one script."""
+_SPEND_TAGGED = "crossway:{spend}:"
 HOLD_IDLE = 600.0  # seconds an in-flight counter outlives its last hold or release
 
 
@@ -308,6 +314,22 @@ class RedisStore:
         finally:
             self._prober = None
 
+    async def incr_within(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """See :meth:`proxy.store.Store.incr_within` (one script, one round trip)."""
+        if len(keys) != len(ttls) or (limits is not None and len(limits) != len(keys)):
+            raise ValueError("incr_within needs one ttl (and limit) per key")
+        args: list[Any] = [amount, 0 if limits is None else 1, self._idle_ms]
+        for index, ttl in enumerate(ttls):
+            args += (0 if limits is None else limits[index], 0 if ttl is None else self._ms(ttl))
+        reply = await self._script(INCR_WITHIN, [self._name(k) for k in keys], args)
+        return None if reply[0] < 0 else int(reply[0]), [int(value) for value in reply[1:]]
+
 
 def _key(key: str) -> str:
     return key if key.startswith(PREFIX) else PREFIX + key
@@ -321,10 +343,13 @@ def _states(reply: list[int], start: int) -> list[RateState]:
 
 
 def _cluster_key(key: str) -> str:
-    """:func:`_key`, and on Redis Cluster the keys of :data:`SAME_SLOT` in one hash slot."""
+    """:func:`_key`, and on Redis Cluster the keys of :data:`SAME_SLOT` in one hash slot,
+    those of :data:`SPEND_SLOT` in another."""
     key = _key(key)
     if key.startswith(SAME_SLOT):
         return _TAGGED + key[len(SAME_SLOT) :]
+    if key.startswith(SPEND_SLOT):
+        return _SPEND_TAGGED + key[len(SPEND_SLOT) :]
     return key
 
 

@@ -256,4 +256,44 @@ return 0
 """,
 )
 
-ALL = (INCR, RATE_TAKE, RATE_ADJUST, HOLD, RELEASE, ADMIT, SETTLE)
+# KEYS: counters; ARGV: amount, checked (1: check the limits), idle ms, then per key its limit
+# and its TTL ms (0: none). Reply: {-1 (added) or the 0-based index of the first counter at its
+# limit (nothing changed), then every counter's value}. A TTL applies only to a counter the
+# script creates; a counter without one has its idle expiry refreshed. Values are checked
+# before anything is written, so that a non-integer changes nothing.
+INCR_WITHIN = Script(
+    "incr_within",
+    """
+local amount = tonumber(ARGV[1])
+local values = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  if v and not string.match(v, '^%-?%d+$') then
+    return redis.error_reply('WRONGTYPE not a counter: ' .. key)
+  end
+  values[i] = v and tonumber(v) or false
+end
+if ARGV[2] == '1' then
+  for i = 1, #KEYS do
+    if (values[i] or 0) >= tonumber(ARGV[2 + 2 * i]) then
+      local out = {i - 1}
+      for j = 1, #KEYS do out[j + 1] = values[j] or 0 end
+      return out
+    end
+  end
+end
+local out = {-1}
+for i, key in ipairs(KEYS) do
+  out[i + 1] = redis.call('INCRBY', key, amount)
+  local ttl = tonumber(ARGV[3 + 2 * i])
+  if ttl > 0 then
+    if not values[i] then redis.call('PEXPIRE', key, ttl) end
+  else
+    redis.call('PEXPIRE', key, ARGV[3])
+  end
+end
+return out
+""",
+)
+
+ALL = (INCR, RATE_TAKE, RATE_ADJUST, HOLD, RELEASE, ADMIT, SETTLE, INCR_WITHIN)

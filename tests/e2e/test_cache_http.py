@@ -185,6 +185,9 @@ async def test_a_streamed_repeat_replays_sse_that_validates_against_the_openai_s
     status, headers, raw = await gateway.post("/v1/chat/completions", streamed)
     assert (status, headers["x-crossway-cache"]) == (200, "hit")
     assert headers["content-type"].startswith("text/event-stream")
+    # Everything is there already: one body with its length, not a chunked stream.
+    assert headers["content-length"] == str(len(raw))
+    assert "transfer-encoding" not in headers
     payloads = sse_data(raw)
     assert payloads[-1] == b"[DONE]"
     chunks = [json.loads(p) for p in payloads[:-1]]

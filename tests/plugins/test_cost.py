@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -265,6 +266,9 @@ class FailingStore(MemoryStore):
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         raise StoreUnavailable("redis is down")
 
+    async def incr_within(self, *args: Any, **kwargs: Any) -> tuple[int | None, list[int]]:
+        raise StoreUnavailable("redis is down")
+
 
 def budgeted(**options) -> tuple[CostPlugin, Metrics, ScriptedUpstream, Any]:
     metrics = Metrics()
@@ -316,6 +320,49 @@ async def test_a_team_budget_refuses_for_every_key_of_the_team() -> None:
             results.append(error.scope)
     assert results == [200, 200, "team"]
     assert len(upstream.calls) == 2
+
+
+class CountingStore(MemoryStore):
+    """The memory store, counting the operations it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.operations: list[str] = []
+
+    async def get(self, key: str) -> bytes | None:
+        self.operations.append("get")
+        return await super().get(key)
+
+    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
+        self.operations.append("incr")
+        return await super().incr(key, amount, ttl=ttl)
+
+    async def incr_within(self, *args: Any, **kwargs: Any) -> tuple[int | None, list[int]]:
+        self.operations.append("incr_within")
+        return await super().incr_within(*args, **kwargs)
+
+
+async def test_a_request_reserves_and_settles_every_budgeted_scope_in_one_step_each() -> None:
+    store = CountingStore()
+    _plugin, _metrics, upstream, chain = budgeted(store=store)
+    month = Budget(max_usd=10, period="1mo")
+    for request in range(3):
+        call = key_call(month, team="t", team_budget=month, user_budget=month)
+        call.params = Params(user="ann")
+        await chain(call)
+        assert call.accounting.cost_nanos == USAGE_NANOS
+        if request == 0:  # it read the month's past days too (kept a minute): reads only
+            assert set(store.operations) <= {"get", "incr_within"}
+            assert store.operations.count("incr_within") == 2
+            store.operations.clear()
+    # Then each request is one operation to reserve on its key, team and end user, and one to
+    # settle them.
+    assert store.operations == ["incr_within"] * 4
+    assert len(upstream.calls) == 3
+    today = f"d{int(time.time() // 86_400)}"
+    for scope, ident in (("key", "k1"), ("team", "t"), ("user", "ann")):
+        spent = await store.get(f"crossway:spend:{scope}:{ident}:{today}")
+        assert spent == str(3 * USAGE_NANOS).encode()
 
 
 async def test_an_end_user_budget_applies_to_each_user_a_request_names() -> None:

@@ -26,10 +26,11 @@ class Harness:
 
     async def spend(self, nanos: int, budget: Budget, ident: str = "k", scope: str = "key") -> bool:
         """One whole request costing ``nanos`` with worst case ``nanos``; whether admitted."""
-        reservations, refusal = await self.counters.reserve([(scope, ident, budget)], nanos)  # type: ignore[list-item]
-        if refusal is not None:
+        reservation, refusal = await self.counters.reserve([(scope, ident, budget)], nanos)  # type: ignore[list-item]
+        if reservation is None:
+            assert refusal is not None
             return False
-        await self.counters.settle(reservations, nanos)
+        await self.counters.settle(reservation, nanos)
         return True
 
 
@@ -47,7 +48,7 @@ async def test_concurrent_reservations_see_each_other() -> None:
     results = await asyncio.gather(
         *(h.counters.reserve([("key", "k", budget)], USD) for _ in range(20))
     )
-    admitted = [made for made, refusal in results if refusal is None]
+    admitted = [made for made, _ in results if made is not None]
     assert len(admitted) == 5
     refusals = [refusal for _, refusal in results if refusal is not None]
     assert {refusal.scope for refusal in refusals} == {"key"}
@@ -64,7 +65,7 @@ async def test_a_refused_request_keeps_nothing_reserved_on_any_scope() -> None:
     await h.spend(USD, tight, ident="t", scope="team")  # the team is spent
     scopes = [("key", "k", loose), ("team", "t", tight)]
     made, refusal = await h.counters.reserve(scopes, USD)  # type: ignore[arg-type]
-    assert made == []
+    assert made is None
     assert refusal is not None
     assert refusal.scope == "team"
     assert await h.counters.spent("key", "k", "1d") == 0  # the key's reservation was released
@@ -86,10 +87,10 @@ async def test_a_rolling_window_counts_whole_days() -> None:
     for _ in range(3):  # 1 USD on each of three days
         assert await h.spend(USD, budget)
         h.clock.advance(DAY)
-        h.counters._closed.clear()  # the minute-long cache of past days, in test time
+        h.counters.forget_past_days()  # the minute-long cache of past days, in test time
     assert not await h.spend(1, budget)
     h.clock.advance(4 * DAY)  # the first day leaves the window after 7 days
-    h.counters._closed.clear()
+    h.counters.forget_past_days()
     assert await h.counters.spent("key", "k", "7d") == 2 * USD
     assert await h.spend(1, budget)
 
@@ -101,7 +102,7 @@ async def test_a_calendar_month_resets_on_the_first() -> None:
     assert not await h.spend(1, budget)
     assert resets_at("1mo", h.clock()) == datetime(2027, 1, 1, tzinfo=UTC)
     h.clock.advance(3600)
-    h.counters._closed.clear()
+    h.counters.forget_past_days()
     assert await h.spend(1, budget)
 
 
@@ -131,6 +132,7 @@ async def test_the_soft_limit_is_crossed_once_by_the_charge_that_crosses_it() ->
     crossings = []
     for _ in range(5):
         made, _ = await h.counters.reserve([("key", "k", budget)], USD)
+        assert made is not None
         crossings.append(await h.counters.settle(made, USD))
     assert [len(c) for c in crossings] == [0, 0, 1, 0, 0]
     crossing = crossings[2][0]

@@ -301,3 +301,48 @@ async def test_admit_and_settle_answer_as_hold_take_and_adjust(clock: FakeClock)
         outcomes["admitted" if want.refused is None else "refused"] += 1
         assert got == want, step
     assert min(outcomes.values()) >= 20, outcomes  # every path was taken
+
+
+async def test_incr_within_adds_to_every_counter_under_its_limit(
+    store: MemoryStore, clock: FakeClock
+):
+    keys, ttls = ["spend:key", "spend:team"], [100.0, None]
+    assert await store.incr_within(keys, 5, [10, 20], ttls) == (None, [5, 5])
+    assert await store.incr_within(keys, 5, [10, 20], ttls) == (None, [10, 10])
+    assert await store.ttl("spend:key") == pytest.approx(100)  # set when it was created
+    assert await store.ttl("spend:team") is None
+    clock.advance(50)
+    await store.incr_within(keys, 1, None, [5.0, 5.0])  # an existing counter keeps its expiry
+    assert await store.ttl("spend:key") == pytest.approx(50)
+
+
+async def test_incr_within_is_all_or_nothing(store: MemoryStore):
+    keys, ttls = ["spend:key", "spend:team"], [None, None]
+    await store.incr_within(keys, 10, None, ttls)
+    # The team is at its limit: nothing is added anywhere, and the values are as they were.
+    assert await store.incr_within(keys, 3, [100, 10], ttls) == (1, [10, 10])
+    assert (await store.get("spend:key"), await store.get("spend:team")) == (b"10", b"10")
+    assert await store.incr_within(keys, 3, [10, 100], ttls) == (0, [10, 10])
+    # Without limits it adds whatever the counters hold, negative amounts too.
+    assert await store.incr_within(keys, -4, None, ttls) == (None, [6, 6])
+
+
+async def test_incr_within_refuses_values_that_are_not_counters(store: MemoryStore):
+    await store.set("text", b"abc")
+    await store.rate_take([RateBucket("bucket", 1, 5)])
+    for other in ("text", "bucket"):
+        with pytest.raises(ValueError, match=other):
+            await store.incr_within(["counter", other], 1, None, [None, None])
+        assert await store.get("counter") is None, "nothing changed"
+    await store.set("digits", b"41")
+    assert await store.incr_within(["digits"], 1, [100], [None]) == (None, [42])
+
+
+async def test_incr_within_treats_an_expired_counter_as_missing(
+    store: MemoryStore, clock: FakeClock
+):
+    await store.incr_within(["c"], 7, None, [10.0])
+    clock.advance(10)
+    assert await store.incr_within(["c"], 1, [5], [10.0]) == (None, [1])
+    with pytest.raises(ValueError, match="ttl"):
+        await store.incr_within(["new"], 1, None, [0.0])

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from msgspec import UNSET
 
 from proxy.cache.assemble import assemble
-from proxy.cache.replay import ReplayStream, replay_chunks
+from proxy.cache.replay import ReplayStream, replay_chunks, replay_frames
 from proxy.canonical import (
     Choice,
     Chunk,
@@ -15,11 +16,13 @@ from proxy.canonical import (
     FunctionCall,
     FunctionCallDelta,
     Message,
+    RawFrames,
     Response,
     ToolCall,
     ToolCallDelta,
     Usage,
 )
+from proxy.dialects.openai_chat import ChatStreamEncoder
 
 USAGE = Usage(input=5, cache_read=1, output=7, reasoning=2)
 
@@ -151,17 +154,72 @@ def test_an_incomplete_stream_is_no_answer(chunks: list[Chunk]) -> None:
 
 
 async def test_a_replay_stream_hands_everything_over_in_one_batch() -> None:
-    chunks = replay_chunks(response(TEXT))
-    stream = ReplayStream(list(chunks))
+    answer = response(TEXT)
+    stream = ReplayStream(answer)
     assert stream.ended
-    assert await stream.next_batch(True) == chunks
+    assert await stream.next_batch(True) == replay_chunks(answer)
     assert await stream.next_batch(True) == []
 
 
 async def test_a_replay_stream_iterates_and_closes() -> None:
-    chunks = replay_chunks(response(TEXT))
-    stream = ReplayStream(list(chunks))
-    assert [c async for c in stream] == chunks
-    stream = ReplayStream(list(chunks))
+    answer = response(TEXT)
+    stream = ReplayStream(answer, replay_frames(answer))
+    assert [c async for c in stream] == replay_chunks(answer)
+    stream = ReplayStream(answer)
     await stream.aclose()
     assert [c async for c in stream] == []
+    assert await stream.next_batch(True) == []
+
+
+def _without_raw(chunks: list[Chunk]) -> list[Chunk]:
+    return [msgspec.structs.replace(chunk, raw=None) for chunk in chunks]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [response(TEXT), response(TOOLS), response(TEXT, REFUSAL), response(TEXT, usage=None)],
+    ids=["text", "tools", "two-choices", "no-usage"],
+)
+async def test_kept_frames_read_back_as_the_replay(answer: Response) -> None:
+    """A raw read of a replay with frames: one run of verbatim frames, then the usage chunk;
+    parsed, the frames are the replay's chunks, input usage and stop sequences included, and
+    each carries its frame's JSON for the OpenAI chat dialect to send as it is."""
+    frames = replay_frames(answer)
+    assert frames is not None
+    batch = await ReplayStream(answer, frames).next_batch(True)
+    run = batch[0]
+    assert isinstance(run, RawFrames)
+    assert run.data == frames
+    parsed = [run.parse(payload) for payload in run.payloads()]
+    assert all(
+        chunk is not None and chunk.raw == payload
+        for chunk, payload in zip(parsed, run.payloads(), strict=True)
+    )
+    assert _without_raw(parsed + batch[1:]) == replay_chunks(answer)  # type: ignore[arg-type, operator]
+
+
+async def test_a_replay_read_as_chunks_ignores_its_frames() -> None:
+    answer = response(TEXT)
+    assert await ReplayStream(answer, replay_frames(answer)).next_batch(False) == replay_chunks(
+        answer
+    )
+
+
+def test_frames_are_the_openai_chat_encoding_of_the_replay() -> None:
+    answer = response(TEXT)
+    encoder = ChatStreamEncoder(include_usage=False)
+    expected = b"".join(encoder.chunk(chunk) for chunk in replay_chunks(answer)[:-1])
+    assert replay_frames(answer) == expected
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        msgspec.structs.replace(response(TEXT), created=0),
+        msgspec.structs.replace(response(TEXT), id=""),
+        response(),
+    ],
+    ids=["no-creation-time", "no-id", "no-choice"],
+)
+def test_no_frames_for_an_answer_they_could_not_describe(answer: Response) -> None:
+    assert replay_frames(answer) is None

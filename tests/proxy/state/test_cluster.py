@@ -138,3 +138,11 @@ def test_a_cluster_has_database_0_and_no_unix_socket() -> None:
         with pytest.raises(msgspec.ValidationError, match="database 0"):
             msgspec.convert({"url": url, "cluster": True}, RedisConfig)
     assert msgspec.convert({"url": "rediss://h:7000/0", "cluster": True}, RedisConfig).cluster
+
+
+async def test_a_requests_spend_counters_share_one_slot(store: RedisStore) -> None:
+    keys = [f"crossway:spend:key:k{i}:d20000" for i in range(5)] + ["crossway:spend:team:t:all"]
+    assert await store.incr_within(keys, 3, [5] * 6, [60.0] * 5 + [None]) == (None, [3] * 6)
+    assert await store.incr_within(keys, 3, [5] * 6, [60.0] * 5 + [None]) == (None, [6] * 6)
+    assert await store.incr_within(keys, 1, [5] * 6, [60.0] * 6) == (0, [6] * 6)
+    assert await store.get("crossway:spend:key:k3:d20000") == b"6"

@@ -165,3 +165,27 @@ async def test_slots_held_locally_meanwhile_are_released_locally():
         assert not state.redis._pending, "nothing was queued for Redis"
     finally:
         await state.close()
+
+
+async def test_budgets_counted_locally_while_redis_is_down():
+    metrics = Metrics()
+    state = redis_state(DOWN_URL, metrics, budgets="local")
+    await state.start()
+    try:
+        budgets = state.store_for("budgets")
+        keys, ttls = ["crossway:spend:key:k:all", "crossway:spend:team:t:all"], [None, None]
+        assert await budgets.incr_within(keys, 4, [5, 5], ttls) == (None, [4, 4])
+        assert await budgets.incr_within(keys, 4, [5, 5], ttls) == (None, [8, 8])
+        assert await budgets.incr_within(keys, 4, [5, 5], ttls) == (0, [8, 8])
+        assert (
+            sample(metrics, "crossway_state_degraded_total", use="budgets", decision="local") == 3
+        )
+    finally:
+        await state.close()
+    closed = redis_state(DOWN_URL, Metrics())
+    await closed.start()
+    try:
+        with pytest.raises(StoreUnavailable):
+            await closed.store_for("budgets").incr_within(["crossway:spend:k"], 1, None, [None])
+    finally:
+        await closed.close()

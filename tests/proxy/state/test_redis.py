@@ -388,3 +388,43 @@ async def test_a_rediss_url_speaks_tls_and_verifies_the_server(
             await trusted.close()
     finally:
         server.stop()
+
+
+async def test_incr_within_gives_the_memory_stores_answers(store: RedisStore, redis_url: str):
+    memory = MemoryStore(time.time)
+    rng = random.Random(13)
+    for step in range(200):
+        keys = [f"spend:k{rng.randrange(3)}", "spend:team"]
+        ttls = [rng.choice([None, 3600.0]), 3600.0]
+        amount = rng.randrange(-3, 8)
+        limits = None if rng.random() < 0.3 else [rng.randrange(0, 30), rng.randrange(0, 60)]
+        got = await store.incr_within(keys, amount, limits, ttls)
+        assert got == await memory.incr_within(keys, amount, limits, ttls), step
+    assert ttl_ms(redis_url, "crossway:spend:team") > 3_000_000  # its TTL, set on creation
+
+
+async def test_incr_within_refuses_a_value_that_is_not_a_counter_and_changes_nothing(
+    store: RedisStore,
+):
+    await store.set("text", b"abc")
+    with pytest.raises(ValueError, match="incr_within"):
+        await store.incr_within(["counter", "text"], 1, None, [None, None])
+    assert await store.get("counter") is None
+    with pytest.raises(ValueError, match="one ttl"):
+        await store.incr_within(["counter"], 1, None, [])
+
+
+async def test_incr_within_is_one_round_trip(store: RedisStore):
+    sent: list[str] = []
+    connection = store._connection
+    call = connection.call
+
+    async def counting(*args):
+        sent.append(str(args[0]))
+        return await call(*args)
+
+    connection.call = counting  # type: ignore[method-assign]
+    keys = ["spend:key:k:d1", "spend:team:t:d1", "spend:user:u:all"]
+    assert await store.incr_within(keys, 5, [10, 10, 10], [60.0, 60.0, None]) == (None, [5] * 3)
+    assert await store.incr_within(keys, 1, [10, 5, 10], [60.0, 60.0, None]) == (1, [5] * 3)
+    assert sent == ["EVALSHA", "EVALSHA"]
