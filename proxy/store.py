@@ -361,23 +361,28 @@ class MemoryStore:
         self._release(keys)
 
     async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
-        """See :meth:`Store.admit`. The common case (room everywhere) in one pass; a refusal
-        is worked out again by :meth:`_take`, which charges nothing."""
+        """See :meth:`Store.admit`. The common case (room everywhere) in one pass that writes
+        as it goes; a bucket without room puts back what that pass wrote, and the refusal is
+        worked out again by :meth:`_take`, which charges nothing."""
         slots, tats, data = self._slots, self._tats, self._data
+        counts: list[int] = []
         for index, key in enumerate(plan.slots):
             count = slots.get(key)
             if count is None:
                 if key in data or key in tats:
                     self._not_a(key, "an in-flight counter")
+                count = 0
             elif count >= plan.slot_limits[index]:
                 return Admission(full=index)
+            counts.append(count)
         now = self._clock()
         requests, limits, intervals = plan.requests, plan.limits, plan.intervals
         period = plan.period
         ceiling = period + _SLACK
-        news: list[float] = []
+        before: list[float | None] = []  # each bucket's TAT before this pass wrote it
         least_requests = least_tokens = -1  # per kind: the bucket with the least left
         left_requests = left_tokens = 0
+        reset_requests = reset_tokens = 0.0
         for index, key in enumerate(plan.keys):
             tat = tats.get(key)
             if tat is None:
@@ -386,34 +391,36 @@ class MemoryStore:
                 debt = 0.0
             else:
                 debt = tat - now if tat > now else 0.0
-            limit = limits[index]
             interval = intervals[index]
             if index < requests:
                 new = debt + interval
-                if new > ceiling:
-                    return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
-                remaining = int((period - new) / interval + _SLACK)
-                if least_requests < 0 or remaining < left_requests:
-                    least_requests, left_requests = index, remaining
             else:
+                limit = limits[index]
                 new = debt + (tokens if tokens < limit else limit) * interval
-                if new > ceiling:
-                    return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
-                remaining = int((period - new) / interval + _SLACK)
-                if least_tokens < 0 or remaining < left_tokens:
-                    least_tokens, left_tokens = index, remaining
-            news.append(new)
-        for key, new in zip(plan.keys, news, strict=True):
-            if new > 0:
-                tats[key] = now + new
-        for key in plan.slots:
-            slots[key] = slots.get(key, 0) + 1
-        self._wrote(len(news))
+            if new > ceiling:
+                for written, old in reversed(list(zip(plan.keys, before, strict=False))):
+                    if old is None:
+                        del tats[written]
+                    else:
+                        tats[written] = old
+                return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
+            before.append(tat)
+            tats[key] = now + new
+            remaining = int((period - new) / interval + _SLACK)
+            if index < requests:
+                if least_requests < 0 or remaining < left_requests:
+                    least_requests, left_requests, reset_requests = index, remaining, new
+            elif least_tokens < 0 or remaining < left_tokens:
+                least_tokens, left_tokens, reset_tokens = index, remaining, new
+        for key, count in zip(plan.slots, counts, strict=True):
+            slots[key] = count + 1
+        self._writes += len(before)
+        if self._writes >= self._sweep_every:
+            self._writes = 0
+            self._sweep()
         return Admission(
-            requests=None
-            if least_requests < 0
-            else RateState(True, left_requests, news[least_requests]),
-            tokens=None if least_tokens < 0 else RateState(True, left_tokens, news[least_tokens]),
+            requests=None if least_requests < 0 else RateState(True, left_requests, reset_requests),
+            tokens=None if least_tokens < 0 else RateState(True, left_tokens, reset_tokens),
             requests_bucket=least_requests if least_requests > 0 else 0,
             tokens_bucket=least_tokens if least_tokens > 0 else 0,
             plan=plan,
@@ -425,7 +432,13 @@ class MemoryStore:
         plan = admission.plan
         if plan is None:
             raise ValueError("only an admission that held and took is settled")
-        self._release(plan.slots)
+        slots = self._slots
+        for key in plan.slots:
+            count = slots.get(key)
+            if count is None:
+                self._not_a(key, "an in-flight counter")
+            elif count > 0:
+                slots[key] = count - 1  # kept at zero until the next sweep
         reserved = admission.reserved
         if used == reserved:
             return
@@ -444,11 +457,8 @@ class MemoryStore:
             else:
                 debt = tat - now if tat > now else 0.0
             new = debt + delta * intervals[index]
-            if new > 0:
-                tats[key] = now + new
-            elif tat is not None:
-                tats[key] = now  # full again (swept later)
-            self._wrote(1)
+            tats[key] = now + new if new > 0 else now  # at most full (swept later)
+        self._wrote(len(plan.slots) + len(keys) - plan.requests)
 
     # The rate and slot operations below run synchronously (one event-loop step per store
     # call) on the limits' hot path: each reads and writes its own table directly.
