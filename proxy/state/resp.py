@@ -8,10 +8,11 @@ whole governance budget. A Redis Cluster is one such connection per primary
 (:mod:`proxy.state.cluster`).
 
 :class:`RespConnection` keeps one TCP (or TLS, or unix-socket) connection and pipelines every
-command on it: commands written in one turn of the event loop leave in one write, and replies
-are matched to callers in order. :meth:`RespConnection.call` connects on first use (and again
-after a failure), bounded by ``timeout``; every command is bounded by ``timeout`` too. Any
-failure — refused or lost connection, timeout, a server that is loading or read-only — raises
+command on it: commands sent in one turn of the event loop leave in one write at its end,
+and replies are matched to callers in order. :meth:`RespConnection.call` connects on first
+use (and again after a failure), bounded by ``timeout``; every command is bounded by
+``timeout`` too. Any failure — refused or lost connection, timeout, a server that is loading
+or read-only — raises
 :class:`~proxy.store.StoreUnavailable` and drops the connection, failing every command still
 waiting on it, so that no reply can ever be matched to the wrong caller. A Redis error reply
 (a script error, ``WRONGTYPE``) is returned to the caller as a :class:`ReplyError`, which the
@@ -69,11 +70,13 @@ class _Protocol(asyncio.Protocol):
         self.pushes: asyncio.Queue[Any] | None = None  # subscriber mode: every reply goes here
         self._timeout = timeout
         self._watchdog: asyncio.TimerHandle | None = None
+        self._outgoing: list[bytes] = []  # commands sent in this loop turn, not written yet
 
     def send(self, data: bytes) -> asyncio.Future[Any]:
-        """Write one encoded command; the future of its reply, failed with
+        """Queue one encoded command; the future of its reply, failed with
         :class:`StoreUnavailable` (and the connection dropped) when no reply comes within
-        the timeout.
+        the timeout. What is sent in one turn of the loop is written at its end, in one write
+        (one system call for every command of the turn, not one each).
 
         One timer per connection, not one per command: replies come in order, so only the
         oldest command waiting can be the first to time out (the watchdog re-arms itself for
@@ -84,9 +87,19 @@ class _Protocol(asyncio.Protocol):
         self.deadlines.append(loop.time() + self._timeout)
         if self._watchdog is None:
             self._watchdog = loop.call_at(self.deadlines[0], self._watch)
-        assert self.transport is not None
-        self.transport.write(data)
+        outgoing = self._outgoing
+        outgoing.append(data)
+        if len(outgoing) == 1:
+            loop.call_soon(self._write)
         return future
+
+    def _write(self) -> None:
+        """Write what this turn queued (nothing when the connection failed meanwhile: its
+        commands were failed with it)."""
+        outgoing, self._outgoing = self._outgoing, []
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))
 
     def _watch(self) -> None:
         self._watchdog = None

@@ -69,3 +69,28 @@ async def test_after_a_timeout_the_next_command_reconnects():
         await connection.close()
         server.close()
     assert len(received) >= 2
+
+
+async def test_commands_sent_in_one_loop_turn_leave_in_one_write():
+    server, port, _ = await _server(answer=True)
+    connection = RespConnection(RedisAddress(f"redis://127.0.0.1:{port}/0"), timeout=5)
+    try:
+        assert await connection.call("PING") == b"OK"  # connected
+        protocol = connection._protocol
+        assert protocol is not None
+        assert protocol.transport is not None
+        writes: list[bytes] = []
+        write = protocol.transport.write
+
+        def counting(data: bytes) -> None:
+            writes.append(data)
+            write(data)
+
+        protocol.transport.write = counting  # type: ignore[method-assign]
+        replies = await asyncio.gather(*(connection.call("PING") for _ in range(20)))
+        assert replies == [b"OK"] * 20
+        assert len(writes) == 1, "twenty commands, one write"
+        assert writes[0] == b"*1\r\n$4\r\nPING\r\n" * 20
+    finally:
+        await connection.close()
+        server.close()
