@@ -238,7 +238,7 @@ class Store(Protocol):
         (:meth:`LimitPlan.corrections`), as one step. Never waits and never raises
         :class:`StoreUnavailable`: the memory backend applies it at once, a remote one sends it
         within this process's next :meth:`admit` (applied before that admission: one round
-        trip for both) or a loop turn later, and loses it when it cannot be sent."""
+        trip for both) or a few loop turns later, and loses it when it cannot be sent."""
         ...
 
     async def incr_within(

@@ -225,7 +225,7 @@ class RedisStore:
 
     def settle(self, admission: Admission, used: int) -> None:
         """See :meth:`proxy.store.Store.settle`: kept to ride on this process's next
-        admission, or sent on its own a loop turn later (:mod:`proxy.state.settlements`). A
+        admission, or sent on its own a few loop turns later (:mod:`proxy.state.settlements`). A
         settlement that cannot be sent is lost; its slots then expire after
         :data:`HOLD_IDLE`."""
         plan = admission.plan
