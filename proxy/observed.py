@@ -14,9 +14,13 @@ from proxy.canonical import Chunk, RawFrames, Usage, batched
 
 
 class ObservedStream:
-    """A reply stream that tells its owner once when it is over, and the usage it reported."""
+    """A reply stream that tells its owner once when it is over, and the usage it reported.
 
-    __slots__ = ("_batches", "_counts_tokens", "_done", "_inner", "_on_end", "_usage")
+    Usage comes at a stream's end (every provider sends it in the last chunk), so the stream
+    keeps a reference to the last batch it passed and reads the usage from it when the stream
+    is over, instead of looking at every chunk as it passes."""
+
+    __slots__ = ("_batches", "_counts_tokens", "_done", "_inner", "_last", "_on_end", "_usage")
 
     def __init__(
         self,
@@ -30,7 +34,8 @@ class ObservedStream:
         self._batches = batched(inner)
         self._on_end = on_end
         self._counts_tokens = counts_tokens
-        self._usage: Usage | None = None
+        self._last: list[Chunk | RawFrames] = []
+        self._usage: Usage | None = None  # read one chunk at a time (__anext__)
         self._done = False
 
     @property
@@ -40,18 +45,16 @@ class ObservedStream:
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
         """The inner stream's next batch (see ``BatchedStream``; one chunk per batch when it
-        has no batches of its own). Raw frames never carry usage, so they pass unread."""
+        has no batches of its own)."""
         try:
             batch = await self._batches.next_batch(raw)
         except BaseException:
             await self._end()
             raise
-        if not batch:
+        if batch:
+            self._last = batch
+        else:
             await self._end()
-        elif self._counts_tokens:
-            for item in batch:
-                if type(item) is Chunk and item.usage is not None:
-                    self._usage = item.usage
         return batch
 
     def __aiter__(self) -> ObservedStream:
@@ -63,7 +66,7 @@ class ObservedStream:
         except BaseException:
             await self._end()
             raise
-        if chunk.usage is not None and self._counts_tokens:
+        if chunk.usage is not None:
             self._usage = chunk.usage
         return chunk
 
@@ -74,7 +77,17 @@ class ObservedStream:
         if aclose is not None:
             await aclose()
 
+    def _reported(self) -> Usage | None:
+        """The usage of the last batch passed (its last chunk with usage), else what
+        ``__anext__`` saw; None when ``counts_tokens`` is off."""
+        if not self._counts_tokens:
+            return None
+        for item in reversed(self._last):
+            if type(item) is Chunk and item.usage is not None:
+                return item.usage
+        return self._usage
+
     async def _end(self) -> None:
         if not self._done:
             self._done = True
-            await self._on_end(self._usage)
+            await self._on_end(self._reported())
