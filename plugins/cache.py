@@ -35,10 +35,11 @@ its answer. The embedding's cost is added to the request's (by this plugin's ``f
 before the ``cost`` plugin's records it: list ``cache`` before ``cost``). Embeddings calls
 themselves pass by the cache.
 
-``backend: memory`` keeps entries in this process (LRU bounded by ``max_bytes``; lost on restart
-or config reload, not shared between workers); ``backend: store`` keeps them in the process's
-state store (shared once that store is Redis). Coalescing is per process. ``clock`` (wall time,
-seconds) is injectable; entries expire on it whatever the backend.
+``backend: memory`` keeps entries in this process: one LRU bounded by ``max_bytes``, kept across
+config reloads (a reloaded config's ``max_bytes`` applies once it serves, evicting what no longer
+fits), lost on restart, not shared between workers. ``backend: store`` keeps them in the
+process's state store (shared once that store is Redis). Coalescing is per process. ``clock``
+(wall time, seconds) is injectable; entries expire on it whatever the backend.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from proxy.cache.control import Directives, Mode, directives
 from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry
 from proxy.cache.flight import Flight, FlightReader
 from proxy.cache.key import Scope, cache_key
+from proxy.cache.lru import ByteLRU
 from proxy.cache.replay import ReplayStream, replay_frames
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
@@ -73,6 +75,8 @@ CACHE_HEADER = "x-crossway-cache"
 SIMILARITY_HEADER = "x-crossway-cache-similarity"
 _BUFFER_FACTOR = 32
 """A stream is kept for the cache (and joiners) until its frames pass this many entries' bound."""
+_MEMORY = "cache:memory"
+"""The name of the memory backend's map among the process's kept objects."""
 
 
 class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -115,11 +119,13 @@ class CachePlugin:
         self._options = options
         self._clock = clock
         self._state = context.state
-        self._backend: Backend = (
-            MemoryBackend(options.max_bytes, clock)
-            if options.backend == "memory"
-            else StoreBackend(context.state.store_for("cache"))
-        )
+        self._lru: ByteLRU | None = None
+        self._backend: Backend
+        if options.backend == "memory":  # the process's one map (see the module docstring)
+            self._lru = context.state.keep(_MEMORY, lambda: ByteLRU(options.max_bytes, clock))
+            self._backend = MemoryBackend(self._lru)
+        else:
+            self._backend = StoreBackend(context.state.store_for("cache"))
         metrics = context.metrics
         self._results = {
             result: metrics.cache_requests(result)
@@ -198,6 +204,13 @@ class CachePlugin:
         self._results["semantic"] = context.metrics.cache_requests("semantic")
         self._errors["embedding"] = context.metrics.cache_errors("embedding")
         self.finished = semantic.finished
+
+    async def start(self) -> None:
+        """Apply this config's ``max_bytes`` to the process's memory map (once this config
+        serves: a reload that fails leaves the serving one's bound)."""
+        if self._lru is not None:
+            self._lru.resize(self._options.max_bytes)
+            self._export_bytes()
 
     @property
     def waiting(self) -> int:
