@@ -54,12 +54,13 @@ import msgspec
 from msgspec import Meta
 
 from proxy.cache.backends import Backend, MemoryBackend, StoreBackend
+from proxy.cache.coalesce import Coalescer, Shared
 from proxy.cache.control import Directives, Mode, directives
-from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry
-from proxy.cache.flight import Flight, FlightReader
+from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry, encode_with_frames
+from proxy.cache.flight import Flight
 from proxy.cache.key import Scope, cache_key
 from proxy.cache.lru import ByteLRU
-from proxy.cache.replay import ReplayStream, replay_frames
+from proxy.cache.replay import CACHE_HEADER, hit_reply
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
@@ -71,7 +72,6 @@ if TYPE_CHECKING:  # imported when configured: numpy is not loaded for the exact
     from proxy.cache.semantic_cache import Probe, SemanticCache
 
 Clock = Callable[[], float]
-CACHE_HEADER = "x-crossway-cache"
 SIMILARITY_HEADER = "x-crossway-cache-similarity"
 _BUFFER_FACTOR = 32
 """A stream is kept for the cache (and joiners) until its frames pass this many entries' bound."""
@@ -91,17 +91,6 @@ class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     mode: Mode = "always"
     coalesce: bool = True
     semantic: SemanticConfig | None = None
-
-
-class _Shared:
-    """A flight as the plugin tracks it: who led it, and the joiners whose savings it sets."""
-
-    __slots__ = ("flight", "joiners", "leader")
-
-    def __init__(self, flight: Flight, leader: Accounting) -> None:
-        self.flight = flight
-        self.leader = leader
-        self.joiners: list[Accounting] = []
 
 
 class CachePlugin:
@@ -134,7 +123,7 @@ class CachePlugin:
         self._errors = {reason: metrics.cache_errors(reason) for reason in ("backend", "corrupt")}
         self._saved_usd = metrics.cache_saved_usd()
         self._bytes_gauge = metrics.cache_bytes() if options.backend == "memory" else None
-        self._flights: dict[str, _Shared] = {}
+        self._flights = Coalescer(_BUFFER_FACTOR * options.max_entry_bytes, self._joined)
         self._tasks: set[asyncio.Task[None]] = set()
         self._semantic: SemanticCache | None = None
         if options.semantic is not None:
@@ -165,9 +154,9 @@ class CachePlugin:
             found = await self._read(key, rules)
             if found is not None:
                 return self._hit(call, *found)
-            shared = self._flights.get(key)
-            if shared is not None and shared.flight.joinable:
-                reply = await self._join(call, shared)
+            shared = self._flights.joinable(key)
+            if shared is not None:
+                reply = await self._flights.join(call, shared)
                 if reply is not None:
                     return reply
                 return await self._miss(call, key, rules, next, share=False)
@@ -215,7 +204,7 @@ class CachePlugin:
     @property
     def waiting(self) -> int:
         """Requests now waiting for an identical call in flight to answer."""
-        return sum(shared.flight.waiting for shared in self._flights.values())
+        return self._flights.waiting
 
     async def close(self) -> None:
         """Wait for the entry writes still running."""
@@ -227,7 +216,7 @@ class CachePlugin:
     def _hit(self, call: Call, entry: Entry, age: float) -> Reply:
         self._results["hit"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        return _answer(call, entry.provider, entry.model, entry.response, age, entry.frames)
+        return hit_reply(call, entry.provider, entry.model, entry.response, age, entry.frames)
 
     async def _semantic_hit(self, call: Call, probe: Probe, rules: Directives) -> Reply | None:
         """The answer a semantic match names, served like a hit; None if it is gone."""
@@ -240,7 +229,7 @@ class CachePlugin:
         entry, age = found
         self._results["semantic"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        reply = _answer(call, entry.provider, entry.model, entry.response, age, entry.frames)
+        reply = hit_reply(call, entry.provider, entry.model, entry.response, age, entry.frames)
         reply.headers[CACHE_HEADER] = "semantic"
         reply.headers[SIMILARITY_HEADER] = f"{match.similarity:.4f}"
         return reply
@@ -281,54 +270,15 @@ class CachePlugin:
         accounting.cost_nanos = 0
         accounting.saved_nanos = saved_nanos
         if saved_nanos:
-            self._saved_usd.inc(saved_nanos / 1e9)
+            self._saved(saved_nanos)
 
-    # -- coalescing ----------------------------------------------------------------------------
-
-    async def _join(self, call: Call, shared: _Shared) -> Reply | None:
-        """The answer of the identical call in flight, or None to call on our own."""
-        joined = await shared.flight.join(call.timings)
-        if joined is None:
-            return None
-        leader = joined.reply
-        if joined.entry is not None:
-            try:
-                entry = decode_entry(joined.entry)
-            except CorruptEntry:  # cannot happen for an entry just encoded; stay correct anyway
-                return None
-            self._results["coalesced"].inc()
-            self._record_hit(call.accounting, entry.cost_nanos)
-            return _answer(call, leader.provider, leader.model, entry.response, 0.0)
-        reader = joined.stream
-        assert reader is not None
-        if not call.stream:
-            response = await self._drain(shared.flight, reader)
-            if response is None:
-                return None
-            self._results["coalesced"].inc()
-            self._record_hit(call.accounting, shared.leader.cost_nanos)
-            return _answer(call, leader.provider, leader.model, response, 0.0)
+    def _joined(self, accounting: Accounting, saved_nanos: int | None) -> None:
+        """A request served by an identical call in flight (see :mod:`proxy.cache.coalesce`)."""
         self._results["coalesced"].inc()
-        self._record_hit(call.accounting, None)
-        shared.joiners.append(call.accounting)  # its saving is known when the stream ends
-        return Reply(
-            provider=leader.provider,
-            model=leader.model,
-            stream=reader,
-            headers={CACHE_HEADER: "hit", "age": "0"},
-            attempts=0,
-        )
+        self._record_hit(accounting, saved_nanos)
 
-    async def _drain(self, flight: Flight, reader: FlightReader) -> Response | None:
-        """Read a shared stream to its end for a whole request: its answer, None on failure."""
-        try:
-            while await reader.next_batch(True):
-                pass
-        except GatewayError:
-            return None
-        finally:
-            await reader.aclose()
-        return flight.answer()
+    def _saved(self, nanos: int) -> None:
+        self._saved_usd.inc(nanos / 1e9)
 
     # -- misses --------------------------------------------------------------------------------
 
@@ -345,16 +295,12 @@ class CachePlugin:
         self._results["miss"].inc()
         accounting = call.accounting
         accounting.cache = "miss"
-        share = share and key not in self._flights
-        flight = Flight(joinable=share, buffer_limit=_BUFFER_FACTOR * self._options.max_entry_bytes)
-        shared: _Shared | None = None
-        if share:
-            shared = self._flights[key] = _Shared(flight, accounting)
+        flight, shared = self._flights.lead(key, accounting, share=share)
         try:
             reply = await next(call)
         except BaseException:
             flight.fail()
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             raise
         reply.headers[CACHE_HEADER] = "miss"
         if reply.response is None:
@@ -363,21 +309,13 @@ class CachePlugin:
             )
             reply.stream = flight.start_stream(reply, on_end)
             return reply
-        now = self._clock()
-        entry = Entry(
-            created=now,
-            expires=now + rules.ttl,
-            provider=reply.provider,
-            model=reply.model,
-            response=reply.response,
-            cost_nanos=accounting.cost_nanos,
-        )
+        entry = self._entry(reply, reply.response, rules.ttl, accounting.cost_nanos)
         data = encode_entry(entry)
         flight.finish_whole(reply, data)
         if len(data) <= self._options.max_entry_bytes:
             self._spawn(self._write(key, entry, data, rules.ttl, flight, probe))
         else:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
         return reply
 
     def _stream_ended(
@@ -387,20 +325,17 @@ class CachePlugin:
         flight: Flight,
         reply: Reply,
         leader: Accounting,
-        shared: _Shared | None,
+        shared: Shared | None,
         probe: Probe | None,
         complete: bool,
     ) -> None:
         """A miss's stream is over (see :meth:`Flight.start_stream`)."""
         if not complete:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             return
         cost = leader.cost_nanos
         if shared is not None:
-            for joiner in shared.joiners:
-                joiner.saved_nanos = cost
-                if cost:
-                    self._saved_usd.inc(cost / 1e9)
+            self._flights.settle(shared, cost, self._saved)
         self._spawn(self._store_stream(key, ttl, flight, reply, cost, probe))
 
     async def _store_stream(
@@ -416,20 +351,12 @@ class CachePlugin:
         path: it runs once the last chunks have been handed on)."""
         response = flight.answer()
         if response is None:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             return
-        now = self._clock()
-        entry = Entry(
-            created=now,
-            expires=now + ttl,
-            provider=reply.provider,
-            model=reply.model,
-            response=response,
-            cost_nanos=cost,
-        )
+        entry = self._entry(reply, response, ttl, cost)
         data = encode_entry(entry)
         if len(data) > self._options.max_entry_bytes:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             return
         await self._write(key, entry, data, ttl, flight, probe)
 
@@ -445,26 +372,20 @@ class CachePlugin:
         """Store ``entry`` (``data`` is its encoding, which fits ``max_entry_bytes``), with its
         replay's frames when they fit too; then index its question's vector, when it had one."""
         try:
-            await self._backend.set(key, self._framed(entry, data), ttl)
+            framed = encode_with_frames(entry, data, self._options.max_entry_bytes)
+            await self._backend.set(key, framed, ttl)
         except Exception:  # a failed write only loses the entry
             self._errors["backend"].inc()
             return
         finally:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             self._export_bytes()
         if probe is not None and self._semantic is not None:
             await self._semantic.remember(probe, key, ttl)
 
-    def _framed(self, entry: Entry, data: bytes) -> bytes:
-        """``entry`` encoded with its replay's frames (:func:`replay_frames`) when they can be
-        made and still fit ``max_entry_bytes``; else ``data``, its encoding without them."""
-        frames = replay_frames(entry.response)
-        limit = self._options.max_entry_bytes
-        if frames is None or len(data) + len(frames) > limit:
-            return data
-        entry.frames = frames
-        framed = encode_entry(entry)
-        return framed if len(framed) <= limit else data
+    def _entry(self, reply: Reply, response: Response, ttl: int, cost: int | None) -> Entry:
+        now = self._clock()
+        return Entry(now, now + ttl, reply.provider, reply.model, response, cost_nanos=cost)
 
     async def _delete(self, key: str) -> None:
         try:
@@ -478,29 +399,7 @@ class CachePlugin:
         if gauge is not None:
             gauge.set(self._backend.bytes or 0)
 
-    def _forget(self, key: str, flight: Flight) -> None:
-        shared = self._flights.get(key)
-        if shared is not None and shared.flight is flight:
-            del self._flights[key]
-
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _answer(
-    call: Call,
-    provider: str,
-    model: str,
-    response: Response,
-    age: float,
-    frames: bytes | None = None,
-) -> Reply:
-    """A hit's reply: ``response`` whole, or replayed when the client asked for a stream (from
-    the replay's ``frames`` when the entry kept them)."""
-    headers = {CACHE_HEADER: "hit", "age": str(int(age))}
-    if call.stream:
-        stream = ReplayStream(response, frames)
-        return Reply(provider=provider, model=model, stream=stream, headers=headers, attempts=0)
-    return Reply(provider=provider, model=model, response=response, headers=headers, attempts=0)

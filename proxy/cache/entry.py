@@ -18,6 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from proxy.cache.key import FORMAT
+from proxy.cache.replay import replay_frames
 from proxy.canonical import Response
 
 MAGIC = b"CWC" + bytes([FORMAT])
@@ -53,6 +54,18 @@ _DECODER = msgspec.msgpack.Decoder(Entry)
 def encode_entry(entry: Entry) -> bytes:
     """The bytes to store for ``entry``."""
     return MAGIC + _ENCODER.encode(entry)
+
+
+def encode_with_frames(entry: Entry, data: bytes, limit: int) -> bytes:
+    """``entry`` encoded with its replay's frames (:func:`~proxy.cache.replay.replay_frames`,
+    set on ``entry``) when they can be made and the whole still fits in ``limit`` bytes; else
+    ``data``, its encoding without them."""
+    frames = replay_frames(entry.response)
+    if frames is None or len(data) + len(frames) > limit:
+        return data
+    entry.frames = frames
+    framed = encode_entry(entry)
+    return framed if len(framed) <= limit else data
 
 
 def decode_entry(data: bytes) -> Entry:

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from proxy.cache.entry import MAGIC, CorruptEntry, Entry, decode_entry, encode_entry
+from proxy.cache.entry import (
+    MAGIC,
+    CorruptEntry,
+    Entry,
+    decode_entry,
+    encode_entry,
+    encode_with_frames,
+)
+from proxy.cache.replay import replay_frames
 from proxy.canonical import Choice, FunctionCall, Message, Response, ToolCall, Usage
 
 
@@ -63,3 +72,22 @@ def test_a_truncated_entry_is_corrupt() -> None:
     for end in range(len(MAGIC), len(data), 7):
         with pytest.raises(CorruptEntry):
             decode_entry(data[:end])
+
+
+def test_an_entry_keeps_its_replay_frames_when_they_fit() -> None:
+    original = entry()
+    data = encode_entry(original)
+    framed = encode_with_frames(original, data, 10_000)
+    stored = decode_entry(framed)
+    assert stored.frames == replay_frames(original.response)
+    assert stored.frames
+    assert msgspec.structs.replace(stored, frames=None) == decode_entry(data)
+
+
+def test_frames_that_would_pass_the_bound_are_left_out() -> None:
+    original = entry()
+    data = encode_entry(original)
+    assert encode_with_frames(original, data, len(data) + 10) == data
+    no_time = msgspec.structs.replace(original.response, created=0)  # frames must name it
+    plain = msgspec.structs.replace(original, response=no_time)
+    assert encode_with_frames(plain, encode_entry(plain), 10_000) == encode_entry(plain)
