@@ -7,8 +7,10 @@ may do is read from its headers and gateway options (:mod:`proxy.cache.control`)
 - **hit** — a live entry, young enough for the client's ``max-age``: the answer is served from it,
   whole or replayed as a stream in the client's dialect (:mod:`proxy.cache.replay`), whichever way
   it was stored. No upstream call; the reply carries ``age`` (seconds since the answer was made).
+  An OpenAI chat client's first streamed hit of a memory entry gives it its replay's frames,
+  which the next streamed hits write as they are (:meth:`CachePlugin._keep_frames`).
 - **coalesced** — no entry, but an identical request is being answered right now: this one waits
-  for that answer instead of calling the upstream (:mod:`proxy.cache.flight`), and is served as a
+  for that answer instead of calling the upstream (:mod:`proxy.cache.coalesce`), and is served as a
   hit of age 0. If that call fails before it has an answer, this request calls on its own.
 - **miss** — the upstream is called; a complete answer (a whole 200, or a stream that ended
   normally with its finish reason and usage) of at most ``max_entry_bytes`` is stored for its TTL.
@@ -56,7 +58,7 @@ from msgspec import Meta
 from proxy.cache.backends import Backend, MemoryBackend, StoreBackend
 from proxy.cache.coalesce import Coalescer, Shared
 from proxy.cache.control import Directives, Mode, directives
-from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry, encode_with_frames
+from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry, with_frames
 from proxy.cache.flight import Flight
 from proxy.cache.key import Scope, cache_key
 from proxy.cache.lru import ByteLRU
@@ -65,6 +67,7 @@ from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
 from proxy.chain import Next, PluginContext
+from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.errors import GatewayError, NoReadyDeployment
 from proxy.store import StoreUnavailable
 
@@ -153,7 +156,7 @@ class CachePlugin:
         if rules.read:
             found = await self._read(key, rules)
             if found is not None:
-                return self._hit(call, *found)
+                return self._hit(call, key, *found)
             shared = self._flights.joinable(key)
             if shared is not None:
                 reply = await self._flights.join(call, shared)
@@ -213,10 +216,25 @@ class CachePlugin:
 
     # -- hits ----------------------------------------------------------------------------------
 
-    def _hit(self, call: Call, entry: Entry, age: float) -> Reply:
+    def _hit(self, call: Call, key: str, entry: Entry, age: float) -> Reply:
         self._results["hit"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
+        if call.stream and entry.frames is None and call.dialect == OpenAIChatDialect.name:
+            self._keep_frames(key, entry)
         return hit_reply(call, entry.provider, entry.model, entry.response, age, entry.frames)
+
+    def _keep_frames(self, key: str, entry: Entry) -> None:
+        """On the first streamed hit of an OpenAI chat client (the dialect that writes frames as
+        they are), give a memory entry its replay's frames, for this hit and the next ones. It
+        is rewritten at once, with nothing run since it was read (no newer answer is replaced);
+        the store backend's entries are left as they were stored."""
+        lru = self._lru
+        if lru is None:
+            return
+        data = with_frames(entry, self._options.max_entry_bytes)
+        if data is not None:
+            lru.set(key, data, entry.expires - self._clock())
+            self._export_bytes()
 
     async def _semantic_hit(self, call: Call, probe: Probe, rules: Directives) -> Reply | None:
         """The answer a semantic match names, served like a hit; None if it is gone."""
@@ -313,7 +331,7 @@ class CachePlugin:
         data = encode_entry(entry)
         flight.finish_whole(reply, data)
         if len(data) <= self._options.max_entry_bytes:
-            self._spawn(self._write(key, entry, data, rules.ttl, flight, probe))
+            self._spawn(self._write(key, data, rules.ttl, flight, probe))
         else:
             self._flights.forget(key, flight)
         return reply
@@ -358,22 +376,14 @@ class CachePlugin:
         if len(data) > self._options.max_entry_bytes:
             self._flights.forget(key, flight)
             return
-        await self._write(key, entry, data, ttl, flight, probe)
+        await self._write(key, data, ttl, flight, probe)
 
     async def _write(
-        self,
-        key: str,
-        entry: Entry,
-        data: bytes,
-        ttl: int,
-        flight: Flight,
-        probe: Probe | None = None,
+        self, key: str, data: bytes, ttl: int, flight: Flight, probe: Probe | None = None
     ) -> None:
-        """Store ``entry`` (``data`` is its encoding, which fits ``max_entry_bytes``), with its
-        replay's frames when they fit too; then index its question's vector, when it had one."""
+        """Store an entry; then index its question's vector, when it had one."""
         try:
-            framed = encode_with_frames(entry, data, self._options.max_entry_bytes)
-            await self._backend.set(key, framed, ttl)
+            await self._backend.set(key, data, ttl)
         except Exception:  # a failed write only loses the entry
             self._errors["backend"].inc()
             return

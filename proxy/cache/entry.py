@@ -5,8 +5,9 @@ folded into one first (:mod:`proxy.cache.assemble`) — with what the cache need
 was made and when it expires (wall-clock seconds, so that instances sharing a store agree on an
 entry's age), the deployment that produced it, and what it cost (for the savings a hit reports).
 Any dialect, streamed or not, can be answered from it. An entry may also keep the answer's replay
-pre-encoded as OpenAI chat frames (:func:`~proxy.cache.replay.replay_frames`), so that a streamed
-hit of an OpenAI client writes them as they are instead of building and encoding chunks.
+pre-encoded as OpenAI chat frames (:func:`~proxy.cache.replay.replay_frames`, added by
+:func:`with_frames`), so that a streamed hit of an OpenAI client writes them as they are instead
+of building and encoding chunks.
 
 Entries are msgpack behind a short magic prefix that names the format; :func:`decode_entry`
 raises :class:`CorruptEntry` for anything else (a truncated value, another format, a foreign
@@ -56,16 +57,18 @@ def encode_entry(entry: Entry) -> bytes:
     return MAGIC + _ENCODER.encode(entry)
 
 
-def encode_with_frames(entry: Entry, data: bytes, limit: int) -> bytes:
-    """``entry`` encoded with its replay's frames (:func:`~proxy.cache.replay.replay_frames`,
-    set on ``entry``) when they can be made and the whole still fits in ``limit`` bytes; else
-    ``data``, its encoding without them."""
+def with_frames(entry: Entry, limit: int) -> bytes | None:
+    """Give ``entry`` its replay's frames (:func:`~proxy.cache.replay.replay_frames`) and return
+    its encoding with them, when they can be made and the whole fits in ``limit`` bytes; else
+    None, and ``entry`` is left as it was."""
     frames = replay_frames(entry.response)
-    if frames is None or len(data) + len(frames) > limit:
-        return data
+    if frames is None:
+        return None
+    data = encode_entry(msgspec.structs.replace(entry, frames=frames))
+    if len(data) > limit:
+        return None
     entry.frames = frames
-    framed = encode_entry(entry)
-    return framed if len(framed) <= limit else data
+    return data
 
 
 def decode_entry(data: bytes) -> Entry:

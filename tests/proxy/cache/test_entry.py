@@ -11,7 +11,7 @@ from proxy.cache.entry import (
     Entry,
     decode_entry,
     encode_entry,
-    encode_with_frames,
+    with_frames,
 )
 from proxy.cache.replay import replay_frames
 from proxy.canonical import Choice, FunctionCall, Message, Response, ToolCall, Usage
@@ -74,20 +74,21 @@ def test_a_truncated_entry_is_corrupt() -> None:
             decode_entry(data[:end])
 
 
-def test_an_entry_keeps_its_replay_frames_when_they_fit() -> None:
+def test_an_entry_takes_its_replay_frames_when_they_fit() -> None:
     original = entry()
-    data = encode_entry(original)
-    framed = encode_with_frames(original, data, 10_000)
+    plain = decode_entry(encode_entry(original))
+    framed = with_frames(original, 10_000)
+    assert framed is not None
+    assert original.frames == replay_frames(original.response)
+    assert original.frames
     stored = decode_entry(framed)
-    assert stored.frames == replay_frames(original.response)
-    assert stored.frames
-    assert msgspec.structs.replace(stored, frames=None) == decode_entry(data)
+    assert stored == original
+    assert msgspec.structs.replace(stored, frames=None) == plain
 
 
-def test_frames_that_would_pass_the_bound_are_left_out() -> None:
+def test_frames_that_would_pass_the_bound_are_not_taken() -> None:
     original = entry()
-    data = encode_entry(original)
-    assert encode_with_frames(original, data, len(data) + 10) == data
+    assert with_frames(original, len(encode_entry(original)) + 10) is None
+    assert original.frames is None
     no_time = msgspec.structs.replace(original.response, created=0)  # frames must name it
-    plain = msgspec.structs.replace(original, response=no_time)
-    assert encode_with_frames(plain, encode_entry(plain), 10_000) == encode_entry(plain)
+    assert with_frames(msgspec.structs.replace(original, response=no_time), 10_000) is None
