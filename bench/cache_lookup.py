@@ -20,6 +20,7 @@ from proxy.cache.backends import MemoryBackend
 from proxy.cache.control import directives
 from proxy.cache.entry import Entry, encode_entry
 from proxy.cache.key import cache_key
+from proxy.cache.lru import ByteLRU
 from proxy.canonical import Choice, Message, Response, Usage
 from proxy.dialects.openai_chat import OpenAIChatDialect
 
@@ -53,7 +54,7 @@ async def measure() -> CacheLookup:
     body = conversation()
     call = OpenAIChatDialect().decode(body, {}, "bench", 0.0)
     options = CacheConfig()
-    backend = MemoryBackend(options.max_bytes, time.time)
+    backend = MemoryBackend(ByteLRU(options.max_bytes, time.time))
     answer = Response(
         id="chatcmpl-bench",
         model="bench-model",

@@ -7,8 +7,10 @@ may do is read from its headers and gateway options (:mod:`proxy.cache.control`)
 - **hit** — a live entry, young enough for the client's ``max-age``: the answer is served from it,
   whole or replayed as a stream in the client's dialect (:mod:`proxy.cache.replay`), whichever way
   it was stored. No upstream call; the reply carries ``age`` (seconds since the answer was made).
+  An OpenAI chat client's first streamed hit of a memory entry gives it its replay's frames,
+  which the next streamed hits write as they are (:meth:`CachePlugin._keep_frames`).
 - **coalesced** — no entry, but an identical request is being answered right now: this one waits
-  for that answer instead of calling the upstream (:mod:`proxy.cache.flight`), and is served as a
+  for that answer instead of calling the upstream (:mod:`proxy.cache.coalesce`), and is served as a
   hit of age 0. If that call fails before it has an answer, this request calls on its own.
 - **miss** — the upstream is called; a complete answer (a whole 200, or a stream that ended
   normally with its finish reason and usage) of at most ``max_entry_bytes`` is stored for its TTL.
@@ -35,10 +37,11 @@ its answer. The embedding's cost is added to the request's (by this plugin's ``f
 before the ``cost`` plugin's records it: list ``cache`` before ``cost``). Embeddings calls
 themselves pass by the cache.
 
-``backend: memory`` keeps entries in this process (LRU bounded by ``max_bytes``; lost on restart
-or config reload, not shared between workers); ``backend: store`` keeps them in the process's
-state store (shared once that store is Redis). Coalescing is per process. ``clock`` (wall time,
-seconds) is injectable; entries expire on it whatever the backend.
+``backend: memory`` keeps entries in this process: one LRU bounded by ``max_bytes``, kept across
+config reloads (a reloaded config's ``max_bytes`` applies once it serves, evicting what no longer
+fits), lost on restart, not shared between workers. ``backend: store`` keeps them in the
+process's state store (shared once that store is Redis). Coalescing is per process. ``clock``
+(wall time, seconds) is injectable; entries expire on it whatever the backend.
 """
 
 from __future__ import annotations
@@ -53,15 +56,18 @@ import msgspec
 from msgspec import Meta
 
 from proxy.cache.backends import Backend, MemoryBackend, StoreBackend
+from proxy.cache.coalesce import Coalescer, Shared
 from proxy.cache.control import Directives, Mode, directives
-from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry
-from proxy.cache.flight import Flight, FlightReader
+from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry, with_frames
+from proxy.cache.flight import Flight
 from proxy.cache.key import Scope, cache_key
-from proxy.cache.replay import ReplayStream, replay_frames
+from proxy.cache.lru import ByteLRU
+from proxy.cache.replay import CACHE_HEADER, hit_reply
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
 from proxy.chain import Next, PluginContext
+from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.errors import GatewayError, NoReadyDeployment
 from proxy.store import StoreUnavailable
 
@@ -69,10 +75,11 @@ if TYPE_CHECKING:  # imported when configured: numpy is not loaded for the exact
     from proxy.cache.semantic_cache import Probe, SemanticCache
 
 Clock = Callable[[], float]
-CACHE_HEADER = "x-crossway-cache"
 SIMILARITY_HEADER = "x-crossway-cache-similarity"
 _BUFFER_FACTOR = 32
 """A stream is kept for the cache (and joiners) until its frames pass this many entries' bound."""
+_MEMORY = "cache:memory"
+"""The name of the memory backend's map among the process's kept objects."""
 
 
 class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -87,17 +94,6 @@ class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     mode: Mode = "always"
     coalesce: bool = True
     semantic: SemanticConfig | None = None
-
-
-class _Shared:
-    """A flight as the plugin tracks it: who led it, and the joiners whose savings it sets."""
-
-    __slots__ = ("flight", "joiners", "leader")
-
-    def __init__(self, flight: Flight, leader: Accounting) -> None:
-        self.flight = flight
-        self.leader = leader
-        self.joiners: list[Accounting] = []
 
 
 class CachePlugin:
@@ -115,11 +111,13 @@ class CachePlugin:
         self._options = options
         self._clock = clock
         self._state = context.state
-        self._backend: Backend = (
-            MemoryBackend(options.max_bytes, clock)
-            if options.backend == "memory"
-            else StoreBackend(context.state.store_for("cache"))
-        )
+        self._lru: ByteLRU | None = None
+        self._backend: Backend
+        if options.backend == "memory":  # the process's one map (see the module docstring)
+            self._lru = context.state.keep(_MEMORY, lambda: ByteLRU(options.max_bytes, clock))
+            self._backend = MemoryBackend(self._lru)
+        else:
+            self._backend = StoreBackend(context.state.store_for("cache"))
         metrics = context.metrics
         self._results = {
             result: metrics.cache_requests(result)
@@ -128,7 +126,7 @@ class CachePlugin:
         self._errors = {reason: metrics.cache_errors(reason) for reason in ("backend", "corrupt")}
         self._saved_usd = metrics.cache_saved_usd()
         self._bytes_gauge = metrics.cache_bytes() if options.backend == "memory" else None
-        self._flights: dict[str, _Shared] = {}
+        self._flights = Coalescer(_BUFFER_FACTOR * options.max_entry_bytes, self._joined)
         self._tasks: set[asyncio.Task[None]] = set()
         self._semantic: SemanticCache | None = None
         if options.semantic is not None:
@@ -158,10 +156,10 @@ class CachePlugin:
         if rules.read:
             found = await self._read(key, rules)
             if found is not None:
-                return self._hit(call, *found)
-            shared = self._flights.get(key)
-            if shared is not None and shared.flight.joinable:
-                reply = await self._join(call, shared)
+                return self._hit(call, key, *found)
+            shared = self._flights.joinable(key)
+            if shared is not None:
+                reply = await self._flights.join(call, shared)
                 if reply is not None:
                     return reply
                 return await self._miss(call, key, rules, next, share=False)
@@ -199,10 +197,17 @@ class CachePlugin:
         self._errors["embedding"] = context.metrics.cache_errors("embedding")
         self.finished = semantic.finished
 
+    async def start(self) -> None:
+        """Apply this config's ``max_bytes`` to the process's memory map (once this config
+        serves: a reload that fails leaves the serving one's bound)."""
+        if self._lru is not None:
+            self._lru.resize(self._options.max_bytes)
+            self._export_bytes()
+
     @property
     def waiting(self) -> int:
         """Requests now waiting for an identical call in flight to answer."""
-        return sum(shared.flight.waiting for shared in self._flights.values())
+        return self._flights.waiting
 
     async def close(self) -> None:
         """Wait for the entry writes still running."""
@@ -211,10 +216,25 @@ class CachePlugin:
 
     # -- hits ----------------------------------------------------------------------------------
 
-    def _hit(self, call: Call, entry: Entry, age: float) -> Reply:
+    def _hit(self, call: Call, key: str, entry: Entry, age: float) -> Reply:
         self._results["hit"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        return _answer(call, entry.provider, entry.model, entry.response, age, entry.frames)
+        if call.stream and entry.frames is None and call.dialect == OpenAIChatDialect.name:
+            self._keep_frames(key, entry)
+        return hit_reply(call, entry.provider, entry.model, entry.response, age, entry.frames)
+
+    def _keep_frames(self, key: str, entry: Entry) -> None:
+        """On the first streamed hit of an OpenAI chat client (the dialect that writes frames as
+        they are), give a memory entry its replay's frames, for this hit and the next ones. It
+        is rewritten at once, with nothing run since it was read (no newer answer is replaced);
+        the store backend's entries are left as they were stored."""
+        lru = self._lru
+        if lru is None:
+            return
+        data = with_frames(entry, self._options.max_entry_bytes)
+        if data is not None:
+            lru.set(key, data, entry.expires - self._clock())
+            self._export_bytes()
 
     async def _semantic_hit(self, call: Call, probe: Probe, rules: Directives) -> Reply | None:
         """The answer a semantic match names, served like a hit; None if it is gone."""
@@ -227,7 +247,7 @@ class CachePlugin:
         entry, age = found
         self._results["semantic"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        reply = _answer(call, entry.provider, entry.model, entry.response, age, entry.frames)
+        reply = hit_reply(call, entry.provider, entry.model, entry.response, age, entry.frames)
         reply.headers[CACHE_HEADER] = "semantic"
         reply.headers[SIMILARITY_HEADER] = f"{match.similarity:.4f}"
         return reply
@@ -268,54 +288,15 @@ class CachePlugin:
         accounting.cost_nanos = 0
         accounting.saved_nanos = saved_nanos
         if saved_nanos:
-            self._saved_usd.inc(saved_nanos / 1e9)
+            self._saved(saved_nanos)
 
-    # -- coalescing ----------------------------------------------------------------------------
-
-    async def _join(self, call: Call, shared: _Shared) -> Reply | None:
-        """The answer of the identical call in flight, or None to call on our own."""
-        joined = await shared.flight.join(call.timings)
-        if joined is None:
-            return None
-        leader = joined.reply
-        if joined.entry is not None:
-            try:
-                entry = decode_entry(joined.entry)
-            except CorruptEntry:  # cannot happen for an entry just encoded; stay correct anyway
-                return None
-            self._results["coalesced"].inc()
-            self._record_hit(call.accounting, entry.cost_nanos)
-            return _answer(call, leader.provider, leader.model, entry.response, 0.0)
-        reader = joined.stream
-        assert reader is not None
-        if not call.stream:
-            response = await self._drain(shared.flight, reader)
-            if response is None:
-                return None
-            self._results["coalesced"].inc()
-            self._record_hit(call.accounting, shared.leader.cost_nanos)
-            return _answer(call, leader.provider, leader.model, response, 0.0)
+    def _joined(self, accounting: Accounting, saved_nanos: int | None) -> None:
+        """A request served by an identical call in flight (see :mod:`proxy.cache.coalesce`)."""
         self._results["coalesced"].inc()
-        self._record_hit(call.accounting, None)
-        shared.joiners.append(call.accounting)  # its saving is known when the stream ends
-        return Reply(
-            provider=leader.provider,
-            model=leader.model,
-            stream=reader,
-            headers={CACHE_HEADER: "hit", "age": "0"},
-            attempts=0,
-        )
+        self._record_hit(accounting, saved_nanos)
 
-    async def _drain(self, flight: Flight, reader: FlightReader) -> Response | None:
-        """Read a shared stream to its end for a whole request: its answer, None on failure."""
-        try:
-            while await reader.next_batch(True):
-                pass
-        except GatewayError:
-            return None
-        finally:
-            await reader.aclose()
-        return flight.answer()
+    def _saved(self, nanos: int) -> None:
+        self._saved_usd.inc(nanos / 1e9)
 
     # -- misses --------------------------------------------------------------------------------
 
@@ -332,16 +313,12 @@ class CachePlugin:
         self._results["miss"].inc()
         accounting = call.accounting
         accounting.cache = "miss"
-        share = share and key not in self._flights
-        flight = Flight(joinable=share, buffer_limit=_BUFFER_FACTOR * self._options.max_entry_bytes)
-        shared: _Shared | None = None
-        if share:
-            shared = self._flights[key] = _Shared(flight, accounting)
+        flight, shared = self._flights.lead(key, accounting, share=share)
         try:
             reply = await next(call)
         except BaseException:
             flight.fail()
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             raise
         reply.headers[CACHE_HEADER] = "miss"
         if reply.response is None:
@@ -350,21 +327,13 @@ class CachePlugin:
             )
             reply.stream = flight.start_stream(reply, on_end)
             return reply
-        now = self._clock()
-        entry = Entry(
-            created=now,
-            expires=now + rules.ttl,
-            provider=reply.provider,
-            model=reply.model,
-            response=reply.response,
-            cost_nanos=accounting.cost_nanos,
-        )
+        entry = self._entry(reply, reply.response, rules.ttl, accounting.cost_nanos)
         data = encode_entry(entry)
         flight.finish_whole(reply, data)
         if len(data) <= self._options.max_entry_bytes:
-            self._spawn(self._write(key, entry, data, rules.ttl, flight, probe))
+            self._spawn(self._write(key, data, rules.ttl, flight, probe))
         else:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
         return reply
 
     def _stream_ended(
@@ -374,20 +343,17 @@ class CachePlugin:
         flight: Flight,
         reply: Reply,
         leader: Accounting,
-        shared: _Shared | None,
+        shared: Shared | None,
         probe: Probe | None,
         complete: bool,
     ) -> None:
         """A miss's stream is over (see :meth:`Flight.start_stream`)."""
         if not complete:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             return
         cost = leader.cost_nanos
         if shared is not None:
-            for joiner in shared.joiners:
-                joiner.saved_nanos = cost
-                if cost:
-                    self._saved_usd.inc(cost / 1e9)
+            self._flights.settle(shared, cost, self._saved)
         self._spawn(self._store_stream(key, ttl, flight, reply, cost, probe))
 
     async def _store_stream(
@@ -403,55 +369,33 @@ class CachePlugin:
         path: it runs once the last chunks have been handed on)."""
         response = flight.answer()
         if response is None:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             return
-        now = self._clock()
-        entry = Entry(
-            created=now,
-            expires=now + ttl,
-            provider=reply.provider,
-            model=reply.model,
-            response=response,
-            cost_nanos=cost,
-        )
+        entry = self._entry(reply, response, ttl, cost)
         data = encode_entry(entry)
         if len(data) > self._options.max_entry_bytes:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             return
-        await self._write(key, entry, data, ttl, flight, probe)
+        await self._write(key, data, ttl, flight, probe)
 
     async def _write(
-        self,
-        key: str,
-        entry: Entry,
-        data: bytes,
-        ttl: int,
-        flight: Flight,
-        probe: Probe | None = None,
+        self, key: str, data: bytes, ttl: int, flight: Flight, probe: Probe | None = None
     ) -> None:
-        """Store ``entry`` (``data`` is its encoding, which fits ``max_entry_bytes``), with its
-        replay's frames when they fit too; then index its question's vector, when it had one."""
+        """Store an entry; then index its question's vector, when it had one."""
         try:
-            await self._backend.set(key, self._framed(entry, data), ttl)
+            await self._backend.set(key, data, ttl)
         except Exception:  # a failed write only loses the entry
             self._errors["backend"].inc()
             return
         finally:
-            self._forget(key, flight)
+            self._flights.forget(key, flight)
             self._export_bytes()
         if probe is not None and self._semantic is not None:
             await self._semantic.remember(probe, key, ttl)
 
-    def _framed(self, entry: Entry, data: bytes) -> bytes:
-        """``entry`` encoded with its replay's frames (:func:`replay_frames`) when they can be
-        made and still fit ``max_entry_bytes``; else ``data``, its encoding without them."""
-        frames = replay_frames(entry.response)
-        limit = self._options.max_entry_bytes
-        if frames is None or len(data) + len(frames) > limit:
-            return data
-        entry.frames = frames
-        framed = encode_entry(entry)
-        return framed if len(framed) <= limit else data
+    def _entry(self, reply: Reply, response: Response, ttl: int, cost: int | None) -> Entry:
+        now = self._clock()
+        return Entry(now, now + ttl, reply.provider, reply.model, response, cost_nanos=cost)
 
     async def _delete(self, key: str) -> None:
         try:
@@ -465,29 +409,7 @@ class CachePlugin:
         if gauge is not None:
             gauge.set(self._backend.bytes or 0)
 
-    def _forget(self, key: str, flight: Flight) -> None:
-        shared = self._flights.get(key)
-        if shared is not None and shared.flight is flight:
-            del self._flights[key]
-
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _answer(
-    call: Call,
-    provider: str,
-    model: str,
-    response: Response,
-    age: float,
-    frames: bytes | None = None,
-) -> Reply:
-    """A hit's reply: ``response`` whole, or replayed when the client asked for a stream (from
-    the replay's ``frames`` when the entry kept them)."""
-    headers = {CACHE_HEADER: "hit", "age": str(int(age))}
-    if call.stream:
-        stream = ReplayStream(response, frames)
-        return Reply(provider=provider, model=model, stream=stream, headers=headers, attempts=0)
-    return Reply(provider=provider, model=model, response=response, headers=headers, attempts=0)

@@ -5,8 +5,9 @@ answer (the store raises :class:`~proxy.store.StoreUnavailable` during an outage
 plugin owns the failure policy — any error is a miss, counted — so a backend never needs to hide
 its errors.
 
-- :class:`MemoryBackend`: a :class:`~proxy.cache.lru.ByteLRU` in this process, bounded by
-  ``max_bytes``; not shared between worker processes; it never raises.
+- :class:`MemoryBackend`: a :class:`~proxy.cache.lru.ByteLRU` in this process (the cache
+  plugin keeps one per process, across config reloads); not shared between worker processes;
+  it never raises.
 - :class:`StoreBackend`: the process's :class:`~proxy.store.Store` (shared by every worker and
   instance once that store is Redis), with the store's own expiry and memory policy.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from proxy.cache.lru import ByteLRU, Clock
+from proxy.cache.lru import ByteLRU
 from proxy.store import Store
 
 
@@ -47,8 +48,8 @@ class MemoryBackend:
 
     __slots__ = ("lru",)
 
-    def __init__(self, max_bytes: int, clock: Clock) -> None:
-        self.lru = ByteLRU(max_bytes, clock)
+    def __init__(self, lru: ByteLRU) -> None:
+        self.lru = lru
 
     async def get(self, key: str) -> bytes | None:
         """See :meth:`Backend.get`."""

@@ -5,8 +5,9 @@ folded into one first (:mod:`proxy.cache.assemble`) — with what the cache need
 was made and when it expires (wall-clock seconds, so that instances sharing a store agree on an
 entry's age), the deployment that produced it, and what it cost (for the savings a hit reports).
 Any dialect, streamed or not, can be answered from it. An entry may also keep the answer's replay
-pre-encoded as OpenAI chat frames (:func:`~proxy.cache.replay.replay_frames`), so that a streamed
-hit of an OpenAI client writes them as they are instead of building and encoding chunks.
+pre-encoded as OpenAI chat frames (:func:`~proxy.cache.replay.replay_frames`, added by
+:func:`with_frames`), so that a streamed hit of an OpenAI client writes them as they are instead
+of building and encoding chunks.
 
 Entries are msgpack behind a short magic prefix that names the format; :func:`decode_entry`
 raises :class:`CorruptEntry` for anything else (a truncated value, another format, a foreign
@@ -18,6 +19,7 @@ from __future__ import annotations
 import msgspec
 
 from proxy.cache.key import FORMAT
+from proxy.cache.replay import replay_frames
 from proxy.canonical import Response
 
 MAGIC = b"CWC" + bytes([FORMAT])
@@ -53,6 +55,20 @@ _DECODER = msgspec.msgpack.Decoder(Entry)
 def encode_entry(entry: Entry) -> bytes:
     """The bytes to store for ``entry``."""
     return MAGIC + _ENCODER.encode(entry)
+
+
+def with_frames(entry: Entry, limit: int) -> bytes | None:
+    """Give ``entry`` its replay's frames (:func:`~proxy.cache.replay.replay_frames`) and return
+    its encoding with them, when they can be made and the whole fits in ``limit`` bytes; else
+    None, and ``entry`` is left as it was."""
+    frames = replay_frames(entry.response)
+    if frames is None:
+        return None
+    data = encode_entry(msgspec.structs.replace(entry, frames=frames))
+    if len(data) > limit:
+        return None
+    entry.frames = frames
+    return data
 
 
 def decode_entry(data: bytes) -> Entry:

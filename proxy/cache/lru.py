@@ -6,6 +6,7 @@
 not stored at all (and replaces nothing). Reading a value makes it the most recently used. Values
 expire at a deadline on ``clock`` and are dropped when next read; until then an expired value
 still counts towards the bound, which keeps memory within ``max_bytes`` whatever the traffic.
+:meth:`ByteLRU.resize` changes the bound (a config reload), evicting what no longer fits.
 Not thread-safe: use it from one event loop.
 """
 
@@ -58,6 +59,17 @@ class ByteLRU:
         items[key] = (value, self._clock() + ttl)
         self.bytes += size
         return True
+
+    def resize(self, max_bytes: int) -> None:
+        """Bound the map by ``max_bytes`` from now on, first evicting the least recently used
+        values until what it holds fits. Raises :class:`ValueError` for a bound below 1."""
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        self._max_bytes = max_bytes
+        items = self._items
+        while self.bytes > max_bytes:
+            self._drop(next(iter(items)))
+            self.evictions += 1
 
     def delete(self, key: str) -> None:
         """Remove ``key`` (nothing happens if it is missing)."""

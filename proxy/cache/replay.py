@@ -25,18 +25,40 @@ import msgspec
 from msgspec import UNSET
 
 from proxy.canonical import (
+    Call,
     Chunk,
     ChunkChoice,
     Delta,
     FunctionCallDelta,
     RawFrames,
+    Reply,
     Response,
     ToolCallDelta,
     Usage,
 )
 from proxy.dialects.openai_chat import ChatStreamEncoder
 
+CACHE_HEADER = "x-crossway-cache"
+"""The reply header that says what the cache did: ``hit``, ``miss``, ``bypass``, ``semantic``."""
 _CHUNK_DECODER = msgspec.json.Decoder(Chunk)
+
+
+def hit_reply(
+    call: Call,
+    provider: str,
+    model: str,
+    response: Response,
+    age: float,
+    frames: bytes | None = None,
+) -> Reply:
+    """A hit's reply, from ``provider``/``model``, ``age`` seconds old: ``response`` whole, or
+    replayed (:class:`ReplayStream`, from ``frames`` when the entry kept them) when ``call``
+    asked for a stream."""
+    headers = {CACHE_HEADER: "hit", "age": str(int(age))}
+    if call.stream:
+        stream = ReplayStream(response, frames)
+        return Reply(provider=provider, model=model, stream=stream, headers=headers, attempts=0)
+    return Reply(provider=provider, model=model, response=response, headers=headers, attempts=0)
 
 
 def replay_chunks(response: Response) -> list[Chunk]:

@@ -27,7 +27,7 @@ With the memory backend nothing is ever unavailable: every view is the memory st
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -46,6 +46,7 @@ from proxy.store import (
 )
 
 Decision = Literal["local", "open", "closed", "miss"]
+T = TypeVar("T")
 
 
 class StateUnavailable(GatewayError):
@@ -88,6 +89,7 @@ class SharedState:
             else:
                 local = MemoryStore() if policy == "local" else None
                 self._views[use] = UseStore(self.redis, local, self._counter(use, "local"))
+        self._kept: dict[str, Any] = {}
 
     @property
     def shared(self) -> bool:
@@ -122,6 +124,15 @@ class SharedState:
     def _counter(self, use: str, decision: str) -> Callable[[], None]:
         child = self._metrics.state_degraded(use, decision)
         return child.inc  # type: ignore[no-any-return]
+
+    def keep(self, name: str, make: Callable[[], T]) -> T:
+        """The process-level object called ``name``: made by ``make()`` the first time it is
+        asked for, then the same object for every later config of this process (reloads keep it,
+        as they keep the store). Names are their users' own: prefix them with the plugin's."""
+        kept = self._kept.get(name)
+        if kept is None:
+            kept = self._kept[name] = make()
+        return kept  # type: ignore[no-any-return]
 
 
 class UseStore:

@@ -22,7 +22,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.app import RUNTIME, create_app
+from proxy.app import RUNTIME, create_app, reload_runtime
 from tests.e2e.cache_plugins import ClockedCache
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI
@@ -388,6 +388,37 @@ async def test_orq_cache_control_in_opt_in_mode(launch: Launch) -> None:
     status, headers, _ = await gateway.post("/v2/router/completions", asked)
     assert headers["x-crossway-cache"] == "miss", "orq's ttl is the entry's lifetime"
     assert len(gateway.upstream.requests) == 4
+
+
+async def test_a_config_reload_keeps_the_memory_cache_and_applies_its_max_bytes(
+    launch: Launch,
+) -> None:
+    """The memory backend's entries belong to the process, not to one config: after a reload
+    (what SIGHUP runs) the same request is still a hit; a reload that lowers ``max_bytes``
+    evicts what no longer fits once it serves."""
+    gateway = await launch()
+    runtime = gateway.app[RUNTIME]
+    _, headers = await gateway.chat()
+    assert headers["x-crossway-cache"] == "miss"
+    await gateway.settle()
+    before = gateway.cache
+    assert reload_runtime(gateway.app)
+    assert runtime.starting is not None
+    await runtime.starting
+    assert gateway.cache is not before, "the reload built a new cache plugin"
+    _, headers = await gateway.chat()
+    assert headers["x-crossway-cache"] == "hit"
+    assert len(gateway.upstream.requests) == 1
+    path = runtime.loader.config_path
+    path.write_text(
+        path.read_text().replace("options: {}", "options: {max_bytes: 64, max_entry_bytes: 64}")
+    )
+    assert reload_runtime(gateway.app)
+    await runtime.starting
+    assert await gateway.metric("crossway_cache_bytes") == 0, "the entry no longer fits"
+    _, headers = await gateway.chat()
+    assert headers["x-crossway-cache"] == "miss"
+    assert len(gateway.upstream.requests) == 2
 
 
 async def test_max_bytes_evicts_the_least_recently_used(launch: Launch) -> None:

@@ -10,7 +10,9 @@ import msgspec
 import pytest
 
 from plugins.cache import CacheConfig, CachePlugin
-from proxy.cache.entry import MAGIC
+from proxy.cache.entry import MAGIC, decode_entry
+from proxy.cache.key import cache_key
+from proxy.cache.replay import replay_frames
 from proxy.canonical import (
     CacheOptions,
     Call,
@@ -21,6 +23,7 @@ from proxy.canonical import (
     GatewayOptions,
     Message,
     Principal,
+    RawFrames,
     Reply,
     Response,
     Usage,
@@ -100,10 +103,11 @@ class Harness:
         content: str = "Hi",
         principal: Principal | None = None,
         options: GatewayOptions | None = None,
+        dialect: str = "openai",
     ) -> tuple[Call, Reply, str]:
         call = Call(
             request_id="r",
-            dialect="openai",
+            dialect=dialect,
             model="chat",
             messages=[Message(role="user", content=content)],
             stream=stream,
@@ -182,6 +186,60 @@ async def test_a_streamed_request_hits_a_whole_entry() -> None:
     _, reply, text = await h.send(stream=True)
     assert (verdict(reply), text) == ("hit", "Hello world")
     assert len(h.inner.calls) == 1
+
+
+async def test_an_openai_clients_first_streamed_hit_keeps_the_replays_frames() -> None:
+    """A memory entry gains its replay's OpenAI chat frames on the first streamed hit of an
+    OpenAI chat client, which later ones read verbatim (then the usage chunk); streamed hits of
+    other dialects leave it as it was stored."""
+    h = Harness()
+    call, _, _ = await h.send()  # a whole miss: stored without frames
+    key = cache_key(call, "team")
+    lru = h.plugin._lru
+    assert lru is not None
+
+    def stored_frames() -> bytes | None:
+        data = lru.get(key)
+        assert data is not None
+        return decode_entry(data).frames
+
+    _, reply, text = await h.send(stream=True, dialect="anthropic")
+    assert (verdict(reply), text, stored_frames()) == ("hit", "Hello world", None)
+    _, reply, text = await h.send(stream=True)
+    assert (verdict(reply), text) == ("hit", "Hello world")
+    frames = stored_frames()
+    assert frames is not None
+    data = lru.get(key)
+    assert data is not None
+    assert frames == replay_frames(decode_entry(data).response)
+    again = msgspec.structs.replace(call, stream=True)
+    reply = await h.plugin(again, h.inner)
+    assert reply.stream is not None
+    batch = await reply.stream.next_batch(True)  # type: ignore[attr-defined]
+    assert isinstance(batch[0], RawFrames)
+    assert batch[0].data == frames
+    assert batch[1].usage == USAGE
+    assert len(h.inner.calls) == 1
+
+
+async def test_frames_that_would_not_fit_and_store_entries_are_not_added() -> None:
+    probe = Harness()
+    call, _, _ = await probe.send()
+    size = len(probe.plugin._lru.get(cache_key(call, "team")) or b"")  # type: ignore[union-attr]
+    tight = Harness(max_entry_bytes=size + 20)
+    await tight.send()
+    await tight.send(stream=True)
+    data = tight.plugin._lru.get(cache_key(call, "team"))  # type: ignore[union-attr]
+    assert data is not None
+    assert decode_entry(data).frames is None
+    store = MemoryStore()
+    shared = Harness(store=store, backend="store")
+    await shared.send()
+    _, reply, _ = await shared.send(stream=True)
+    assert verdict(reply) == "hit"
+    data = await store.get(cache_key(call, "team"))
+    assert data is not None
+    assert decode_entry(data).frames is None
 
 
 async def test_different_content_is_a_different_entry() -> None:

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from proxy.cache.entry import MAGIC, CorruptEntry, Entry, decode_entry, encode_entry
+from proxy.cache.entry import (
+    MAGIC,
+    CorruptEntry,
+    Entry,
+    decode_entry,
+    encode_entry,
+    with_frames,
+)
+from proxy.cache.replay import replay_frames
 from proxy.canonical import Choice, FunctionCall, Message, Response, ToolCall, Usage
 
 
@@ -63,3 +72,23 @@ def test_a_truncated_entry_is_corrupt() -> None:
     for end in range(len(MAGIC), len(data), 7):
         with pytest.raises(CorruptEntry):
             decode_entry(data[:end])
+
+
+def test_an_entry_takes_its_replay_frames_when_they_fit() -> None:
+    original = entry()
+    plain = decode_entry(encode_entry(original))
+    framed = with_frames(original, 10_000)
+    assert framed is not None
+    assert original.frames == replay_frames(original.response)
+    assert original.frames
+    stored = decode_entry(framed)
+    assert stored == original
+    assert msgspec.structs.replace(stored, frames=None) == plain
+
+
+def test_frames_that_would_pass_the_bound_are_not_taken() -> None:
+    original = entry()
+    assert with_frames(original, len(encode_entry(original)) + 10) is None
+    assert original.frames is None
+    no_time = msgspec.structs.replace(original.response, created=0)  # frames must name it
+    assert with_frames(msgspec.structs.replace(original, response=no_time), 10_000) is None

@@ -68,3 +68,18 @@ def test_delete_and_bad_bounds() -> None:
     assert lru.bytes == 0
     with pytest.raises(ValueError, match="max_bytes"):
         ByteLRU(0, FakeClock())
+
+
+def test_resizing_evicts_the_least_recently_used_until_it_fits() -> None:
+    lru = ByteLRU(30, FakeClock())
+    for name in ("a", "b", "c"):
+        lru.set(name, b"x" * 9, 60)
+    lru.get("a")
+    lru.resize(20)
+    assert ("a" in lru, "b" in lru, "c" in lru) == (True, False, True)
+    assert (lru.bytes, lru.evictions) == (20, 1)
+    assert not lru.set("big", b"x" * 25, 60)
+    lru.resize(100)
+    assert lru.set("big", b"x" * 25, 60)
+    with pytest.raises(ValueError, match="max_bytes"):
+        lru.resize(0)

@@ -189,3 +189,18 @@ async def test_budgets_counted_locally_while_redis_is_down():
             await closed.store_for("budgets").incr_within(["crossway:spend:k"], 1, None, [None])
     finally:
         await closed.close()
+
+
+def test_kept_objects_are_made_once_per_process_state() -> None:
+    state = SharedState(StateConfig(), Metrics())
+    made: list[object] = []
+
+    def make() -> object:
+        made.append(object())
+        return made[-1]
+
+    first = state.keep("plugin:thing", make)
+    assert state.keep("plugin:thing", make) is first
+    assert state.keep("plugin:other", make) is not first
+    assert len(made) == 2
+    assert SharedState(StateConfig(), Metrics()).keep("plugin:thing", make) is not first
