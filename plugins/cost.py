@@ -28,7 +28,7 @@ touch no counter; when one starts to have a budget, its counters are re-read fro
 the background (meanwhile it is checked against what they held). A request whose models have
 no price reserves nothing. When the shared state store cannot be reached,
 ``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a budgeted request is
-refused with 503 ``budget_unavailable`` (``closed``, the default), served unchecked
+refused with 503 ``state_unavailable`` (``closed``, the default), served unchecked
 (``open``) or checked against this process's own counters meanwhile (``local``); each such
 decision counts in ``crossway_state_degraded_total{use="budgets"}``. Crossing a budget's
 ``soft_usd`` logs a warning once per period, counts

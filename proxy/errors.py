@@ -195,7 +195,7 @@ class BudgetUnavailable(GatewayError):
 
     status = 503
     type = "api_error"
-    default_code = "budget_unavailable"
+    default_code = "state_unavailable"  # as limits answer, and as the scale-out issue names it
     kind = "internal"
 
 

@@ -280,7 +280,7 @@ async def test_redis_killed_under_load_then_restarted(
 
         # Budgets follow state.on_unavailable.budgets, closed by default: refused before any
         # upstream call, the key without a budget still served.
-        assert await budgeted() == (503, "budget_unavailable")
+        assert await budgeted() == (503, "state_unavailable")
         assert (await client.chat(url, FREE, "no budget"))[0] == 200
         assert (
             await client.metric(
