@@ -2,11 +2,11 @@
 
 :class:`SharedState` is the process's state: the shared :class:`~proxy.store.Store` (a
 :class:`~proxy.state.redis.RedisStore` with ``state.backend: redis``, else one
-:class:`~proxy.store.MemoryStore`), built once and kept across config reloads, and one view of
-it per use (:meth:`SharedState.store_for`). Each use declares its policy in
+:class:`~proxy.memory_store.MemoryStore`), built once and kept across config reloads, and one
+view of it per use (:meth:`SharedState.store_for`). Each use declares its policy in
 ``state.on_unavailable`` (:mod:`proxy.state.config`):
 
-- ``local``: the view answers from a :class:`~proxy.store.MemoryStore` of this process while
+- ``local``: the view answers from a :class:`~proxy.memory_store.MemoryStore` of this process while
   the shared store is unavailable (rate limits count per process, health ejects per process);
   once the shared store answers again, the shared counters are used again (what was counted
   locally meanwhile is not carried over).
@@ -32,18 +32,11 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from proxy.errors import GatewayError
+from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.state.config import USES, StateConfig, Use
 from proxy.state.redis import RedisStore
-from proxy.store import (
-    Admission,
-    LimitPlan,
-    MemoryStore,
-    RateBucket,
-    RateState,
-    Store,
-    StoreUnavailable,
-)
+from proxy.store import Admission, LimitPlan, RateBucket, RateState, Store, StoreUnavailable
 
 Decision = Literal["local", "open", "closed", "miss"]
 T = TypeVar("T")

@@ -19,7 +19,7 @@ Keys are namespaced: a key that does not start with ``crossway:`` gets that pref
 has a TTL, so that nothing grows without bound: a write that gives none (a lifetime budget
 counter, an in-flight counter) sets ``max_idle`` (in-flight counters: :data:`HOLD_IDLE`), renewed
 by every later write, so such a key outlives its last write by that much. :meth:`ttl`
-therefore reports that idle expiry where :class:`~proxy.store.MemoryStore` would say None.
+therefore reports that idle expiry where :class:`~proxy.memory_store.MemoryStore` would say None.
 
 Failures: every operation is bounded by ``timeout_ms``. A refused or lost connection, a
 timeout or a server that cannot serve (loading, read-only) raises

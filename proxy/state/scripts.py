@@ -3,7 +3,7 @@
 Each runs atomically on the server (one round trip), on the server's clock (``TIME``) so that
 instances with skewed clocks agree. Times inside are milliseconds (floats); replies are
 integers, so durations come back in microseconds. They mirror
-:class:`~proxy.store.MemoryStore` line for line: the store's tests run against both.
+:class:`~proxy.memory_store.MemoryStore` line for line: the store's tests run against both.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import random
 from plugins.balance import BalanceConfig, BalancePlugin
 from plugins.retry import RetryConfig, RetryPlugin
 from proxy.chain import PluginContext
-from proxy.store import MemoryStore
+from proxy.memory_store import MemoryStore
 from tests.faults import FakeClock
 
 

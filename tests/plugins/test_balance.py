@@ -25,10 +25,11 @@ from proxy.canonical import (
 from proxy.chain import PluginLoadError, compose, load_plugins
 from proxy.config import PluginSpec
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited
+from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.price_catalog import parse_price
 from proxy.pricing import Catalog, PriceBook
-from proxy.store import MemoryStore, StoreUnavailable
+from proxy.store import StoreUnavailable
 from tests.faults import FakeClock
 from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, router, sample
 

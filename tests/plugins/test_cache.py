@@ -30,8 +30,9 @@ from proxy.canonical import (
 )
 from proxy.chain import PluginContext
 from proxy.errors import BadRequest, UpstreamError, UpstreamUnavailable
+from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
-from proxy.store import MemoryStore, StoreUnavailable
+from proxy.store import StoreUnavailable
 from tests.faults import FakeClock
 from tests.plugins.scripted import context, sample
 from tests.waiting import until

@@ -30,12 +30,13 @@ from proxy.canonical import (
 )
 from proxy.chain import FinishedRequest, compose
 from proxy.errors import BudgetExceeded, BudgetUnavailable, GatewayError
+from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.price_catalog import parse_price
 from proxy.pricing import Catalog, PriceBook, ProviderPricing
 from proxy.state.config import OnUnavailable, StateConfig
 from proxy.state.policy import SharedState
-from proxy.store import MemoryStore, StoreUnavailable
+from proxy.store import StoreUnavailable
 from tests.plugins.scripted import USAGE, ScriptedUpstream, context, cut, fail, router, sample
 
 # p/m: 1 USD per million input tokens, 2 per million output: 1,000 and 2,000 nano-dollars a token.

@@ -9,8 +9,8 @@ import structlog.testing
 
 from plugins.health import Health, HealthConfig
 from proxy.canonical import Deployment
+from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
-from proxy.store import MemoryStore
 from tests.faults import FakeClock
 from tests.plugins.scripted import sample
 

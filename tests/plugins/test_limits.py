@@ -9,8 +9,9 @@ from plugins.limits import LimitExceeded, LimitsOptions, LimitsPlugin, duration
 from proxy.canonical import Call, Message, Params, Principal, RateLimits
 from proxy.chain import PluginContext, compose
 from proxy.errors import UpstreamUnavailable
+from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
-from proxy.store import MemoryStore, StoreUnavailable
+from proxy.store import StoreUnavailable
 from tests.faults import FakeClock
 from tests.plugins.scripted import USAGE, ScriptedUpstream, drain, fail, router, sample
 

@@ -9,7 +9,7 @@ import pytest
 
 from proxy.budgets import SpendCounters, day_of, resets_at
 from proxy.canonical import Budget
-from proxy.store import MemoryStore
+from proxy.memory_store import MemoryStore
 from tests.faults import FakeClock
 
 DAY = 86_400.0

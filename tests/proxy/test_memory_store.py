@@ -1,4 +1,4 @@
-"""proxy/store.py: the memory backend keeps Redis semantics for keys, counters and expiry."""
+"""proxy/memory_store.py: the memory backend keeps Redis semantics for keys, counters and expiry."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from proxy.store import Admission, LimitPlan, MemoryStore, RateBucket, RateState, summarise
+from proxy.memory_store import MemoryStore
+from proxy.store import Admission, LimitPlan, RateBucket, RateState, summarise
 from tests.faults import FakeClock
 
 
