@@ -49,40 +49,42 @@ from proxy.canonical import (
     RawFrames,
     Reply,
     Response,
+    Timings,
     Usage,
     batched,
 )
 from proxy.chain import FinishedRequest, Next, Plugin, PluginContext, compose
+from proxy.errors import GatewayError
 from proxy.ledger.journal import Journal
 from proxy.ledger.writer import LedgerWriter
 from proxy.metrics import Metrics
 from proxy.price_catalog import SHIPPED_CATALOG, load_catalog
 from proxy.pricing import PriceBook, ProviderPricing
+from proxy.providers.base import Timeouts
 from proxy.router import Router
+from proxy.upstream import UpstreamClocks, UpstreamStream
 
 USAGE = Usage(input=40, cache_read=10, output=30)
 _CHUNKS = 20
 
 
-class _Reads:
-    """A stream read by batches, as the upstream layer hands streams to the chain: one batch
-    per network read."""
+async def _wire(reads: list[list[Chunk | RawFrames | None]]) -> AsyncIterator[list[Any]]:
+    """A provider's reads, as the HTTP transport yields them (the last ends with None)."""
+    for read in reads:
+        yield read
 
-    def __init__(self, batches: list[list[Chunk | RawFrames]]) -> None:
-        self._batches = batches
-        self.ended = False
 
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        if not self._batches:
-            self.ended = True
-            return []
-        return self._batches.pop(0)
+def _stream(reads: list[list[Chunk | RawFrames]]) -> UpstreamStream:
+    """The upstream layer's own stream over ``reads`` (clocks, batches, end hooks): what the
+    chain gets from a real provider."""
+    wire: list[list[Chunk | RawFrames | None]] = [*reads[:-1], [*reads[-1], None]]
+    return UpstreamStream(
+        _wire(wire), UpstreamClocks(Timeouts()), Timings(start=0.0), "upstream", _ignore_error
+    )
 
-    def __aiter__(self) -> AsyncIterator[Chunk]:
-        raise NotImplementedError("read by batches")
 
-    async def aclose(self) -> None:
-        self.ended = True
+def _ignore_error(provider: str, error: GatewayError) -> None:
+    return None
 
 
 _FRAMES = RawFrames(
@@ -112,7 +114,7 @@ class _Upstream:
                 reads: list[list[Chunk | RawFrames]] = [[_FRAMES] for _ in range(_CHUNKS // 5)]
             else:
                 reads = [[_WORD] for _ in range(_CHUNKS)]
-            stream = _Reads([*reads, [_USAGE_CHUNK]])
+            stream = _stream([*reads, [_USAGE_CHUNK]])
             return Reply(provider="upstream", model="gpt-4o-mini", stream=stream)  # type: ignore[arg-type]
         message = Message(role="assistant", content="a canned answer of a few words")
         response = Response(

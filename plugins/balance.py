@@ -46,7 +46,7 @@ import functools
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Literal
 
 import msgspec
@@ -56,7 +56,7 @@ from plugins.health import Health, HealthConfig
 from proxy.canonical import Call, Deployment, Reply, Usage
 from proxy.chain import Next, PluginContext
 from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
-from proxy.observed import ObservedStream
+from proxy.observed import observe
 from proxy.pricing import expected_nanos
 from proxy.store import Store, StoreUnavailable
 from proxy.token_estimate import expected_tokens
@@ -352,8 +352,8 @@ class BalancePlugin:
         limits = self._limits.get(deployment.target)
         counts_tokens = limits is not None and limits.tpm is not None
         if reply.stream is not None and (stats is not None or counts_tokens):
-            on_end = functools.partial(self._stream_ended, deployment.target, stats)
-            reply.stream = ObservedStream(reply.stream, on_end, counts_tokens)
+            on_end = functools.partial(self._stream_ended, deployment.target, stats, counts_tokens)
+            reply.stream = observe(reply.stream, on_end)
         elif stats is not None:
             stats.in_flight -= 1
         try:
@@ -395,9 +395,18 @@ class BalancePlugin:
         except StoreUnavailable:
             self._state.degraded("health", "open")
 
-    async def _stream_ended(self, target: str, stats: _Stats | None, usage: Usage | None) -> None:
-        """Called once when a tracked stream ends, fails or is closed."""
+    def _stream_ended(
+        self,
+        target: str,
+        stats: _Stats | None,
+        counts_tokens: bool,
+        usage: Usage | None,
+        generated: int,
+    ) -> Awaitable[None] | None:
+        """Called once when a tracked stream ends, fails or is closed (an end hook: what it
+        returns is awaited; nothing, when there are no tokens to count)."""
         if stats is not None:
             stats.in_flight -= 1
-        if usage is not None and self._limits.get(target) is not None:
-            await self._count(target, "tpm", usage.total_tokens, self._clock())
+        if counts_tokens and usage is not None:
+            return self._count(target, "tpm", usage.total_tokens, self._clock())
+        return None

@@ -68,7 +68,8 @@ from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
-from proxy.metered import MeteredStream, message_tokens
+from proxy.metered import message_tokens
+from proxy.observed import observe
 from proxy.pricing import PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
@@ -143,7 +144,8 @@ class CostPlugin:
                 await self._settle(reservation, 0)
             raise
         if reply.stream is not None:
-            reply.stream = MeteredStream(reply.stream, self._stream_ended(call, reply, reservation))
+            on_end = self._stream_ended(call, reply, reservation)
+            reply.stream = observe(reply.stream, on_end, meters=True)
             return reply
         usage = reply.whole_usage()
         if usage is None:

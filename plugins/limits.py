@@ -42,7 +42,7 @@ from msgspec import Meta
 from proxy.canonical import Call, Principal, Reply, Usage
 from proxy.chain import Next, PluginContext
 from proxy.errors import RateLimited
-from proxy.observed import ObservedStream
+from proxy.observed import observe
 from proxy.state.policy import SharedState, StateUnavailable
 from proxy.store import Admission, LimitPlan, Store, StoreUnavailable
 
@@ -156,9 +156,7 @@ class LimitsPlugin:
         if not plan.settles:
             return reply
         if reply.stream is not None:
-            reply.stream = ObservedStream(
-                reply.stream, functools.partial(self._stream_ended, admission)
-            )
+            reply.stream = observe(reply.stream, functools.partial(self._stream_ended, admission))
         else:
             usage = reply.whole_usage()
             self._store.settle(admission, tokens if usage is None else usage.total_tokens)
@@ -213,7 +211,7 @@ class LimitsPlugin:
         output = params.max_completion_tokens or params.max_tokens or self._reserve
         return max(1, chars // _CHARS_PER_TOKEN + output)
 
-    async def _stream_ended(self, admission: Admission, usage: Usage | None) -> None:
+    def _stream_ended(self, admission: Admission, usage: Usage | None, generated: int) -> None:
         """A stream is over: a reservation without usage is kept."""
         used = admission.reserved if usage is None else usage.total_tokens
         self._store.settle(admission, used)

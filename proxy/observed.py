@@ -1,42 +1,149 @@
-"""A reply stream wrapper for plugins that only need to know when a stream is over.
+"""Stream end hooks: how a plugin learns, once, that a reply stream is over and what it carried.
 
-:class:`ObservedStream` forwards everything (batches, verbatim frames, ``ended``, ``aclose``) to
-the stream it wraps, so batching and relaying survive it, and awaits ``on_end(usage)`` exactly
-once: when the stream ends, fails or is closed early. The balancer frees its in-flight count
-there, the limits plugin its parallel slot and its token reservation.
+The balancer frees its in-flight count when a stream is over, the limits plugin its parallel
+slot and token reservation, the cost plugin charges what the stream carried. None of them needs
+to see the stream's items; they need one call at the end. :func:`observe` arranges that call
+for a plugin:
+
+- on a stream that takes end hooks itself (``when_over``: the upstream's
+  :class:`~proxy.upstream.UpstreamStream`, or an :class:`ObservedStream`), it registers the hook
+  and returns the same stream — so any number of plugins observing the upstream's stream add no
+  layer the app's reads must pass through;
+- on any other stream (one a plugin made), it wraps it once in an :class:`ObservedStream`,
+  which the next observing plugin reuses.
+
+Either way the hooks run exactly once — when the stream ends, fails, or is closed early — in the
+order they were registered (innermost plugin first), before the end or the failure is reported
+to whoever reads the stream. Each gets the last usage the stream carried (None if none) and the
+output tokens it estimates the stream generated (counted only when some hook ``meters`` and no
+usage came; see :class:`StreamEnd`). A hook may be a plain function or a coroutine function.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from proxy.canonical import Chunk, RawFrames, Usage, batched
+from proxy.metered import chunk_characters
+from proxy.token_estimate import estimate_tokens
+
+EndHook = Callable[[Usage | None, int], Awaitable[None] | None]
+"""``hook(usage, generated)``: the stream is over (see the module docstring)."""
+
+HELD_ITEMS = 64
+"""How many passed items a :class:`StreamEnd` holds before it reads them (see there)."""
+
+
+class StreamEnd:
+    """The end hooks of one stream, and what they are told.
+
+    A stream calls :meth:`passed` with each batch (or :meth:`passed_one` with each chunk) it
+    hands on and :meth:`over` when it is over. Reading is deferred: passed items are only held
+    (references, at most :data:`HELD_ITEMS`; then they are read and let go), and at the end they
+    are read from the last backwards until one carries usage — the usage chunk is normally the
+    last, so a stream that reports its usage is never read item by item. Output is estimated
+    only for hooks that asked (``meters``), and only when no usage came: one token per four
+    characters of decoded chunks (text, reasoning, tool-call arguments), one per verbatim frame.
+    """
+
+    __slots__ = ("_characters", "_done", "_held", "_hooks", "_meters", "_usage")
+
+    def __init__(self) -> None:
+        self._hooks: list[EndHook] = []
+        self._meters = False
+        self._held: list[Chunk | RawFrames] = []
+        self._usage: Usage | None = None
+        self._characters = 0  # characters and frames read so far, as tokens x 4
+        self._done = False
+
+    def add(self, hook: EndHook, meters: bool) -> None:
+        """Run ``hook`` when the stream is over; ``meters``: it needs the output estimate."""
+        self._hooks.append(hook)
+        self._meters = self._meters or meters
+
+    def passed(self, batch: list[Chunk | RawFrames]) -> None:
+        """``batch`` was handed on."""
+        held = self._held
+        held += batch
+        if len(held) >= HELD_ITEMS:
+            self._read()
+
+    def passed_one(self, chunk: Chunk) -> None:
+        """``chunk`` was handed on."""
+        held = self._held
+        held.append(chunk)
+        if len(held) >= HELD_ITEMS:
+            self._read()
+
+    async def over(self) -> None:
+        """Run the hooks, once (later calls do nothing). Every hook runs even if one raises;
+        then the first exception propagates."""
+        if self._done:
+            return
+        self._done = True
+        for item in reversed(self._held):
+            if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
+                self._usage = item.usage  # type: ignore[union-attr]
+                break
+        else:
+            self._read()
+        self._held.clear()
+        usage = self._usage
+        generated = estimate_tokens(self._characters) if usage is None and self._meters else 0
+        failure: BaseException | None = None
+        for hook in self._hooks:
+            try:
+                pending = hook(usage, generated)
+                if pending is not None:
+                    await pending
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _read(self) -> None:
+        """Take the usage (and count the output, when metering) of the held items; let them go."""
+        meters = self._meters
+        for item in self._held:
+            if type(item) is Chunk:
+                if item.usage is not None:  # type: ignore[union-attr]
+                    self._usage = item.usage  # type: ignore[union-attr]
+                if meters:
+                    self._characters += chunk_characters(item.choices)  # type: ignore[union-attr]
+            elif meters:  # verbatim frames: one chunk, about one token, per frame
+                self._characters += 4 * item.count  # type: ignore[union-attr]
+        self._held.clear()
+
+
+def observe(
+    stream: AsyncIterator[Chunk], hook: EndHook, *, meters: bool = False
+) -> AsyncIterator[Chunk]:
+    """``stream``, with ``hook`` run once when it is over (see the module docstring): the same
+    stream when it takes end hooks, else an :class:`ObservedStream` around it."""
+    when_over: Any = getattr(stream, "when_over", None)
+    if when_over is None:
+        stream = ObservedStream(stream)
+        when_over = stream.when_over
+    when_over(hook, meters)
+    return stream
 
 
 class ObservedStream:
-    """A reply stream that tells its owner once when it is over, and the usage it reported.
+    """A plugin's stream with end hooks: forwards everything (batches, verbatim frames,
+    ``ended``, ``aclose``) to the stream it wraps, so batching and relaying survive it, and runs
+    its hooks (see :class:`StreamEnd`) when that stream ends, fails or is closed."""
 
-    Usage comes at a stream's end (every provider sends it in the last chunk), so the stream
-    keeps a reference to the last batch it passed and reads the usage from it when the stream
-    is over, instead of looking at every chunk as it passes."""
+    __slots__ = ("_batches", "_end", "_inner")
 
-    __slots__ = ("_batches", "_counts_tokens", "_done", "_inner", "_last", "_on_end", "_usage")
-
-    def __init__(
-        self,
-        inner: AsyncIterator[Chunk],
-        on_end: Callable[[Usage | None], Awaitable[None]],
-        counts_tokens: bool = True,
-    ) -> None:
-        """``on_end(usage)`` is awaited exactly once: at the end, on a failure, or on close;
-        ``usage`` is the last the stream reported when ``counts_tokens``, else None."""
+    def __init__(self, inner: AsyncIterator[Chunk]) -> None:
         self._inner = inner
         self._batches = batched(inner)
-        self._on_end = on_end
-        self._counts_tokens = counts_tokens
-        self._last: list[Chunk | RawFrames] = []
-        self._usage: Usage | None = None  # read one chunk at a time (__anext__)
-        self._done = False
+        self._end = StreamEnd()
+
+    def when_over(self, hook: EndHook, meters: bool = False) -> None:
+        """Run ``hook(usage, generated)`` once when the stream is over."""
+        self._end.add(hook, meters)
 
     @property
     def ended(self) -> bool:
@@ -45,16 +152,16 @@ class ObservedStream:
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
         """The inner stream's next batch (see ``BatchedStream``; one chunk per batch when it
-        has no batches of its own)."""
+        has no batches of its own); ``[]`` once the hooks have run."""
         try:
             batch = await self._batches.next_batch(raw)
         except BaseException:
-            await self._end()
+            await self._end.over()
             raise
         if batch:
-            self._last = batch
+            self._end.passed(batch)
         else:
-            await self._end()
+            await self._end.over()
         return batch
 
     def __aiter__(self) -> ObservedStream:
@@ -64,30 +171,14 @@ class ObservedStream:
         try:
             chunk = await anext(self._inner)
         except BaseException:
-            await self._end()
+            await self._end.over()
             raise
-        if chunk.usage is not None:
-            self._usage = chunk.usage
+        self._end.passed_one(chunk)
         return chunk
 
     async def aclose(self) -> None:
-        """End the stream early (or again): frees the upstream connection."""
-        await self._end()
+        """End the stream early (or again): runs the hooks, frees the upstream connection."""
+        await self._end.over()
         aclose = getattr(self._inner, "aclose", None)
         if aclose is not None:
             await aclose()
-
-    def _reported(self) -> Usage | None:
-        """The usage of the last batch passed (its last chunk with usage), else what
-        ``__anext__`` saw; None when ``counts_tokens`` is off."""
-        if not self._counts_tokens:
-            return None
-        for item in reversed(self._last):
-            if type(item) is Chunk and item.usage is not None:
-                return item.usage
-        return self._usage
-
-    async def _end(self) -> None:
-        if not self._done:
-            self._done = True
-            await self._on_end(self._reported())

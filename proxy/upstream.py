@@ -31,6 +31,7 @@ from proxy.canonical import (
     Timings,
 )
 from proxy.errors import BadRequest, GatewayError, NoReadyDeployment, UpstreamTimeout
+from proxy.observed import EndHook, StreamEnd
 from proxy.providers.base import HttpProvider, LocalProvider, Provider, Timeouts
 from proxy.redact import Redactor, sanitise_error
 from proxy.transport import HttpTransport
@@ -39,7 +40,7 @@ ErrorHook = Callable[[str, GatewayError], None]
 DroppedHook = Callable[[str, str, list[str]], None]
 
 
-class _Clocks:
+class UpstreamClocks:
     """The first-byte, idle and total deadlines of one upstream call (event-loop time).
 
     ``with clocks:`` guards one wait on the upstream: when the current deadline passes, the
@@ -144,10 +145,13 @@ class UpstreamStream:
     reader asks for chunks. The clocks run per wait on the provider, not per chunk. Time spent
     waiting is added to ``timings.upstream_wait``. Errors raised by the provider stream, or by
     decoding its frames, are sanitised and counted through ``on_error`` before they propagate.
+    It takes end hooks (:meth:`when_over`, see :mod:`proxy.observed`): they run once, when the
+    stream ends, fails or is closed, before that is reported to its reader.
     """
 
     __slots__ = (
         "_clocks",
+        "_end",
         "_ended",
         "_failure",
         "_inner",
@@ -161,7 +165,7 @@ class UpstreamStream:
     def __init__(
         self,
         inner: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | RawFrames | None]],
-        clocks: _Clocks,
+        clocks: UpstreamClocks,
         timings: Timings,
         provider: str,
         on_error: ErrorHook,
@@ -177,6 +181,15 @@ class UpstreamStream:
         self._ready: deque[Chunk | RawFrames] = deque()
         self._ended = False
         self._failure: GatewayError | None = None
+        self._end: StreamEnd | None = None
+
+    def when_over(self, hook: EndHook, meters: bool = False) -> None:
+        """Run ``hook(usage, generated)`` once when the stream is over (see
+        :class:`~proxy.observed.StreamEnd`)."""
+        end = self._end
+        if end is None:
+            end = self._end = StreamEnd()
+        end.add(hook, meters)
 
     @property
     def ended(self) -> bool:
@@ -187,17 +200,30 @@ class UpstreamStream:
         """See :class:`~proxy.canonical.BatchedStream`."""
         ready = self._ready
         if not ready:
-            if self._failure is not None:
-                raise self._failure
-            if self._ended:
-                return []
             try:
+                if self._failure is not None:
+                    raise self._failure
+                if self._ended:
+                    raise StopAsyncIteration
                 await self._fill(report=True)
             except StopAsyncIteration:
+                await self._over()
                 return []
-        batch = list(ready)
+            except BaseException:
+                await self._over()
+                raise
+        batch: list[Chunk | RawFrames] = list(ready)
         ready.clear()
-        return batch if raw else self._decoded(batch)  # type: ignore[return-value]
+        if not raw:
+            try:
+                batch = self._decoded(batch)  # type: ignore[assignment]
+            except BaseException:
+                await self._over()
+                raise
+        end = self._end
+        if end is not None:
+            end.passed(batch)
+        return batch
 
     async def prime(self) -> None:
         """Wait for the first chunk (under the first-byte clock) and hold it.
@@ -210,6 +236,17 @@ class UpstreamStream:
         return self
 
     async def __anext__(self) -> Chunk:
+        try:
+            chunk = await self._next_chunk()
+        except BaseException:
+            await self._over()
+            raise
+        end = self._end
+        if end is not None:
+            end.passed_one(chunk)
+        return chunk
+
+    async def _next_chunk(self) -> Chunk:
         ready = self._ready
         while True:
             if not ready:
@@ -283,11 +320,20 @@ class UpstreamStream:
         clocks.next_is_idle()
 
     async def aclose(self) -> None:
-        """Stop the stream and free its upstream connection."""
+        """Stop the stream (its end hooks run, if they have not) and free its upstream
+        connection."""
         self._clocks.close()
-        aclose = getattr(self._inner, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        try:
+            await self._over()
+        finally:
+            aclose = getattr(self._inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _over(self) -> None:
+        end = self._end
+        if end is not None:
+            await end.over()
 
 
 class Upstream:
@@ -327,7 +373,7 @@ class Upstream:
                 code="embeddings_not_supported",
                 param="model",
             )
-        clocks = _Clocks(provider.config.timeouts)
+        clocks = UpstreamClocks(provider.config.timeouts)
         try:
             if call.embedding is not None:
                 result = await self._embed(provider, call, deployment, clocks)
@@ -370,7 +416,7 @@ class Upstream:
 
     async def _count(self, provider: Any, call: Call, deployment: Deployment) -> int:
         request = provider.count_tokens_request(call, deployment.model)
-        clocks = _Clocks(provider.config.timeouts)
+        clocks = UpstreamClocks(provider.config.timeouts)
         try:
             with clocks:
                 status, headers, body = await self._transport.request(provider, request)
@@ -399,7 +445,7 @@ class Upstream:
         self._on_error(provider, error)
 
     async def _embed(
-        self, provider: Any, call: Call, deployment: Deployment, clocks: _Clocks
+        self, provider: Any, call: Call, deployment: Deployment, clocks: UpstreamClocks
     ) -> Embeddings:
         """The vectors of an embeddings call: in-process, or from the provider's requests
         (sent together when it needs several, e.g. one per text)."""
@@ -433,7 +479,7 @@ class Upstream:
         )
 
     async def _local(
-        self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: _Clocks
+        self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks
     ) -> Response | UpstreamStream:
         started = time.perf_counter()
         try:
@@ -448,7 +494,7 @@ class Upstream:
         return await self._primed(result, clocks, call, deployment)
 
     async def _http(
-        self, provider: HttpProvider, call: Call, deployment: Deployment, clocks: _Clocks
+        self, provider: HttpProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks
     ) -> Response | UpstreamStream:
         request = provider.build_request(call, deployment.model)
         if self._on_dropped is not None:
@@ -476,7 +522,7 @@ class Upstream:
     async def _primed(
         self,
         chunks: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | RawFrames | None]],
-        clocks: _Clocks,
+        clocks: UpstreamClocks,
         call: Call,
         deployment: Deployment,
     ) -> UpstreamStream:

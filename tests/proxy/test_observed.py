@@ -1,11 +1,11 @@
-"""proxy/observed.py: a stream wrapper that reports its end once, with the usage it carried."""
+"""proxy/observed.py: stream end hooks, run once with the usage a stream carried."""
 
 from __future__ import annotations
 
 import pytest
 
 from proxy.canonical import Chunk, ChunkChoice, Delta, RawFrames, Usage
-from proxy.observed import ObservedStream
+from proxy.observed import HELD_ITEMS, ObservedStream, StreamEnd, observe
 
 USAGE = Usage(input=3, output=5)
 
@@ -39,14 +39,19 @@ class Batches:
 
 
 class Ends:
+    """An end hook that records its calls (a coroutine function, or a plain one)."""
+
     def __init__(self) -> None:
-        self.calls: list[Usage | None] = []
+        self.calls: list[tuple[Usage | None, int]] = []
 
-    async def __call__(self, usage: Usage | None) -> None:
-        self.calls.append(usage)
+    async def __call__(self, usage: Usage | None, generated: int) -> None:
+        self.calls.append((usage, generated))
+
+    def plain(self, usage: Usage | None, generated: int) -> None:
+        self.calls.append((usage, generated))
 
 
-async def drain(stream: ObservedStream) -> list[Chunk | RawFrames]:
+async def drain(stream) -> list[Chunk | RawFrames]:
     items: list[Chunk | RawFrames] = []
     while batch := await stream.next_batch(True):
         items += batch
@@ -58,33 +63,70 @@ async def test_the_end_is_reported_once_with_the_last_usage():
     frames = RawFrames(b"data: {}\n\n", lambda _: None, 1)
     inner = Batches([[word("a"), word("b")], [frames], [word("c"), usage_chunk]])
     ends = Ends()
-    stream = ObservedStream(inner, ends)  # type: ignore[arg-type]
+    stream = observe(inner, ends)  # type: ignore[arg-type]
     items = await drain(stream)
     assert len(items) == 5, "every item passes"
-    assert stream.ended
-    await stream.aclose()
-    assert ends.calls == [USAGE]
+    assert stream.ended  # type: ignore[attr-defined]
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert ends.calls == [(USAGE, 0)]
     assert inner.closed
 
 
-async def test_a_stream_without_usage_ends_with_none_and_counts_tokens_off_ignores_it():
-    ends = Ends()
-    await drain(ObservedStream(Batches([[word("a")]]), ends))  # type: ignore[arg-type]
-    quiet = Ends()
-    usage_chunk = Chunk(id="c", model="m", choices=[], usage=USAGE)
-    await drain(ObservedStream(Batches([[usage_chunk]]), quiet, counts_tokens=False))  # type: ignore[arg-type]
-    assert (ends.calls, quiet.calls) == ([None], [None])
+async def test_observing_an_observed_stream_adds_a_hook_not_a_layer():
+    inner = Batches([[word("a")]])
+    first, second = Ends(), Ends()
+    stream = observe(inner, first)  # type: ignore[arg-type]
+    assert isinstance(stream, ObservedStream)
+    assert observe(stream, second.plain) is stream
+    await drain(stream)
+    assert first.calls == second.calls == [(None, 0)]
+
+
+async def test_a_metering_hook_gets_the_output_estimate_when_no_usage_came():
+    frames = RawFrames(b"data: {}\n\ndata: {}\n\n", lambda _: None, 2)
+    ends, metered = Ends(), Ends()
+    stream = observe(Batches([[word("abcdefgh")], [frames]]), ends)  # type: ignore[arg-type]
+    observe(stream, metered, meters=True)
+    await drain(stream)
+    # 8 characters (2 tokens) and two verbatim frames (1 token each); the estimate is shared.
+    assert ends.calls == metered.calls == [(None, 4)]
 
 
 async def test_a_failure_or_an_early_close_ends_it_once():
     ends = Ends()
-    stream = ObservedStream(Batches([[word("a")]], fail=True), ends)  # type: ignore[arg-type]
+    stream = observe(Batches([[word("a")]], fail=True), ends)  # type: ignore[arg-type]
     with pytest.raises(ConnectionResetError):
         await drain(stream)
-    await stream.aclose()
+    await stream.aclose()  # type: ignore[attr-defined]
     closed = Ends()
-    early = ObservedStream(Batches([[word("a")], [word("b")]]), closed)  # type: ignore[arg-type]
-    await early.next_batch(True)
-    await early.aclose()
-    await early.aclose()
-    assert (ends.calls, closed.calls) == ([None], [None])
+    early = observe(Batches([[word("a")], [word("b")]]), closed, meters=True)  # type: ignore[arg-type]
+    await early.next_batch(True)  # type: ignore[attr-defined]
+    await early.aclose()  # type: ignore[attr-defined]
+    await early.aclose()  # type: ignore[attr-defined]
+    assert (ends.calls, closed.calls) == ([(None, 0)], [(None, 1)])
+
+
+async def test_every_hook_runs_even_when_one_raises_and_the_first_error_propagates():
+    end = StreamEnd()
+    later = Ends()
+
+    def broken(usage: Usage | None, generated: int) -> None:
+        raise RuntimeError("hook failed")
+
+    end.add(broken, False)
+    end.add(later, False)
+    with pytest.raises(RuntimeError, match="hook failed"):
+        await end.over()
+    await end.over()  # once only
+    assert later.calls == [(None, 0)]
+
+
+async def test_a_long_stream_is_read_as_it_goes_and_its_usage_kept():
+    end = StreamEnd()
+    ends = Ends()
+    end.add(ends, True)
+    end.passed_one(Chunk(id="c", model="m", choices=[], usage=USAGE))
+    for _ in range(HELD_ITEMS):  # past the hold: the usage chunk is read and let go
+        end.passed([word("abcd")])
+    await end.over()
+    assert ends.calls == [(USAGE, 0)]

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from proxy.canonical import Chunk, RawFrames, Timings
+from proxy.canonical import Chunk, RawFrames, Timings, Usage
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.providers.base import Timeouts
-from proxy.upstream import UpstreamStream, _Clocks
+from proxy.upstream import UpstreamClocks, UpstreamStream
 
 SHORT = Timeouts(first_byte=0.05, idle=0.05, total=5)
 
@@ -25,8 +25,9 @@ class _Timer:
 
 
 class VirtualTime:
-    """The two loop methods :class:`_Clocks` uses (``time``, ``call_at``) on a clock that moves
-    only when told: :meth:`advance` runs the timers that come due, in order, as the loop would."""
+    """The two loop methods :class:`UpstreamClocks` uses (``time``, ``call_at``) on a clock that
+    moves only when told: :meth:`advance` runs the timers that come due, in order, as the loop
+    would."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -52,16 +53,16 @@ class VirtualTime:
         self.now = target
 
 
-def virtual_clocks(timeouts: Timeouts) -> tuple[_Clocks, VirtualTime]:
-    """A :class:`_Clocks` on virtual time (its loop is looked up once, when it is made)."""
+def virtual_clocks(timeouts: Timeouts) -> tuple[UpstreamClocks, VirtualTime]:
+    """A :class:`UpstreamClocks` on virtual time (its loop is looked up once, when it is made)."""
     virtual = VirtualTime()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(asyncio, "get_running_loop", lambda: virtual)
-        clocks = _Clocks(timeouts)
+        clocks = UpstreamClocks(timeouts)
     return clocks, virtual
 
 
-async def wait_past(clocks: _Clocks, time: VirtualTime, seconds: float) -> None:
+async def wait_past(clocks: UpstreamClocks, time: VirtualTime, seconds: float) -> None:
     """One guarded wait on an upstream that never answers, while ``seconds`` pass."""
     with clocks:
         time.advance(seconds)  # a timer that comes due cancels this task, as the loop would
@@ -138,7 +139,7 @@ async def test_the_timer_firing_between_waits_cancels_nothing() -> None:
 
 
 async def test_an_outside_cancellation_stays_a_cancellation() -> None:
-    clocks = _Clocks(Timeouts(first_byte=5, idle=5, total=5))
+    clocks = UpstreamClocks(Timeouts(first_byte=5, idle=5, total=5))
     waiting = asyncio.Event()
 
     async def wait() -> None:
@@ -166,7 +167,7 @@ async def _batches(*batches: list[Chunk | RawFrames | None]):
 def _stream(*batches: list[Chunk | RawFrames | None], errors: list[str]) -> UpstreamStream:
     return UpstreamStream(
         _batches(*batches),
-        _Clocks(SHORT),
+        UpstreamClocks(SHORT),
         Timings(start=0),
         "p",
         lambda provider, error: errors.append(error.code),
@@ -239,7 +240,7 @@ async def test_stream_reports_a_mid_stream_failure() -> None:
 
     errors: list[str] = []
     stream = UpstreamStream(
-        failing(), _Clocks(SHORT), Timings(start=0), "p", lambda p, e: errors.append(e.code)
+        failing(), UpstreamClocks(SHORT), Timings(start=0), "p", lambda p, e: errors.append(e.code)
     )
     await stream.prime()
     await anext(stream)
@@ -247,3 +248,50 @@ async def test_stream_reports_a_mid_stream_failure() -> None:
         await anext(stream)
     assert errors == ["upstream_unavailable"]
     await stream.aclose()
+
+
+async def test_end_hooks_run_once_when_the_stream_ends_with_the_last_usage() -> None:
+    usage = Usage(input=2, output=3)
+    stream = _stream(
+        [_chunk()], [Chunk(id="c", model="", choices=[], usage=usage), None], errors=[]
+    )
+    calls: list[tuple[str, Usage | None, int]] = []
+    stream.when_over(lambda u, g: calls.append(("plain", u, g)))
+
+    async def awaited(u: Usage | None, g: int) -> None:
+        calls.append(("awaited", u, g))
+
+    stream.when_over(awaited, meters=True)
+    await stream.prime()
+    assert len(await stream.next_batch()) == 1
+    assert len(await stream.next_batch()) == 1
+    assert calls == []  # the end marker came with the last batch: not over until it is read
+    assert await stream.next_batch() == []
+    assert calls == [("plain", usage, 0), ("awaited", usage, 0)]  # in order, before the end
+    await stream.aclose()
+    assert len(calls) == 2
+
+
+async def test_end_hooks_run_on_a_failure_and_on_an_early_close() -> None:
+    async def failing():
+        yield [_chunk()]
+        raise UpstreamUnavailable("cut", provider="p")
+
+    failed: list[Usage | None] = []
+    stream = UpstreamStream(
+        failing(), UpstreamClocks(SHORT), Timings(start=0), "p", lambda p, e: None
+    )
+    stream.when_over(lambda u, g: failed.append(u))
+    await stream.prime()
+    await anext(stream)
+    with pytest.raises(UpstreamUnavailable):
+        await anext(stream)
+    assert failed == [None]
+    closed: list[int] = []
+    early = _stream([_chunk()], [_chunk(), None], errors=[])
+    early.when_over(lambda u, g: closed.append(g), meters=True)
+    await early.prime()
+    await early.next_batch()
+    await early.aclose()
+    await early.aclose()
+    assert closed == [0]  # closed early: a chunk with no text generated nothing
