@@ -38,20 +38,22 @@ HELD_ITEMS = 64
 class StreamEnd:
     """The end hooks of one stream, and what they are told.
 
-    A stream calls :meth:`passed` with each batch (or :meth:`passed_one` with each chunk) it
-    hands on and :meth:`over` when it is over. Reading is deferred: passed items are only held
-    (references, at most :data:`HELD_ITEMS`; then they are read and let go), and at the end they
-    are read from the last backwards until one carries usage — the usage chunk is normally the
-    last, so a stream that reports its usage is never read item by item. Output is estimated
-    only for hooks that asked (``meters``), and only when no usage came: one token per four
-    characters of decoded chunks (text, reasoning, tool-call arguments), one per verbatim frame.
+    The stream hands :meth:`over` the last batch it passed, and — only when some hook
+    :attr:`meters` — each batch it passes (:meth:`passed`, :meth:`passed_one`). The usage is
+    read from the last batch, from its last item backwards (the usage chunk is normally the
+    last). Metering defers reading too: passed items are only held (references, at most
+    :data:`HELD_ITEMS`; then they are read and let go), and at the end they are read from the
+    last backwards until one carries usage, so a stream that reports its usage is never read
+    item by item. Output is estimated only when no usage came: one token per four characters
+    of decoded chunks (text, reasoning, tool-call arguments), one per verbatim frame.
     """
 
-    __slots__ = ("_characters", "_done", "_held", "_hooks", "_meters", "_usage")
+    __slots__ = ("_characters", "_done", "_held", "_hooks", "_usage", "meters")
 
     def __init__(self) -> None:
         self._hooks: list[EndHook] = []
-        self._meters = False
+        self.meters = False
+        """Whether a hook needs the output estimate (then every passed batch is held)."""
         self._held: list[Chunk | RawFrames] = []
         self._usage: Usage | None = None
         self._characters = 0  # characters and frames read so far, as tokens x 4
@@ -60,37 +62,37 @@ class StreamEnd:
     def add(self, hook: EndHook, meters: bool) -> None:
         """Run ``hook`` when the stream is over; ``meters``: it needs the output estimate."""
         self._hooks.append(hook)
-        self._meters = self._meters or meters
+        self.meters = self.meters or meters
 
     def passed(self, batch: list[Chunk | RawFrames]) -> None:
-        """``batch`` was handed on."""
+        """``batch`` was handed on (called only when :attr:`meters`)."""
         held = self._held
         held += batch
         if len(held) >= HELD_ITEMS:
             self._read()
 
     def passed_one(self, chunk: Chunk) -> None:
-        """``chunk`` was handed on."""
+        """``chunk`` was handed on (called only when :attr:`meters`)."""
         held = self._held
         held.append(chunk)
         if len(held) >= HELD_ITEMS:
             self._read()
 
-    async def over(self) -> None:
-        """Run the hooks, once (later calls do nothing). Every hook runs even if one raises;
-        then the first exception propagates."""
+    async def over(self, last: list[Chunk | RawFrames]) -> None:
+        """Run the hooks, once (later calls do nothing); ``last`` is the last batch (or chunk,
+        as a list) the stream passed. Every hook runs even if one raises; then the first
+        exception propagates."""
         if self._done:
             return
         self._done = True
-        for item in reversed(self._held):
-            if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
-                self._usage = item.usage  # type: ignore[union-attr]
-                break
-        else:
+        usage = _last_usage(self._held if self.meters else last)
+        if usage is None and self.meters:
             self._read()
+            usage = self._usage
+        elif usage is None:
+            usage = self._usage
         self._held.clear()
-        usage = self._usage
-        generated = estimate_tokens(self._characters) if usage is None and self._meters else 0
+        generated = estimate_tokens(self._characters) if usage is None and self.meters else 0
         failure: BaseException | None = None
         for hook in self._hooks:
             try:
@@ -103,17 +105,23 @@ class StreamEnd:
             raise failure
 
     def _read(self) -> None:
-        """Take the usage (and count the output, when metering) of the held items; let them go."""
-        meters = self._meters
+        """Take the usage and count the output of the held items; let them go."""
         for item in self._held:
             if type(item) is Chunk:
                 if item.usage is not None:  # type: ignore[union-attr]
                     self._usage = item.usage  # type: ignore[union-attr]
-                if meters:
-                    self._characters += chunk_characters(item.choices)  # type: ignore[union-attr]
-            elif meters:  # verbatim frames: one chunk, about one token, per frame
+                self._characters += chunk_characters(item.choices)  # type: ignore[union-attr]
+            else:  # verbatim frames: one chunk, about one token, per frame
                 self._characters += 4 * item.count  # type: ignore[union-attr]
         self._held.clear()
+
+
+def _last_usage(items: list[Chunk | RawFrames]) -> Usage | None:
+    """The usage of the last item of ``items`` that carries one."""
+    for item in reversed(items):
+        if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
+            return item.usage  # type: ignore[union-attr]
+    return None
 
 
 def observe(
@@ -134,12 +142,13 @@ class ObservedStream:
     ``ended``, ``aclose``) to the stream it wraps, so batching and relaying survive it, and runs
     its hooks (see :class:`StreamEnd`) when that stream ends, fails or is closed."""
 
-    __slots__ = ("_batches", "_end", "_inner")
+    __slots__ = ("_batches", "_end", "_inner", "_last")
 
     def __init__(self, inner: AsyncIterator[Chunk]) -> None:
         self._inner = inner
         self._batches = batched(inner)
         self._end = StreamEnd()
+        self._last: list[Chunk | RawFrames] = []
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:
         """Run ``hook(usage, generated)`` once when the stream is over."""
@@ -153,32 +162,38 @@ class ObservedStream:
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
         """The inner stream's next batch (see ``BatchedStream``; one chunk per batch when it
         has no batches of its own); ``[]`` once the hooks have run."""
+        end = self._end
         try:
             batch = await self._batches.next_batch(raw)
         except BaseException:
-            await self._end.over()
+            await end.over(self._last)
             raise
-        if batch:
-            self._end.passed(batch)
-        else:
-            await self._end.over()
+        if not batch:
+            await end.over(self._last)
+            return batch
+        self._last = batch
+        if end.meters:
+            end.passed(batch)
         return batch
 
     def __aiter__(self) -> ObservedStream:
         return self
 
     async def __anext__(self) -> Chunk:
+        end = self._end
         try:
             chunk = await anext(self._inner)
         except BaseException:
-            await self._end.over()
+            await end.over(self._last)
             raise
-        self._end.passed_one(chunk)
+        self._last = [chunk]
+        if end.meters:
+            end.passed_one(chunk)
         return chunk
 
     async def aclose(self) -> None:
         """End the stream early (or again): runs the hooks, frees the upstream connection."""
-        await self._end.over()
+        await self._end.over(self._last)
         aclose = getattr(self._inner, "aclose", None)
         if aclose is not None:
             await aclose()

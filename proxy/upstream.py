@@ -155,6 +155,7 @@ class UpstreamStream:
         "_ended",
         "_failure",
         "_inner",
+        "_last",
         "_model",
         "_on_error",
         "_provider",
@@ -182,6 +183,7 @@ class UpstreamStream:
         self._ended = False
         self._failure: GatewayError | None = None
         self._end: StreamEnd | None = None
+        self._last: list[Chunk | RawFrames] = []  # the last batch passed, kept for end hooks
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:
         """Run ``hook(usage, generated)`` once when the stream is over (see
@@ -222,7 +224,9 @@ class UpstreamStream:
                 raise
         end = self._end
         if end is not None:
-            end.passed(batch)
+            self._last = batch
+            if end.meters:
+                end.passed(batch)
         return batch
 
     async def prime(self) -> None:
@@ -243,7 +247,9 @@ class UpstreamStream:
             raise
         end = self._end
         if end is not None:
-            end.passed_one(chunk)
+            self._last = [chunk]
+            if end.meters:
+                end.passed_one(chunk)
         return chunk
 
     async def _next_chunk(self) -> Chunk:
@@ -333,7 +339,7 @@ class UpstreamStream:
     async def _over(self) -> None:
         end = self._end
         if end is not None:
-            await end.over()
+            await end.over(self._last)
 
 
 class Upstream:

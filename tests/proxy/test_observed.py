@@ -116,8 +116,8 @@ async def test_every_hook_runs_even_when_one_raises_and_the_first_error_propagat
     end.add(broken, False)
     end.add(later, False)
     with pytest.raises(RuntimeError, match="hook failed"):
-        await end.over()
-    await end.over()  # once only
+        await end.over([])
+    await end.over([])  # once only
     assert later.calls == [(None, 0)]
 
 
@@ -126,7 +126,8 @@ async def test_a_long_stream_is_read_as_it_goes_and_its_usage_kept():
     ends = Ends()
     end.add(ends, True)
     end.passed_one(Chunk(id="c", model="m", choices=[], usage=USAGE))
+    last = [word("abcd")]
     for _ in range(HELD_ITEMS):  # past the hold: the usage chunk is read and let go
-        end.passed([word("abcd")])
-    await end.over()
+        end.passed(last)
+    await end.over(last)
     assert ends.calls == [(USAGE, 0)]
