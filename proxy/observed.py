@@ -78,31 +78,36 @@ class StreamEnd:
         if len(held) >= HELD_ITEMS:
             self._read()
 
-    async def over(self, last: list[Chunk | RawFrames]) -> None:
+    def over(self, last: list[Chunk | RawFrames]) -> Awaitable[None] | None:
         """Run the hooks, once (later calls do nothing); ``last`` is the last batch (or chunk,
-        as a list) the stream passed. Every hook runs even if one raises; then the first
-        exception propagates."""
+        as a list) the stream passed. Plain hooks run now; if any hook returns an awaitable,
+        the rest run in the awaitable returned, which the stream awaits (so a stream whose hooks
+        are all plain pays no coroutine for its end). Every hook runs even if one raises; then
+        the first exception propagates."""
         if self._done:
-            return
+            return None
         self._done = True
-        usage = _last_usage(self._held if self.meters else last)
-        if usage is None and self.meters:
-            self._read()
-            usage = self._usage
-        elif usage is None:
+        meters = self.meters
+        usage = None
+        for item in reversed(self._held if meters else last):
+            if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
+                usage = item.usage  # type: ignore[union-attr]
+                break
+        else:
+            if meters:
+                self._read()
             usage = self._usage
         self._held.clear()
-        generated = estimate_tokens(self._characters) if usage is None and self.meters else 0
-        failure: BaseException | None = None
-        for hook in self._hooks:
+        generated = estimate_tokens(self._characters) if usage is None and meters else 0
+        hooks = self._hooks
+        for index, hook in enumerate(hooks):
             try:
                 pending = hook(usage, generated)
-                if pending is not None:
-                    await pending
             except BaseException as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+                return _finish(hooks[index + 1 :], usage, generated, None, exc)
+            if pending is not None:
+                return _finish(hooks[index + 1 :], usage, generated, pending, None)
+        return None
 
     def _read(self) -> None:
         """Take the usage and count the output of the held items; let them go."""
@@ -116,12 +121,29 @@ class StreamEnd:
         self._held.clear()
 
 
-def _last_usage(items: list[Chunk | RawFrames]) -> Usage | None:
-    """The usage of the last item of ``items`` that carries one."""
-    for item in reversed(items):
-        if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
-            return item.usage  # type: ignore[union-attr]
-    return None
+async def _finish(
+    hooks: list[EndHook],
+    usage: Usage | None,
+    generated: int,
+    pending: Awaitable[None] | None,
+    failure: BaseException | None,
+) -> None:
+    """The rest of :meth:`StreamEnd.over` once a hook returned ``pending`` (or raised
+    ``failure``): await it, run the other ``hooks``, then raise the first failure."""
+    if pending is not None:
+        try:
+            await pending
+        except BaseException as exc:
+            failure = exc
+    for hook in hooks:
+        try:
+            pending = hook(usage, generated)
+            if pending is not None:
+                await pending
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 def observe(
@@ -166,10 +188,10 @@ class ObservedStream:
         try:
             batch = await self._batches.next_batch(raw)
         except BaseException:
-            await end.over(self._last)
+            await _ended(end, self._last)
             raise
         if not batch:
-            await end.over(self._last)
+            await _ended(end, self._last)
             return batch
         self._last = batch
         if end.meters:
@@ -184,7 +206,7 @@ class ObservedStream:
         try:
             chunk = await anext(self._inner)
         except BaseException:
-            await end.over(self._last)
+            await _ended(end, self._last)
             raise
         self._last = [chunk]
         if end.meters:
@@ -193,7 +215,13 @@ class ObservedStream:
 
     async def aclose(self) -> None:
         """End the stream early (or again): runs the hooks, frees the upstream connection."""
-        await self._end.over(self._last)
+        await _ended(self._end, self._last)
         aclose = getattr(self._inner, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+async def _ended(end: StreamEnd, last: list[Chunk | RawFrames]) -> None:
+    pending = end.over(last)
+    if pending is not None:
+        await pending

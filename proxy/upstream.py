@@ -156,6 +156,7 @@ class UpstreamStream:
         "_failure",
         "_inner",
         "_last",
+        "_meters",
         "_model",
         "_on_error",
         "_provider",
@@ -184,6 +185,7 @@ class UpstreamStream:
         self._failure: GatewayError | None = None
         self._end: StreamEnd | None = None
         self._last: list[Chunk | RawFrames] = []  # the last batch passed, kept for end hooks
+        self._meters = False  # an end hook needs every batch (see StreamEnd)
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:
         """Run ``hook(usage, generated)`` once when the stream is over (see
@@ -192,6 +194,7 @@ class UpstreamStream:
         if end is None:
             end = self._end = StreamEnd()
         end.add(hook, meters)
+        self._meters = end.meters
 
     @property
     def ended(self) -> bool:
@@ -222,11 +225,9 @@ class UpstreamStream:
             except BaseException:
                 await self._over()
                 raise
-        end = self._end
-        if end is not None:
-            self._last = batch
-            if end.meters:
-                end.passed(batch)
+        self._last = batch
+        if self._meters:
+            self._end.passed(batch)  # type: ignore[union-attr]
         return batch
 
     async def prime(self) -> None:
@@ -245,11 +246,9 @@ class UpstreamStream:
         except BaseException:
             await self._over()
             raise
-        end = self._end
-        if end is not None:
-            self._last = [chunk]
-            if end.meters:
-                end.passed_one(chunk)
+        self._last = [chunk]
+        if self._meters:
+            self._end.passed_one(chunk)  # type: ignore[union-attr]
         return chunk
 
     async def _next_chunk(self) -> Chunk:
@@ -339,7 +338,9 @@ class UpstreamStream:
     async def _over(self) -> None:
         end = self._end
         if end is not None:
-            await end.over(self._last)
+            pending = end.over(self._last)
+            if pending is not None:
+                await pending
 
 
 class Upstream:

@@ -115,10 +115,32 @@ async def test_every_hook_runs_even_when_one_raises_and_the_first_error_propagat
 
     end.add(broken, False)
     end.add(later, False)
+    pending = end.over([])
+    assert pending is not None  # a hook raised: the rest run in what is awaited
     with pytest.raises(RuntimeError, match="hook failed"):
-        await end.over([])
-    await end.over([])  # once only
+        await pending
+    assert end.over([]) is None  # once only
     assert later.calls == [(None, 0)]
+
+
+async def test_plain_hooks_run_at_once_and_an_awaitable_one_defers_the_rest():
+    order: list[str] = []
+    plain = StreamEnd()
+    plain.add(lambda usage, generated: order.append("first"), False)
+    assert plain.over([]) is None
+    assert order == ["first"]
+
+    async def awaited(usage: Usage | None, generated: int) -> None:
+        order.append("awaited")
+
+    mixed = StreamEnd()
+    mixed.add(awaited, False)
+    mixed.add(lambda usage, generated: order.append("after"), False)
+    pending = mixed.over([])
+    assert pending is not None
+    assert order == ["first"]
+    await pending
+    assert order == ["first", "awaited", "after"]
 
 
 async def test_a_long_stream_is_read_as_it_goes_and_its_usage_kept():
@@ -129,5 +151,7 @@ async def test_a_long_stream_is_read_as_it_goes_and_its_usage_kept():
     last = [word("abcd")]
     for _ in range(HELD_ITEMS):  # past the hold: the usage chunk is read and let go
         end.passed(last)
-    await end.over(last)
+    pending = end.over(last)
+    assert pending is not None
+    await pending
     assert ends.calls == [(USAGE, 0)]
