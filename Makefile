@@ -10,22 +10,27 @@ CONFIG ?= config/gateway.yaml
 .PHONY: run test lint bench setup setup-test setup-dev setup-litellm engines browser clean
 
 # One virtualenv, three install levels: serving (the package), test (+ test extras) and dev
-# (+ profilers). Each level's stamp is redone when pyproject.toml changes.
+# (+ profilers). Each level's stamp is redone when pyproject.toml changes. Packages are installed
+# with uv (pinned, installed from PyPI into the virtualenv itself), several times faster than
+# pip on a clean clone.
+UV_VERSION := 0.13.9
+INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python
+
 $(BIN)/.created:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet 'uv==$(UV_VERSION)'
 	touch $@
 
 $(BIN)/.serve: pyproject.toml $(BIN)/.created
-	$(BIN)/pip install --quiet -e .
+	$(INSTALL) -e .
 	touch $@
 
 $(BIN)/.test: pyproject.toml $(BIN)/.created
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(INSTALL) -e '.[test]'
 	touch $@
 
 $(BIN)/.dev: pyproject.toml $(BIN)/.created
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(INSTALL) -e '.[dev]'
 	touch $@
 
 setup: $(BIN)/.serve
