@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
@@ -63,14 +63,14 @@ from proxy.budgets import (
     max_nanos,
     resets_at,
 )
-from proxy.canonical import ANONYMOUS, Budget, Call, Reply, Usage
+from proxy.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
 from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import message_tokens
 from proxy.observed import observe
-from proxy.pricing import PriceBook, format_usd, nanos_to_usd
+from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
@@ -79,6 +79,8 @@ _REBUILD_DAYS = 40
 _REBUILD_USERS = 10_000
 _REBUILD_TIMEOUT = 30.0
 _MAX_TRACKED = 100_000
+_MAX_PRINCIPALS = 10_000
+_MAX_COUNTERS = 4096
 
 
 class AlertsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -114,6 +116,8 @@ class CostPlugin:
         self._database = context.database
         self._ids = RecordIds()
         self._in_flight: set[Reservation] = set()
+        self._scopes: dict[int, tuple[Principal, tuple[tuple[Scope, str, Budget], ...]]] = {}
+        self._cost_counters: dict[tuple[str, str], Any] = {}
         self._uncounted_scopes: set[tuple[Scope, str]] = set()
         self._resynced: set[tuple[Scope, str]] = set()
         self._lost_track = False
@@ -134,22 +138,38 @@ class CostPlugin:
         """Check budgets, pass ``call`` on, and price what comes back (a stream when it is
         over). Raises :class:`BudgetExceeded` (429) or :class:`BudgetUnavailable` (503)
         before any upstream call."""
-        reservation = None if call.principal is ANONYMOUS else await self._reserve(call)
+        reservation = None
+        if call.principal is not ANONYMOUS:
+            budgeted = self._budgeted(call)
+            if budgeted:
+                try:
+                    reservation, refusal = await self._counters.reserve(
+                        budgeted, self._worst_case(call)
+                    )
+                except StoreUnavailable:
+                    reservation, refusal = self._unchecked(), None
+                if refusal is not None:
+                    self._metrics.budget_rejected(refusal.scope).inc()
+                    raise _exceeded(refusal)
+                if reservation is not None:
+                    self._in_flight.add(reservation)
         try:
             reply = await next(call)
         except BaseException:
             call.accounting.cost_nanos = 0  # nothing was served
             call.accounting.cost_source = "estimated"
             if reservation is not None:
-                await self._settle(reservation, 0)
+                self._in_flight.discard(reservation)
+                if not self._counters.correct(reservation, 0):
+                    await self._settle(reservation, 0)
             raise
         if reply.stream is not None:
             on_end = self._stream_ended(call, reply, reservation)
             reply.stream = observe(reply.stream, on_end, meters=True)
             return reply
-        usage = reply.whole_usage()
+        response = reply.response
+        usage = response.usage if response is not None else reply.whole_usage()
         if usage is None:
-            response = reply.response
             usage = Usage(
                 input=estimate_prompt_tokens(call),
                 output=0
@@ -160,8 +180,12 @@ class CostPlugin:
         nanos = self._charge(call, reply.provider, reply.model, usage)
         if nanos is not None:
             reply.headers[COST_HEADER] = format_usd(nanos)
+        else:
+            nanos = 0
         if reservation is not None:
-            await self._settle(reservation, nanos or 0)
+            self._in_flight.discard(reservation)
+            if not self._counters.correct(reservation, nanos):
+                await self._settle(reservation, nanos)
         return reply
 
     def finished(self, request: FinishedRequest) -> None:
@@ -183,7 +207,9 @@ class CostPlugin:
         self._ledger.start()
 
     async def close(self) -> None:
-        """Stop pending alert deliveries and counter re-reads."""
+        """Send the budget corrections still owed; stop pending alert deliveries and counter
+        re-reads."""
+        self._counters.send_corrections()
         for task in list(self._tasks):
             task.cancel()
         if self._webhook is not None:
@@ -191,8 +217,37 @@ class CostPlugin:
 
     # -- budgets --------------------------------------------------------------------------
 
-    async def _reserve(self, call: Call) -> Reservation | None:
+    def _budgeted(self, call: Call) -> tuple[tuple[Scope, str, Budget], ...]:
+        """The scopes of ``call`` that have a budget (``(scope, id, budget)``), re-reading in
+        the background those that just started to have one (see the module docstring)."""
         principal = call.principal
+        known = self._scopes.get(id(principal))
+        if known is not None and known[0] is principal:
+            budgeted = known[1]
+        else:
+            budgeted = self._principal_scopes(principal)
+        if principal.user_budget is not None:
+            user = end_user(call)
+            if user is not None:
+                budgeted = (*budgeted, ("user", user, principal.user_budget))
+        if budgeted and (self._uncounted_scopes or self._lost_track):
+            for scope, ident, _ in budgeted:
+                if self._resync_needed(scope, ident):
+                    self._resync(scope, ident)
+        return budgeted
+
+    def _unchecked(self) -> None:
+        """The budgets cannot be checked: refuse (:class:`BudgetUnavailable`) when the policy
+        is ``closed``, else go on without a reservation; counted either way."""
+        if self._fail_closed:
+            self._state.degraded("budgets", "closed")
+            raise BudgetUnavailable("the budget cannot be checked right now", retry_after=1.0)
+        self._state.degraded("budgets", "open")
+
+    def _principal_scopes(self, principal: Principal) -> tuple[tuple[Scope, str, Budget], ...]:
+        """The key and team scopes of ``principal`` that have a budget (kept per principal
+        object: the auth plugin hands out one per key until it changes); the others are
+        :meth:`_uncounted`."""
         budgeted: list[tuple[Scope, str, Budget]] = []
         if principal.key_id is not None:
             if principal.budget is not None:
@@ -204,33 +259,11 @@ class CostPlugin:
                 budgeted.append(("team", principal.team, principal.team_budget))
             else:
                 self._uncounted("team", principal.team)
-        if principal.user_budget is not None:
-            user = end_user(call)
-            if user is not None:
-                budgeted.append(("user", user, principal.user_budget))
-        if not budgeted:
-            return None
-        if self._uncounted_scopes or self._lost_track:
-            for scope, ident, _ in budgeted:
-                if self._resync_needed(scope, ident):
-                    self._resync(scope, ident)
-        worst = self._worst_case(call)
-        try:
-            reservation, refusal = await self._counters.reserve(budgeted, worst)
-        except StoreUnavailable:
-            if self._fail_closed:
-                self._state.degraded("budgets", "closed")
-                raise BudgetUnavailable(
-                    "the budget cannot be checked right now", retry_after=1.0
-                ) from None
-            self._state.degraded("budgets", "open")
-            return None
-        if reservation is None:
-            assert refusal is not None
-            self._metrics.budget_rejected(refusal.scope).inc()
-            raise _exceeded(refusal)
-        self._in_flight.add(reservation)
-        return reservation
+        scopes = tuple(budgeted)
+        if len(self._scopes) >= _MAX_PRINCIPALS:
+            self._scopes.clear()
+        self._scopes[id(principal)] = (principal, scopes)
+        return scopes
 
     def _uncounted(self, scope: Scope, ident: str) -> None:
         """``scope`` spends while its counters are not kept up (it has no budget)."""
@@ -283,20 +316,26 @@ class CostPlugin:
 
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
-        price among its deployments (0 when none has a price)."""
-        prompt, output = expected_tokens(call, self._options.reserve_output_tokens)
+        price among its deployments (0, and no estimate, when none has a price)."""
         prices = self._prices
-        worst = 0
+        priced: list[ModelPrice] = []
         for deployment in call.deployments:
             price = prices.price(deployment.provider, deployment.model)
             if price is not None:
-                nanos = price.estimate_nanos(prompt, output)
-                if nanos > worst:
-                    worst = nanos
+                priced.append(price)
+        if not priced:
+            return 0
+        prompt, output = expected_tokens(call, self._options.reserve_output_tokens)
+        worst = 0
+        for price in priced:
+            nanos = price.estimate_nanos(prompt, output)
+            if nanos > worst:
+                worst = nanos
         return worst
 
     async def _settle(self, reservation: Reservation, nanos: int) -> None:
-        self._in_flight.discard(reservation)
+        """Settle ``reservation`` (one with a soft limit) at ``nanos``, alerting on the soft
+        limits it crossed."""
         try:
             crossings = await self._counters.settle(reservation, nanos)
         except StoreUnavailable:
@@ -372,9 +411,11 @@ class CostPlugin:
             if usage is None:
                 usage = Usage(input=estimate_prompt_tokens(call), output=generated)
                 call.accounting.usage = usage
-            nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated)
+            nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated) or 0
             if reservation is not None:
-                await self._settle(reservation, nanos or 0)
+                self._in_flight.discard(reservation)
+                if not self._counters.correct(reservation, nanos):
+                    await self._settle(reservation, nanos)
 
         return ended
 
@@ -384,19 +425,30 @@ class CostPlugin:
         """Record what ``usage`` on ``provider``/``model`` cost; the nano-dollars, or None."""
         accounting = call.accounting
         cost = self._prices.cost(provider, model, usage)
-        metrics = self._metrics
         if cost is None:
             accounting.cost_nanos = None
             accounting.cost_source = None
-            metrics.cost_unknown(provider).inc()
+            self._metrics.cost_unknown(provider).inc()
             return None
         accounting.cost_nanos = cost.nanos
         accounting.cost_source = "estimated" if estimated else cost.source
-        if cost.nanos:
-            metrics.cost_usd(provider, metrics.model_label(call.model)).inc(
-                nanos_to_usd(cost.nanos)
-            )
-        return cost.nanos
+        nanos = cost.nanos
+        if nanos:
+            counter = self._cost_counters.get((provider, call.model))
+            if counter is None:
+                counter = self._cost_counter(provider, call.model)
+            counter.inc(nanos / NANOS_PER_USD)
+        return nanos
+
+    def _cost_counter(self, provider: str, model: str) -> Any:
+        """The ``crossway_cost_usd`` child of ``provider`` and the alias ``model`` (its label
+        bounded), kept per pair."""
+        metrics = self._metrics
+        counters = self._cost_counters
+        if len(counters) >= _MAX_COUNTERS:
+            counters.clear()
+        counter = counters[provider, model] = metrics.cost_usd(provider, metrics.model_label(model))
+        return counter
 
 
 def _exceeded(refusal: Refusal) -> BudgetExceeded:

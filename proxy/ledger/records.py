@@ -16,10 +16,11 @@ from typing import Any
 
 import msgspec
 
-from proxy.canonical import Call
+from proxy.canonical import Call, Usage
 from proxy.chain import FinishedRequest
 
 _MAX_TEXT = 256  # stored strings (model names, users) are bounded, as in the access log
+_NO_USAGE = Usage()
 
 
 class SpendRecord(msgspec.Struct, gc=False):
@@ -84,7 +85,7 @@ def end_user(call: Call) -> str | None:
         user = call.principal.user
     if not user:
         return None
-    return user if len(user) <= _MAX_TEXT else user[:_MAX_TEXT]
+    return user[:_MAX_TEXT]  # the string itself when it is short enough
 
 
 def _identity(metadata: dict[str, Any] | None) -> str | None:
@@ -111,17 +112,15 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
             usage = accounting.usage
         cost, source = accounting.cost_nanos, accounting.cost_source
         saved, fallback, cache = accounting.saved_nanos, accounting.fallback, accounting.cache
-        model = call.model if len(call.model) <= _MAX_TEXT else call.model[:_MAX_TEXT]
+        model = call.model[:_MAX_TEXT]  # the string itself when it is short enough
         user = end_user(call)
         first = call.timings.first_token
         ttft = None if first is None else _ms(first)
     upstream_model = request.upstream_model
-    if upstream_model is not None and len(upstream_model) > _MAX_TEXT:
+    if upstream_model is not None:
         upstream_model = upstream_model[:_MAX_TEXT]
     if usage is None:
-        tokens = (0, 0, 0, 0, 0)
-    else:
-        tokens = (usage.input, usage.cache_read, usage.cache_write, usage.output, usage.reasoning)
+        usage = _NO_USAGE
     return SpendRecord(
         record_id,
         request.request_id,
@@ -134,13 +133,17 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         model,
         request.provider,
         upstream_model,
-        *tokens,
+        usage.input,
+        usage.cache_read,
+        usage.cache_write,
+        usage.output,
+        usage.reasoning,
         cost,
         source,
         saved,
         request.status,
         request.error_code,
-        _ms(request.duration),
+        int(request.duration * 1_000_000 + 0.5) / 1000,  # _ms(duration), without a call
         ttft,
         request.attempts,
         fallback,

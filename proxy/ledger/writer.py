@@ -95,18 +95,19 @@ class LedgerWriter:
     def record(self, record: SpendRecord) -> None:
         """Queue ``record`` for the database (never blocks, never raises; once closed, the
         record goes to the journal at once)."""
-        if self._closing:
-            self._late(record)
-            return
-        if len(self._queue) >= self._max_queue:
-            self._drop(1, "the ledger queue is full: the database and the journal are failing")
-            return
         queue = self._queue
+        queued = len(queue)
+        if queued >= self._max_queue or self._closing:
+            if self._closing:
+                self._late(record)
+            else:
+                self._drop(1, "the ledger queue is full: the database and the journal are failing")
+            return
         queue.append(record)
         self._pending.inc()
         if self._task is None:
             self.start()
-        elif len(queue) == 1 or len(queue) >= self._batch_size:
+        elif not queued or queued + 1 >= self._batch_size:
             self._wake.set()  # the first record starts the interval; a full batch ends it
 
     def start(self) -> None:

@@ -36,6 +36,7 @@ from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.state.config import USES, StateConfig, Use
 from proxy.state.redis import RedisStore
+from proxy.state.settlements import Detached
 from proxy.store import Admission, LimitPlan, RateBucket, RateState, Store, StoreUnavailable
 
 Decision = Literal["local", "open", "closed", "miss"]
@@ -133,7 +134,7 @@ class UseStore:
     raises :class:`StoreUnavailable`, it is answered by ``local`` (counted by ``on_local``),
     or, without a local store, raised to the caller."""
 
-    __slots__ = ("_local", "_on_local", "_shared")
+    __slots__ = ("_later", "_local", "_on_local", "_shared")
 
     def __init__(
         self, shared: Store, local: MemoryStore | None, on_local: Callable[[], None]
@@ -141,6 +142,7 @@ class UseStore:
         self._shared = shared
         self._local = local
         self._on_local = on_local
+        self._later = Detached()
 
     def _fallback(self, error: StoreUnavailable) -> MemoryStore:
         if self._local is None:
@@ -239,3 +241,8 @@ class UseStore:
             return await self._shared.incr_within(keys, amount, limits, ttls)
         except StoreUnavailable as error:
             return await self._fallback(error).incr_within(keys, amount, limits, ttls)
+
+    def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
+        """See :meth:`proxy.store.Store.incr_later`: :meth:`incr_within` (which falls back as
+        the other operations do), started now and not waited for."""
+        self._later.start(self.incr_within(keys, amount, None, ttls))
