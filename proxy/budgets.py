@@ -218,7 +218,7 @@ class SpendCounters:
         owed = plan.owed
         if owed:  # the corrections ride on this reservation, checked as if already applied
             plan.owed = 0
-            limits = [limit - owed for limit in limits]
+            limits = list(map(owed.__rsub__, limits))  # limit - owed, without a frame
         try:
             refused, values = await self._store.incr_within(
                 plan.keys, nanos + owed, limits, plan.ttls

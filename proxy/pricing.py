@@ -140,7 +140,7 @@ def format_usd(nanos: int) -> str:
     whole, fraction = divmod(nanos, NANOS_PER_USD)
     if not fraction:
         return str(whole)
-    return f"{whole}.{fraction:09d}".rstrip("0")
+    return f"{whole}.{str(fraction + NANOS_PER_USD)[1:].rstrip('0')}"  # nine digits, padded
 
 
 def nanos_to_usd(nanos: int) -> float:

@@ -21,6 +21,7 @@ from proxy.chain import FinishedRequest
 
 _MAX_TEXT = 256  # stored strings (model names, users) are bounded, as in the access log
 _NO_USAGE = Usage()
+_BIT_64 = 1 << 64
 
 
 class SpendRecord(msgspec.Struct, gc=False):
@@ -71,8 +72,9 @@ class RecordIds:
         self._counter = itertools.count(1)
 
     def __call__(self) -> str:
-        """The next id."""
-        return f"{self._prefix}{next(self._counter):016x}"
+        """The next id (the counter in 16 hex digits, as ``hex`` of it with a 65th bit set:
+        cheaper than a format spec)."""
+        return self._prefix + hex(next(self._counter) | _BIT_64)[3:]
 
 
 def end_user(call: Call) -> str | None:
