@@ -184,6 +184,7 @@ class SpendCounters:
         self._generation = 0  # moves whenever past days' sums may have changed
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
         self._plans: dict[tuple[tuple[Scope, str, Budget], ...], _Plan] = {}
+        self._same: dict[int, _Plan] = {}  # by id of the tuple it was made from: no hashing
         self._owing: list[_Plan] = []
         self._sending: asyncio.Handle | None = None
 
@@ -198,9 +199,11 @@ class SpendCounters:
         Returns the reservation (to :meth:`correct` or :meth:`settle` later), or the refusal.
         """
         day = int(self._clock() // _DAY)
-        plan = self._plans.get(scopes)
-        if plan is None or plan.day != day:
-            plan = self._plan(day, scopes)
+        plan = self._same.get(id(scopes))
+        if plan is None or plan.scopes is not scopes or plan.day != day:
+            plan = self._plans.get(scopes)
+            if plan is None or plan.day != day:
+                plan = self._plan(day, scopes)
         limits = plan.limits
         if plan.rolling:
             now = time.monotonic()
@@ -400,9 +403,11 @@ class SpendCounters:
             keys.append(all_key if lifetime else day_key)
             ttls.append(None if lifetime else _DAY_TTL)
         plan = _Plan(scopes, day, keys, ttls)
-        if len(self._plans) >= _MAX_CACHED:
+        if len(self._same) >= _MAX_CACHED:  # (it holds every plan _plans does)
             self._plans.clear()
+            self._same.clear()
         self._plans[scopes] = plan
+        self._same[id(scopes)] = plan  # plan.scopes keeps the id from being reused
         return plan
 
     def _keys(self, scope: Scope, ident: str, day: int) -> tuple[str, str]:

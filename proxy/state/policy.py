@@ -108,7 +108,11 @@ class SharedState:
             await self.redis.start()
 
     async def close(self) -> None:
-        """Close the shared store's connections."""
+        """Let the corrections the views sent without waiting go out, then close the shared
+        store's connections."""
+        for view in self._views.values():
+            if isinstance(view, UseStore):
+                await view.drain()
         if self.redis is not None:
             await self.redis.close()
 
@@ -246,3 +250,7 @@ class UseStore:
         """See :meth:`proxy.store.Store.incr_later`: :meth:`incr_within` (which falls back as
         the other operations do), started now and not waited for."""
         self._later.start(self.incr_within(keys, amount, None, ttls))
+
+    async def drain(self) -> None:
+        """Wait for the corrections :meth:`incr_later` started (the state's close)."""
+        await self._later.drain()
