@@ -23,9 +23,10 @@ Before the call, each budgeted scope reserves the request's worst case — its e
 plus ``max_tokens`` (else ``reserve_output_tokens``) at the dearest price among its deployments
 — and a scope that has already spent its budget refuses: 429 ``budget_exceeded`` with
 ``x-should-retry: false``, naming the scope and when its budget resets; nothing is sent
-upstream. When the request ends the reservation becomes the real cost. Scopes without a budget
+upstream. When the request ends the reservation becomes the real cost (the correction rides
+in the next reservation of the same scopes, or leaves at the end of the loop turn). Scopes without a budget
 touch no counter; when one starts to have a budget, its counters are re-read from the ledger in
-the background (meanwhile it is checked against what they held). A request whose models have
+the background (:mod:`proxy.budget_sync`; meanwhile it is checked against what they held). A request whose models have
 no price reserves nothing. When the shared state store cannot be reached,
 ``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a budgeted request is
 refused with 503 ``state_unavailable`` (``closed``, the default), served unchecked
@@ -44,28 +45,26 @@ users).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
 
 from proxy.alerts import WebhookAlerts
+from proxy.budget_sync import CounterSync
 from proxy.budgets import (
     Crossing,
     Refusal,
     Reservation,
     Scope,
     SpendCounters,
-    day_of,
     max_nanos,
     resets_at,
 )
 from proxy.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
 from proxy.chain import FinishedRequest, Next, PluginContext
-from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import message_tokens
@@ -75,10 +74,6 @@ from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
 COST_HEADER = "x-crossway-cost-usd"
-_REBUILD_DAYS = 40
-_REBUILD_USERS = 10_000
-_REBUILD_TIMEOUT = 30.0
-_MAX_TRACKED = 100_000
 _MAX_PRINCIPALS = 10_000
 _MAX_COUNTERS = 4096
 
@@ -113,15 +108,18 @@ class CostPlugin:
         self._counters = SpendCounters(context.state.store_for("budgets"))
         self._fail_closed = context.state.policy("budgets") == "closed"
         self._ledger = context.ledger if options.ledger else None
-        self._database = context.database
         self._ids = RecordIds()
         self._in_flight: set[Reservation] = set()
+        self._sync = CounterSync(
+            self._counters,
+            self._ledger,
+            context.database,
+            context.logger,
+            self._reserved_on,
+            lambda: self._state.degraded("budgets", "open"),
+        )
         self._scopes: dict[int, tuple[Principal, tuple[tuple[Scope, str, Budget], ...]]] = {}
         self._cost_counters: dict[tuple[str, str], Any] = {}
-        self._uncounted_scopes: set[tuple[Scope, str]] = set()
-        self._resynced: set[tuple[Scope, str]] = set()
-        self._lost_track = False
-        self._tasks: set[asyncio.Task[None]] = set()
         url = options.alerts.webhook_url
         self._webhook = (
             None
@@ -202,16 +200,14 @@ class CostPlugin:
         counters then start from what the store holds."""
         if self._ledger is None:
             return
-        if self._database is not None:
-            await self._rebuild()
+        await self._sync.rebuild()
         self._ledger.start()
 
     async def close(self) -> None:
         """Send the budget corrections still owed; stop pending alert deliveries and counter
         re-reads."""
         self._counters.send_corrections()
-        for task in list(self._tasks):
-            task.cancel()
+        self._sync.close()
         if self._webhook is not None:
             await self._webhook.close()
 
@@ -230,11 +226,13 @@ class CostPlugin:
             user = end_user(call)
             if user is not None:
                 budgeted = (*budgeted, ("user", user, principal.user_budget))
-        if budgeted and (self._uncounted_scopes or self._lost_track):
-            for scope, ident, _ in budgeted:
-                if self._resync_needed(scope, ident):
-                    self._resync(scope, ident)
+        if budgeted and self._sync.watching:
+            self._sync.check(budgeted)
         return budgeted
+
+    def _reserved_on(self, scope: Scope, ident: str) -> int:
+        """What the requests in flight have reserved on ``scope`` / ``ident``."""
+        return sum(r.nanos for r in self._in_flight if r.holds(scope, ident))
 
     def _unchecked(self) -> None:
         """The budgets cannot be checked: refuse (:class:`BudgetUnavailable`) when the policy
@@ -253,66 +251,17 @@ class CostPlugin:
             if principal.budget is not None:
                 budgeted.append(("key", principal.key_id, principal.budget))
             else:
-                self._uncounted("key", principal.key_id)
+                self._sync.uncounted("key", principal.key_id)
         if principal.team is not None:
             if principal.team_budget is not None:
                 budgeted.append(("team", principal.team, principal.team_budget))
             else:
-                self._uncounted("team", principal.team)
+                self._sync.uncounted("team", principal.team)
         scopes = tuple(budgeted)
         if len(self._scopes) >= _MAX_PRINCIPALS:
             self._scopes.clear()
         self._scopes[id(principal)] = (principal, scopes)
         return scopes
-
-    def _uncounted(self, scope: Scope, ident: str) -> None:
-        """``scope`` spends while its counters are not kept up (it has no budget)."""
-        uncounted = self._uncounted_scopes
-        if (scope, ident) in uncounted:
-            return
-        if len(uncounted) < _MAX_TRACKED:
-            uncounted.add((scope, ident))
-        else:
-            self._lost_track = True
-
-    def _resync_needed(self, scope: Scope, ident: str) -> bool:
-        key = (scope, ident)
-        if key in self._resynced:
-            return False
-        if key not in self._uncounted_scopes and not self._lost_track:
-            return False
-        if len(self._resynced) >= _MAX_TRACKED:
-            self._resynced.clear()
-        self._resynced.add(key)
-        self._uncounted_scopes.discard(key)
-        return self._ledger is not None and self._database is not None
-
-    def _resync(self, scope: Scope, ident: str) -> None:
-        """Re-read ``scope``'s counters from the ledger in the background (a budget it did not
-        have when it last spent: what it spent meanwhile was not counted)."""
-        task = asyncio.get_running_loop().create_task(self._reread(scope, ident))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _reread(self, scope: Scope, ident: str) -> None:
-        assert self._ledger is not None
-        assert self._database is not None
-        now = self._counters.clock()
-        since = datetime.fromtimestamp(now, UTC) - timedelta(days=_REBUILD_DAYS)
-        try:
-            await self._ledger.flush()
-            async with asyncio.timeout(_REBUILD_TIMEOUT):
-                days, total = await SpendRepository(self._database).scope_sums(scope, ident, since)
-            in_flight = sum(r.nanos for r in self._in_flight if r.holds(scope, ident))
-            today = day_of(now)
-            spent = {day_of(_day_start(day)): nanos for day, nanos in days}
-            spent[today] = spent.get(today, 0) + in_flight
-            await self._counters.overwrite(scope, ident, spent.items(), total + in_flight)
-            self._logger.info("budget_counters_reread", scope=scope)
-        except Exception as exc:
-            self._logger.warning(
-                "budget_counters_not_reread", scope=scope, reason=f"{type(exc).__name__}: {exc}"
-            )
 
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
@@ -379,28 +328,6 @@ class CostPlugin:
                 }
             )
 
-    async def _rebuild(self) -> None:
-        assert self._database is not None
-        now = self._counters.clock()
-        since = datetime.fromtimestamp(now, UTC) - timedelta(days=_REBUILD_DAYS)
-        try:
-            async with asyncio.timeout(_REBUILD_TIMEOUT):
-                repository = SpendRepository(self._database)
-                days = await repository.day_sums(since, _REBUILD_USERS)
-                totals = await repository.lifetime_sums()
-        except Exception as exc:
-            self._logger.warning(
-                "budget_counters_not_rebuilt", reason=f"{type(exc).__name__}: {exc}"
-            )
-            return
-        by_number = [(scope, ident, day_of(_day_start(day)), n) for scope, ident, day, n in days]
-        try:
-            written = await self._counters.rebuild(by_number, totals)  # type: ignore[arg-type]
-        except StoreUnavailable:
-            self._state.degraded("budgets", "open")
-            return
-        self._logger.info("budget_counters_rebuilt", counters=written)
-
     # -- cost -----------------------------------------------------------------------------
 
     def _stream_ended(
@@ -462,11 +389,6 @@ def _exceeded(refusal: Refusal) -> BudgetExceeded:
         f"the {what} budget is spent (${spent} of ${limit} per {budget.period}); {when}",
         scope=refusal.scope,
     )
-
-
-def _day_start(day: str) -> float:
-    """The UNIX time of a ledger ``day`` (``YYYY-MM-DD``, UTC)."""
-    return datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
 
 
 def _rfc3339(moment: datetime) -> str:
