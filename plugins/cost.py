@@ -23,18 +23,17 @@ Before the call, each budgeted scope reserves the request's worst case — its e
 plus ``max_tokens`` (else ``reserve_output_tokens``) at the dearest price among its deployments
 — and a scope that has already spent its budget refuses: 429 ``budget_exceeded`` with
 ``x-should-retry: false``, naming the scope and when its budget resets; nothing is sent
-upstream. When the request ends the reservation becomes the real cost (the correction rides
-in the next reservation of the same scopes, or leaves at the end of the loop turn). Scopes without a budget
-touch no counter; when one starts to have a budget, its counters are re-read from the ledger in
-the background (:mod:`proxy.budget_sync`; meanwhile it is checked against what they held). A request whose models have
-no price reserves nothing. When the shared state store cannot be reached,
-``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a budgeted request is
-refused with 503 ``state_unavailable`` (``closed``, the default), served unchecked
-(``open``) or checked against this process's own counters meanwhile (``local``); each such
-decision counts in ``crossway_state_degraded_total{use="budgets"}``. Crossing a budget's
-``soft_usd`` logs a warning once per period, counts
-``crossway_budget_alerts_total{scope}`` and, with ``alerts.webhook_url``, POSTs a JSON alert
-(retried, never holding up a request).
+upstream. When the request ends the reservation becomes the real cost (the correction rides in
+the next reservation of the same scopes, or leaves at the end of the loop turn). Scopes without
+a budget touch no counter; when one starts to have a budget, its counters are re-read from the
+ledger in the background (:mod:`proxy.budget_sync`; meanwhile it is checked against what they
+held). A request whose models have no price reserves nothing. When the shared state store
+cannot be reached, ``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a
+budgeted request is refused with 503 ``state_unavailable`` (``closed``, the default), served
+unchecked (``open``) or checked against this process's own counters meanwhile (``local``); each
+such decision counts in ``crossway_state_degraded_total{use="budgets"}``. Crossing a budget's
+``soft_usd`` logs a warning once per period, counts ``crossway_budget_alerts_total{scope}``
+and, with ``alerts.webhook_url``, POSTs a JSON alert (retried, never holding up a request).
 
 **Ledger** (``ledger: true``, the default). Every request that ran on this config — served,
 failed, refused, cancelled, answered from the cache — becomes one record
