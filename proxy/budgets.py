@@ -227,10 +227,10 @@ class SpendCounters:
                 plan.keys, nanos + owed, limits, plan.ttls
             )
         except BaseException:
-            plan.owed += owed
+            self._owe(plan, owed)  # still owed: nothing was added
             raise
         if refused is not None:
-            plan.owed += owed
+            self._owe(plan, owed)
             scope, ident, budget = scopes[refused]
             spent = values[refused] + plan.limits[refused] - limits[refused]
             return None, Refusal(scope, ident, budget, spent)
@@ -248,17 +248,20 @@ class SpendCounters:
         Reservations meanwhile are checked as if it had been applied."""
         if reservation.soft:
             return False
-        delta = nanos - reservation.nanos
-        if delta:
-            plan = reservation.plan
-            plan.owed += delta
-            if not plan.owing:
-                plan.owing = True
-                self._owing.append(plan)
-                if self._sending is None:
-                    loop = asyncio.get_running_loop()
-                    self._sending = loop.call_soon(self.send_corrections)
+        self._owe(reservation.plan, nanos - reservation.nanos)
         return True
+
+    def _owe(self, plan: _Plan, nanos: int) -> None:
+        """Owe ``nanos`` to ``plan``'s counters, sent at the end of this loop turn at the
+        latest."""
+        if not nanos:
+            return
+        plan.owed += nanos
+        if not plan.owing:
+            plan.owing = True
+            self._owing.append(plan)
+            if self._sending is None:
+                self._sending = asyncio.get_running_loop().call_soon(self.send_corrections)
 
     def send_corrections(self) -> None:
         """Send every correction still owed now (:meth:`correct`)."""
