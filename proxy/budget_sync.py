@@ -59,11 +59,9 @@ class CounterSync:
         self._resynced: set[tuple[Scope, str]] = set()
         self._lost_track = False
         self._tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def watching(self) -> bool:
-        """Whether a budgeted scope may need a re-read (:meth:`check` has work to do)."""
-        return bool(self._uncounted) or self._lost_track
+        self.watching = False
+        """Whether a budgeted scope may need a re-read (:meth:`check` has work to do): an
+        attribute, not a property, as the hot path reads it on every budgeted request."""
 
     def uncounted(self, scope: Scope, ident: str) -> None:
         """``scope`` spends while its counters are not kept up (it has no budget)."""
@@ -74,6 +72,7 @@ class CounterSync:
             uncounted.add((scope, ident))
         else:
             self._lost_track = True
+        self.watching = True
 
     def check(self, budgeted: tuple[tuple[Scope, str, Budget], ...]) -> None:
         """Start a background re-read for each of ``budgeted`` that spent uncounted."""
@@ -122,6 +121,7 @@ class CounterSync:
             self._resynced.clear()
         self._resynced.add(key)
         self._uncounted.discard(key)
+        self.watching = bool(self._uncounted) or self._lost_track
         return self._ledger is not None and self._database is not None
 
     async def _reread(self, scope: Scope, ident: str) -> None:

@@ -71,6 +71,7 @@ async def test_a_scope_that_spent_uncounted_is_reread_once_it_has_a_budget(
     await SpendRepository(database).write([spent("k1", None, 900)])
     assert counter_sync.watching
     counter_sync.check((("key", "k1", MONTH),))
+    assert not counter_sync.watching  # nothing else spent uncounted
     today = f"d{int(time.time() // 86_400)}"
     day = f"crossway:spend:key:k1:{today}"
     await until(lambda: store._data.get(day) is not None, what="the re-read")
