@@ -115,7 +115,9 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         cost, source = accounting.cost_nanos, accounting.cost_source
         saved, fallback, cache = accounting.saved_nanos, accounting.fallback, accounting.cache
         model = call.model[:_MAX_TEXT]  # the string itself when it is short enough
-        user = end_user(call)
+        # end_user(call), without its call when nothing names a user (the common case)
+        named = call.params.user or call.options.metadata or call.principal.user
+        user = end_user(call) if named else None
         first = call.timings.first_token
         ttft = None if first is None else _ms(first)
     upstream_model = request.upstream_model
