@@ -23,17 +23,17 @@ Before the call, each budgeted scope reserves the request's worst case — its e
 plus ``max_tokens`` (else ``reserve_output_tokens``) at the dearest price among its deployments
 — and a scope that has already spent its budget refuses: 429 ``budget_exceeded`` with
 ``x-should-retry: false``, naming the scope and when its budget resets; nothing is sent
-upstream. When the request ends the reservation becomes the real cost. Scopes without a budget
-touch no counter; when one starts to have a budget, its counters are re-read from the ledger in
-the background (meanwhile it is checked against what they held). A request whose models have
-no price reserves nothing. When the shared state store cannot be reached,
-``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a budgeted request is
-refused with 503 ``state_unavailable`` (``closed``, the default), served unchecked
-(``open``) or checked against this process's own counters meanwhile (``local``); each such
-decision counts in ``crossway_state_degraded_total{use="budgets"}``. Crossing a budget's
-``soft_usd`` logs a warning once per period, counts
-``crossway_budget_alerts_total{scope}`` and, with ``alerts.webhook_url``, POSTs a JSON alert
-(retried, never holding up a request).
+upstream. When the request ends the reservation becomes the real cost (the correction rides in
+the next reservation of the same scopes, or leaves at the end of the loop turn). Scopes without
+a budget touch no counter; when one starts to have a budget, its counters are re-read from the
+ledger in the background (:mod:`proxy.budget_sync`; meanwhile it is checked against what they
+held). A request whose models have no price reserves nothing. When the shared state store
+cannot be reached, ``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a
+budgeted request is refused with 503 ``state_unavailable`` (``closed``, the default), served
+unchecked (``open``) or checked against this process's own counters meanwhile (``local``); each
+such decision counts in ``crossway_state_degraded_total{use="budgets"}``. Crossing a budget's
+``soft_usd`` logs a warning once per period, counts ``crossway_budget_alerts_total{scope}``
+and, with ``alerts.webhook_url``, POSTs a JSON alert (retried, never holding up a request).
 
 **Ledger** (``ledger: true``, the default). Every request that ran on this config — served,
 failed, refused, cancelled, answered from the cache — becomes one record
@@ -44,41 +44,37 @@ users).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
 
 from proxy.alerts import WebhookAlerts
+from proxy.budget_sync import CounterSync
 from proxy.budgets import (
     Crossing,
     Refusal,
     Reservation,
     Scope,
     SpendCounters,
-    day_of,
     max_nanos,
     resets_at,
 )
-from proxy.canonical import ANONYMOUS, Budget, Call, Reply, Usage
+from proxy.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
 from proxy.chain import FinishedRequest, Next, PluginContext
-from proxy.db.spend import SpendRepository
 from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import message_tokens
 from proxy.observed import observe
-from proxy.pricing import PriceBook, format_usd, nanos_to_usd
+from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
 COST_HEADER = "x-crossway-cost-usd"
-_REBUILD_DAYS = 40
-_REBUILD_USERS = 10_000
-_REBUILD_TIMEOUT = 30.0
-_MAX_TRACKED = 100_000
+_MAX_PRINCIPALS = 10_000
+_MAX_COUNTERS = 4096
 
 
 class AlertsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -111,13 +107,18 @@ class CostPlugin:
         self._counters = SpendCounters(context.state.store_for("budgets"))
         self._fail_closed = context.state.policy("budgets") == "closed"
         self._ledger = context.ledger if options.ledger else None
-        self._database = context.database
         self._ids = RecordIds()
         self._in_flight: set[Reservation] = set()
-        self._uncounted_scopes: set[tuple[Scope, str]] = set()
-        self._resynced: set[tuple[Scope, str]] = set()
-        self._lost_track = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._sync = CounterSync(
+            self._counters,
+            self._ledger,
+            context.database,
+            context.logger,
+            self._reserved_on,
+            lambda: self._state.degraded("budgets", "open"),
+        )
+        self._scopes: dict[int, tuple[Principal, tuple[tuple[Scope, str, Budget], ...]]] = {}
+        self._cost_counters: dict[tuple[str, str], Any] = {}
         url = options.alerts.webhook_url
         self._webhook = (
             None
@@ -134,22 +135,38 @@ class CostPlugin:
         """Check budgets, pass ``call`` on, and price what comes back (a stream when it is
         over). Raises :class:`BudgetExceeded` (429) or :class:`BudgetUnavailable` (503)
         before any upstream call."""
-        reservation = None if call.principal is ANONYMOUS else await self._reserve(call)
+        reservation = None
+        if call.principal is not ANONYMOUS:
+            budgeted = self._budgeted(call)
+            if budgeted:
+                try:
+                    reservation, refusal = await self._counters.reserve(
+                        budgeted, self._worst_case(call)
+                    )
+                except StoreUnavailable:
+                    reservation, refusal = self._unchecked(), None
+                if refusal is not None:
+                    self._metrics.budget_rejected(refusal.scope).inc()
+                    raise _exceeded(refusal)
+                if reservation is not None:
+                    self._in_flight.add(reservation)
         try:
             reply = await next(call)
         except BaseException:
             call.accounting.cost_nanos = 0  # nothing was served
             call.accounting.cost_source = "estimated"
             if reservation is not None:
-                await self._settle(reservation, 0)
+                self._in_flight.discard(reservation)
+                if not self._counters.correct(reservation, 0):
+                    await self._settle(reservation, 0)
             raise
         if reply.stream is not None:
             on_end = self._stream_ended(call, reply, reservation)
             reply.stream = observe(reply.stream, on_end, meters=True)
             return reply
-        usage = reply.whole_usage()
+        response = reply.response
+        usage = response.usage if response is not None else reply.whole_usage()
         if usage is None:
-            response = reply.response
             usage = Usage(
                 input=estimate_prompt_tokens(call),
                 output=0
@@ -160,8 +177,12 @@ class CostPlugin:
         nanos = self._charge(call, reply.provider, reply.model, usage)
         if nanos is not None:
             reply.headers[COST_HEADER] = format_usd(nanos)
+        else:
+            nanos = 0
         if reservation is not None:
-            await self._settle(reservation, nanos or 0)
+            self._in_flight.discard(reservation)
+            if not self._counters.correct(reservation, nanos):
+                await self._settle(reservation, nanos)
         return reply
 
     def finished(self, request: FinishedRequest) -> None:
@@ -178,125 +199,91 @@ class CostPlugin:
         counters then start from what the store holds."""
         if self._ledger is None:
             return
-        if self._database is not None:
-            await self._rebuild()
+        await self._sync.rebuild()
         self._ledger.start()
 
     async def close(self) -> None:
-        """Stop pending alert deliveries and counter re-reads."""
-        for task in list(self._tasks):
-            task.cancel()
+        """Send the budget corrections still owed; stop pending alert deliveries and counter
+        re-reads."""
+        self._counters.send_corrections()
+        self._sync.close()
         if self._webhook is not None:
             await self._webhook.close()
 
     # -- budgets --------------------------------------------------------------------------
 
-    async def _reserve(self, call: Call) -> Reservation | None:
+    def _budgeted(self, call: Call) -> tuple[tuple[Scope, str, Budget], ...]:
+        """The scopes of ``call`` that have a budget (``(scope, id, budget)``), re-reading in
+        the background those that just started to have one (see the module docstring)."""
         principal = call.principal
+        known = self._scopes.get(id(principal))
+        if known is not None and known[0] is principal:
+            budgeted = known[1]
+        else:
+            budgeted = self._principal_scopes(principal)
+        if principal.user_budget is not None:
+            user = end_user(call)
+            if user is not None:
+                budgeted = (*budgeted, ("user", user, principal.user_budget))
+        if budgeted and self._sync.watching:
+            self._sync.check(budgeted)
+        return budgeted
+
+    def _reserved_on(self, scope: Scope, ident: str) -> int:
+        """What the requests in flight have reserved on ``scope`` / ``ident``."""
+        return sum(r.nanos for r in self._in_flight if r.holds(scope, ident))
+
+    def _unchecked(self) -> None:
+        """The budgets cannot be checked: refuse (:class:`BudgetUnavailable`) when the policy
+        is ``closed``, else go on without a reservation; counted either way."""
+        if self._fail_closed:
+            self._state.degraded("budgets", "closed")
+            raise BudgetUnavailable("the budget cannot be checked right now", retry_after=1.0)
+        self._state.degraded("budgets", "open")
+
+    def _principal_scopes(self, principal: Principal) -> tuple[tuple[Scope, str, Budget], ...]:
+        """The key and team scopes of ``principal`` that have a budget (kept per principal
+        object: the auth plugin hands out one per key until it changes); the others are
+        :meth:`_uncounted`."""
         budgeted: list[tuple[Scope, str, Budget]] = []
         if principal.key_id is not None:
             if principal.budget is not None:
                 budgeted.append(("key", principal.key_id, principal.budget))
             else:
-                self._uncounted("key", principal.key_id)
+                self._sync.uncounted("key", principal.key_id)
         if principal.team is not None:
             if principal.team_budget is not None:
                 budgeted.append(("team", principal.team, principal.team_budget))
             else:
-                self._uncounted("team", principal.team)
-        if principal.user_budget is not None:
-            user = end_user(call)
-            if user is not None:
-                budgeted.append(("user", user, principal.user_budget))
-        if not budgeted:
-            return None
-        if self._uncounted_scopes or self._lost_track:
-            for scope, ident, _ in budgeted:
-                if self._resync_needed(scope, ident):
-                    self._resync(scope, ident)
-        worst = self._worst_case(call)
-        try:
-            reservation, refusal = await self._counters.reserve(budgeted, worst)
-        except StoreUnavailable:
-            if self._fail_closed:
-                self._state.degraded("budgets", "closed")
-                raise BudgetUnavailable(
-                    "the budget cannot be checked right now", retry_after=1.0
-                ) from None
-            self._state.degraded("budgets", "open")
-            return None
-        if reservation is None:
-            assert refusal is not None
-            self._metrics.budget_rejected(refusal.scope).inc()
-            raise _exceeded(refusal)
-        self._in_flight.add(reservation)
-        return reservation
-
-    def _uncounted(self, scope: Scope, ident: str) -> None:
-        """``scope`` spends while its counters are not kept up (it has no budget)."""
-        uncounted = self._uncounted_scopes
-        if (scope, ident) in uncounted:
-            return
-        if len(uncounted) < _MAX_TRACKED:
-            uncounted.add((scope, ident))
-        else:
-            self._lost_track = True
-
-    def _resync_needed(self, scope: Scope, ident: str) -> bool:
-        key = (scope, ident)
-        if key in self._resynced:
-            return False
-        if key not in self._uncounted_scopes and not self._lost_track:
-            return False
-        if len(self._resynced) >= _MAX_TRACKED:
-            self._resynced.clear()
-        self._resynced.add(key)
-        self._uncounted_scopes.discard(key)
-        return self._ledger is not None and self._database is not None
-
-    def _resync(self, scope: Scope, ident: str) -> None:
-        """Re-read ``scope``'s counters from the ledger in the background (a budget it did not
-        have when it last spent: what it spent meanwhile was not counted)."""
-        task = asyncio.get_running_loop().create_task(self._reread(scope, ident))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _reread(self, scope: Scope, ident: str) -> None:
-        assert self._ledger is not None
-        assert self._database is not None
-        now = self._counters.clock()
-        since = datetime.fromtimestamp(now, UTC) - timedelta(days=_REBUILD_DAYS)
-        try:
-            await self._ledger.flush()
-            async with asyncio.timeout(_REBUILD_TIMEOUT):
-                days, total = await SpendRepository(self._database).scope_sums(scope, ident, since)
-            in_flight = sum(r.nanos for r in self._in_flight if r.holds(scope, ident))
-            today = day_of(now)
-            spent = {day_of(_day_start(day)): nanos for day, nanos in days}
-            spent[today] = spent.get(today, 0) + in_flight
-            await self._counters.overwrite(scope, ident, spent.items(), total + in_flight)
-            self._logger.info("budget_counters_reread", scope=scope)
-        except Exception as exc:
-            self._logger.warning(
-                "budget_counters_not_reread", scope=scope, reason=f"{type(exc).__name__}: {exc}"
-            )
+                self._sync.uncounted("team", principal.team)
+        scopes = tuple(budgeted)
+        if len(self._scopes) >= _MAX_PRINCIPALS:
+            self._scopes.clear()
+        self._scopes[id(principal)] = (principal, scopes)
+        return scopes
 
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
-        price among its deployments (0 when none has a price)."""
-        prompt, output = expected_tokens(call, self._options.reserve_output_tokens)
+        price among its deployments (0, and no estimate, when none has a price)."""
         prices = self._prices
-        worst = 0
+        priced: list[ModelPrice] = []
         for deployment in call.deployments:
             price = prices.price(deployment.provider, deployment.model)
             if price is not None:
-                nanos = price.estimate_nanos(prompt, output)
-                if nanos > worst:
-                    worst = nanos
+                priced.append(price)
+        if not priced:
+            return 0
+        prompt, output = expected_tokens(call, self._options.reserve_output_tokens)
+        worst = 0
+        for price in priced:
+            nanos = price.estimate_nanos(prompt, output)
+            if nanos > worst:
+                worst = nanos
         return worst
 
     async def _settle(self, reservation: Reservation, nanos: int) -> None:
-        self._in_flight.discard(reservation)
+        """Settle ``reservation`` (one with a soft limit) at ``nanos``, alerting on the soft
+        limits it crossed."""
         try:
             crossings = await self._counters.settle(reservation, nanos)
         except StoreUnavailable:
@@ -340,28 +327,6 @@ class CostPlugin:
                 }
             )
 
-    async def _rebuild(self) -> None:
-        assert self._database is not None
-        now = self._counters.clock()
-        since = datetime.fromtimestamp(now, UTC) - timedelta(days=_REBUILD_DAYS)
-        try:
-            async with asyncio.timeout(_REBUILD_TIMEOUT):
-                repository = SpendRepository(self._database)
-                days = await repository.day_sums(since, _REBUILD_USERS)
-                totals = await repository.lifetime_sums()
-        except Exception as exc:
-            self._logger.warning(
-                "budget_counters_not_rebuilt", reason=f"{type(exc).__name__}: {exc}"
-            )
-            return
-        by_number = [(scope, ident, day_of(_day_start(day)), n) for scope, ident, day, n in days]
-        try:
-            written = await self._counters.rebuild(by_number, totals)  # type: ignore[arg-type]
-        except StoreUnavailable:
-            self._state.degraded("budgets", "open")
-            return
-        self._logger.info("budget_counters_rebuilt", counters=written)
-
     # -- cost -----------------------------------------------------------------------------
 
     def _stream_ended(
@@ -372,9 +337,11 @@ class CostPlugin:
             if usage is None:
                 usage = Usage(input=estimate_prompt_tokens(call), output=generated)
                 call.accounting.usage = usage
-            nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated)
+            nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated) or 0
             if reservation is not None:
-                await self._settle(reservation, nanos or 0)
+                self._in_flight.discard(reservation)
+                if not self._counters.correct(reservation, nanos):
+                    await self._settle(reservation, nanos)
 
         return ended
 
@@ -384,19 +351,30 @@ class CostPlugin:
         """Record what ``usage`` on ``provider``/``model`` cost; the nano-dollars, or None."""
         accounting = call.accounting
         cost = self._prices.cost(provider, model, usage)
-        metrics = self._metrics
         if cost is None:
             accounting.cost_nanos = None
             accounting.cost_source = None
-            metrics.cost_unknown(provider).inc()
+            self._metrics.cost_unknown(provider).inc()
             return None
         accounting.cost_nanos = cost.nanos
         accounting.cost_source = "estimated" if estimated else cost.source
-        if cost.nanos:
-            metrics.cost_usd(provider, metrics.model_label(call.model)).inc(
-                nanos_to_usd(cost.nanos)
-            )
-        return cost.nanos
+        nanos = cost.nanos
+        if nanos:
+            counter = self._cost_counters.get((provider, call.model))
+            if counter is None:
+                counter = self._cost_counter(provider, call.model)
+            counter.inc(nanos / NANOS_PER_USD)
+        return nanos
+
+    def _cost_counter(self, provider: str, model: str) -> Any:
+        """The ``crossway_cost_usd`` child of ``provider`` and the alias ``model`` (its label
+        bounded), kept per pair."""
+        metrics = self._metrics
+        counters = self._cost_counters
+        if len(counters) >= _MAX_COUNTERS:
+            counters.clear()
+        counter = counters[provider, model] = metrics.cost_usd(provider, metrics.model_label(model))
+        return counter
 
 
 def _exceeded(refusal: Refusal) -> BudgetExceeded:
@@ -410,11 +388,6 @@ def _exceeded(refusal: Refusal) -> BudgetExceeded:
         f"the {what} budget is spent (${spent} of ${limit} per {budget.period}); {when}",
         scope=refusal.scope,
     )
-
-
-def _day_start(day: str) -> float:
-    """The UNIX time of a ledger ``day`` (``YYYY-MM-DD``, UTC)."""
-    return datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
 
 
 def _rfc3339(moment: datetime) -> str:

@@ -12,7 +12,9 @@ still in flight. They are rebuilt from the spend ledger when the gateway starts
 kept up by the requests of scopes that have a budget — the day counters for a period budget,
 the lifetime counter for a ``lifetime`` one: one store operation
 (:meth:`~proxy.store.Store.incr_within`, one round trip on Redis) reserves on every scope of a
-request at once, and one settles them.
+request at once, and one corrects them to the real cost when it ends — without waiting
+(:meth:`~proxy.store.Store.incr_later`) unless a scope has a soft limit, whose crossing needs
+the counters read back.
 A scope that starts to have a budget is re-read from the ledger (:meth:`SpendCounters.
 overwrite`; the ``cost`` plugin does it in the background the first time it sees the budget).
 
@@ -39,10 +41,13 @@ minute per scope and kept in process; today's counter is always read live.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
+
+import msgspec
 
 from proxy.canonical import Budget, BudgetPeriod
 from proxy.pricing import NANOS_PER_USD
@@ -57,6 +62,7 @@ _KEEP_DAYS = 40
 _DAY_TTL = _KEEP_DAYS * _DAY
 _CLOSED_TTL = 60.0
 _WINDOW_DAYS = {"1d": 1, "7d": 7, "30d": 30}
+_UNROLLED = ("1d", "lifetime")  # periods that read no past day
 _MAX_CACHED = 10_000
 
 
@@ -86,33 +92,20 @@ def resets_at(period: BudgetPeriod, now: float) -> datetime | None:
     return today + timedelta(days=1)
 
 
-class Reservation:
-    """What one request reserved: ``nanos`` on the counter of each of its budgeted ``scopes``
-    (``(scope, id, budget)``) that the budget's period reads (``keys``, created with ``ttls``),
-    on UTC ``day``. Compared by identity (the cost plugin keeps those in flight in a set)."""
+class Reservation(msgspec.Struct, eq=False, gc=False):
+    """What one request reserved: ``nanos`` on the counters of its ``plan`` (its budgeted
+    scopes, the counters their periods read on the plan's UTC day). ``soft``: whether a scope
+    has a soft limit (settling must then read the counters: :meth:`SpendCounters.settle`;
+    else :meth:`SpendCounters.correct`). Compared by identity (the cost plugin keeps those in
+    flight in a set)."""
 
-    __slots__ = ("day", "keys", "nanos", "scopes", "soft", "ttls")
-
-    def __init__(
-        self,
-        scopes: Sequence[tuple[Scope, str, Budget]],
-        keys: list[str],
-        ttls: list[float | None],
-        day: int,
-        nanos: int,
-        soft: bool,
-    ) -> None:
-        self.scopes = scopes
-        self.keys = keys
-        self.ttls = ttls
-        self.day = day
-        self.nanos = nanos
-        self.soft = soft
-        """Whether a scope has a soft limit (settling must then read the counters)."""
+    plan: _Plan
+    nanos: int
+    soft: bool
 
     def holds(self, scope: Scope, ident: str) -> bool:
         """Whether this reservation is on ``scope`` / ``ident``."""
-        return any(s == scope and i == ident for s, i, _ in self.scopes)
+        return any(s == scope and i == ident for s, i, _ in self.plan.scopes)
 
 
 class Refusal(NamedTuple):
@@ -133,20 +126,48 @@ class Crossing(NamedTuple):
     spent: int
 
 
-class _Plan(NamedTuple):
-    """What a reservation on some scopes takes: the counters their periods read (``keys``)
-    and those counters' ``ttls``, the budgets in nano-dollars (``limits``), the indices of the
-    scopes whose past days count (a rolling window or the month), whether one has a soft limit,
-    and ``net``."""
+class _Plan:
+    """What a reservation on ``scopes`` on UTC ``day`` takes: the counters their periods read
+    (``keys``) and those counters' ``ttls``, the budgets in nano-dollars (``limits``), the
+    indices of the scopes whose past days count (a rolling window or the month), whether one
+    has a soft limit, ``net``, and the corrections ``owed`` to its counters."""
 
-    keys: list[str]
-    ttls: list[float | None]
-    limits: list[int]
-    rolling: list[int]
-    soft: bool
-    net: list[Any]
-    """With rolling scopes: ``[when, generation, limits]``, the limits less what the past days
-    spent as computed at monotonic time ``when`` (reused for as long as those sums are)."""
+    __slots__ = (
+        "day",
+        "keys",
+        "limits",
+        "net",
+        "owed",
+        "owing",
+        "rolling",
+        "scopes",
+        "soft",
+        "ttls",
+    )
+
+    def __init__(
+        self,
+        scopes: tuple[tuple[Scope, str, Budget], ...],
+        day: int,
+        keys: list[str],
+        ttls: list[float | None],
+    ) -> None:
+        self.scopes = scopes
+        self.day = day
+        self.keys = keys
+        self.ttls = ttls
+        self.limits = [max_nanos(budget) for _, _, budget in scopes]
+        self.rolling = [i for i, (_, _, b) in enumerate(scopes) if b.period not in _UNROLLED]
+        self.soft = any(budget.soft_usd is not None for _, _, budget in scopes)
+        self.net: list[Any] = [0.0, -1, []]
+        """With rolling scopes: ``[when, generation, limits]``, the limits less what the past
+        days spent as computed at monotonic time ``when`` (reused for as long as those sums
+        are)."""
+        self.owed = 0
+        """Nano-dollars the requests that ended owe every counter (their real cost less their
+        reservation), not yet sent to the store (:meth:`SpendCounters.correct`)."""
+        self.owing = False
+        """Whether the plan is among those :meth:`SpendCounters.send_corrections` sends."""
 
 
 class SpendCounters:
@@ -162,23 +183,27 @@ class SpendCounters:
         self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
         self._generation = 0  # moves whenever past days' sums may have changed
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
-        self._plans: dict[tuple[int, tuple[tuple[Scope, str, Budget], ...]], _Plan] = {}
+        self._plans: dict[tuple[tuple[Scope, str, Budget], ...], _Plan] = {}
+        self._same: dict[int, _Plan] = {}  # by id of the tuple it was made from: no hashing
+        self._owing: list[_Plan] = []
+        self._sending: asyncio.Handle | None = None
 
     async def reserve(
-        self, scopes: Sequence[tuple[Scope, str, Budget]], nanos: int
+        self, scopes: tuple[tuple[Scope, str, Budget], ...], nanos: int
     ) -> tuple[Reservation | None, Refusal | None]:
         """Reserve ``nanos`` on every scope (``(scope, id, budget)``) in the counter its budget's
         period reads (today's, or the lifetime one), unless a scope's period spend has already
         reached its budget: then nothing is reserved. One store operation for every scope
         (:meth:`~proxy.store.Store.incr_within`).
 
-        Returns the reservation (to :meth:`settle` later), or the refusal.
+        Returns the reservation (to :meth:`correct` or :meth:`settle` later), or the refusal.
         """
-        day = day_of(self._clock())
-        scopes = tuple(scopes)
-        plan = self._plans.get((day, scopes))
-        if plan is None:
-            plan = self._plan(day, scopes)
+        day = int(self._clock() // _DAY)
+        plan = self._same.get(id(scopes))
+        if plan is None or plan.scopes is not scopes or plan.day != day:
+            plan = self._plans.get(scopes)
+            if plan is None or plan.day != day:
+                plan = self._plan(day, scopes)
         limits = plan.limits
         if plan.rolling:
             now = time.monotonic()
@@ -193,31 +218,77 @@ class SpendCounters:
                     stamp = self._closed.get((scope, ident, day, budget.period), (now, 0))[0]
                     now = min(now, stamp)  # as old as the oldest sum it used
                 plan.net[:] = (now, self._generation, limits)
-        refused, values = await self._store.incr_within(plan.keys, nanos, limits, plan.ttls)
+        owed = plan.owed
+        if owed:  # the corrections ride on this reservation, checked as if already applied
+            plan.owed = 0
+            limits = list(map(owed.__rsub__, limits))  # limit - owed, without a frame
+        try:
+            refused, values = await self._store.incr_within(
+                plan.keys, nanos + owed, limits, plan.ttls
+            )
+        except BaseException:
+            self._owe(plan, owed)  # still owed: nothing was added
+            raise
         if refused is not None:
+            self._owe(plan, owed)
             scope, ident, budget = scopes[refused]
             spent = values[refused] + plan.limits[refused] - limits[refused]
             return None, Refusal(scope, ident, budget, spent)
-        return Reservation(scopes, plan.keys, plan.ttls, day, nanos, plan.soft), None
+        return Reservation(plan, nanos, plan.soft), None
+
+    def correct(self, reservation: Reservation, nanos: int) -> bool:
+        """Correct ``reservation`` to the real cost ``nanos`` without waiting and without
+        raising, unless one of its scopes has a soft limit: then nothing is done and False
+        returned (:meth:`settle` it instead).
+
+        The difference is owed to the counters until the next reservation on the same scopes
+        carries it (in its store operation), or :meth:`send_corrections` sends it, at the
+        latest at the end of this loop turn (:meth:`~proxy.store.Store.incr_later`: a
+        correction a remote store cannot take is lost, leaving the reservation counted).
+        Reservations meanwhile are checked as if it had been applied."""
+        if reservation.soft:
+            return False
+        self._owe(reservation.plan, nanos - reservation.nanos)
+        return True
+
+    def _owe(self, plan: _Plan, nanos: int) -> None:
+        """Owe ``nanos`` to ``plan``'s counters, sent at the end of this loop turn at the
+        latest."""
+        if not nanos:
+            return
+        plan.owed += nanos
+        if not plan.owing:
+            plan.owing = True
+            self._owing.append(plan)
+            if self._sending is None:
+                self._sending = asyncio.get_running_loop().call_soon(self.send_corrections)
+
+    def send_corrections(self) -> None:
+        """Send every correction still owed now (:meth:`correct`)."""
+        if self._sending is not None:
+            self._sending.cancel()
+            self._sending = None
+        owing, self._owing = self._owing, []
+        for plan in owing:
+            plan.owing = False
+            owed, plan.owed = plan.owed, 0
+            if owed:
+                self._store.incr_later(plan.keys, owed, plan.ttls)
 
     async def settle(self, reservation: Reservation, nanos: int) -> list[Crossing]:
-        """Correct ``reservation`` to the real cost ``nanos`` (one store operation; none when
-        they are equal and no scope has a soft limit); returns the scopes whose soft limit
-        this charge crossed."""
+        """Correct ``reservation`` to the real cost ``nanos`` (one store operation) and return
+        the scopes whose soft limit this charge crossed."""
+        plan = reservation.plan
         delta = nanos - reservation.nanos
-        if not reservation.soft:
-            if delta:
-                await self._store.incr_within(reservation.keys, delta, None, reservation.ttls)
-            return []
-        _, totals = await self._store.incr_within(reservation.keys, delta, None, reservation.ttls)
+        _, totals = await self._store.incr_within(plan.keys, delta, None, plan.ttls)
         crossings: list[Crossing] = []
-        for index, (scope, ident, budget) in enumerate(reservation.scopes):
+        for index, (scope, ident, budget) in enumerate(plan.scopes):
             soft = soft_nanos(budget)
             if soft is None:
                 continue
             after = totals[index]
             if budget.period != "lifetime":
-                after += await self._closed_days(scope, ident, budget.period, reservation.day)
+                after += await self._closed_days(scope, ident, budget.period, plan.day)
             if after - nanos < soft <= after:
                 crossings.append(Crossing(scope, ident, budget, after))
         return crossings
@@ -228,6 +299,7 @@ class SpendCounters:
         """Set one scope's counters to what the ledger holds: ``days`` as ``(day, nanos)`` (the
         kept days without an entry become 0) and ``total`` ever (a scope that starts to have a
         budget, whose counters were not kept up meanwhile)."""
+        self.send_corrections()
         now_day = day_of(self._clock())
         spent = dict(days)
         for day in range(now_day - _KEEP_DAYS + 1, now_day + 1):
@@ -257,6 +329,7 @@ class SpendCounters:
 
     async def spent(self, scope: Scope, ident: str, period: BudgetPeriod) -> int:
         """What ``scope`` / ``ident`` spent in ``period`` so far (reservations included)."""
+        self.send_corrections()
         day = day_of(self._clock())
         day_key, all_key = self._keys(scope, ident, day)
         if period == "lifetime":
@@ -324,7 +397,7 @@ class SpendCounters:
         return None
 
     def _plan(self, day: int, scopes: tuple[tuple[Scope, str, Budget], ...]) -> _Plan:
-        """What reserving on ``scopes`` on ``day`` takes (kept per day and scopes)."""
+        """What reserving on ``scopes`` on ``day`` takes (kept per scopes, for one day)."""
         keys: list[str] = []
         ttls: list[float | None] = []
         for scope, ident, budget in scopes:
@@ -332,17 +405,12 @@ class SpendCounters:
             lifetime = budget.period == "lifetime"
             keys.append(all_key if lifetime else day_key)
             ttls.append(None if lifetime else _DAY_TTL)
-        plan = _Plan(
-            keys,
-            ttls,
-            [max_nanos(budget) for _, _, budget in scopes],
-            [i for i, (_, _, b) in enumerate(scopes) if b.period not in ("1d", "lifetime")],
-            any(budget.soft_usd is not None for _, _, budget in scopes),
-            [0.0, -1, []],
-        )
-        if len(self._plans) >= _MAX_CACHED:
+        plan = _Plan(scopes, day, keys, ttls)
+        if len(self._same) >= _MAX_CACHED:  # (it holds every plan _plans does)
             self._plans.clear()
-        self._plans[(day, scopes)] = plan
+            self._same.clear()
+        self._plans[scopes] = plan
+        self._same[id(scopes)] = plan  # plan.scopes keeps the id from being reused
         return plan
 
     def _keys(self, scope: Scope, ident: str, day: int) -> tuple[str, str]:

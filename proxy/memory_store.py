@@ -392,11 +392,11 @@ class MemoryStore:
                 entries = self._counters(keys, entries, ttls, now)
                 break
         if limits is not None:
-            for index, limit in enumerate(limits):
-                if entries[index][0] >= limit:  # type: ignore[index]
+            for index, entry in enumerate(entries):
+                if entry[0] >= limits[index]:  # type: ignore[index,operator]
                     return index, [entry[0] for entry in entries]  # type: ignore[index,misc]
         values: list[int] = []
-        for key, (value, expires) in zip(keys, entries, strict=True):
+        for key, (value, expires) in zip(keys, entries, strict=True):  # type: ignore[misc]
             value += amount
             data.pop(key, None)  # re-inserted: dict order is write order
             data[key] = (value, expires)
@@ -405,6 +405,16 @@ class MemoryStore:
         while len(data) > self._max_keys:
             del data[next(iter(data))]
         return None, values
+
+    def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
+        """See :meth:`Store.incr_later`: applied at once, as :meth:`incr_within` without limits
+        (nothing changes when a key holds a value that is not a counter)."""
+        try:
+            entries = self._counters(keys, list(map(self._data.get, keys)), ttls, self._clock())
+        except ValueError:
+            return
+        for key, (value, expires) in zip(keys, entries, strict=True):
+            self._write(key, value + amount, expires)
 
     def _counters(
         self,

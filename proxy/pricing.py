@@ -36,11 +36,14 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import NamedTuple
 
+import msgspec
+
 from proxy.canonical import CostSource, Deployment, Usage
 
 NANOS_PER_USD = 1_000_000_000
 _MAX_MEMO = 4096
 MOCK_FAMILY = "mock"
+_UNSEEN = object()  # a price not looked up yet (None: looked up, no price)
 
 # The catalog family each provider type is priced from; OpenAI-compatible providers use their
 # preset's name (a vendor), or ``openai`` without one.
@@ -145,7 +148,7 @@ def nanos_to_usd(nanos: int) -> float:
     return nanos / NANOS_PER_USD
 
 
-class Cost(NamedTuple):
+class Cost(msgspec.Struct, frozen=True, gc=False):
     """What a reply costs: ``nanos`` (nano-dollars) and where the amount came from."""
 
     nanos: int
@@ -231,7 +234,9 @@ class PriceBook:
             billed = usd_to_nanos(usage.cost_usd)
             if billed is not None:
                 return Cost(billed, "authoritative")
-        price = self.price(provider, model)
+        price = self._memo.get((provider, model), _UNSEEN)
+        if price is _UNSEEN:
+            price = self.price(provider, model)
         if price is None:
             return None
         return Cost(price.cost_nanos(usage), "estimated")

@@ -248,3 +248,11 @@ class Store(Protocol):
         (nothing changed) if a key holds a non-integer value.
         """
         ...
+
+    def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
+        """Add ``amount`` to every counter of ``keys`` (``ttls`` as :meth:`incr_within`'s)
+        without waiting for it: a correction whose outcome the caller does not read (a spend
+        reservation settled to the real cost). Never waits and never raises
+        :class:`StoreUnavailable`: the memory backend applies it at once, a remote one sends it
+        as one :meth:`incr_within` a loop turn later, and loses it when it cannot be sent."""
+        ...

@@ -98,10 +98,11 @@ def estimate_prompt_tokens(call: Call) -> int:
 def requested_output_tokens(call: Call) -> int | None:
     """The output limit the client set (``max_completion_tokens``, else ``max_tokens``)."""
     params = call.params
-    for limit in (params.max_completion_tokens, params.max_tokens):
-        if isinstance(limit, int):
-            return limit
-    return None
+    limit = params.max_completion_tokens
+    if isinstance(limit, int):
+        return limit
+    limit = params.max_tokens
+    return limit if isinstance(limit, int) else None
 
 
 def expected_tokens(call: Call, default_output: int) -> tuple[int, int]:

@@ -24,7 +24,6 @@ database if it answers in time, else to the journal.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import time
 from collections.abc import Callable, Sequence
@@ -73,7 +72,7 @@ class LedgerWriter:
         self._write_timeout = write_timeout
         self._retry_after = retry_after
         self._clock = clock
-        self._queue: collections.deque[SpendRecord] = collections.deque()
+        self._queue: list[SpendRecord] = []  # taken whole (or a batch's slice) by _take
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -95,18 +94,19 @@ class LedgerWriter:
     def record(self, record: SpendRecord) -> None:
         """Queue ``record`` for the database (never blocks, never raises; once closed, the
         record goes to the journal at once)."""
-        if self._closing:
-            self._late(record)
-            return
-        if len(self._queue) >= self._max_queue:
-            self._drop(1, "the ledger queue is full: the database and the journal are failing")
-            return
         queue = self._queue
+        queued = len(queue)
+        if queued >= self._max_queue or self._closing:
+            if self._closing:
+                self._late(record)
+            else:
+                self._drop(1, "the ledger queue is full: the database and the journal are failing")
+            return
         queue.append(record)
         self._pending.inc()
         if self._task is None:
             self.start()
-        elif len(queue) == 1 or len(queue) >= self._batch_size:
+        elif not queued or queued + 1 >= self._batch_size:
             self._wake.set()  # the first record starts the interval; a full batch ends it
 
     def start(self) -> None:
@@ -173,9 +173,12 @@ class LedgerWriter:
 
     def _take(self) -> list[SpendRecord]:
         queue = self._queue
-        count = min(len(queue), self._batch_size)
-        batch = [queue.popleft() for _ in range(count)]
-        self._pending.dec(count)
+        if len(queue) <= self._batch_size:
+            batch, self._queue = queue, []
+        else:  # a backlog: a batch from its front (a memmove of the rest)
+            batch = queue[: self._batch_size]
+            del queue[: self._batch_size]
+        self._pending.dec(len(batch))
         return batch
 
     def _usable(self) -> bool:

@@ -36,6 +36,7 @@ from proxy.memory_store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.state.config import USES, StateConfig, Use
 from proxy.state.redis import RedisStore
+from proxy.state.settlements import Detached
 from proxy.store import Admission, LimitPlan, RateBucket, RateState, Store, StoreUnavailable
 
 Decision = Literal["local", "open", "closed", "miss"]
@@ -107,7 +108,11 @@ class SharedState:
             await self.redis.start()
 
     async def close(self) -> None:
-        """Close the shared store's connections."""
+        """Let the corrections the views sent without waiting go out, then close the shared
+        store's connections."""
+        for view in self._views.values():
+            if isinstance(view, UseStore):
+                await view.drain()
         if self.redis is not None:
             await self.redis.close()
 
@@ -133,7 +138,7 @@ class UseStore:
     raises :class:`StoreUnavailable`, it is answered by ``local`` (counted by ``on_local``),
     or, without a local store, raised to the caller."""
 
-    __slots__ = ("_local", "_on_local", "_shared")
+    __slots__ = ("_later", "_local", "_on_local", "_shared")
 
     def __init__(
         self, shared: Store, local: MemoryStore | None, on_local: Callable[[], None]
@@ -141,6 +146,7 @@ class UseStore:
         self._shared = shared
         self._local = local
         self._on_local = on_local
+        self._later = Detached()
 
     def _fallback(self, error: StoreUnavailable) -> MemoryStore:
         if self._local is None:
@@ -239,3 +245,12 @@ class UseStore:
             return await self._shared.incr_within(keys, amount, limits, ttls)
         except StoreUnavailable as error:
             return await self._fallback(error).incr_within(keys, amount, limits, ttls)
+
+    def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
+        """See :meth:`proxy.store.Store.incr_later`: :meth:`incr_within` (which falls back as
+        the other operations do), started now and not waited for."""
+        self._later.start(self.incr_within(keys, amount, None, ttls))
+
+    async def drain(self) -> None:
+        """Wait for the corrections :meth:`incr_later` started (the state's close)."""
+        await self._later.drain()

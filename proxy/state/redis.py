@@ -56,7 +56,7 @@ from proxy.state.scripts import (
     SETTLE,
     Script,
 )
-from proxy.state.settlements import PendingSettlements
+from proxy.state.settlements import Detached, PendingSettlements
 from proxy.store import Admission, LimitPlan, RateBucket, RateState, StoreUnavailable, summarise
 
 PREFIX = "crossway:"
@@ -100,6 +100,7 @@ class RedisStore:
         self._prober: asyncio.Task[None] | None = None
         self._closed = False
         self._pending = PendingSettlements(self.flush)
+        self._later = Detached()
 
     @property
     def up(self) -> bool:
@@ -124,6 +125,7 @@ class RedisStore:
             with contextlib.suppress(StoreUnavailable, ValueError):
                 await self.flush()
         await self._pending.drain()
+        await self._later.drain()
         self._closed = True
         prober, self._prober = self._prober, None
         if prober is not None:
@@ -329,6 +331,12 @@ class RedisStore:
             args += (0 if limits is None else limits[index], 0 if ttl is None else self._ms(ttl))
         reply = await self._script(INCR_WITHIN, [self._name(k) for k in keys], args)
         return None if reply[0] < 0 else int(reply[0]), [int(value) for value in reply[1:]]
+
+    def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
+        """See :meth:`proxy.store.Store.incr_later`: one :meth:`incr_within` without limits,
+        started now and not waited for (the RESP connection sends it with the loop turn's other
+        commands)."""
+        self._later.start(self.incr_within(keys, amount, None, ttls))
 
 
 def _key(key: str) -> str:

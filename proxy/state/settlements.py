@@ -19,7 +19,8 @@ the rare flush and the health plugin's once-a-second reads) instead of 3.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any
 
 from proxy.store import RateBucket
 
@@ -94,3 +95,29 @@ class PendingSettlements:
         if self._due_handle is not None:
             self._due_handle.cancel()
             self._due_handle = None
+
+
+class Detached:
+    """Corrections sent without waiting for them (:meth:`~proxy.store.Store.incr_later`): each
+    task is kept until it is done, and its failure is retrieved and dropped (the store's breaker
+    counted it; the correction is lost, as a settlement that cannot be sent is). Use from one
+    loop."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coroutine`` in the background."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    async def drain(self) -> None:
+        """Wait for the tasks still running (the store's close)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()

@@ -38,6 +38,7 @@ from proxy.state.config import OnUnavailable, StateConfig
 from proxy.state.policy import SharedState
 from proxy.store import StoreUnavailable
 from tests.plugins.scripted import USAGE, ScriptedUpstream, context, cut, fail, router, sample
+from tests.waiting import until
 
 # p/m: 1 USD per million input tokens, 2 per million output: 1,000 and 2,000 nano-dollars a token.
 PRICES = PriceBook(
@@ -342,8 +343,12 @@ class CountingStore(MemoryStore):
         self.operations.append("incr_within")
         return await super().incr_within(*args, **kwargs)
 
+    def incr_later(self, *args: Any, **kwargs: Any) -> None:
+        self.operations.append("incr_later")
+        super().incr_later(*args, **kwargs)
 
-async def test_a_request_reserves_and_settles_every_budgeted_scope_in_one_step_each() -> None:
+
+async def test_a_request_reserves_and_settles_every_budgeted_scope_in_one_step() -> None:
     store = CountingStore()
     _plugin, _metrics, upstream, chain = budgeted(store=store)
     month = Budget(max_usd=10, period="1mo")
@@ -354,16 +359,35 @@ async def test_a_request_reserves_and_settles_every_budgeted_scope_in_one_step_e
         assert call.accounting.cost_nanos == USAGE_NANOS
         if request == 0:  # it read the month's past days too (kept a minute): reads only
             assert set(store.operations) <= {"get", "incr_within"}
-            assert store.operations.count("incr_within") == 2
+            assert store.operations[-1] == "incr_within"
             store.operations.clear()
-    # Then each request is one operation to reserve on its key, team and end user, and one to
-    # settle them.
-    assert store.operations == ["incr_within"] * 4
+    # Then each request is one operation: its reservation on its key, team and end user, which
+    # carries the correction the request before it owes (its real cost less its reservation).
+    assert store.operations == ["incr_within"] * 2
+    # What the last request owes leaves on its own at the end of the loop turn, in one operation.
+    await until(lambda: len(store.operations) == 3, what="the last correction")
+    assert store.operations[-1] == "incr_later"
     assert len(upstream.calls) == 3
     today = f"d{int(time.time() // 86_400)}"
     for scope, ident in (("key", "k1"), ("team", "t"), ("user", "ann")):
         spent = await store.get(f"crossway:spend:{scope}:{ident}:{today}")
         assert spent == str(3 * USAGE_NANOS).encode()
+
+
+async def test_a_budget_is_checked_with_the_corrections_still_owed() -> None:
+    store = CountingStore()
+    _plugin, _metrics, upstream, chain = budgeted(store=store, reserve_output_tokens=10_000)
+    # A worst case (10,000 output tokens, $0.02) is twice the budget, a real answer $0.00002:
+    # each request's correction rides on the next reservation, which is checked as if it had
+    # been applied (else the first reservation would refuse every request after it).
+    budget = Budget(max_usd=0.01, period="1d")
+    for _ in range(5):
+        await chain(key_call(budget))
+    assert len(upstream.calls) == 5
+    assert store.operations == ["incr_within"] * 5
+    await until(lambda: len(store.operations) == 6, what="the last correction")
+    today = f"d{int(time.time() // 86_400)}"
+    assert await store.get(f"crossway:spend:key:k1:{today}") == str(5 * USAGE_NANOS).encode()
 
 
 async def test_an_end_user_budget_applies_to_each_user_a_request_names() -> None:

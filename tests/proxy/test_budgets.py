@@ -26,7 +26,7 @@ class Harness:
 
     async def spend(self, nanos: int, budget: Budget, ident: str = "k", scope: str = "key") -> bool:
         """One whole request costing ``nanos`` with worst case ``nanos``; whether admitted."""
-        reservation, refusal = await self.counters.reserve([(scope, ident, budget)], nanos)  # type: ignore[list-item]
+        reservation, refusal = await self.counters.reserve(((scope, ident, budget),), nanos)
         if reservation is None:
             assert refusal is not None
             return False
@@ -46,7 +46,7 @@ async def test_concurrent_reservations_see_each_other() -> None:
     budget = Budget(max_usd=5.0, period="1d")
     # 20 requests reserve 1 USD each before any of them ends: five fit.
     results = await asyncio.gather(
-        *(h.counters.reserve([("key", "k", budget)], USD) for _ in range(20))
+        *(h.counters.reserve((("key", "k", budget),), USD) for _ in range(20))
     )
     admitted = [made for made, _ in results if made is not None]
     assert len(admitted) == 5
@@ -63,7 +63,7 @@ async def test_a_refused_request_keeps_nothing_reserved_on_any_scope() -> None:
     h = Harness()
     tight, loose = Budget(max_usd=1.0, period="1d"), Budget(max_usd=100.0, period="1d")
     await h.spend(USD, tight, ident="t", scope="team")  # the team is spent
-    scopes = [("key", "k", loose), ("team", "t", tight)]
+    scopes = (("key", "k", loose), ("team", "t", tight))
     made, refusal = await h.counters.reserve(scopes, USD)  # type: ignore[arg-type]
     assert made is None
     assert refusal is not None
@@ -131,7 +131,7 @@ async def test_the_soft_limit_is_crossed_once_by_the_charge_that_crosses_it() ->
     budget = Budget(max_usd=10.0, period="1d", soft_usd=2.5)
     crossings = []
     for _ in range(5):
-        made, _ = await h.counters.reserve([("key", "k", budget)], USD)
+        made, _ = await h.counters.reserve((("key", "k", budget),), USD)
         assert made is not None
         crossings.append(await h.counters.settle(made, USD))
     assert [len(c) for c in crossings] == [0, 0, 1, 0, 0]

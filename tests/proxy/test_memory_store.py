@@ -339,6 +339,23 @@ async def test_incr_within_refuses_values_that_are_not_counters(store: MemorySto
     assert await store.incr_within(["digits"], 1, [100], [None]) == (None, [42])
 
 
+def test_incr_later_adds_at_once_as_incr_within_does(store: MemoryStore, clock: FakeClock):
+    keys = ["spend:key", "spend:team"]
+    store.incr_later(keys, 5, [100.0, None])  # created, with the TTL
+    store.incr_later(keys, -2, [5.0, 5.0])  # an existing counter keeps its expiry
+    assert store._data["spend:key"] == (3, pytest.approx(clock() + 100))
+    assert store._data["spend:team"] == (3, None)
+    clock.advance(100)  # the key's counter expired: it starts again from 0
+    store.incr_later(keys, 1, [None, None])
+    assert (store._data["spend:key"][0], store._data["spend:team"][0]) == (1, 4)
+
+
+async def test_incr_later_leaves_values_that_are_not_counters(store: MemoryStore):
+    await store.set("text", b"abc")
+    store.incr_later(["counter", "text"], 1, [None, None])
+    assert (await store.get("counter"), await store.get("text")) == (None, b"abc")
+
+
 async def test_incr_within_treats_an_expired_counter_as_missing(
     store: MemoryStore, clock: FakeClock
 ):

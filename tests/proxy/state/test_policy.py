@@ -181,6 +181,13 @@ async def test_budgets_counted_locally_while_redis_is_down():
         assert (
             sample(metrics, "crossway_state_degraded_total", use="budgets", decision="local") == 3
         )
+        budgets.incr_later(keys, -3, ttls)  # a correction, not waited for: counted locally too
+
+        def local() -> float:
+            return sample(metrics, "crossway_state_degraded_total", use="budgets", decision="local")
+
+        await until(lambda: local() == 4, what="the correction applied locally")
+        assert await budgets.incr_within(keys, 0, None, ttls) == (None, [5, 5])
     finally:
         await state.close()
     closed = redis_state(DOWN_URL, Metrics())

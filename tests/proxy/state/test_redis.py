@@ -415,6 +415,26 @@ async def test_incr_within_refuses_a_value_that_is_not_a_counter_and_changes_not
         await store.incr_within(["counter"], 1, None, [])
 
 
+async def test_incr_later_sends_one_incr_within_without_waiting(store: RedisStore):
+    sent: list[str] = []
+    connection = store._connection
+    call = connection.call
+
+    async def counting(*args):
+        sent.append(str(args[0]))
+        return await call(*args)
+
+    connection.call = counting  # type: ignore[method-assign]
+    keys = ["spend:key:k:d1", "spend:team:t:d1"]
+    store.incr_later(keys, 7, [60.0, None])
+    assert sent == [], "nothing was waited for"
+    await until(lambda: len(sent) == 1, what="the correction sent")
+    await store._later.drain()
+    assert sent == ["EVALSHA"]
+    assert [await store.get(key) for key in keys] == [b"7", b"7"]
+    assert await store.ttl("spend:key:k:d1") == pytest.approx(60, abs=1)  # set on creation
+
+
 async def test_incr_within_is_one_round_trip(store: RedisStore):
     sent: list[str] = []
     connection = store._connection
