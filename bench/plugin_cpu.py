@@ -44,6 +44,7 @@ from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
+    Deployment,
     Message,
     Principal,
     RawFrames,
@@ -128,6 +129,9 @@ _HEADERS = {"content-type": "application/json", "authorization": f"Bearer {_KEY}
 _LIMITS = {"rpm": 10**9, "tpm": 10**12, "max_parallel": 10**6}
 
 
+_DEPLOYMENT = Deployment(provider="upstream", model="gpt-4o-mini")
+
+
 def _call(stream: bool) -> Call:
     return Call(
         request_id="bench",
@@ -136,6 +140,7 @@ def _call(stream: bool) -> Call:
         messages=[Message(role="user", content="How much does this cost? " * 4)],
         stream=stream,
         client_headers=_HEADERS,
+        deployments=[_DEPLOYMENT],  # as the router resolves it: the worst case is priced
     )
 
 
