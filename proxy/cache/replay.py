@@ -29,6 +29,7 @@ from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
+    Encoded,
     FunctionCallDelta,
     RawFrames,
     Reply,
@@ -36,11 +37,13 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.openai_chat import ChatStreamEncoder
+from proxy.dialects.openai_chat import ChatStreamEncoder, OpenAIChatDialect
 
 CACHE_HEADER = "x-crossway-cache"
 """The reply header that says what the cache did: ``hit``, ``miss``, ``bypass``, ``semantic``."""
 _CHUNK_DECODER = msgspec.json.Decoder(Chunk)
+OPENAI = OpenAIChatDialect.name
+"""The dialect whose encoder writes an answer's ``raw`` body as it is (and its frames)."""
 
 
 def hit_reply(
@@ -50,15 +53,29 @@ def hit_reply(
     response: Response,
     age: float,
     frames: bytes | None = None,
+    verbatim: bool = False,
 ) -> Reply:
     """A hit's reply, from ``provider``/``model``, ``age`` seconds old: ``response`` whole, or
     replayed (:class:`ReplayStream`, from ``frames`` when the entry kept them) when ``call``
-    asked for a stream."""
+    asked for a stream. A whole answer whose ``raw`` body is ``verbatim`` (its canonical fields
+    say what it says) carries that body, for an OpenAI chat client, as its
+    :class:`~proxy.canonical.Encoded` one."""
     headers = {CACHE_HEADER: "hit", "age": str(int(age))}
     if call.stream:
         stream = ReplayStream(response, frames)
         return Reply(provider=provider, model=model, stream=stream, headers=headers, attempts=0)
-    return Reply(provider=provider, model=model, response=response, headers=headers, attempts=0)
+    raw = response.raw
+    encoded = None
+    if verbatim and raw is not None and call.dialect == OPENAI:
+        encoded = Encoded(OPENAI, response, raw)
+    return Reply(
+        provider=provider,
+        model=model,
+        response=response,
+        headers=headers,
+        attempts=0,
+        encoded=encoded,
+    )
 
 
 def replay_chunks(response: Response) -> list[Chunk]:
