@@ -230,7 +230,14 @@ class CachePlugin:
         if call.dialect == OPENAI and self._lru is not None:
             self._prepare_for_openai(call, key, entry)
         return hit_reply(
-            call, entry.provider, entry.model, entry.response, age, entry.frames, entry.verbatim
+            call,
+            entry.provider,
+            entry.model,
+            entry.response,
+            age,
+            entry.frames,
+            entry.verbatim,
+            entry.usage_json,
         )
 
     def _prepare_for_openai(self, call: Call, key: str, entry: Entry) -> None:
@@ -265,7 +272,14 @@ class CachePlugin:
         self._results["semantic"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
         reply = hit_reply(
-            call, entry.provider, entry.model, entry.response, age, entry.frames, entry.verbatim
+            call,
+            entry.provider,
+            entry.model,
+            entry.response,
+            age,
+            entry.frames,
+            entry.verbatim,
+            entry.usage_json,
         )
         reply.headers[CACHE_HEADER] = "semantic"
         reply.headers[SIMILARITY_HEADER] = f"{match.similarity:.4f}"

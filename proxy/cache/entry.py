@@ -22,7 +22,7 @@ from __future__ import annotations
 import msgspec
 
 from proxy.cache.key import FORMAT
-from proxy.cache.replay import replay_frames
+from proxy.cache.replay import replay_frames, usage_json
 from proxy.canonical import Response
 
 MAGIC = b"CWC" + bytes([FORMAT])
@@ -32,8 +32,10 @@ class Entry(msgspec.Struct, array_like=True):
     """One cached answer; ``created``/``expires`` are wall-clock seconds (``time.time``);
     ``cost_nanos`` is what the answer cost when it was made (nano-dollars; None if unknown);
     ``frames`` the replay's frames, when kept (None otherwise: a stream is then replayed from
-    ``response``); ``verbatim`` whether ``response.raw`` is known to say exactly what the
-    canonical fields say (:meth:`~proxy.canonical.Response.unchanged` held when it was set)."""
+    ``response``), with ``usage_json`` its usage chunk's OpenAI JSON
+    (:func:`~proxy.cache.replay.usage_json`); ``verbatim`` whether ``response.raw`` is known
+    to say exactly what the canonical fields say (:meth:`~proxy.canonical.Response.unchanged`
+    held when it was set)."""
 
     created: float
     expires: float
@@ -43,6 +45,7 @@ class Entry(msgspec.Struct, array_like=True):
     cost_nanos: int | None = None
     frames: bytes | None = None
     verbatim: bool = False
+    usage_json: bytes | None = None
 
     def age(self, now: float) -> float:
         """Seconds since the answer was made (never negative: clocks of instances may differ)."""
@@ -63,16 +66,19 @@ def encode_entry(entry: Entry) -> bytes:
 
 
 def with_frames(entry: Entry, limit: int) -> bytes | None:
-    """Give ``entry`` its replay's frames (:func:`~proxy.cache.replay.replay_frames`) and return
-    its encoding with them, when they can be made and the whole fits in ``limit`` bytes; else
-    None, and ``entry`` is left as it was."""
+    """Give ``entry`` its replay's frames (:func:`~proxy.cache.replay.replay_frames`, and the
+    usage chunk's :func:`~proxy.cache.replay.usage_json`) and return its encoding with them,
+    when they can be made and the whole fits in ``limit`` bytes; else None, and ``entry`` is
+    left as it was."""
     frames = replay_frames(entry.response)
     if frames is None:
         return None
-    data = encode_entry(msgspec.structs.replace(entry, frames=frames))
+    usage = usage_json(entry.response)
+    data = encode_entry(msgspec.structs.replace(entry, frames=frames, usage_json=usage))
     if len(data) > limit:
         return None
     entry.frames = frames
+    entry.usage_json = usage
     return data
 
 
