@@ -41,6 +41,7 @@ from proxy.canonical import (
     batched,
 )
 from proxy.chain import FinishedRequest, anonymous, authenticator
+from proxy.compat_headers import add_litellm_headers
 from proxy.config import ConfigError, ResponsesConfig, ServerConfig, load_config
 from proxy.db import Database, DatabaseError
 from proxy.db.responses import DatabaseResponseStore
@@ -370,6 +371,8 @@ def _dialect_handler(
                     reply = await snapshot.chain(call)
                 else:
                     reply = await around(call, snapshot)
+                if snapshot.litellm_headers:
+                    add_litellm_headers(reply)
                 outcome.provider = reply.provider
                 outcome.upstream_model = reply.model
                 outcome.attempts = reply.attempts
