@@ -229,16 +229,7 @@ class CachePlugin:
         self._record_hit(call.accounting, entry.cost_nanos)
         if call.dialect == OPENAI and self._lru is not None:
             self._prepare_for_openai(call, key, entry)
-        return hit_reply(
-            call,
-            entry.provider,
-            entry.model,
-            entry.response,
-            age,
-            entry.frames,
-            entry.verbatim,
-            entry.usage_json,
-        )
+        return _served(call, entry, age)
 
     def _prepare_for_openai(self, call: Call, key: str, entry: Entry) -> None:
         """On the first streamed hit of an OpenAI chat client (the dialect that writes frames and
@@ -271,16 +262,7 @@ class CachePlugin:
         entry, age = found
         self._results["semantic"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        reply = hit_reply(
-            call,
-            entry.provider,
-            entry.model,
-            entry.response,
-            age,
-            entry.frames,
-            entry.verbatim,
-            entry.usage_json,
-        )
+        reply = _served(call, entry, age)
         reply.headers[CACHE_HEADER] = "semantic"
         reply.headers[SIMILARITY_HEADER] = f"{match.similarity:.4f}"
         return reply
@@ -446,3 +428,17 @@ class CachePlugin:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _served(call: Call, entry: Entry, age: float) -> Reply:
+    """The reply that serves ``call`` from ``entry`` (:func:`~proxy.cache.replay.hit_reply`)."""
+    return hit_reply(
+        call,
+        entry.provider,
+        entry.model,
+        entry.response,
+        age,
+        entry.frames,
+        entry.verbatim,
+        entry.usage_json,
+    )
