@@ -8,7 +8,9 @@ may do is read from its headers and gateway options (:mod:`proxy.cache.control`)
   whole or replayed as a stream in the client's dialect (:mod:`proxy.cache.replay`), whichever way
   it was stored. No upstream call; the reply carries ``age`` (seconds since the answer was made).
   An OpenAI chat client's first streamed hit of a memory entry gives it its replay's frames,
-  which the next streamed hits write as they are (:meth:`CachePlugin._keep_frames`).
+  which the next streamed hits write as they are, and its first whole hit checks once that the
+  answer's ``raw`` body is verbatim, which the next whole hits send as they are
+  (:meth:`CachePlugin._prepare_for_openai`).
 - **coalesced** — no entry, but an identical request is being answered right now: this one waits
   for that answer instead of calling the upstream (:mod:`proxy.cache.coalesce`), and is served as a
   hit of age 0. If that call fails before it has an answer, this request calls on its own.
@@ -58,16 +60,22 @@ from msgspec import Meta
 from proxy.cache.backends import Backend, MemoryBackend, StoreBackend
 from proxy.cache.coalesce import Coalescer, Shared
 from proxy.cache.control import Directives, Mode, directives
-from proxy.cache.entry import CorruptEntry, Entry, decode_entry, encode_entry, with_frames
+from proxy.cache.entry import (
+    CorruptEntry,
+    Entry,
+    decode_entry,
+    encode_entry,
+    with_frames,
+    with_verbatim,
+)
 from proxy.cache.flight import Flight
 from proxy.cache.key import Scope, cache_key
 from proxy.cache.lru import ByteLRU
-from proxy.cache.replay import CACHE_HEADER, hit_reply
+from proxy.cache.replay import CACHE_HEADER, OPENAI, hit_reply
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.canonical import Accounting, Call, Reply, Response
 from proxy.chain import Next, PluginContext
-from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.errors import GatewayError, NoReadyDeployment
 from proxy.store import StoreUnavailable
 
@@ -219,20 +227,27 @@ class CachePlugin:
     def _hit(self, call: Call, key: str, entry: Entry, age: float) -> Reply:
         self._results["hit"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        if call.stream and entry.frames is None and call.dialect == OpenAIChatDialect.name:
-            self._keep_frames(key, entry)
-        return hit_reply(call, entry.provider, entry.model, entry.response, age, entry.frames)
+        if call.dialect == OPENAI and self._lru is not None:
+            self._prepare_for_openai(call, key, entry)
+        return _served(call, entry, age)
 
-    def _keep_frames(self, key: str, entry: Entry) -> None:
-        """On the first streamed hit of an OpenAI chat client (the dialect that writes frames as
-        they are), give a memory entry its replay's frames, for this hit and the next ones. It
-        is rewritten at once, with nothing run since it was read (no newer answer is replaced);
-        the store backend's entries are left as they were stored."""
+    def _prepare_for_openai(self, call: Call, key: str, entry: Entry) -> None:
+        """On the first streamed hit of an OpenAI chat client (the dialect that writes frames and
+        ``raw`` bodies as they are), give a memory entry its replay's frames; on the first whole
+        one, check once that its ``raw`` body is verbatim. This hit and the next ones use them.
+        The entry is rewritten at once, with nothing run since it was read (no newer answer is
+        replaced); the store backend's entries are left as they were stored."""
         lru = self._lru
-        if lru is None:
-            return
-        data = with_frames(entry, self._options.max_entry_bytes)
-        if data is not None:
+        assert lru is not None
+        if call.stream:
+            if entry.frames is not None:
+                return
+            data = with_frames(entry, self._options.max_entry_bytes)
+        else:
+            if entry.verbatim or entry.response.raw is None:
+                return
+            data = with_verbatim(entry)
+        if data is not None and len(data) <= self._options.max_entry_bytes:
             lru.set(key, data, entry.expires - self._clock())
             self._export_bytes()
 
@@ -247,7 +262,7 @@ class CachePlugin:
         entry, age = found
         self._results["semantic"].inc()
         self._record_hit(call.accounting, entry.cost_nanos)
-        reply = hit_reply(call, entry.provider, entry.model, entry.response, age, entry.frames)
+        reply = _served(call, entry, age)
         reply.headers[CACHE_HEADER] = "semantic"
         reply.headers[SIMILARITY_HEADER] = f"{match.similarity:.4f}"
         return reply
@@ -413,3 +428,17 @@ class CachePlugin:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _served(call: Call, entry: Entry, age: float) -> Reply:
+    """The reply that serves ``call`` from ``entry`` (:func:`~proxy.cache.replay.hit_reply`)."""
+    return hit_reply(
+        call,
+        entry.provider,
+        entry.model,
+        entry.response,
+        age,
+        entry.frames,
+        entry.verbatim,
+        entry.usage_json,
+    )

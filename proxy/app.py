@@ -41,6 +41,7 @@ from proxy.canonical import (
     batched,
 )
 from proxy.chain import FinishedRequest, anonymous, authenticator
+from proxy.compat_headers import add_litellm_headers
 from proxy.config import ConfigError, ResponsesConfig, ServerConfig, load_config
 from proxy.db import Database, DatabaseError
 from proxy.db.responses import DatabaseResponseStore
@@ -60,9 +61,16 @@ from proxy.ledger.journal import Journal, default_directory
 from proxy.ledger.writer import LedgerWriter
 from proxy.logs import AccessLog
 from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.middleware import HttpEdges, RequestIds, error_response, is_anthropic_request
+from proxy.middleware import (
+    REQUEST_ID,
+    SERVER_HEADER,
+    HttpEdges,
+    RequestIds,
+    error_response,
+    is_anthropic_request,
+)
 from proxy.pricing import nanos_to_usd
-from proxy.protocol import hide_server_version
+from proxy.protocol import SERVER_NAME
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore, ResponseStore
 from proxy.runtime import Loader, Runtime, Snapshot
@@ -175,7 +183,6 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         lambda request: _read_body(request, config.server),
         edges.request_id,
     )
-    app.on_response_prepare.append(hide_server_version)
     for dialect in (*all_dialects(), *other_dialects()):
         around = _with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
         handler = _dialect_handler(dialect, app, edges.request_id, around)
@@ -364,6 +371,8 @@ def _dialect_handler(
                     reply = await snapshot.chain(call)
                 else:
                     reply = await around(call, snapshot)
+                if snapshot.litellm_headers:
+                    add_litellm_headers(reply)
                 outcome.provider = reply.provider
                 outcome.upstream_model = reply.model
                 outcome.attempts = reply.attempts
@@ -394,7 +403,8 @@ def _dialect_handler(
 
 def _reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:
     headers = {
-        "x-request-id": request_id,
+        SERVER_HEADER: SERVER_NAME,  # instead of aiohttp's banner (see proxy.protocol)
+        REQUEST_ID: request_id,
         "x-crossway-provider": reply.provider,
         "x-crossway-model": f"{reply.provider}/{reply.model}",
         **dialect.response_headers(call, reply),
@@ -408,7 +418,15 @@ def _whole(
     dialect: Dialect, call: Call, reply: Reply, request_id: str, outcome: _Outcome
 ) -> web.Response:
     outcome.usage = reply.whole_usage()
-    body = dialect.encode_response(call, reply)
+    encoded = reply.encoded
+    if (
+        encoded is not None
+        and encoded.response is reply.response
+        and encoded.dialect == dialect.name
+    ):
+        body = encoded.body  # made ahead for this dialect, and the answer is still the same
+    else:
+        body = dialect.encode_response(call, reply)
     outcome.status = 200
     headers = _reply_headers(dialect, call, reply, request_id)
     headers["content-type"] = _JSON  # as a header, not content_type=: aiohttp parses less
@@ -560,7 +578,8 @@ def _error_response(
         outcome.attempts = error.attempts
     headers = error.response_headers()
     headers.update(dialect.error_headers(error, request_id))
-    headers["x-request-id"] = request_id
+    headers[REQUEST_ID] = request_id
+    headers[SERVER_HEADER] = SERVER_NAME
     return web.Response(
         status=status,
         body=dialect.encode_error(error, request_id),

@@ -663,6 +663,15 @@ class Embeddings(Struct):
     usage: Usage | None = None
 
 
+class Encoded(Struct, frozen=True):
+    """A whole answer's body made ahead for one dialect (a cache hit's stored answer): exactly
+    what ``dialect``'s encoder makes of ``response``."""
+
+    dialect: str
+    response: Response
+    body: bytes
+
+
 class Reply(Struct):
     """What the chain returns: a whole :class:`Response`, a stream of :class:`Chunk`, or, for
     an embeddings call (:attr:`Call.embedding`), :class:`Embeddings`.
@@ -675,7 +684,10 @@ class Reply(Struct):
     iterating early must ``aclose()`` the stream to free the upstream connection.
     ``provider`` / ``model`` name the deployment that served; ``headers`` are extra response
     headers for the client; ``attempts`` counts the upstream calls made for this reply
-    (retries and fallbacks included).
+    (retries and fallbacks included). ``encoded``, when set, is the client's body already made
+    for ``response``: it is sent as it is while ``response`` is still ``encoded.response`` and
+    the client speaks ``encoded.dialect``. A plugin that changes an answer therefore replaces
+    ``response`` (never edits it in place), which leaves ``encoded`` behind.
     """
 
     provider: str
@@ -685,6 +697,7 @@ class Reply(Struct):
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     attempts: int = 1
     embeddings: Embeddings | None = None
+    encoded: Encoded | None = None
 
     def whole_usage(self) -> Usage | None:
         """The usage a whole reply (a response or embeddings) reported; None for a stream,

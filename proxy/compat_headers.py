@@ -1,5 +1,6 @@
 """LiteLLM's response headers, for clients written against LiteLLM's proxy
-(``compat: {litellm: true}``, the default; follows config reloads).
+(``compat: {litellm: true}``, the default; follows config reloads). The app adds them to the
+reply the chain returned (:attr:`proxy.runtime.Snapshot.litellm_headers`).
 
 Every reply of a dialect route also carries:
 
@@ -17,24 +18,12 @@ from __future__ import annotations
 
 from plugins.cost import COST_HEADER
 from plugins.fallback import FALLBACK_HEADER
-from proxy.canonical import Call, Reply
-from proxy.chain import Next
+from proxy.canonical import Reply
 
 COST = "x-litellm-response-cost"
 MODEL_ID = "x-litellm-model-id"
 RETRIES = "x-litellm-attempted-retries"
 FALLBACKS = "x-litellm-attempted-fallbacks"
-
-
-def with_litellm_headers(chain: Next) -> Next:
-    """``chain`` whose replies carry LiteLLM's headers (module docstring)."""
-
-    async def litellm_headers(call: Call) -> Reply:
-        reply = await chain(call)
-        add_litellm_headers(reply)
-        return reply
-
-    return litellm_headers
 
 
 def add_litellm_headers(reply: Reply) -> None:

@@ -15,6 +15,10 @@
   origin, streams included, carries ``Access-Control-Allow-Origin`` (and the exposed headers).
   Without the setting no CORS header is ever sent and ``OPTIONS`` is a 405.
 
+- **``Server: crossway``** (:data:`~proxy.protocol.SERVER_NAME`) on every answer of these
+  routes, aiohttp's own included (an ``HTTPException`` such as a body over the size limit),
+  instead of aiohttp's version banner; the dialect routes name it themselves.
+
 These are route wrappers and a response-prepare hook rather than aiohttp middlewares, so that
 the dialect routes, the hot path, pay nothing for them (CORS costs one hook per response, and
 only when configured).
@@ -33,12 +37,15 @@ from proxy.dialects import anthropic_replies
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import GatewayError, MethodNotAllowed, NotFound, PermissionDenied
 from proxy.metrics import Metrics
+from proxy.protocol import SERVER_NAME
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REQUEST_ID = "x-request-id"
+SERVER_HEADER = "server"
 UNMATCHED = "unmatched"
 MAX_REQUEST_ID = 128
+_LOW_COUNT = 0xFFFFFFFFFFFF  # the last group's 12 hex digits
 _JSON = "application/json"
 
 
@@ -46,11 +53,12 @@ class RequestIds:
     """Request ids: the client's when sane, else a random per-process prefix and a counter
     (unique, cheap, not secret)."""
 
-    __slots__ = ("_counter", "_prefix")
+    __slots__ = ("_counter", "_prefix", "_short_prefix")
 
     def __init__(self) -> None:
         prefix = uuid.uuid4().hex[:16]
         self._prefix = f"{prefix[:8]}-{prefix[8:12]}-{prefix[12:]}-"
+        self._short_prefix = f"{self._prefix}0000-"  # for counts below 2**48: one format
         self._counter = itertools.count(1)
 
     def __call__(self, request: web.Request) -> str:
@@ -60,7 +68,9 @@ class RequestIds:
         if given and len(given) <= MAX_REQUEST_ID and given.isascii() and given.isprintable():
             return given
         n = next(self._counter)
-        return f"{self._prefix}{n >> 48 & 0xFFFF:04x}-{n & 0xFFFFFFFFFFFF:012x}"
+        if n <= _LOW_COUNT:
+            return f"{self._short_prefix}{n:012x}"
+        return f"{self._prefix}{n >> 48 & 0xFFFF:04x}-{n & _LOW_COUNT:012x}"
 
 
 class HttpEdges:
@@ -81,7 +91,11 @@ class HttpEdges:
 
         async def serve(request: web.Request) -> web.StreamResponse:
             request_id = self.request_id(request)
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            except web.HTTPException as answer:  # aiohttp's own (a body over its size limit)
+                answer.headers[SERVER_HEADER] = SERVER_NAME
+                raise
             return self._finish(response, route, request_id)
 
         return serve
@@ -104,8 +118,11 @@ class HttpEdges:
     def _finish(
         self, response: web.StreamResponse, route: str, request_id: str
     ) -> web.StreamResponse:
-        if not response.prepared and REQUEST_ID not in response.headers:
-            response.headers[REQUEST_ID] = request_id  # unless the handler named it already
+        if not response.prepared:
+            headers = response.headers
+            headers[SERVER_HEADER] = SERVER_NAME
+            if REQUEST_ID not in headers:  # unless the handler named it already
+                headers[REQUEST_ID] = request_id
         self._metrics.http_requests(route, f"{response.status // 100}xx").inc()
         return response
 

@@ -7,8 +7,10 @@ client's ``Authorization`` header. :class:`GatewayRunner` serves the app with a 
 that answers those in OpenAI's error shape instead (``invalid_http_request``, or
 ``internal_error`` for a 500) without echoing a byte of the input, with an ``x-request-id``,
 counts them in ``crossway_http_rejected_total{status}`` and logs one line (the exception's
-class, never its text). :func:`hide_server_version` drops aiohttp's version banner from
-routed responses; these answers carry ``Server: crossway`` too.
+class, never its text). These answers carry ``Server: crossway`` (:data:`SERVER_NAME`) instead
+of aiohttp's version banner, as routed ones do: the routes name it in their own headers
+(:mod:`proxy.app`, :mod:`proxy.middleware`), which aiohttp then leaves as it is, rather than
+through an ``on_response_prepare`` signal that every response would pay for.
 """
 
 from __future__ import annotations
@@ -28,11 +30,6 @@ SERVER_NAME = "crossway"
 
 Rejected = Callable[[int, BaseException | None], None]
 """Told of every request answered below the routes: its status and the exception, if any."""
-
-
-async def hide_server_version(request: web.Request, response: web.StreamResponse) -> None:
-    """An ``on_response_prepare`` signal: ``Server: crossway`` instead of aiohttp's banner."""
-    response.headers["Server"] = SERVER_NAME
 
 
 def reporter(metrics: Any, logger: Callable[[], Any]) -> Rejected:

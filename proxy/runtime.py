@@ -28,7 +28,6 @@ from proxy.chain import (
     compose,
     load_plugins,
 )
-from proxy.compat_headers import with_litellm_headers
 from proxy.config import ConfigError, GatewayConfig, load_config
 from proxy.db import Database
 from proxy.errors import GatewayError
@@ -210,8 +209,7 @@ class Snapshot:
         )
         self.upstream = upstream
         self.chain: Next = compose(self.plugins, upstream)
-        if self.config.compat.litellm:
-            self.chain = with_litellm_headers(self.chain)
+        self.litellm_headers = self.config.compat.litellm  # the app adds them to every reply
         self.finishers: list[Callable[[FinishedRequest], None]] = [
             plugin.finished  # type: ignore[attr-defined]
             for plugin in self.plugins

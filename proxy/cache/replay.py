@@ -29,6 +29,7 @@ from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
+    Encoded,
     FunctionCallDelta,
     RawFrames,
     Reply,
@@ -36,11 +37,16 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.openai_chat import ChatStreamEncoder
+from proxy.dialects.openai_chat import ChatStreamEncoder, OpenAIChatDialect
 
 CACHE_HEADER = "x-crossway-cache"
 """The reply header that says what the cache did: ``hit``, ``miss``, ``bypass``, ``semantic``."""
 _CHUNK_DECODER = msgspec.json.Decoder(Chunk)
+OPENAI = OpenAIChatDialect.name
+"""The dialect whose encoder writes an answer's ``raw`` body as it is (and its frames)."""
+_DATA = b"data: "
+_FRAME_END = b"\n\n"
+"""The dialect whose encoder writes an answer's ``raw`` body as it is (and its frames)."""
 
 
 def hit_reply(
@@ -50,15 +56,30 @@ def hit_reply(
     response: Response,
     age: float,
     frames: bytes | None = None,
+    verbatim: bool = False,
+    usage: bytes | None = None,
 ) -> Reply:
     """A hit's reply, from ``provider``/``model``, ``age`` seconds old: ``response`` whole, or
-    replayed (:class:`ReplayStream`, from ``frames`` when the entry kept them) when ``call``
-    asked for a stream."""
+    replayed (:class:`ReplayStream`, from ``frames`` and the ``usage`` chunk's JSON when the
+    entry kept them) when ``call`` asked for a stream. A whole answer whose ``raw`` body is
+    ``verbatim`` (its canonical fields say what it says) carries that body, for an OpenAI chat
+    client, as its :class:`~proxy.canonical.Encoded` one."""
     headers = {CACHE_HEADER: "hit", "age": str(int(age))}
     if call.stream:
-        stream = ReplayStream(response, frames)
+        stream = ReplayStream(response, frames, usage)
         return Reply(provider=provider, model=model, stream=stream, headers=headers, attempts=0)
-    return Reply(provider=provider, model=model, response=response, headers=headers, attempts=0)
+    raw = response.raw
+    encoded = None
+    if verbatim and raw is not None and call.dialect == OPENAI:
+        encoded = Encoded(OPENAI, response, raw)
+    return Reply(
+        provider=provider,
+        model=model,
+        response=response,
+        headers=headers,
+        attempts=0,
+        encoded=encoded,
+    )
 
 
 def replay_chunks(response: Response) -> list[Chunk]:
@@ -127,6 +148,16 @@ def replay_frames(response: Response) -> bytes | None:
     return b"".join([encoder.chunk(chunk) for chunk in chunks])
 
 
+def usage_json(response: Response) -> bytes | None:
+    """The replay's usage chunk as the OpenAI chat chunk JSON that dialect writes for a client
+    that asked for usage; None for an answer without usage."""
+    usage = response.usage
+    if usage is None:
+        return None
+    frame = ChatStreamEncoder(include_usage=True).chunk(_usage_chunk(response, usage))
+    return frame[len(_DATA) : -len(_FRAME_END)]
+
+
 class FrameParser:
     """Reads the frames of :func:`replay_frames` back into the chunks of :func:`replay_chunks`
     (with ``raw`` set to each frame's JSON): the opening chunk of the answer's first choice gets
@@ -159,15 +190,18 @@ class ReplayStream:
     It is the :class:`~proxy.canonical.BatchedStream` of a cache hit; iterating it yields the
     chunks of :func:`replay_chunks` one by one. Given ``frames`` (:func:`replay_frames` of the
     same answer), a raw read gets them as one :class:`~proxy.canonical.RawFrames` followed by
-    the usage chunk, and the chunks are never built. Nothing is held open, so ``aclose`` only
-    drops what is left.
+    the usage chunk (carrying ``usage``, its :func:`usage_json`, as its ``raw`` JSON when given),
+    and the chunks are never built. Nothing is held open, so ``aclose`` only drops what is left.
     """
 
-    __slots__ = ("_chunks", "_frames", "_response")
+    __slots__ = ("_chunks", "_frames", "_response", "_usage")
 
-    def __init__(self, response: Response, frames: bytes | None = None) -> None:
+    def __init__(
+        self, response: Response, frames: bytes | None = None, usage: bytes | None = None
+    ) -> None:
         self._response: Response | None = response
         self._frames = frames
+        self._usage = usage
         self._chunks: list[Chunk] | None = None
 
     @property
@@ -186,7 +220,9 @@ class ReplayStream:
             return replay_chunks(response)  # type: ignore[return-value]
         batch: list[Chunk | RawFrames] = [RawFrames(frames, FrameParser(response))]
         if response.usage is not None:
-            batch.append(_usage_chunk(response, response.usage))
+            usage = _usage_chunk(response, response.usage)
+            usage.raw = self._usage
+            batch.append(usage)
         return batch
 
     def __aiter__(self) -> ReplayStream:

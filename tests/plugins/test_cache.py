@@ -20,6 +20,7 @@ from proxy.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
+    Encoded,
     GatewayOptions,
     Message,
     Principal,
@@ -51,6 +52,7 @@ class Inner:
         self.no_usage = False
         self.gate: asyncio.Event | None = None
         self.words = ["Hello", " world"]
+        self.raw: bytes | None = None  # an upstream body for whole answers to keep
 
     async def __call__(self, call: Call) -> Reply:
         self.calls.append(call)
@@ -70,6 +72,8 @@ class Inner:
             choices=[Choice(index=0, message=message, finish_reason="stop")],
             usage=None if self.no_usage else USAGE,
         )
+        if self.raw is not None:
+            response.keep_raw(self.raw)
         return Reply(provider="p", model="m", response=response)
 
     async def _stream(self) -> AsyncIterator[Chunk]:
@@ -241,6 +245,69 @@ async def test_frames_that_would_not_fit_and_store_entries_are_not_added() -> No
     data = await store.get(cache_key(call, "team"))
     assert data is not None
     assert decode_entry(data).frames is None
+
+
+RAW = b'{"id":"r1","object":"chat.completion"}'
+
+
+async def test_an_openai_clients_first_whole_hit_marks_a_kept_raw_body_verbatim() -> None:
+    """A memory entry whose answer kept its upstream body is checked once, on the first whole
+    hit of an OpenAI chat client: that hit and the later ones carry the body as the OpenAI
+    dialect's encoding; whole hits of other dialects and streamed hits carry none."""
+    h = Harness()
+    h.inner.raw = RAW
+    call, _, _ = await h.send()
+    lru = h.plugin._lru
+    assert lru is not None
+
+    def stored_verbatim() -> bool:
+        data = lru.get(cache_key(call, "team"))
+        assert data is not None
+        return decode_entry(data).verbatim
+
+    _, reply, _ = await h.send(dialect="anthropic")
+    assert (verdict(reply), reply.encoded, stored_verbatim()) == ("hit", None, False)
+    for _ in range(2):  # the hit that marks it, then one that reads the mark
+        _, reply, text = await h.send()
+        assert (verdict(reply), text, stored_verbatim()) == ("hit", "Hello world", True)
+        assert reply.response is not None
+        assert reply.encoded == Encoded("openai", reply.response, RAW)
+        assert reply.encoded.response is reply.response
+    for other in ({"stream": True}, {"dialect": "anthropic"}):
+        _, reply, _ = await h.send(**other)  # type: ignore[arg-type]
+        assert (verdict(reply), reply.encoded) == ("hit", None)
+    assert len(h.inner.calls) == 1
+
+
+async def test_a_raw_body_that_no_longer_matches_and_store_entries_are_not_marked() -> None:
+    changed = Harness()
+    changed.inner.raw = RAW
+    inner = changed.inner
+
+    async def edited(call: Call) -> Reply:  # a plugin that edits the answer after keep_raw
+        reply = await inner(call)
+        assert reply.response is not None
+        reply.response.choices[0].message.content = "edited"
+        return reply
+
+    call = Call(request_id="r", dialect="openai", model="chat", messages=[])
+    await changed.plugin(call, edited)
+    await changed.settle()
+    again = Call(request_id="r", dialect="openai", model="chat", messages=[])
+    reply = await changed.plugin(again, edited)
+    assert (verdict(reply), reply.encoded) == ("hit", None)
+    data = changed.plugin._lru.get(cache_key(call, "team"))  # type: ignore[union-attr]
+    assert data is not None
+    assert not decode_entry(data).verbatim
+    store = MemoryStore()
+    shared = Harness(store=store, backend="store")
+    shared.inner.raw = RAW
+    call, _, _ = await shared.send()
+    _, reply, _ = await shared.send()
+    assert (verdict(reply), reply.encoded) == ("hit", None)
+    data = await store.get(cache_key(call, "team"))
+    assert data is not None
+    assert not decode_entry(data).verbatim
 
 
 async def test_different_content_is_a_different_entry() -> None:

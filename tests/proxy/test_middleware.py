@@ -5,6 +5,7 @@ only when configured."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from collections.abc import AsyncIterator
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
 from proxy.app import create_app
+from proxy.middleware import RequestIds
 from tests.e2e.conftest import start_site
 
 BASE = """\
@@ -71,6 +74,54 @@ async def test_every_answer_carries_a_request_id(
     assert re.fullmatch(
         r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", headers["x-request-id"]
     )
+    assert headers.getall("Server") == ["crossway"]  # never aiohttp's version banner
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {**CHAT, "stream": True},
+        {**CHAT, "model": "nowhere/nothing"},  # an error answer of the dialect
+        {"model": "default"},  # a 400 before any model is resolved
+    ],
+)
+async def test_dialect_answers_name_the_server_without_a_version(
+    gateway: str, body: object
+) -> None:
+    _, headers, _ = await fetch(gateway + "/v1/chat/completions", "POST", body)
+    assert headers.getall("Server") == ["crossway"]
+
+
+async def test_a_body_over_aiohttps_own_limit_is_answered_without_its_banner(
+    tmp_path: Path,
+) -> None:
+    """aiohttp itself answers 413 when a route reads more than ``client_max_size``."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        BASE.format(server=", max_body_bytes: 1024")
+        + "auth: {master_key: sk-master-test-0123456789abcdefghijklmnop}\n"
+    )
+    runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
+    try:
+        status, headers, _ = await fetch(
+            url + "/admin/teams",
+            "POST",
+            {"name": "x" * 4096},
+            Authorization="Bearer sk-master-test-0123456789abcdefghijklmnop",
+        )
+    finally:
+        await runner.cleanup()
+    assert (status, headers.getall("Server")) == (413, ["crossway"])
+
+
+def test_fresh_request_ids_stay_unique_past_the_last_groups_range() -> None:
+    ids = RequestIds()
+    ids._counter = itertools.count(0xFFFFFFFFFFFF)
+    request = make_mocked_request("POST", "/v1/chat/completions")
+    below, above = ids(request), ids(request)
+    assert below.endswith("-0000-ffffffffffff")
+    assert above.endswith("-0001-000000000000")
+    assert below[:19] == above[:19]
 
 
 async def test_405_says_which_methods_the_route_takes(gateway: str) -> None:

@@ -13,7 +13,7 @@ from proxy.cache.entry import (
     encode_entry,
     with_frames,
 )
-from proxy.cache.replay import replay_frames
+from proxy.cache.replay import replay_frames, usage_json
 from proxy.canonical import Choice, FunctionCall, Message, Response, ToolCall, Usage
 
 
@@ -81,14 +81,16 @@ def test_an_entry_takes_its_replay_frames_when_they_fit() -> None:
     assert framed is not None
     assert original.frames == replay_frames(original.response)
     assert original.frames
+    assert original.usage_json == usage_json(original.response)
+    assert original.usage_json
     stored = decode_entry(framed)
     assert stored == original
-    assert msgspec.structs.replace(stored, frames=None) == plain
+    assert msgspec.structs.replace(stored, frames=None, usage_json=None) == plain
 
 
 def test_frames_that_would_pass_the_bound_are_not_taken() -> None:
     original = entry()
     assert with_frames(original, len(encode_entry(original)) + 10) is None
-    assert original.frames is None
+    assert (original.frames, original.usage_json) == (None, None)
     no_time = msgspec.structs.replace(original.response, created=0)  # frames must name it
     assert with_frames(msgspec.structs.replace(original, response=no_time), 10_000) is None

@@ -28,10 +28,11 @@ def key_of(body: dict[str, Any], scope: str = "team") -> str:
     return cache_key(chat_call(body), scope)  # type: ignore[arg-type]
 
 
-def test_a_key_is_the_prefix_and_a_sha256_digest() -> None:
+def test_a_key_is_the_prefix_and_a_256_bit_blake2b_digest() -> None:
     key = key_of(BASE)
     assert key.startswith(PREFIX)
     assert len(key) == len(PREFIX) + 64
+    int(key[len(PREFIX) :], 16)  # hex digits
 
 
 def test_json_key_order_does_not_change_the_key() -> None:

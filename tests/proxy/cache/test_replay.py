@@ -7,7 +7,7 @@ import pytest
 from msgspec import UNSET
 
 from proxy.cache.assemble import assemble
-from proxy.cache.replay import ReplayStream, replay_chunks, replay_frames
+from proxy.cache.replay import ReplayStream, replay_chunks, replay_frames, usage_json
 from proxy.canonical import (
     Choice,
     Chunk,
@@ -223,3 +223,24 @@ def test_frames_are_the_openai_chat_encoding_of_the_replay() -> None:
 )
 def test_no_frames_for_an_answer_they_could_not_describe(answer: Response) -> None:
     assert replay_frames(answer) is None
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+async def test_a_kept_usage_chunk_is_written_as_the_chat_encoder_writes_it(
+    include_usage: bool,
+) -> None:
+    """The usage chunk of a raw read carries its kept JSON, which the OpenAI chat encoder
+    sends as it is to a client that asked for usage, and drops for one that did not: the bytes
+    it would write for the chunk built afresh."""
+    answer = response(TEXT)
+    kept = usage_json(answer)
+    assert kept is not None
+    batch = await ReplayStream(answer, replay_frames(answer), kept).next_batch(True)
+    usage = batch[1]
+    assert isinstance(usage, Chunk)
+    assert usage.raw == kept
+    fresh = replay_chunks(answer)[-1]
+    assert fresh.raw is None
+    encoder = ChatStreamEncoder(include_usage=include_usage)
+    assert encoder.chunk(usage) == encoder.chunk(fresh)
+    assert usage_json(response(TEXT, usage=None)) is None
