@@ -169,6 +169,11 @@ class _Chain:
         if self.ledger is not None:
             await self.ledger.flush()
 
+    async def close(self) -> None:
+        """Stop the ledger writer's task, once the chain is measured."""
+        if self.ledger is not None:
+            await self.ledger.close()
+
     async def one(self, stream: bool) -> None:
         call = _call(stream)
         if self.principal is not None:
@@ -278,6 +283,8 @@ async def measure(
         for _ in range(rounds):
             for name, chain in compared.items():
                 results[mode][name].append(await _cpu_per_request(chain, stream, requests))
+        for chain in compared.values():
+            await chain.close()
     return results
 
 
