@@ -31,13 +31,20 @@ def planned(target: str, tmp_path: Path) -> list[str]:
 
 
 def installs(commands: list[str]) -> list[str]:
-    return [c for c in commands if re.search(r"\bpip install\b", c) and "--upgrade pip" not in c]
+    """The commands that install the project (not the installer itself: uv, pinned)."""
+    return [c for c in commands if re.search(r"\buv pip install\b", c)]
+
+
+def test_the_installer_is_uv_pinned_from_pypi(tmp_path: Path) -> None:
+    bootstrap = [c for c in planned("run", tmp_path) if re.search(r"/pip install .*'uv==", c)]
+    assert len(bootstrap) == 1
+    assert re.search(r"'uv==\d+\.\d+\.\d+'", bootstrap[0])
 
 
 def test_run_installs_the_package_without_extras(tmp_path: Path) -> None:
     commands = planned("run", tmp_path)
     (install,) = installs(commands)
-    assert install.endswith("pip install --quiet -e .")
+    assert install.endswith(" -e .")
     assert any("crossway serve" in command for command in commands)
 
 
