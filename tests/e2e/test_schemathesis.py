@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "tests" / "specs"
-CASES = 150
+CASES = 100
 CLIENT_KEY = "sk-fuzz-client-0123456789abcdef"
 CONFIG = """
 server: {{port: {port}, access_log: false}}

@@ -28,7 +28,7 @@ from tests.e2e.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[2]
 WARMUP_SECONDS = 5.0
-LOAD_SECONDS = 20.0
+LOAD_SECONDS = 12.0
 CONCURRENCY = 32
 MAX_RSS_GROWTH = 24 * 1024 * 1024
 MAX_FD_GROWTH = 8
