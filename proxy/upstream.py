@@ -241,29 +241,27 @@ class UpstreamStream:
         return self
 
     async def __anext__(self) -> Chunk:
+        ready = self._ready
         try:
-            chunk = await self._next_chunk()
+            while True:
+                if not ready:
+                    if self._failure is not None:
+                        raise self._failure
+                    if self._ended:
+                        raise StopAsyncIteration
+                    await self._fill(report=True)
+                item = ready.popleft()
+                if type(item) is not RawFrames:
+                    break
+                ready.extendleft(reversed(self._decoded([item])))
         except BaseException:
             await self._over()
             raise
+        chunk: Chunk = item  # type: ignore[assignment]
         self._last = [chunk]
         if self._meters:
             self._end.passed_one(chunk)  # type: ignore[union-attr]
         return chunk
-
-    async def _next_chunk(self) -> Chunk:
-        ready = self._ready
-        while True:
-            if not ready:
-                if self._failure is not None:
-                    raise self._failure
-                if self._ended:
-                    raise StopAsyncIteration
-                await self._fill(report=True)
-            item = ready.popleft()
-            if type(item) is not RawFrames:
-                return item  # type: ignore[return-value]
-            ready.extendleft(reversed(self._decoded([item])))
 
     def _decoded(self, items: list[Chunk | RawFrames]) -> list[Chunk]:
         """``items`` with raw frames decoded. A frame that cannot be decoded ends the stream:
