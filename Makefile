@@ -61,9 +61,11 @@ lint: setup-test
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
+# The suite runs on up to four pytest-xdist workers, one test file per worker at a time (the
+# e2e files share their gateways between tests); each worker starts its own engines.
 test: setup-test engines browser lint
 	$(BIN)/coverage erase
-	$(BIN)/coverage run -m pytest -q
+	$(BIN)/coverage run -m pytest -q --numprocesses auto --maxprocesses 4 --dist loadfile
 	$(BIN)/coverage combine -q
 	$(BIN)/coverage report
 

@@ -63,3 +63,14 @@ def test_serving_dependencies_hold_no_test_or_profiling_tool() -> None:
     test_extra = " ".join(project["optional-dependencies"]["test"])
     assert "py-spy" not in test_extra
     assert "pyinstrument" not in test_extra
+
+
+def test_the_suite_runs_under_coverage_on_xdist_workers(tmp_path: Path) -> None:
+    (run,) = [command for command in planned("test", tmp_path) if "-m pytest" in command]
+    assert "coverage run" in run
+    assert "--numprocesses auto" in run
+    assert "--dist loadfile" in run
+    test_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["test"]
+    assert any(dependency.startswith("pytest-xdist") for dependency in test_extra)
