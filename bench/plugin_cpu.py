@@ -63,7 +63,7 @@ from proxy.price_catalog import SHIPPED_CATALOG, load_catalog
 from proxy.pricing import PriceBook, ProviderPricing
 from proxy.providers.base import Timeouts
 from proxy.router import Router
-from proxy.upstream import UpstreamClocks, UpstreamStream
+from proxy.upstream_stream import UpstreamClocks, UpstreamStream
 
 USAGE = Usage(input=40, cache_read=10, output=30)
 _CHUNKS = 20

@@ -6,9 +6,9 @@ to see the stream's items; they need one call at the end. :func:`observe` arrang
 for a plugin:
 
 - on a stream that takes end hooks itself (``when_over``: the upstream's
-  :class:`~proxy.upstream.UpstreamStream`, or an :class:`ObservedStream`), it registers the hook
-  and returns the same stream — so any number of plugins observing the upstream's stream add no
-  layer the app's reads must pass through;
+  :class:`~proxy.upstream_stream.UpstreamStream`, or an :class:`ObservedStream`), it registers
+  the hook and returns the same stream — so any number of plugins observing the upstream's
+  stream add no layer the app's reads must pass through;
 - on any other stream (one a plugin made), it wraps it once in an :class:`ObservedStream`,
   which the next observing plugin reuses.
 

@@ -1,4 +1,5 @@
-"""proxy/upstream.py: the clocks' single-timer guard and the stream's batching contract."""
+"""proxy/upstream_stream.py: the clocks' single-timer guard, the stream's batching contract and
+its end hooks."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from proxy.canonical import Chunk, RawFrames, Timings, Usage
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.providers.base import Timeouts
-from proxy.upstream import UpstreamClocks, UpstreamStream
+from proxy.upstream_stream import UpstreamClocks, UpstreamStream
 
 SHORT = Timeouts(first_byte=0.05, idle=0.05, total=5)
 
