@@ -68,7 +68,7 @@ from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import message_tokens
 from proxy.observed import observe
-from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd, nanos_to_usd
+from proxy.pricing import NANOS_PER_USD, PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
@@ -99,7 +99,7 @@ class CostPlugin:
     Options = CostConfig
 
     def __init__(self, options: CostConfig, context: PluginContext) -> None:
-        self._options = options
+        self._reserve_output = options.reserve_output_tokens
         self._prices: PriceBook = context.prices
         self._metrics = context.metrics
         self._logger = context.logger
@@ -139,10 +139,13 @@ class CostPlugin:
         if call.principal is not ANONYMOUS:
             budgeted = self._budgeted(call)
             if budgeted:
-                try:
-                    reservation, refusal = await self._counters.reserve(
-                        budgeted, self._worst_case(call)
-                    )
+                worst = self._worst_case(call)
+                counters = self._counters
+                try:  # without waiting when the store can (the memory store)
+                    reserved = counters.reserve_now(budgeted, worst)
+                    if reserved is None:
+                        reserved = await counters.reserve(budgeted, worst)
+                    reservation, refusal = reserved
                 except StoreUnavailable:
                     reservation, refusal = self._unchecked(), None
                 if refusal is not None:
@@ -265,20 +268,17 @@ class CostPlugin:
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
         price among its deployments (0, and no estimate, when none has a price)."""
-        prices = self._prices
-        priced: list[ModelPrice] = []
-        for deployment in call.deployments:
-            price = prices.price(deployment.provider, deployment.model)
-            if price is not None:
-                priced.append(price)
-        if not priced:
-            return 0
-        prompt, output = expected_tokens(call, self._options.reserve_output_tokens)
+        price_of = self._prices.price
         worst = 0
-        for price in priced:
-            nanos = price.estimate_nanos(prompt, output)
-            if nanos > worst:
-                worst = nanos
+        mix = None
+        for deployment in call.deployments:
+            price = price_of(deployment.provider, deployment.model)
+            if price is not None:
+                if mix is None:
+                    mix = expected_tokens(call, self._reserve_output)
+                nanos = price.estimate_nanos(*mix)
+                if nanos > worst:
+                    worst = nanos
         return worst
 
     async def _settle(self, reservation: Reservation, nanos: int) -> None:

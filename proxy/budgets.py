@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
@@ -54,6 +54,10 @@ from proxy.pricing import NANOS_PER_USD
 from proxy.store import Store
 
 Clock = Callable[[], float]
+AddNow = Callable[
+    [Sequence[str], int, Sequence[int] | None, Sequence[float | None]],
+    tuple[int | None, list[int]],
+]
 Scope = Literal["key", "team", "user"]
 
 _PREFIX = "crossway:spend:"
@@ -187,6 +191,37 @@ class SpendCounters:
         self._same: dict[int, _Plan] = {}  # by id of the tuple it was made from: no hashing
         self._owing: list[_Plan] = []
         self._sending: asyncio.Handle | None = None
+        self._add_now: AddNow | None = getattr(store, "incr_within_now", None)
+
+    def reserve_now(
+        self, scopes: tuple[tuple[Scope, str, Budget], ...], nanos: int
+    ) -> tuple[Reservation | None, Refusal | None] | None:
+        """:meth:`reserve` in one synchronous step, when it needs no wait: the store adds
+        without waiting (the memory store's ``incr_within_now``) and the sums of the past days
+        the scopes' periods read are kept. Returns None otherwise, having done nothing (then
+        await :meth:`reserve`). May raise what the store's step raises (nothing reserved)."""
+        add_now = self._add_now
+        if add_now is None:
+            return None
+        plan = self._today(scopes)
+        limits = plan.limits
+        if plan.rolling:
+            stamp, generation, limits = plan.net
+            if generation != self._generation or time.monotonic() - stamp >= _CLOSED_TTL:
+                return None  # past days to read: reserve() reads them
+        # From here as reserve(), with the store's synchronous step.
+        owed = plan.owed
+        if owed:  # the corrections ride on this reservation, checked as if already applied
+            plan.owed = 0
+            limits = list(map(owed.__rsub__, limits))  # limit - owed, without a frame
+        try:
+            refused, values = add_now(plan.keys, nanos + owed, limits, plan.ttls)
+        except BaseException:
+            self._owe(plan, owed)  # still owed: nothing was added
+            raise
+        if refused is None:
+            return Reservation(plan, nanos, plan.soft), None
+        return None, self._refused(plan, owed, limits, refused, values)
 
     async def reserve(
         self, scopes: tuple[tuple[Scope, str, Budget], ...], nanos: int
@@ -198,43 +233,61 @@ class SpendCounters:
 
         Returns the reservation (to :meth:`correct` or :meth:`settle` later), or the refusal.
         """
+        plan = self._today(scopes)
+        limits = plan.limits
+        if plan.rolling:
+            limits = await self._net_limits(plan)
+        owed = plan.owed
+        if owed:  # as in reserve_now()
+            plan.owed = 0
+            limits = list(map(owed.__rsub__, limits))
+        try:
+            refused, values = await self._store.incr_within(
+                plan.keys, nanos + owed, limits, plan.ttls
+            )
+        except BaseException:
+            self._owe(plan, owed)
+            raise
+        if refused is None:
+            return Reservation(plan, nanos, plan.soft), None
+        return None, self._refused(plan, owed, limits, refused, values)
+
+    def _today(self, scopes: tuple[tuple[Scope, str, Budget], ...]) -> _Plan:
+        """The plan of ``scopes`` for today (found by the tuple's identity before hashing it:
+        hashing the budgets costs more)."""
         day = int(self._clock() // _DAY)
         plan = self._same.get(id(scopes))
         if plan is None or plan.scopes is not scopes or plan.day != day:
             plan = self._plans.get(scopes)
             if plan is None or plan.day != day:
                 plan = self._plan(day, scopes)
-        limits = plan.limits
-        if plan.rolling:
-            now = time.monotonic()
-            stamp, generation, net = plan.net
-            if generation == self._generation and now - stamp < _CLOSED_TTL:
-                limits = net
-            else:
-                limits = list(limits)
-                for index in plan.rolling:
-                    scope, ident, budget = scopes[index]
-                    limits[index] -= await self._closed_days(scope, ident, budget.period, day)
-                    stamp = self._closed.get((scope, ident, day, budget.period), (now, 0))[0]
-                    now = min(now, stamp)  # as old as the oldest sum it used
-                plan.net[:] = (now, self._generation, limits)
-        owed = plan.owed
-        if owed:  # the corrections ride on this reservation, checked as if already applied
-            plan.owed = 0
-            limits = list(map(owed.__rsub__, limits))  # limit - owed, without a frame
-        try:
-            refused, values = await self._store.incr_within(
-                plan.keys, nanos + owed, limits, plan.ttls
-            )
-        except BaseException:
-            self._owe(plan, owed)  # still owed: nothing was added
-            raise
-        if refused is not None:
-            self._owe(plan, owed)
-            scope, ident, budget = scopes[refused]
-            spent = values[refused] + plan.limits[refused] - limits[refused]
-            return None, Refusal(scope, ident, budget, spent)
-        return Reservation(plan, nanos, plan.soft), None
+        return plan
+
+    async def _net_limits(self, plan: _Plan) -> list[int]:
+        """``plan``'s limits less what the past days its rolling scopes read spent (kept in
+        ``plan.net`` for as long as those sums are)."""
+        now = time.monotonic()
+        stamp, generation, net = plan.net
+        if generation == self._generation and now - stamp < _CLOSED_TTL:
+            return net  # type: ignore[no-any-return]
+        limits = list(plan.limits)
+        for index in plan.rolling:
+            scope, ident, budget = plan.scopes[index]
+            limits[index] -= await self._closed_days(scope, ident, budget.period, plan.day)
+            stamp = self._closed.get((scope, ident, plan.day, budget.period), (now, 0))[0]
+            now = min(now, stamp)  # as old as the oldest sum it used
+        plan.net[:] = (now, self._generation, limits)
+        return limits
+
+    def _refused(
+        self, plan: _Plan, owed: int, limits: list[int], refused: int, values: list[int]
+    ) -> Refusal:
+        """The refusal of the scope at index ``refused``, whose counters hold ``values``; what
+        the reservation carried (``owed``) is owed again."""
+        self._owe(plan, owed)
+        scope, ident, budget = plan.scopes[refused]
+        spent = values[refused] + plan.limits[refused] - limits[refused]
+        return Refusal(scope, ident, budget, spent)
 
     def correct(self, reservation: Reservation, nanos: int) -> bool:
         """Correct ``reservation`` to the real cost ``nanos`` without waiting and without
@@ -248,7 +301,12 @@ class SpendCounters:
         Reservations meanwhile are checked as if it had been applied."""
         if reservation.soft:
             return False
-        self._owe(reservation.plan, nanos - reservation.nanos)
+        nanos -= reservation.nanos
+        plan = reservation.plan
+        if plan.owing:  # _owe(), without its call: the plan is already among those owing
+            plan.owed += nanos
+        else:
+            self._owe(plan, nanos)
         return True
 
     def _owe(self, plan: _Plan, nanos: int) -> None:

@@ -379,7 +379,29 @@ class MemoryStore:
         limits: Sequence[int] | None,
         ttls: Sequence[float | None],
     ) -> tuple[int | None, list[int]]:
-        """See :meth:`Store.incr_within` (one synchronous step)."""
+        """See :meth:`Store.incr_within` (:meth:`incr_within_now`)."""
+        return self.incr_within_now(keys, amount, limits, ttls)
+
+    def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
+        """See :meth:`Store.incr_later`: applied at once, as :meth:`incr_within` without limits
+        (nothing changes when a key holds a value that is not a counter)."""
+        try:
+            entries = self._counters(keys, list(map(self._data.get, keys)), ttls, self._clock())
+        except ValueError:
+            return
+        for key, (value, expires) in zip(keys, entries, strict=True):
+            self._write(key, value + amount, expires)
+
+    def incr_within_now(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+    ) -> tuple[int | None, list[int]]:
+        """:meth:`incr_within` as one synchronous call (what it awaits), for a caller that
+        would otherwise await it on its hot path (:meth:`proxy.budgets.SpendCounters.
+        reserve_now`). Not part of :class:`Store`: remote stores cannot answer at once."""
         now = self._clock()
         data = self._data
         entries = list(map(data.get, keys))
@@ -401,20 +423,15 @@ class MemoryStore:
             data.pop(key, None)  # re-inserted: dict order is write order
             data[key] = (value, expires)
             values.append(value)
-        self._wrote(len(values))
+        writes = self._writes + len(values)  # _wrote(), without its call
+        if writes >= self._sweep_every:
+            self._writes = 0
+            self._sweep()
+        else:
+            self._writes = writes
         while len(data) > self._max_keys:
             del data[next(iter(data))]
         return None, values
-
-    def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
-        """See :meth:`Store.incr_later`: applied at once, as :meth:`incr_within` without limits
-        (nothing changes when a key holds a value that is not a counter)."""
-        try:
-            entries = self._counters(keys, list(map(self._data.get, keys)), ttls, self._clock())
-        except ValueError:
-            return
-        for key, (value, expires) in zip(keys, entries, strict=True):
-            self._write(key, value + amount, expires)
 
     def _counters(
         self,

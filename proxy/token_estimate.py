@@ -87,28 +87,28 @@ def estimate_prompt_tokens(call: Call) -> int:
     call, its inputs' (:meth:`~proxy.canonical.EmbeddingRequest.estimated_tokens`)."""
     if call.embedding is not None:
         return call.embedding.estimated_tokens()
+    messages = call.messages
     characters = 0
-    for message in call.messages:
-        characters += len(message.text())
+    for message in messages:
+        content = message.content
+        # Message.text(), without its call for the common string content
+        characters += len(content) if type(content) is str else len(message.text())
         for tool_call in message.tool_calls or ():
             characters += len(tool_call.function.arguments) + len(tool_call.function.name)
-    return estimate_tokens(characters) + TOKENS_PER_MESSAGE * len(call.messages)
-
-
-def requested_output_tokens(call: Call) -> int | None:
-    """The output limit the client set (``max_completion_tokens``, else ``max_tokens``)."""
-    params = call.params
-    limit = params.max_completion_tokens
-    if isinstance(limit, int):
-        return limit
-    limit = params.max_tokens
-    return limit if isinstance(limit, int) else None
+    return -(-characters // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages)
 
 
 def expected_tokens(call: Call, default_output: int) -> tuple[int, int]:
     """The token mix ``call`` is expected to have: its estimated prompt, and the output limit
-    it set (``default_output`` when it set none; none for an embeddings call)."""
+    it set (``max_completion_tokens``, else ``max_tokens``; ``default_output`` when it set
+    none; none for an embeddings call)."""
+    prompt = estimate_prompt_tokens(call)
     if call.embedding is not None:
-        return estimate_prompt_tokens(call), 0
-    output = requested_output_tokens(call)
-    return estimate_prompt_tokens(call), default_output if output is None else output
+        return prompt, 0
+    params = call.params
+    output = params.max_completion_tokens
+    if not isinstance(output, int):
+        output = params.max_tokens
+        if not isinstance(output, int):
+            output = default_output
+    return prompt, output

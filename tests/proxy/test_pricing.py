@@ -31,7 +31,7 @@ from proxy.pricing import (
 )
 from proxy.providers import PROVIDER_TYPES, build_provider
 from proxy.runtime import price_book
-from proxy.token_estimate import estimate_prompt_tokens, requested_output_tokens
+from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CATALOG = load_catalog(SHIPPED_CATALOG)
@@ -397,8 +397,8 @@ def test_prompt_estimate_counts_text_at_four_characters_a_token_plus_a_little_pe
         params=Params(max_tokens=50),
     )
     assert estimate_prompt_tokens(call) == 5 + 2 * 4  # ceil(18 / 4) + 4 per message
-    assert requested_output_tokens(call) == 50
+    assert expected_tokens(call, 99) == (13, 50)
     call.params = Params(max_completion_tokens=7, max_tokens=50)
-    assert requested_output_tokens(call) == 7
+    assert expected_tokens(call, 99) == (13, 7)
     call.params = Params()
-    assert requested_output_tokens(call) is None
+    assert expected_tokens(call, 99) == (13, 99)
