@@ -270,13 +270,14 @@ class CostPlugin:
         price among its deployments (0, and no estimate, when none has a price)."""
         price_of = self._prices.price
         worst = 0
-        mix = None
+        prompt = -1  # not estimated yet
+        output = 0
         for deployment in call.deployments:
             price = price_of(deployment.provider, deployment.model)
             if price is not None:
-                if mix is None:
-                    mix = expected_tokens(call, self._reserve_output)
-                nanos = price.estimate_nanos(*mix)
+                if prompt < 0:
+                    prompt, output = expected_tokens(call, self._reserve_output)
+                nanos = price.estimate_nanos(prompt, output)
                 if nanos > worst:
                     worst = nanos
         return worst

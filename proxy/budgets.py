@@ -255,12 +255,13 @@ class SpendCounters:
     def _today(self, scopes: tuple[tuple[Scope, str, Budget], ...]) -> _Plan:
         """The plan of ``scopes`` for today (found by the tuple's identity before hashing it:
         hashing the budgets costs more)."""
-        day = int(self._clock() // _DAY)
+        clock = self._clock  # (an attribute, then a call: a method load would not specialise)
+        day = clock() // _DAY  # a float: int() is dearer than comparing it to the plan's day
         plan = self._same.get(id(scopes))
         if plan is None or plan.scopes is not scopes or plan.day != day:
             plan = self._plans.get(scopes)
             if plan is None or plan.day != day:
-                plan = self._plan(day, scopes)
+                plan = self._plan(int(day), scopes)
         return plan
 
     async def _net_limits(self, plan: _Plan) -> list[int]:

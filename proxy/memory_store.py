@@ -402,24 +402,34 @@ class MemoryStore:
         """:meth:`incr_within` as one synchronous call (what it awaits), for a caller that
         would otherwise await it on its hot path (:meth:`proxy.budgets.SpendCounters.
         reserve_now`). Not part of :class:`Store`: remote stores cannot answer at once."""
-        now = self._clock()
+        clock = self._clock  # (an attribute, then a call: a method load would not specialise)
+        now = clock()
         data = self._data
-        entries = list(map(data.get, keys))
-        for entry in entries:  # the common case: live integer counters
+        # Plain loops with a running index: zip(), enumerate() and list(map()) each cost more
+        # than these two- or three-key loops.
+        entries: list[tuple[int, float | None]] = []
+        for key in keys:  # the common case: live integer counters
+            entry = data.get(key)
             if (
                 entry is None
                 or type(entry[0]) is not int
                 or (entry[1] is not None and entry[1] <= now)
             ):
-                entries = self._counters(keys, entries, ttls, now)
+                entries = self._counters(keys, [data.get(key) for key in keys], ttls, now)
                 break
+            entries.append(entry)  # type: ignore[arg-type]
         if limits is not None:
-            for index, entry in enumerate(entries):
-                if entry[0] >= limits[index]:  # type: ignore[index,operator]
-                    return index, [entry[0] for entry in entries]  # type: ignore[index,misc]
+            index = 0
+            for entry in entries:
+                if entry[0] >= limits[index]:
+                    return index, [entry[0] for entry in entries]
+                index += 1  # noqa: SIM113 (enumerate() costs more: see above)
         values: list[int] = []
-        for key, (value, expires) in zip(keys, entries, strict=True):  # type: ignore[misc]
+        index = 0
+        for value, expires in entries:
             value += amount
+            key = keys[index]
+            index += 1  # noqa: SIM113
             data.pop(key, None)  # re-inserted: dict order is write order
             data[key] = (value, expires)
             values.append(value)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from msgspec import structs
 
 from plugins.health import cooldown_left
 from proxy.admin.guard import ADMIN, admin_route, json_response
@@ -90,7 +91,7 @@ def _prices(price: ModelPrice | None) -> dict[str, Any] | None:
 
 
 def _usd(rates: Rates) -> dict[str, Any]:
-    return {name: value / _PICOS_PER_MICRO for name, value in rates._asdict().items()}
+    return {name: value / _PICOS_PER_MICRO for name, value in structs.asdict(rates).items()}
 
 
 ROUTES = (("GET", "/admin/models", list_models),)

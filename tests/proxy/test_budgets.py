@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,48 @@ async def test_a_refused_request_keeps_nothing_reserved_on_any_scope() -> None:
     assert refusal is not None
     assert refusal.scope == "team"
     assert await h.counters.spent("key", "k", "1d") == 0  # the key's reservation was released
+
+
+class AwaitedOnly(MemoryStore):
+    """A store that answers only when awaited, as a remote one does."""
+
+    incr_within_now = None  # type: ignore[assignment]
+
+    async def incr_within(self, *args: Any) -> tuple[int | None, list[int]]:
+        return MemoryStore.incr_within_now(self, *args)
+
+
+async def test_a_reservation_on_the_memory_store_needs_no_wait() -> None:
+    h = Harness()
+    day, month = Budget(max_usd=1.0, period="1d"), Budget(max_usd=1.0, period="1mo")
+    made = h.counters.reserve_now((("key", "k", day),), USD // 4)
+    assert made is not None
+    reservation, refusal = made
+    assert reservation is not None
+    assert refusal is None
+    assert await h.counters.spent("key", "k", "1d") == USD // 4
+    # A month reads its past days first (kept a minute): then without a wait too.
+    scopes = (("team", "t", month),)
+    assert h.counters.reserve_now(scopes, USD) is None  # nothing reserved
+    assert await h.counters.spent("team", "t", "1mo") == 0
+    await h.counters.reserve(scopes, USD // 2)
+    made = h.counters.reserve_now(scopes, USD // 2)
+    assert made is not None
+    assert made[0] is not None
+    made = h.counters.reserve_now(scopes, USD)  # the budget is spent: refused at once
+    assert made is not None
+    assert made[0] is None
+    assert made[1] is not None
+    assert (made[1].scope, made[1].spent) == ("team", USD)
+
+
+async def test_a_store_that_must_be_awaited_is_never_asked_without_a_wait() -> None:
+    counters = SpendCounters(AwaitedOnly(), clock=FakeClock(NOON))
+    budget = Budget(max_usd=1.0, period="1d")
+    assert counters.reserve_now((("key", "k", budget),), USD) is None
+    reservation, _ = await counters.reserve((("key", "k", budget),), USD)
+    assert reservation is not None
+    assert await counters.spent("key", "k", "1d") == USD
 
 
 async def test_a_day_budget_resets_at_midnight_utc() -> None:

@@ -328,6 +328,13 @@ async def test_incr_within_is_all_or_nothing(store: MemoryStore):
     assert await store.incr_within(keys, -4, None, ttls) == (None, [6, 6])
 
 
+def test_incr_within_now_is_incr_within_without_a_wait(store: MemoryStore):
+    keys, ttls = ["a", "b"], [None, 60.0]
+    assert store.incr_within_now(keys, 4, [10, 10], ttls) == (None, [4, 4])  # created
+    assert store.incr_within_now(keys, 4, [10, 4], ttls) == (1, [4, 4])  # b is at its limit
+    assert store.incr_within_now(keys, -1, None, ttls) == (None, [3, 3])
+
+
 async def test_incr_within_refuses_values_that_are_not_counters(store: MemoryStore):
     await store.set("text", b"abc")
     await store.rate_take([RateBucket("bucket", 1, 5)])
