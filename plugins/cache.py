@@ -39,11 +39,12 @@ its answer. The embedding's cost is added to the request's (by this plugin's ``f
 before the ``cost`` plugin's records it: list ``cache`` before ``cost``). Embeddings calls
 themselves pass by the cache.
 
-``backend: memory`` keeps entries in this process: one LRU bounded by ``max_bytes``, kept across
-config reloads (a reloaded config's ``max_bytes`` applies once it serves, evicting what no longer
-fits), lost on restart, not shared between workers. ``backend: store`` keeps them in the
-process's state store (shared once that store is Redis). Coalescing is per process. ``clock``
-(wall time, seconds) is injectable; entries expire on it whatever the backend.
+``backend: memory`` keeps entries in this process: one LRU bounded by ``max_bytes`` (each entry
+kept decoded too once read, so that hits decode nothing), kept across config reloads (a reloaded
+config's ``max_bytes`` applies once it serves, evicting what no longer fits), lost on restart, not
+shared between workers. ``backend: store`` keeps them in the process's state store (shared once
+that store is Redis). Coalescing is per process. ``clock`` (wall time, seconds) is injectable;
+entries expire on it whatever the backend.
 """
 
 from __future__ import annotations
@@ -162,7 +163,10 @@ class CachePlugin:
             return reply
         key = cache_key(call, options.scope)
         if rules.read:
-            found = await self._read(key, rules)
+            if self._lru is not None:  # no coroutine for what memory answers at once
+                found = self._recall(key, rules)
+            else:
+                found = await self._read(key, rules)
             if found is not None:
                 return self._hit(call, key, *found)
             shared = self._flights.joinable(key)
@@ -275,6 +279,8 @@ class CachePlugin:
     async def _read(self, key: str, rules: Directives) -> tuple[Entry, float] | None:
         """The live entry under ``key`` young enough for ``rules``, with its age; None when
         there is none (a backend failure or a corrupt entry, counted, is none too)."""
+        if self._lru is not None:
+            return self._recall(key, rules)
         try:
             data = await self._backend.get(key)
         except Exception as exc:  # any backend failure is a miss
@@ -290,6 +296,26 @@ class CachePlugin:
             self._errors["corrupt"].inc()
             await self._delete(key)
             return None
+        return self._usable(entry, rules)
+
+    def _recall(self, key: str, rules: Directives) -> tuple[Entry, float] | None:
+        """:meth:`_read` from the memory backend, which answers at once: each entry is decoded
+        on its first read only and kept decoded (:meth:`ByteLRU.get_decoded`), so hits share
+        one :class:`Entry` and its answer, which nothing changes in place (see
+        :class:`~proxy.canonical.Reply`)."""
+        lru = self._lru
+        assert lru is not None
+        try:
+            entry = lru.get_decoded(key, decode_entry)
+        except CorruptEntry:
+            self._errors["corrupt"].inc()
+            lru.delete(key)
+            self._export_bytes()
+            return None
+        return None if entry is None else self._usable(entry, rules)
+
+    def _usable(self, entry: Entry, rules: Directives) -> tuple[Entry, float] | None:
+        """``entry`` with its age, if it is live and young enough for ``rules``; else None."""
         now = self._clock()
         if entry.expires <= now:
             return None

@@ -7,15 +7,23 @@ not stored at all (and replaces nothing). Reading a value makes it the most rece
 expire at a deadline on ``clock`` and are dropped when next read; until then an expired value
 still counts towards the bound, which keeps memory within ``max_bytes`` whatever the traffic.
 :meth:`ByteLRU.resize` changes the bound (a config reload), evicting what no longer fits.
-Not thread-safe: use it from one event loop.
+
+:meth:`ByteLRU.get_decoded` reads a value as the caller decodes it, and keeps that decoded form
+with the value, so that the next reads of the same value skip decoding (the memory cache's hits
+then cost no entry decoding). A decoded form is charged nothing, like the rest of Python's
+overhead: a map whose values were all read holds about their size again in decoded objects. It
+is made once per stored value (storing under a key drops the old one's), and shared by every
+reader, who must therefore never change it. Not thread-safe: use it from one event loop.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 Clock = Callable[[], float]
+Decoded = TypeVar("Decoded")
 
 
 class ByteLRU:
@@ -28,7 +36,8 @@ class ByteLRU:
             raise ValueError("max_bytes must be at least 1")
         self._max_bytes = max_bytes
         self._clock = clock
-        self._items: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
+        # key -> (value, deadline on the clock, the value's decoded form or None)
+        self._items: OrderedDict[str, tuple[bytes, float, Any]] = OrderedDict()
         self.bytes = 0
         """Bytes held: the lengths of every key and value stored."""
         self.evictions = 0
@@ -45,6 +54,25 @@ class ByteLRU:
         self._items.move_to_end(key)
         return item[0]
 
+    def get_decoded(self, key: str, decode: Callable[[bytes], Decoded]) -> Decoded | None:
+        """``decode`` of the value under ``key``, None when missing or expired; a use, as
+        :meth:`get` is. The value is decoded on its first such read only: later ones return
+        the same object (see the module docstring), whatever ``decode`` they pass. What
+        ``decode`` raises propagates, and the value is left as it is."""
+        items = self._items
+        item = items.get(key)
+        if item is None:
+            return None
+        value, deadline, decoded = item
+        if deadline <= self._clock():
+            self._drop(key)
+            return None
+        items.move_to_end(key)
+        if decoded is None:
+            decoded = decode(value)
+            items[key] = (value, deadline, decoded)
+        return decoded  # type: ignore[no-any-return]
+
     def set(self, key: str, value: bytes, ttl: float) -> bool:
         """Store ``value`` for ``ttl`` seconds; False (and nothing changed) if it cannot fit."""
         size = len(key) + len(value)
@@ -56,7 +84,7 @@ class ByteLRU:
             oldest = next(iter(items))
             self._drop(oldest)
             self.evictions += 1
-        items[key] = (value, self._clock() + ttl)
+        items[key] = (value, self._clock() + ttl, None)
         self.bytes += size
         return True
 

@@ -1,8 +1,10 @@
 """OpenAI chat completions — ``POST /v1/chat/completions`` — the lingua franca.
 
-The canonical types are shaped after this format, so decoding is one typed msgspec pass for the
-envelope and one for the generation parameters; request fields the gateway does not model are
-kept raw and passed to the provider. Credentials a client might smuggle in the body
+The canonical types are shaped after this format, so decoding a request is one typed msgspec pass
+over the body (:class:`_Body`: the envelope and every generation parameter, no other field). A body
+with fields the gateway does not model fails that pass and is decoded again in three (the envelope,
+the parameters, the other fields kept raw and passed to the provider), which also reports a
+malformed body exactly as they always did. Credentials a client might smuggle in the body
 (``api_key``, ``api_base``, ``base_url``) are dropped: a client never chooses where or as whom the
 gateway connects.
 
@@ -17,6 +19,7 @@ provider is in the ``x-crossway-provider`` header on every route.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Mapping
 from typing import Annotated, TypeVar
@@ -57,10 +60,23 @@ class _Envelope(Struct):
     fallbacks: list[Annotated[str, Meta(min_length=1)]] | None = None
 
 
+class _Body(Params, kw_only=True, forbid_unknown_fields=True):
+    """A whole request without unmodelled fields, in one pass: :class:`_Envelope`'s fields
+    (same types and defaults) and :class:`~proxy.canonical.Params`'s."""
+
+    model: str
+    messages: Annotated[list[Message], Meta(min_length=1)]
+    stream: bool | None = False
+    stream_options: _StreamOptions | None = None
+    fallbacks: list[Annotated[str, Meta(min_length=1)]] | None = None
+
+
 _KNOWN_FIELDS = frozenset(_Envelope.__struct_fields__) | frozenset(Params.__struct_fields__)
 _CANONICAL_FIELDS = frozenset({"model", "messages", "stream", "stream_options"}) | frozenset(
     Params.__struct_fields__
 )
+_BODY = msgspec.json.Decoder(_Body)
+_PARAM_VALUES = operator.attrgetter(*Params.__struct_fields__)
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _PARAMS = msgspec.json.Decoder(Params)
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -188,12 +204,19 @@ class OpenAIChatDialect(OpenAIErrors):
         self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
     ) -> Call:
         """See :meth:`proxy.dialects.base.Dialect.decode`."""
+        envelope: _Body | _Envelope
+        extra: dict[str, msgspec.Raw]
         try:
-            envelope = _ENVELOPE.decode(body)
-            params = _PARAMS.decode(body)
-            extra = decode_extra(body, _KNOWN_FIELDS)
-        except msgspec.DecodeError as exc:
-            raise bad_request(exc) from None
+            envelope = _BODY.decode(body)
+            params = Params(*_PARAM_VALUES(envelope))
+            extra = {}
+        except msgspec.DecodeError:  # unmodelled fields, or a malformed body: see the module
+            try:
+                envelope = _ENVELOPE.decode(body)
+                params = _PARAMS.decode(body)
+                extra = decode_extra(body, _KNOWN_FIELDS)
+            except msgspec.DecodeError as exc:
+                raise bad_request(exc) from None
         if not envelope.model:
             raise BadRequest("you must provide a model parameter", param="model")
         stream_options = envelope.stream_options
@@ -219,15 +242,13 @@ class OpenAIChatDialect(OpenAIErrors):
         assert response is not None
         if response.unchanged():
             return response.raw  # type: ignore[return-value]
-        for choice in response.choices:
-            _complete_message(choice.message)
         usage = response.usage
         body = _Response(
             id=response.id,
             object="chat.completion",
             created=response.created or int(time.time()),
             model=response.model,
-            choices=_openai_choices(response.choices),
+            choices=_openai_choices([_with_refusal(choice) for choice in response.choices]),
             usage=OpenAIUsage.of(usage) if usage is not None else None,
             system_fingerprint=response.system_fingerprint,
             service_tier=response.service_tier,
@@ -299,10 +320,13 @@ class ChatStreamEncoder:
         return encode_data_frame(error_json(error))
 
 
-def _complete_message(message: Message) -> None:
-    """OpenAI always sends ``refusal`` on response messages (null when there is none)."""
-    if message.refusal is UNSET:
-        message.refusal = None
+def _with_refusal(choice: Choice) -> Choice:
+    """``choice`` with ``refusal`` on its message, as OpenAI always sends it (null when there
+    is none): a copy when it lacks one, never a change in place (a cached answer is shared)."""
+    message = choice.message
+    if message.refusal is not UNSET:
+        return choice
+    return msgspec.structs.replace(choice, message=msgspec.structs.replace(message, refusal=None))
 
 
 _AnyChoice = TypeVar("_AnyChoice", Choice, ChunkChoice)

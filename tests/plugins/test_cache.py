@@ -506,6 +506,31 @@ async def test_a_corrupt_entry_is_deleted_and_missed() -> None:
     assert verdict((await h.send())[1]) == "hit", "the fresh answer replaced the corrupt one"
 
 
+async def test_a_corrupt_memory_entry_is_deleted_and_missed() -> None:
+    h = Harness()
+    call, _, _ = await h.send()
+    lru = h.plugin._lru
+    assert lru is not None
+    key = cache_key(call, "team")
+    lru.set(key, MAGIC + b"\xc1\xc1", 60)
+    _, reply, _ = await h.send()
+    assert verdict(reply) == "miss"
+    assert h.errors("corrupt") == 1
+    assert verdict((await h.send())[1]) == "hit", "the fresh answer replaced the corrupt one"
+
+
+async def test_memory_hits_share_the_entry_decoded_on_the_first_one() -> None:
+    """The memory backend decodes an entry once: every later hit serves the same answer
+    object (which is why nothing may change a served answer in place)."""
+    h = Harness()
+    await h.send()
+    _, first, _ = await h.send(dialect="anthropic")
+    _, second, _ = await h.send(dialect="anthropic")
+    assert (verdict(first), verdict(second)) == ("hit", "hit")
+    assert first.response is not None
+    assert second.response is first.response
+
+
 async def test_identical_calls_in_flight_share_one_upstream_call() -> None:
     h = Harness()
     h.inner.gate = asyncio.Event()

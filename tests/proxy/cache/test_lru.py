@@ -83,3 +83,40 @@ def test_resizing_evicts_the_least_recently_used_until_it_fits() -> None:
     assert lru.set("big", b"x" * 25, 60)
     with pytest.raises(ValueError, match="max_bytes"):
         lru.resize(0)
+
+
+def test_a_value_is_decoded_on_its_first_decoded_read_only_and_until_it_is_replaced() -> None:
+    clock = FakeClock()
+    lru = ByteLRU(100, clock)
+    decoded: list[bytes] = []
+
+    def decode(value: bytes) -> list[bytes]:
+        decoded.append(value)
+        return [value]
+
+    assert lru.get_decoded("a", decode) is None
+    lru.set("a", b"1", 10)
+    first = lru.get_decoded("a", decode)
+    assert first == [b"1"]
+    assert lru.get_decoded("a", decode) is first  # kept: one decoding, one shared object
+    assert lru.get("a") == b"1"
+    assert lru.bytes == 2  # the decoded form is not charged
+    lru.set("a", b"2", 10)
+    assert lru.get_decoded("a", decode) == [b"2"]
+    assert decoded == [b"1", b"2"]
+    clock.advance(10)
+    assert lru.get_decoded("a", decode) is None
+    assert len(lru) == 0
+
+
+def test_what_a_decoder_raises_propagates_and_leaves_the_value() -> None:
+    lru = ByteLRU(100, FakeClock())
+    lru.set("a", b"bad", 10)
+
+    def decode(value: bytes) -> bytes:
+        raise ValueError(value)
+
+    with pytest.raises(ValueError, match="bad"):
+        lru.get_decoded("a", decode)
+    assert lru.get("a") == b"bad"
+    assert lru.get_decoded("a", bytes.upper) == b"BAD"

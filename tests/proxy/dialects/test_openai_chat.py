@@ -284,6 +284,9 @@ def test_text_response_conforms():
     assert out["object"] == "chat.completion"
     assert out["created"] == 1_700_000_000
     assert out["choices"][0]["message"] == {"role": "assistant", "content": "Hi!", "refusal": None}
+    assert response.choices[0].message.refusal is msgspec.UNSET, (
+        "encoding changes no answer in place"
+    )
     assert out["choices"][0]["logprobs"] is None
     assert out["usage"] == {
         "prompt_tokens": 100,
