@@ -120,6 +120,8 @@ class LimitsPlugin:
         self._reserve = options.output_reserve
         self._state: SharedState = context.state
         self._store: Store = context.state.store_for("limits")
+        # The memory store admits synchronously; a shared store's view is awaited.
+        self._admit_now = getattr(self._store, "admit_now", None)
         self._refuse = context.state.policy("limits") == "closed"
         self._metrics = context.metrics
         self._plans: dict[str | None, _Plan] = {}
@@ -139,8 +141,12 @@ class LimitsPlugin:
         if limits is None:
             return await next(call)
         tokens = self._estimate(call) if plan.tokens else 0
+        admit_now = self._admit_now
         try:
-            admission = await self._store.admit(limits, tokens)
+            if admit_now is not None:
+                admission = admit_now(limits, tokens)
+            else:
+                admission = await self._store.admit(limits, tokens)
         except StoreUnavailable:
             self._unavailable()
             return await next(call)  # admitted uncounted: nothing to settle

@@ -117,63 +117,62 @@ class MemoryStore:
         self._release(keys)
 
     async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
-        """See :meth:`Store.admit`. The common case (room everywhere) in one pass that writes
-        as it goes; a bucket without room puts back what that pass wrote, and the refusal is
-        worked out again by :meth:`_take`, which charges nothing."""
+        """See :meth:`Store.admit` (:meth:`admit_now`)."""
+        return self.admit_now(plan, tokens)
+
+    def admit_now(self, plan: LimitPlan, tokens: int) -> Admission:
+        """:meth:`admit` as one synchronous call, for the limits plugin's hot path (not part of
+        :class:`Store`: remote stores cannot answer at once). The common case (room
+        everywhere) in one pass that writes as it goes; a bucket without room puts back what
+        that pass wrote (:meth:`_refuse`), and the refusal is worked out again by
+        :meth:`_take`, which charges nothing."""
         slots, tats, data = self._slots, self._tats, self._data
         counts: list[int] = []
-        for index, key in enumerate(plan.slots):
+        for key, limit in plan.slot_pairs:
             count = slots.get(key)
             if count is None:
                 if key in data or key in tats:
                     self._not_a(key, "an in-flight counter")
                 count = 0
-            elif count >= plan.slot_limits[index]:
-                return Admission(full=index)
+            elif count >= limit:
+                return Admission(full=len(counts))
             counts.append(count)
         now = self._clock()
-        requests, limits, intervals = plan.requests, plan.limits, plan.intervals
         period = plan.period
         ceiling = period + _SLACK
         before: list[float | None] = []  # each bucket's TAT before this pass wrote it
         least_requests = least_tokens = -1  # per kind: the bucket with the least left
         left_requests = left_tokens = 0
         reset_requests = reset_tokens = 0.0
-        for index, key in enumerate(plan.keys):
+        for index, key, interval, limit in plan.rates:
             tat = tats.get(key)
             if tat is None:
                 if key in data or key in slots:
                     self._not_a(key, "a rate bucket")
-                debt = 0.0
+                new = 0.0
             else:
-                debt = tat - now if tat > now else 0.0
-            interval = intervals[index]
-            if index < requests:
-                new = debt + interval
-            else:
-                limit = limits[index]
-                new = debt + (tokens if tokens < limit else limit) * interval
+                new = tat - now if tat > now else 0.0
+            # A request bucket (limit 0 in plan.rates) takes one unit, a token bucket the
+            # call's tokens, capped at its limit.
+            new += interval * (tokens if tokens < limit else limit) if limit else interval
             if new > ceiling:
-                for written, old in reversed(list(zip(plan.keys, before, strict=False))):
-                    if old is None:
-                        del tats[written]
-                    else:
-                        tats[written] = old
-                return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
+                return self._refuse(plan, tokens, before, now)
             before.append(tat)
             tats[key] = now + new
             remaining = int((period - new) / interval + _SLACK)
-            if index < requests:
+            if not limit:
                 if least_requests < 0 or remaining < left_requests:
                     least_requests, left_requests, reset_requests = index, remaining, new
             elif least_tokens < 0 or remaining < left_tokens:
                 least_tokens, left_tokens, reset_tokens = index, remaining, new
         for key, count in zip(plan.slots, counts, strict=True):
             slots[key] = count + 1
-        self._writes += len(before)
-        if self._writes >= self._sweep_every:
+        writes = self._writes + len(before)  # _wrote(), without its call
+        if writes >= self._sweep_every:
             self._writes = 0
             self._sweep()
+        else:
+            self._writes = writes
         return Admission(
             requests=None if least_requests < 0 else RateState(True, left_requests, reset_requests),
             tokens=None if least_tokens < 0 else RateState(True, left_tokens, reset_tokens),
@@ -182,6 +181,19 @@ class MemoryStore:
             plan=plan,
             reserved=tokens,
         )
+
+    def _refuse(
+        self, plan: LimitPlan, tokens: int, before: list[float | None], now: float
+    ) -> Admission:
+        """:meth:`admit_now` found a bucket without room: put back the TATs its pass wrote
+        (``before``, in plan order) and answer the refusal."""
+        tats = self._tats
+        for key, old in reversed(list(zip(plan.keys, before, strict=False))):
+            if old is None:
+                del tats[key]
+            else:
+                tats[key] = old
+        return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
 
     def settle(self, admission: Admission, used: int) -> None:
         """See :meth:`Store.settle`: :meth:`_release` and :meth:`_adjust` in one pass."""
@@ -199,22 +211,20 @@ class MemoryStore:
         if used == reserved:
             return
         now = self._clock()
-        tats, limits, keys, intervals = self._tats, plan.limits, plan.keys, plan.intervals
-        for index in range(plan.requests, len(keys)):
-            limit = limits[index]
+        tats = self._tats
+        for _, key, interval, limit in plan.token_rates:
             delta = used - (reserved if reserved < limit else limit)
             if not delta:
                 continue
-            key = keys[index]
             tat = tats.get(key)
             if tat is None:
                 self._not_a(key, "a rate bucket")
                 debt = 0.0
             else:
                 debt = tat - now if tat > now else 0.0
-            new = debt + delta * intervals[index]
+            new = debt + delta * interval
             tats[key] = now + new if new > 0 else now  # at most full (swept later)
-        self._wrote(len(plan.slots) + len(keys) - plan.requests)
+        self._wrote(len(plan.slots) + len(plan.token_rates))
 
     # The rate and slot operations below run synchronously (one event-loop step per store
     # call) on the limits' hot path: each reads and writes its own table directly.

@@ -50,9 +50,10 @@ class StreamEnd:
 
     __slots__ = ("_characters", "_done", "_held", "_hooks", "_usage", "meters")
 
-    def __init__(self) -> None:
-        self._hooks: list[EndHook] = []
-        self.meters = False
+    def __init__(self, hook: EndHook, meters: bool = False) -> None:
+        """``hook``: the first end hook (see :meth:`add`)."""
+        self._hooks = [hook]
+        self.meters = meters
         """Whether a hook needs the output estimate (then every passed batch is held)."""
         self._held: list[Chunk | RawFrames] = []
         self._usage: Usage | None = None
@@ -87,18 +88,24 @@ class StreamEnd:
         if self._done:
             return None
         self._done = True
-        meters = self.meters
         usage = None
-        for item in reversed(self._held if meters else last):
-            if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
-                usage = item.usage  # type: ignore[union-attr]
-                break
+        generated = 0
+        if not self.meters:
+            for item in reversed(last):
+                if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
+                    usage = item.usage  # type: ignore[union-attr]
+                    break
         else:
-            if meters:
+            for item in reversed(self._held):
+                if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
+                    usage = item.usage  # type: ignore[union-attr]
+                    break
+            else:
                 self._read()
-            usage = self._usage
-        self._held.clear()
-        generated = estimate_tokens(self._characters) if usage is None and meters else 0
+                usage = self._usage
+            self._held.clear()
+            if usage is None:
+                generated = estimate_tokens(self._characters)
         hooks = self._hooks
         for index, hook in enumerate(hooks):
             try:
@@ -153,8 +160,7 @@ def observe(
     stream when it takes end hooks, else an :class:`ObservedStream` around it."""
     when_over: Any = getattr(stream, "when_over", None)
     if when_over is None:
-        stream = ObservedStream(stream)
-        when_over = stream.when_over
+        return ObservedStream(stream, hook, meters)
     when_over(hook, meters)
     return stream
 
@@ -166,10 +172,11 @@ class ObservedStream:
 
     __slots__ = ("_batches", "_end", "_inner", "_last")
 
-    def __init__(self, inner: AsyncIterator[Chunk]) -> None:
+    def __init__(self, inner: AsyncIterator[Chunk], hook: EndHook, meters: bool = False) -> None:
+        """``hook``: the first end hook (see :meth:`when_over`)."""
         self._inner = inner
         self._batches = batched(inner)
-        self._end = StreamEnd()
+        self._end = StreamEnd(hook, meters)
         self._last: list[Chunk | RawFrames] = []
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:

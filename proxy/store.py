@@ -65,7 +65,18 @@ class LimitPlan:
     one unit per call, the others (token buckets) a call's tokens, capped at each bucket's limit
     (a cost above the limit would never fit)."""
 
-    __slots__ = ("intervals", "keys", "limits", "period", "requests", "slot_limits", "slots")
+    __slots__ = (
+        "intervals",
+        "keys",
+        "limits",
+        "period",
+        "rates",
+        "requests",
+        "slot_limits",
+        "slot_pairs",
+        "slots",
+        "token_rates",
+    )
 
     def __init__(
         self,
@@ -81,6 +92,18 @@ class LimitPlan:
         self.requests = len(requests)
         self.period = period
         self.intervals = tuple(period / limit for limit in self.limits)
+        self.slot_pairs = tuple(slots)
+        """``(key, limit)`` of each in-flight counter."""
+        self.rates = tuple(
+            (index, key, interval, 0 if index < self.requests else limit)
+            for index, (key, limit, interval) in enumerate(
+                zip(self.keys, self.limits, self.intervals, strict=True)
+            )
+        )
+        """``(index, key, interval, limit)`` of each bucket, ``limit`` 0 for a request bucket
+        (it takes one unit): what an admission reads, in one tuple per bucket."""
+        self.token_rates = self.rates[self.requests :]
+        """The token buckets' :attr:`rates` (what a settlement corrects)."""
 
     def buckets(self, tokens: int) -> list[RateBucket]:
         """Every bucket with what a call of ``tokens`` tokens takes from it."""

@@ -175,9 +175,11 @@ class UpstreamStream:
         :class:`~proxy.observed.StreamEnd`)."""
         end = self._end
         if end is None:
-            end = self._end = StreamEnd()
-        end.add(hook, meters)
-        self._meters = end.meters
+            self._end = StreamEnd(hook, meters)
+            self._meters = meters
+        else:
+            end.add(hook, meters)
+            self._meters = end.meters
 
     @property
     def ended(self) -> bool:

@@ -17,13 +17,10 @@ from tests.plugins.scripted import USAGE, ScriptedUpstream, drain, fail, router,
 
 
 class DownStore:
-    """A store whose backend is unreachable."""
+    """A shared store whose backend is unreachable: it has no synchronous ``admit_now``."""
 
-    def __getattr__(self, name):
-        async def unavailable(*args, **kwargs):
-            raise StoreUnavailable("down")
-
-        return unavailable
+    async def admit(self, plan, tokens):
+        raise StoreUnavailable("down")
 
 
 class Harness:

@@ -107,13 +107,12 @@ async def test_a_failure_or_an_early_close_ends_it_once():
 
 
 async def test_every_hook_runs_even_when_one_raises_and_the_first_error_propagates():
-    end = StreamEnd()
     later = Ends()
 
     def broken(usage: Usage | None, generated: int) -> None:
         raise RuntimeError("hook failed")
 
-    end.add(broken, False)
+    end = StreamEnd(broken)
     end.add(later, False)
     pending = end.over([])
     assert pending is not None  # a hook raised: the rest run in what is awaited
@@ -125,16 +124,14 @@ async def test_every_hook_runs_even_when_one_raises_and_the_first_error_propagat
 
 async def test_plain_hooks_run_at_once_and_an_awaitable_one_defers_the_rest():
     order: list[str] = []
-    plain = StreamEnd()
-    plain.add(lambda usage, generated: order.append("first"), False)
+    plain = StreamEnd(lambda usage, generated: order.append("first"))
     assert plain.over([]) is None
     assert order == ["first"]
 
     async def awaited(usage: Usage | None, generated: int) -> None:
         order.append("awaited")
 
-    mixed = StreamEnd()
-    mixed.add(awaited, False)
+    mixed = StreamEnd(awaited)
     mixed.add(lambda usage, generated: order.append("after"), False)
     pending = mixed.over([])
     assert pending is not None
@@ -144,9 +141,8 @@ async def test_plain_hooks_run_at_once_and_an_awaitable_one_defers_the_rest():
 
 
 async def test_a_long_stream_is_read_as_it_goes_and_its_usage_kept():
-    end = StreamEnd()
     ends = Ends()
-    end.add(ends, True)
+    end = StreamEnd(ends, meters=True)
     end.passed_one(Chunk(id="c", model="m", choices=[], usage=USAGE))
     last = [word("abcd")]
     for _ in range(HELD_ITEMS):  # past the hold: the usage chunk is read and let go
