@@ -68,7 +68,7 @@ from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import message_tokens
 from proxy.observed import observe
-from proxy.pricing import NANOS_PER_USD, PriceBook, format_usd, nanos_to_usd
+from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd, nanos_to_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
@@ -107,7 +107,7 @@ class CostPlugin:
         self._counters = SpendCounters(context.state.store_for("budgets"))
         self._fail_closed = context.state.policy("budgets") == "closed"
         self._ledger = context.ledger if options.ledger else None
-        self._ids = RecordIds()
+        self._ids = RecordIds().next
         self._in_flight: set[Reservation] = set()
         self._sync = CounterSync(
             self._counters,
@@ -118,7 +118,7 @@ class CostPlugin:
             lambda: self._state.degraded("budgets", "open"),
         )
         self._scopes: dict[int, tuple[Principal, tuple[tuple[Scope, str, Budget], ...]]] = {}
-        self._cost_counters: dict[tuple[str, str], Any] = {}
+        self._priced: dict[tuple[str, str, str], _Priced] = {}
         url = options.alerts.webhook_url
         self._webhook = (
             None
@@ -351,31 +351,52 @@ class CostPlugin:
     ) -> int | None:
         """Record what ``usage`` on ``provider``/``model`` cost; the nano-dollars, or None."""
         accounting = call.accounting
-        cost = self._prices.cost(provider, model, usage)
-        if cost is None:
-            accounting.cost_nanos = None
-            accounting.cost_source = None
-            self._metrics.cost_unknown(provider).inc()
-            return None
-        accounting.cost_nanos = cost.nanos
-        accounting.cost_source = "estimated" if estimated else cost.source
-        nanos = cost.nanos
+        priced = self._priced.get((provider, model, call.model))
+        if priced is None:
+            priced = self._priced_as(provider, model, call.model)
+        price = priced.price
+        if price is not None and usage.cost_usd is None:  # the common case: priced here
+            nanos = price.cost_nanos(usage)
+            source = "estimated"
+        else:  # the provider's own amount (authoritative), or no price: the price book's rule
+            cost = self._prices.cost(provider, model, usage)
+            if cost is None:
+                accounting.cost_nanos = None
+                accounting.cost_source = None
+                self._metrics.cost_unknown(provider).inc()
+                return None
+            nanos, source = cost.nanos, cost.source
+        accounting.cost_nanos = nanos
+        accounting.cost_source = "estimated" if estimated else source
         if nanos:
-            counter = self._cost_counters.get((provider, call.model))
-            if counter is None:
-                counter = self._cost_counter(provider, call.model)
+            counter = priced.counter
+            if counter is None:  # its first charge: no series is exported before it counts
+                metrics = self._metrics
+                label = metrics.model_label(call.model)
+                counter = priced.counter = metrics.cost_usd(provider, label)
             counter.inc(nanos / NANOS_PER_USD)
         return nanos
 
-    def _cost_counter(self, provider: str, model: str) -> Any:
-        """The ``crossway_cost_usd`` child of ``provider`` and the alias ``model`` (its label
-        bounded), kept per pair."""
-        metrics = self._metrics
-        counters = self._cost_counters
-        if len(counters) >= _MAX_COUNTERS:
-            counters.clear()
-        counter = counters[provider, model] = metrics.cost_usd(provider, metrics.model_label(model))
-        return counter
+    def _priced_as(self, provider: str, model: str, alias: str) -> _Priced:
+        """How replies of ``model`` on ``provider`` to the alias ``alias`` are charged, kept
+        per triple (bounded; prices change only with a reload, which makes a new plugin)."""
+        kept = self._priced
+        if len(kept) >= _MAX_COUNTERS:
+            kept.clear()
+        priced = kept[provider, model, alias] = _Priced(self._prices.price(provider, model))
+        return priced
+
+
+class _Priced:
+    """The price of one (provider, upstream model) — None: it has none — and the
+    ``crossway_cost_usd`` child of that provider and the alias asked for, made at its first
+    charge."""
+
+    __slots__ = ("counter", "price")
+
+    def __init__(self, price: ModelPrice | None) -> None:
+        self.price = price
+        self.counter: Any = None
 
 
 def _exceeded(refusal: Refusal) -> BudgetExceeded:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -21,7 +22,8 @@ from proxy.chain import FinishedRequest
 
 _MAX_TEXT = 256  # stored strings (model names, users) are bounded, as in the access log
 _NO_USAGE = Usage()
-_BIT_64 = 1 << 64
+_BIT_52 = 1 << 52
+_TAILS = tuple(hex(0x1000 | n)[3:] for n in range(0x1000))  # "000" … "fff"
 
 
 class SpendRecord(msgspec.Struct, gc=False):
@@ -63,18 +65,28 @@ class SpendRecord(msgspec.Struct, gc=False):
 
 
 class RecordIds:
-    """Fresh ledger ids: a random prefix per process and a counter (32 hex digits, unique)."""
+    """Fresh ledger ids: a random prefix per source, then a counter (32 hex digits, unique).
 
-    __slots__ = ("_counter", "_prefix")
+    Calling it returns the next id; so does :attr:`next`, a generator's ``__next__`` (one C
+    call and one string concatenation per id, where formatting a counter costs four times
+    that), for the request path."""
+
+    __slots__ = ("next",)
 
     def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:16]
-        self._counter = itertools.count(_BIT_64 + 1)  # counts from 1, with a 65th bit set
+        self.next: Callable[[], str] = _ids(uuid.uuid4().hex[:16]).__next__
 
     def __call__(self) -> str:
-        """The next id (the counter in 16 hex digits: ``hex`` of it past its 65th bit, cheaper
-        than a format spec)."""
-        return self._prefix + hex(next(self._counter))[3:]
+        """The next id."""
+        return self.next()
+
+
+def _ids(prefix: str) -> Iterator[str]:
+    """``prefix``, then 13 hex digits per block of 4,096 ids and three per id in the block."""
+    for block in itertools.count(1):
+        head = prefix + hex(block | _BIT_52)[3:]  # (past the 53rd bit: no format spec)
+        for tail in _TAILS:
+            yield head + tail
 
 
 def end_user(call: Call) -> str | None:
