@@ -52,16 +52,9 @@ import msgspec
 from msgspec import Meta
 
 from proxy.alerts import WebhookAlerts
+from proxy.budget_plans import Crossing, Refusal, Reservation, Scope, max_nanos, resets_at
 from proxy.budget_sync import CounterSync
-from proxy.budgets import (
-    Crossing,
-    Refusal,
-    Reservation,
-    Scope,
-    SpendCounters,
-    max_nanos,
-    resets_at,
-)
+from proxy.budgets import SpendCounters
 from proxy.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
 from proxy.chain import FinishedRequest, Next, PluginContext
 from proxy.errors import BudgetExceeded, BudgetUnavailable

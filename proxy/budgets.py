@@ -44,13 +44,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from datetime import UTC, datetime
 
-import msgspec
-
+from proxy.budget_plans import (
+    DAY,
+    Crossing,
+    Plan,
+    Refusal,
+    Reservation,
+    Scope,
+    day_of,
+    soft_nanos,
+)
 from proxy.canonical import Budget, BudgetPeriod
-from proxy.pricing import NANOS_PER_USD
 from proxy.store import Store
 
 Clock = Callable[[], float]
@@ -58,120 +64,12 @@ AddNow = Callable[
     [Sequence[str], int, Sequence[int] | None, Sequence[float | None]],
     tuple[int | None, list[int]],
 ]
-Scope = Literal["key", "team", "user"]
-
 _PREFIX = "crossway:spend:"
-_DAY = 86_400
 _KEEP_DAYS = 40
-_DAY_TTL = _KEEP_DAYS * _DAY
+_DAY_TTL = _KEEP_DAYS * DAY
 _CLOSED_TTL = 60.0
 _WINDOW_DAYS = {"1d": 1, "7d": 7, "30d": 30}
-_UNROLLED = ("1d", "lifetime")  # periods that read no past day
 _MAX_CACHED = 10_000
-
-
-def max_nanos(budget: Budget) -> int:
-    """``budget.max_usd`` in nano-dollars."""
-    return round(budget.max_usd * NANOS_PER_USD)
-
-
-def soft_nanos(budget: Budget) -> int | None:
-    """``budget.soft_usd`` in nano-dollars, or None."""
-    return None if budget.soft_usd is None else round(budget.soft_usd * NANOS_PER_USD)
-
-
-def day_of(now: float) -> int:
-    """The UTC day number of the UNIX time ``now``."""
-    return int(now // _DAY)
-
-
-def resets_at(period: BudgetPeriod, now: float) -> datetime | None:
-    """When ``period``'s window next moves (calendar periods: resets), None for ``lifetime``."""
-    if period == "lifetime":
-        return None
-    today = datetime.fromtimestamp(day_of(now) * _DAY, UTC)
-    if period == "1mo":
-        year, month = (today.year + 1, 1) if today.month == 12 else (today.year, today.month + 1)
-        return today.replace(year=year, month=month, day=1)
-    return today + timedelta(days=1)
-
-
-class Reservation(msgspec.Struct, eq=False, gc=False):
-    """What one request reserved: ``nanos`` on the counters of its ``plan`` (its budgeted
-    scopes, the counters their periods read on the plan's UTC day). ``soft``: whether a scope
-    has a soft limit (settling must then read the counters: :meth:`SpendCounters.settle`;
-    else :meth:`SpendCounters.correct`). Compared by identity (the cost plugin keeps those in
-    flight in a set)."""
-
-    plan: _Plan
-    nanos: int
-    soft: bool
-
-    def holds(self, scope: Scope, ident: str) -> bool:
-        """Whether this reservation is on ``scope`` / ``ident``."""
-        return any(s == scope and i == ident for s, i, _ in self.plan.scopes)
-
-
-class Refusal(NamedTuple):
-    """A scope whose budget is spent: which, its budget, what was spent (nano-dollars)."""
-
-    scope: Scope
-    ident: str
-    budget: Budget
-    spent: int
-
-
-class Crossing(NamedTuple):
-    """A scope whose spend just crossed its soft limit."""
-
-    scope: Scope
-    ident: str
-    budget: Budget
-    spent: int
-
-
-class _Plan:
-    """What a reservation on ``scopes`` on UTC ``day`` takes: the counters their periods read
-    (``keys``) and those counters' ``ttls``, the budgets in nano-dollars (``limits``), the
-    indices of the scopes whose past days count (a rolling window or the month), whether one
-    has a soft limit, ``net``, and the corrections ``owed`` to its counters."""
-
-    __slots__ = (
-        "day",
-        "keys",
-        "limits",
-        "net",
-        "owed",
-        "owing",
-        "rolling",
-        "scopes",
-        "soft",
-        "ttls",
-    )
-
-    def __init__(
-        self,
-        scopes: tuple[tuple[Scope, str, Budget], ...],
-        day: int,
-        keys: list[str],
-        ttls: list[float | None],
-    ) -> None:
-        self.scopes = scopes
-        self.day = day
-        self.keys = keys
-        self.ttls = ttls
-        self.limits = [max_nanos(budget) for _, _, budget in scopes]
-        self.rolling = [i for i, (_, _, b) in enumerate(scopes) if b.period not in _UNROLLED]
-        self.soft = any(budget.soft_usd is not None for _, _, budget in scopes)
-        self.net: list[Any] = [0.0, -1, []]
-        """With rolling scopes: ``[when, generation, limits]``, the limits less what the past
-        days spent as computed at monotonic time ``when`` (reused for as long as those sums
-        are)."""
-        self.owed = 0
-        """Nano-dollars the requests that ended owe every counter (their real cost less their
-        reservation), not yet sent to the store (:meth:`SpendCounters.correct`)."""
-        self.owing = False
-        """Whether the plan is among those :meth:`SpendCounters.send_corrections` sends."""
 
 
 class SpendCounters:
@@ -187,9 +85,9 @@ class SpendCounters:
         self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
         self._generation = 0  # moves whenever past days' sums may have changed
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
-        self._plans: dict[tuple[tuple[Scope, str, Budget], ...], _Plan] = {}
-        self._same: dict[int, _Plan] = {}  # by id of the tuple it was made from: no hashing
-        self._owing: list[_Plan] = []
+        self._plans: dict[tuple[tuple[Scope, str, Budget], ...], Plan] = {}
+        self._same: dict[int, Plan] = {}  # by id of the tuple it was made from: no hashing
+        self._owing: list[Plan] = []
         self._sending: asyncio.Handle | None = None
         self._add_now: AddNow | None = getattr(store, "incr_within_now", None)
 
@@ -252,11 +150,11 @@ class SpendCounters:
             return Reservation(plan, nanos, plan.soft), None
         return None, self._refused(plan, owed, limits, refused, values)
 
-    def _today(self, scopes: tuple[tuple[Scope, str, Budget], ...]) -> _Plan:
+    def _today(self, scopes: tuple[tuple[Scope, str, Budget], ...]) -> Plan:
         """The plan of ``scopes`` for today (found by the tuple's identity before hashing it:
         hashing the budgets costs more)."""
         clock = self._clock  # (an attribute, then a call: a method load would not specialise)
-        day = clock() // _DAY  # a float: int() is dearer than comparing it to the plan's day
+        day = clock() // DAY  # a float: int() is dearer than comparing it to the plan's day
         plan = self._same.get(id(scopes))
         if plan is None or plan.scopes is not scopes or plan.day != day:
             plan = self._plans.get(scopes)
@@ -264,7 +162,7 @@ class SpendCounters:
                 plan = self._plan(int(day), scopes)
         return plan
 
-    async def _net_limits(self, plan: _Plan) -> list[int]:
+    async def _net_limits(self, plan: Plan) -> list[int]:
         """``plan``'s limits less what the past days its rolling scopes read spent (kept in
         ``plan.net`` for as long as those sums are)."""
         now = time.monotonic()
@@ -281,7 +179,7 @@ class SpendCounters:
         return limits
 
     def _refused(
-        self, plan: _Plan, owed: int, limits: list[int], refused: int, values: list[int]
+        self, plan: Plan, owed: int, limits: list[int], refused: int, values: list[int]
     ) -> Refusal:
         """The refusal of the scope at index ``refused``, whose counters hold ``values``; what
         the reservation carried (``owed``) is owed again."""
@@ -310,7 +208,7 @@ class SpendCounters:
             self._owe(plan, nanos)
         return True
 
-    def _owe(self, plan: _Plan, nanos: int) -> None:
+    def _owe(self, plan: Plan, nanos: int) -> None:
         """Owe ``nanos`` to ``plan``'s counters, sent at the end of this loop turn at the
         latest."""
         if not nanos:
@@ -363,7 +261,7 @@ class SpendCounters:
         spent = dict(days)
         for day in range(now_day - _KEEP_DAYS + 1, now_day + 1):
             key = self._keys(scope, ident, day)[0]
-            remaining = (day + _KEEP_DAYS) * _DAY - self._clock()
+            remaining = (day + _KEEP_DAYS) * DAY - self._clock()
             await self._store.set(key, str(spent.get(day, 0)).encode(), ttl=remaining)
         await self._store.set(self._keys(scope, ident, now_day)[1], str(total).encode())
         self._closed = {k: v for k, v in self._closed.items() if k[:2] != (scope, ident)}
@@ -410,7 +308,7 @@ class SpendCounters:
             if day <= now_day - _KEEP_DAYS:
                 continue
             key = self._keys(scope, ident, day)[0]
-            remaining = (day + _KEEP_DAYS) * _DAY - self._clock()
+            remaining = (day + _KEEP_DAYS) * DAY - self._clock()
             written += await self._seed(key, nanos, remaining)
         for scope, ident, nanos in totals:
             written += await self._seed(self._keys(scope, ident, now_day)[1], nanos, None)
@@ -432,7 +330,7 @@ class SpendCounters:
         if cached is not None:
             return cached
         if period == "1mo":
-            first = day_of(datetime.fromtimestamp(day * _DAY, UTC).replace(day=1).timestamp())
+            first = day_of(datetime.fromtimestamp(day * DAY, UTC).replace(day=1).timestamp())
             count = day - first
         else:
             count = _WINDOW_DAYS[period] - 1
@@ -455,7 +353,7 @@ class SpendCounters:
             return cached[1]
         return None
 
-    def _plan(self, day: int, scopes: tuple[tuple[Scope, str, Budget], ...]) -> _Plan:
+    def _plan(self, day: int, scopes: tuple[tuple[Scope, str, Budget], ...]) -> Plan:
         """What reserving on ``scopes`` on ``day`` takes (kept per scopes, for one day)."""
         keys: list[str] = []
         ttls: list[float | None] = []
@@ -464,7 +362,7 @@ class SpendCounters:
             lifetime = budget.period == "lifetime"
             keys.append(all_key if lifetime else day_key)
             ttls.append(None if lifetime else _DAY_TTL)
-        plan = _Plan(scopes, day, keys, ttls)
+        plan = Plan(scopes, day, keys, ttls)
         if len(self._same) >= _MAX_CACHED:  # (it holds every plan _plans does)
             self._plans.clear()
             self._same.clear()

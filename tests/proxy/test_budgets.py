@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.budgets import SpendCounters, day_of, resets_at
+from proxy.budget_plans import day_of, resets_at
+from proxy.budgets import SpendCounters
 from proxy.canonical import Budget
 from proxy.memory_store import MemoryStore
 from tests.faults import FakeClock
