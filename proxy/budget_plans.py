@@ -47,9 +47,10 @@ def resets_at(period: BudgetPeriod, now: float) -> datetime | None:
 class Reservation(msgspec.Struct, eq=False, gc=False):
     """What one request reserved: ``nanos`` on the counters of its ``plan`` (its budgeted
     scopes, the counters their periods read on the plan's UTC day). ``soft``: whether a scope
-    has a soft limit (settling must then read the counters: :meth:`~proxy.budgets.SpendCounters.settle`;
-    else :meth:`~proxy.budgets.SpendCounters.correct`). Compared by identity (the cost plugin keeps those in
-    flight in a set)."""
+    has a soft limit (settling must then read the counters:
+    :meth:`~proxy.budgets.SpendCounters.settle`; else
+    :meth:`~proxy.budgets.SpendCounters.correct`). Compared by identity (the cost plugin keeps
+    those in flight in a set)."""
 
     plan: Plan
     nanos: int
@@ -117,6 +118,8 @@ class Plan:
         are)."""
         self.owed = 0
         """Nano-dollars the requests that ended owe every counter (their real cost less their
-        reservation), not yet sent to the store (:meth:`~proxy.budgets.SpendCounters.correct`)."""
+        reservation), not yet sent to the store
+        (:meth:`~proxy.budgets.SpendCounters.correct`)."""
         self.owing = False
-        """Whether the plan is among those :meth:`~proxy.budgets.SpendCounters.send_corrections` sends."""
+        """Whether the plan is among those
+        :meth:`~proxy.budgets.SpendCounters.send_corrections` sends."""
