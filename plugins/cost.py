@@ -51,8 +51,8 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.alerts import WebhookAlerts
-from proxy.budget_plans import Crossing, Refusal, Reservation, Scope, max_nanos, resets_at
+from proxy.budget_alerts import AlertsConfig, SoftLimitAlerts, rfc3339
+from proxy.budget_plans import Refusal, Reservation, Scope, max_nanos, resets_at
 from proxy.budget_sync import CounterSync
 from proxy.budgets import SpendCounters
 from proxy.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
@@ -61,21 +61,13 @@ from proxy.errors import BudgetExceeded, BudgetUnavailable
 from proxy.ledger.records import RecordIds, end_user, spend_record
 from proxy.metered import message_tokens
 from proxy.observed import observe
-from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd, nanos_to_usd
+from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd
 from proxy.store import StoreUnavailable
 from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
 
 COST_HEADER = "x-crossway-cost-usd"
 _MAX_PRINCIPALS = 10_000
 _MAX_COUNTERS = 4096
-
-
-class AlertsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Where soft-limit alerts are POSTed (JSON), and how hard a delivery is tried."""
-
-    webhook_url: Annotated[str, Meta(pattern=r"^https?://")] | None = None
-    attempts: Annotated[int, Meta(ge=1, le=10)] = 3
-    timeout: Annotated[float, Meta(gt=0, le=60)] = 5.0
 
 
 class CostConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -112,16 +104,8 @@ class CostPlugin:
         )
         self._scopes: dict[int, tuple[Principal, tuple[tuple[Scope, str, Budget], ...]]] = {}
         self._priced: dict[tuple[str, str, str], _Priced] = {}
-        url = options.alerts.webhook_url
-        self._webhook = (
-            None
-            if url is None
-            else WebhookAlerts(
-                url,
-                context.logger,
-                attempts=options.alerts.attempts,
-                timeout=options.alerts.timeout,
-            )
+        self._alerts = SoftLimitAlerts(
+            options.alerts, self._counters, context.state, context.metrics, context.logger
         )
 
     async def __call__(self, call: Call, next: Next) -> Reply:
@@ -203,8 +187,7 @@ class CostPlugin:
         re-reads."""
         self._counters.send_corrections()
         self._sync.close()
-        if self._webhook is not None:
-            await self._webhook.close()
+        await self._alerts.close()
 
     # -- budgets --------------------------------------------------------------------------
 
@@ -284,42 +267,7 @@ class CostPlugin:
             self._state.degraded("budgets", "open")
             return
         for crossing in crossings:
-            await self._alert(crossing)
-
-    async def _alert(self, crossing: Crossing) -> None:
-        budget = crossing.budget
-        now = self._counters.clock()
-        try:
-            first = await self._counters.first_alert(crossing, now)
-        except StoreUnavailable:
-            self._state.degraded("budgets", "open")
-            return
-        if not first:
-            return
-        self._metrics.budget_alerts(crossing.scope).inc()
-        spent = nanos_to_usd(crossing.spent)
-        self._logger.warning(
-            "budget_soft_limit_crossed",
-            scope=crossing.scope,
-            id=crossing.ident,
-            spent_usd=spent,
-            soft_usd=budget.soft_usd,
-            max_usd=budget.max_usd,
-            period=budget.period,
-        )
-        if self._webhook is not None:
-            self._webhook.send(
-                {
-                    "event": "budget.soft_limit_crossed",
-                    "scope": crossing.scope,
-                    "id": crossing.ident,
-                    "spent_usd": spent,
-                    "soft_usd": budget.soft_usd,
-                    "max_usd": budget.max_usd,
-                    "period": budget.period,
-                    "time": _rfc3339(datetime.fromtimestamp(now, UTC)),
-                }
-            )
+            await self._alerts.crossed(crossing)
 
     # -- cost -----------------------------------------------------------------------------
 
@@ -395,7 +343,7 @@ class _Priced:
 def _exceeded(refusal: Refusal) -> BudgetExceeded:
     budget = refusal.budget
     reset = resets_at(budget.period, datetime.now(UTC).timestamp())
-    when = "it does not reset" if reset is None else f"it resets at {_rfc3339(reset)}"
+    when = "it does not reset" if reset is None else f"it resets at {rfc3339(reset)}"
     spent = format_usd(refusal.spent)
     limit = format_usd(max_nanos(budget))
     what = {"key": "key", "team": "team", "user": "end user"}[refusal.scope]
@@ -403,7 +351,3 @@ def _exceeded(refusal: Refusal) -> BudgetExceeded:
         f"the {what} budget is spent (${spent} of ${limit} per {budget.period}); {when}",
         scope=refusal.scope,
     )
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")

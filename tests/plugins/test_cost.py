@@ -433,11 +433,11 @@ async def test_crossing_the_soft_limit_alerts_once_and_the_webhook_is_retried(
     plugin, metrics, _upstream, chain = budgeted(
         reserve_output_tokens=0, alerts={"webhook_url": str(server.make_url("/alerts"))}
     )
-    plugin._webhook._backoff = 0.0  # type: ignore[union-attr]  # retried at once in the test
+    plugin._alerts.webhook._backoff = 0.0  # type: ignore[union-attr]  # retried at once in the test
     budget = Budget(max_usd=1.0, period="1d", soft_usd=0.00005)  # crossed by the 3rd answer
     for _ in range(5):
         await chain(key_call(budget))
-    await plugin._webhook.drain()  # type: ignore[union-attr]
+    await plugin._alerts.webhook.drain()  # type: ignore[union-attr]
     assert sample(metrics, "crossway_budget_alerts_total", scope="key") == 1
     (alert,) = hook.received
     assert alert["event"] == "budget.soft_limit_crossed"
