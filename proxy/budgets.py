@@ -61,7 +61,7 @@ from proxy.store import Store
 
 Clock = Callable[[], float]
 AddNow = Callable[
-    [Sequence[str], int, Sequence[int] | None, Sequence[float | None]],
+    [Sequence[str], int, Sequence[int] | None, Sequence[float | None], int],
     tuple[int | None, list[int]],
 ]
 _PREFIX = "crossway:spend:"
@@ -107,19 +107,19 @@ class SpendCounters:
             stamp, generation, limits = plan.net
             if generation != self._generation or time.monotonic() - stamp >= _CLOSED_TTL:
                 return None  # past days to read: reserve() reads them
-        # From here as reserve(), with the store's synchronous step.
+        # From here as reserve(), with the store's synchronous step, which checks the limits
+        # as if the owed corrections it carries were already added (no lowered limits to build).
         owed = plan.owed
-        if owed:  # the corrections ride on this reservation, checked as if already applied
-            plan.owed = 0
-            limits = list(map(owed.__rsub__, limits))  # limit - owed, without a frame
+        plan.owed = 0
         try:
-            refused, values = add_now(plan.keys, nanos + owed, limits, plan.ttls)
+            refused, values = add_now(plan.keys, nanos, limits, plan.ttls, owed)
         except BaseException:
             self._owe(plan, owed)  # still owed: nothing was added
             raise
         if refused is None:
             return Reservation(plan, nanos, plan.soft), None
-        return None, self._refused(plan, owed, limits, refused, values)
+        lowered = [limit - owed for limit in limits]
+        return None, self._refused(plan, owed, lowered, refused, values)
 
     async def reserve(
         self, scopes: tuple[tuple[Scope, str, Budget], ...], nanos: int

@@ -53,10 +53,15 @@ class MemoryCounters:
         amount: int,
         limits: Sequence[int] | None,
         ttls: Sequence[float | None],
+        carried: int = 0,
     ) -> tuple[int | None, list[int]]:
         """:meth:`incr_within` as one synchronous call (what it awaits), for a caller that
         would otherwise await it on its hot path (:meth:`proxy.budgets.SpendCounters.
-        reserve_now`). Not part of :class:`Store`: remote stores cannot answer at once."""
+        reserve_now`). Not part of :class:`Store`: remote stores cannot answer at once.
+
+        ``carried`` is added with ``amount`` and the limits are checked as if it had been added
+        first: ``incr_within(keys, amount + carried, [limit - carried, …], ttls)``, without
+        building the lowered limits (the budgets' corrections riding in a reservation)."""
         clock = self._clock  # (an attribute, then a call: a method load would not specialise)
         now = clock()
         data = self._data
@@ -76,9 +81,10 @@ class MemoryCounters:
         if limits is not None:
             index = 0
             for entry in entries:
-                if entry[0] >= limits[index]:
+                if entry[0] + carried >= limits[index]:
                     return index, [entry[0] for entry in entries]
                 index += 1  # noqa: SIM113 (enumerate() costs more: see above)
+        amount += carried
         values: list[int] = []
         index = 0
         for value, expires in entries:

@@ -333,6 +333,9 @@ def test_incr_within_now_is_incr_within_without_a_wait(store: MemoryStore):
     assert store.incr_within_now(keys, 4, [10, 10], ttls) == (None, [4, 4])  # created
     assert store.incr_within_now(keys, 4, [10, 4], ttls) == (1, [4, 4])  # b is at its limit
     assert store.incr_within_now(keys, -1, None, ttls) == (None, [3, 3])
+    # What it carries is added too, the limits checked as if it had been added first.
+    assert store.incr_within_now(keys, 1, [10, 20], ttls, 7) == (0, [3, 3])  # 3 + 7 >= 10
+    assert store.incr_within_now(keys, 1, [10, 20], ttls, 6) == (None, [10, 10])
 
 
 async def test_incr_within_refuses_values_that_are_not_counters(store: MemoryStore):
