@@ -60,7 +60,7 @@ from msgspec import Meta
 
 from proxy.cache.backends import Backend, MemoryBackend, StoreBackend
 from proxy.cache.coalesce import Coalescer, Shared
-from proxy.cache.control import Directives, Mode, directives
+from proxy.cache.control import Directives, Mode, directives, plain_directives
 from proxy.cache.entry import (
     CorruptEntry,
     Entry,
@@ -118,6 +118,7 @@ class CachePlugin:
         if options.max_entry_bytes > options.max_bytes and options.backend == "memory":
             raise ValueError("max_entry_bytes must not exceed max_bytes")
         self._options = options
+        self._plain = plain_directives(options.ttl, options.max_ttl)
         self._clock = clock
         self._state = context.state
         self._lru: ByteLRU | None = None
@@ -154,6 +155,7 @@ class CachePlugin:
             mode=options.mode,
             ttl=options.ttl,
             max_ttl=options.max_ttl,
+            plain=self._plain,
         )
         if rules.bypass:
             self._results["bypass"].inc()

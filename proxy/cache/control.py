@@ -56,12 +56,14 @@ def directives(
     mode: Mode,
     ttl: int,
     max_ttl: int,
+    plain: Directives | None = None,
 ) -> Directives:
     """The directives of a request with these headers and gateway options.
 
-    ``ttl`` is the configured lifetime, ``max_ttl`` the most a client may ask for. Raises
-    :class:`BadRequest` (``param="x-crossway-cache-ttl"``) for a TTL header that is not a
-    positive integer.
+    ``ttl`` is the configured lifetime, ``max_ttl`` the most a client may ask for; ``plain``,
+    when given, is :func:`plain_directives` of them, returned (not made again) for a request
+    that asks for nothing. Raises :class:`BadRequest` (``param="x-crossway-cache-ttl"``) for a
+    TTL header that is not a positive integer.
     """
     asked_ttl = _ttl_header(headers.get(TTL_HEADER))
     if asked_ttl is None and options.cache is not None:
@@ -70,7 +72,7 @@ def directives(
         return Directives(read=False, write=False, max_age=None, ttl=ttl)
     control = headers.get("cache-control")
     if not control and asked_ttl is None:
-        return Directives(read=True, write=True, max_age=None, ttl=min(ttl, max_ttl))
+        return plain_directives(ttl, max_ttl) if plain is None else plain
     read = write = True
     max_age: float | None = None
     if control:
@@ -86,6 +88,12 @@ def directives(
                     max_age = seconds if max_age is None else min(max_age, seconds)
     lifetime = min(asked_ttl if asked_ttl is not None else ttl, max_ttl)
     return Directives(read=read, write=write, max_age=max_age, ttl=lifetime)
+
+
+def plain_directives(ttl: int, max_ttl: int) -> Directives:
+    """What a request that asks for nothing may do: read, write, keep the answer ``ttl``
+    seconds (at most ``max_ttl``)."""
+    return Directives(read=True, write=True, max_age=None, ttl=min(ttl, max_ttl))
 
 
 def _ttl_header(value: str | None) -> int | None:

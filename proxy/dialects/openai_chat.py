@@ -19,7 +19,6 @@ provider is in the ``x-crossway-provider`` header on every route.
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Mapping
 from typing import Annotated, TypeVar
@@ -76,7 +75,7 @@ _CANONICAL_FIELDS = frozenset({"model", "messages", "stream", "stream_options"})
     Params.__struct_fields__
 )
 _BODY = msgspec.json.Decoder(_Body)
-_PARAM_VALUES = operator.attrgetter(*Params.__struct_fields__)
+_PARAM_COUNT = len(Params.__struct_fields__)  # a subclass's fields follow its base's
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _PARAMS = msgspec.json.Decoder(Params)
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -208,7 +207,7 @@ class OpenAIChatDialect(OpenAIErrors):
         extra: dict[str, msgspec.Raw]
         try:
             envelope = _BODY.decode(body)
-            params = Params(*_PARAM_VALUES(envelope))
+            params = Params(*msgspec.structs.astuple(envelope)[:_PARAM_COUNT])
             extra = {}
         except msgspec.DecodeError:  # unmodelled fields, or a malformed body: see the module
             try:

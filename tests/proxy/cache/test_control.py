@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.cache.control import Directives, directives
+from proxy.cache.control import Directives, directives, plain_directives
 from proxy.canonical import CacheOptions, GatewayOptions
 from proxy.errors import BadRequest
 
@@ -17,6 +17,17 @@ def rules(headers: dict[str, str], options: GatewayOptions = PLAIN, mode: str = 
 
 def test_by_default_read_and_write_with_the_configured_ttl() -> None:
     assert rules({}) == Directives(read=True, write=True, max_age=None, ttl=1800)
+
+
+def test_a_plain_request_gets_the_callers_plain_directives_and_no_other_does() -> None:
+    made = plain_directives(1800, 3600)
+    assert made == rules({})
+    assert directives({}, PLAIN, mode="always", ttl=1800, max_ttl=3600, plain=made) is made
+    asked = directives(
+        {"cache-control": "max-age=5"}, PLAIN, mode="always", ttl=1800, max_ttl=3600, plain=made
+    )
+    assert asked == Directives(read=True, write=True, max_age=5, ttl=1800)
+    assert plain_directives(7200, 3600).ttl == 3600
 
 
 def test_no_cache_skips_the_lookup_but_stores() -> None:

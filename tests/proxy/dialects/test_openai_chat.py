@@ -511,3 +511,39 @@ def test_in_stream_error_frame_conforms(error: GatewayError):
     (payload,) = frames(data)
     validate("ErrorResponse", payload)
     assert DONE_FRAME not in data
+
+
+def test_the_one_pass_decode_reads_every_parameter_as_the_parameters_decoder_does():
+    """A body without unmodelled fields is decoded in one pass (the module docstring): its
+    parameters are exactly what decoding them alone gives, whichever are set."""
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "max_tokens": 10,
+        "max_completion_tokens": 11,
+        "n": 2,
+        "stop": ["x"],
+        "seed": 7,
+        "presence_penalty": 0.1,
+        "frequency_penalty": 0.2,
+        "logit_bias": {"1": 1.0},
+        "logprobs": True,
+        "top_logprobs": 3,
+        "user": "u",
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "response_format": {"type": "json_object"},
+        "reasoning_effort": "low",
+    }
+    assert set(body) - {"model", "messages"} == set(Params.__struct_fields__)
+    raw = json.dumps(body).encode()
+    call = OpenAIChatDialect().decode(raw, {}, "r", 0.0)
+    assert call.params == msgspec.json.decode(raw, type=Params)
+    assert type(call.params) is Params
+    assert call.extra == {}
+    with_extra = OpenAIChatDialect().decode(raw[:-1] + b', "vendor": 1}', {}, "r", 0.0)
+    assert with_extra.params == call.params
+    assert bytes(with_extra.extra["vendor"]) == b"1"
