@@ -10,10 +10,11 @@ still counts towards the bound, which keeps memory within ``max_bytes`` whatever
 
 :meth:`ByteLRU.get_decoded` reads a value as the caller decodes it, and keeps that decoded form
 with the value, so that the next reads of the same value skip decoding (the memory cache's hits
-then cost no entry decoding). A decoded form is charged nothing, like the rest of Python's
-overhead: a map whose values were all read holds about their size again in decoded objects. It
-is made once per stored value (storing under a key drops the old one's), and shared by every
-reader, who must therefore never change it. Not thread-safe: use it from one event loop.
+then cost no entry decoding). A decoded form is charged the value's length again (an estimate
+of its objects' size), evicting the least recently used other values if that passes the bound,
+so a map whose values were all read still holds about ``max_bytes`` in all. It is made once per
+stored value (storing under a key drops the old one's), and shared by every reader, who must
+therefore never change it. Not thread-safe: use it from one event loop.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class ByteLRU:
         # key -> (value, deadline on the clock, the value's decoded form or None)
         self._items: OrderedDict[str, tuple[bytes, float, Any]] = OrderedDict()
         self.bytes = 0
-        """Bytes held: the lengths of every key and value stored."""
+        """Bytes held: the lengths of every key and value stored, and of every value again
+        that is also held decoded."""
         self.evictions = 0
         """Values dropped to make room since this map was made."""
 
@@ -71,6 +73,13 @@ class ByteLRU:
         if decoded is None:
             decoded = decode(value)
             items[key] = (value, deadline, decoded)
+            self.bytes += len(value)  # the decoded form's charge (module docstring)
+            while self.bytes > self._max_bytes:
+                oldest = next(iter(items))
+                if oldest == key:  # only this value is left: it stays, as set() let it
+                    break
+                self._drop(oldest)
+                self.evictions += 1
         return decoded  # type: ignore[no-any-return]
 
     def set(self, key: str, value: bytes, ttl: float) -> bool:
@@ -115,4 +124,5 @@ class ByteLRU:
     def _drop(self, key: str) -> None:
         item = self._items.pop(key, None)
         if item is not None:
-            self.bytes -= len(key) + len(item[0])
+            value, _, decoded = item
+            self.bytes -= len(key) + (len(value) if decoded is None else 2 * len(value))

@@ -460,9 +460,18 @@ async def test_the_memory_backend_evicts_by_bytes() -> None:
     for name in ("a", "b", "c", "d"):
         await h.send(content=name)
         assert 0 < sample(h.metrics, "crossway_cache_bytes") <= 1700
-    assert verdict((await h.send(content="d"))[1]) == "hit"
     assert verdict((await h.send(content="b"))[1]) == "hit"
     assert verdict((await h.send(content="a"))[1]) == "miss", "the least recently used went"
+
+
+async def test_a_memory_entry_kept_decoded_counts_towards_max_bytes() -> None:
+    h = Harness(max_bytes=1700, max_entry_bytes=1000)
+    h.inner.words = ["x" * 300]  # entries of 539 bytes: three fit, or one read and one not
+    for name in ("a", "b", "c"):
+        await h.send(content=name)
+    assert verdict((await h.send(content="a"))[1]) == "hit"  # now held decoded too
+    assert 0 < sample(h.metrics, "crossway_cache_bytes") <= 1700
+    assert verdict((await h.send(content="b"))[1]) == "miss", "evicted for a's decoded form"
 
 
 async def test_the_store_backend_shares_entries_through_the_store() -> None:

@@ -100,13 +100,29 @@ def test_a_value_is_decoded_on_its_first_decoded_read_only_and_until_it_is_repla
     assert first == [b"1"]
     assert lru.get_decoded("a", decode) is first  # kept: one decoding, one shared object
     assert lru.get("a") == b"1"
-    assert lru.bytes == 2  # the decoded form is not charged
+    assert lru.bytes == 3  # the decoded form is charged the value's length again
     lru.set("a", b"2", 10)
     assert lru.get_decoded("a", decode) == [b"2"]
     assert decoded == [b"1", b"2"]
     clock.advance(10)
     assert lru.get_decoded("a", decode) is None
     assert len(lru) == 0
+
+
+def test_a_decoded_form_evicts_the_least_recently_used_others_but_never_its_own_value() -> None:
+    lru = ByteLRU(11, FakeClock())
+    lru.set("a", b"123", 10)  # 4 bytes each
+    lru.set("b", b"123", 10)
+    lru.get_decoded("b", list)
+    assert (lru.bytes, "a" in lru) == (11, True)
+    lru.get_decoded("a", list)  # 14 bytes: b, the least recently used, goes
+    assert (lru.bytes, "a" in lru, "b" in lru, lru.evictions) == (7, True, False, 1)
+    alone = ByteLRU(6, FakeClock())
+    alone.set("a", b"12345", 10)
+    alone.get_decoded("a", list)  # past the bound, but nothing else to evict
+    assert (alone.bytes, "a" in alone) == (11, True)
+    alone.delete("a")
+    assert alone.bytes == 0
 
 
 def test_what_a_decoder_raises_propagates_and_leaves_the_value() -> None:
