@@ -88,24 +88,20 @@ class StreamEnd:
         if self._done:
             return None
         self._done = True
+        meters = self.meters
         usage = None
+        for item in reversed(self._held if meters else last):
+            if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
+                usage = item.usage  # type: ignore[union-attr]
+                break
         generated = 0
-        if not self.meters:
-            for item in reversed(last):
-                if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
-                    usage = item.usage  # type: ignore[union-attr]
-                    break
-        else:
-            for item in reversed(self._held):
-                if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
-                    usage = item.usage  # type: ignore[union-attr]
-                    break
-            else:
+        if meters:
+            if usage is None:
                 self._read()
                 usage = self._usage
+                if usage is None:
+                    generated = estimate_tokens(self._characters)
             self._held.clear()
-            if usage is None:
-                generated = estimate_tokens(self._characters)
         hooks = self._hooks
         for index, hook in enumerate(hooks):
             try:

@@ -66,7 +66,6 @@ class LimitPlan:
     (a cost above the limit would never fit)."""
 
     __slots__ = (
-        "intervals",
         "keys",
         "limits",
         "period",
@@ -91,17 +90,15 @@ class LimitPlan:
         self.limits = tuple(limit for _, limit in (*requests, *tokens))
         self.requests = len(requests)
         self.period = period
-        self.intervals = tuple(period / limit for limit in self.limits)
         self.slot_pairs = tuple(slots)
         """``(key, limit)`` of each in-flight counter."""
         self.rates = tuple(
-            (index, key, interval, 0 if index < self.requests else limit)
-            for index, (key, limit, interval) in enumerate(
-                zip(self.keys, self.limits, self.intervals, strict=True)
-            )
+            (index, key, period / limit, 0 if index < self.requests else limit)
+            for index, (key, limit) in enumerate(zip(self.keys, self.limits, strict=True))
         )
-        """``(index, key, interval, limit)`` of each bucket, ``limit`` 0 for a request bucket
-        (it takes one unit): what an admission reads, in one tuple per bucket."""
+        """``(index, key, interval, limit)`` of each bucket — ``interval`` the seconds one unit
+        weighs, ``limit`` 0 for a request bucket (it takes one unit): what an admission reads,
+        in one tuple per bucket."""
         self.token_rates = self.rates[self.requests :]
         """The token buckets' :attr:`rates` (what a settlement corrects)."""
 
