@@ -78,6 +78,7 @@ from proxy.side_routes import SideRoutes
 from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState
 from proxy.ui import add_ui_routes
+from proxy.whole_response import WholeResponse
 
 RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
@@ -429,8 +430,8 @@ def _whole(
         body = dialect.encode_response(call, reply)
     outcome.status = 200
     headers = _reply_headers(dialect, call, reply, request_id)
-    headers["content-type"] = _JSON  # as a header, not content_type=: aiohttp parses less
-    return web.Response(body=body, headers=headers)
+    headers["content-type"] = _JSON
+    return WholeResponse(body, headers)
 
 
 async def _stream(
@@ -531,7 +532,7 @@ async def _stream_at_once(
             await aclose()
     if timings.first_token is None:
         timings.first_token = time.perf_counter() - timings.start
-    return web.Response(body=b"".join(pending), headers=headers)
+    return WholeResponse(b"".join(pending), headers)
 
 
 class _Pinger:
@@ -580,12 +581,8 @@ def _error_response(
     headers.update(dialect.error_headers(error, request_id))
     headers[REQUEST_ID] = request_id
     headers[SERVER_HEADER] = SERVER_NAME
-    return web.Response(
-        status=status,
-        body=dialect.encode_error(error, request_id),
-        content_type=_JSON,
-        headers=headers,
-    )
+    headers["content-type"] = _JSON
+    return WholeResponse(dialect.encode_error(error, request_id), headers, status)
 
 
 def _observe(
