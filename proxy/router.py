@@ -18,10 +18,14 @@ from proxy.config import DeploymentConfig
 from proxy.errors import BadRequest, ModelNotFound, NoReadyDeployment
 
 MAX_MODEL_NAME = 256
+MAX_REMEMBERED_DIRECT = 1024
+"""How many ``provider/model`` names a router keeps the resolved deployment of (clients choose
+the names, so the memo is bounded; a name past it is resolved afresh each time)."""
 
 
 class Router:
-    """Resolves model names; immutable, built once per runtime snapshot."""
+    """Resolves model names; built once per runtime snapshot, and immutable but for a bounded
+    memo of the ``provider/model`` names it resolved (their :class:`Deployment` is frozen)."""
 
     def __init__(
         self,
@@ -35,6 +39,7 @@ class Router:
         self._defaults = dict(default_models or {})
         self._all: dict[str, tuple[Deployment, ...]] = {}
         self._routable: dict[str, list[Deployment]] = {}
+        self._direct: dict[str, Deployment] = {}
         for alias, configs in aliases.items():
             deployments = tuple(_deployment(c) for c in configs)
             self._all[alias] = deployments
@@ -49,6 +54,10 @@ class Router:
         :class:`BadRequest` for an empty name (:meth:`default_model` names the default) or
         when the pin excludes every deployment.
         """
+        if provider is None:
+            known = self._direct.get(model)  # never an alias: those are looked up first
+            if known is not None:
+                return [known]
         if not model:  # the app names the default (default_model) before resolving
             raise BadRequest("no model given", param="model")
         if len(model) > MAX_MODEL_NAME or not model.isprintable():
@@ -77,7 +86,10 @@ class Router:
             raise NoReadyDeployment(
                 f"provider {provider!r} is not ready (check its credentials)", param="model"
             )
-        return [Deployment(provider=provider, model=upstream_model)]
+        deployment = Deployment(provider=provider, model=upstream_model)
+        if len(self._direct) < MAX_REMEMBERED_DIRECT:
+            self._direct[model] = deployment
+        return [deployment]
 
     def default_model(self, provider: str | None = None) -> str:
         """The model that serves a request naming none: ``provider/model`` for the first ready

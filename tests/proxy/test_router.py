@@ -7,7 +7,7 @@ import pytest
 from proxy.canonical import Deployment
 from proxy.config import DeploymentConfig
 from proxy.errors import BadRequest, ModelNotFound, NoReadyDeployment
-from proxy.router import Router
+from proxy.router import MAX_REMEMBERED_DIRECT, Router
 
 READY = {"mock": True, "openai": True, "keyless": False, "other": True}
 
@@ -57,6 +57,25 @@ def test_alias_whose_provider_is_unknown_to_readiness_is_not_ready():
 
 def test_provider_slash_model_directly():
     assert router().resolve("openai/gpt-4o") == [Deployment(provider="openai", model="gpt-4o")]
+
+
+def test_provider_slash_model_resolves_the_same_again_into_a_fresh_list():
+    r = router()
+    first = r.resolve("openai/gpt-4o")
+    first.clear()
+    again = r.resolve("openai/gpt-4o")
+    assert again == [Deployment(provider="openai", model="gpt-4o")]
+    assert again[0] is r.resolve("openai/gpt-4o")[0]  # remembered, not built again
+
+
+def test_provider_slash_model_names_past_the_memo_bound_still_resolve():
+    r = router()
+    names = [f"openai/m{n}" for n in range(MAX_REMEMBERED_DIRECT + 2)]
+    for name in names:
+        r.resolve(name)
+    last = names[-1]
+    assert r.resolve(last) == [Deployment(provider="openai", model=last[7:])]
+    assert r.resolve(last)[0] is not r.resolve(last)[0]  # not remembered: built each time
 
 
 def test_upstream_model_names_may_contain_slashes():
