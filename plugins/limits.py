@@ -212,7 +212,8 @@ class LimitsPlugin:
             return max(1, call.embedding.estimated_tokens())
         chars = 0
         for message in call.messages:
-            chars += len(message.text())
+            content = message.content
+            chars += len(content) if type(content) is str else len(message.text())
         params = call.params
         output = params.max_completion_tokens or params.max_tokens or self._reserve
         return max(1, chars // _CHARS_PER_TOKEN + output)

@@ -25,7 +25,6 @@ way (:func:`authenticator`).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -149,8 +148,20 @@ def compose(plugins: Sequence[Plugin], upstream: Next) -> Next:
     """The chain as one callable: ``plugins[0]`` outermost, ``upstream`` innermost."""
     chain = upstream
     for plugin in reversed(plugins):
-        chain = functools.partial(plugin, next=chain)
+        chain = _link(plugin, chain)
     return chain
+
+
+def _link(plugin: Plugin, following: Next) -> Next:
+    """``plugin`` with ``following`` as its ``next``. A closure over the bound ``__call__``,
+    not ``functools.partial(plugin, next=…)``: a partial with a keyword builds a keyword dict
+    on every call, which made each link about twice as dear."""
+    handle = plugin.__call__
+
+    def link(call: Call) -> Awaitable[Reply]:
+        return handle(call, next=following)
+
+    return link
 
 
 async def anonymous(headers: Mapping[str, str]) -> Principal:

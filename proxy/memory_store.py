@@ -15,6 +15,7 @@ from proxy.store import Admission, Clock, LimitPlan, RateBucket, RateState, summ
 
 # Slack for float arithmetic: 7 units of a 7-per-minute bucket add up to 60.000000000000007 s.
 _SLACK = 1e-6
+_MORE_THAN_ANY = 1 << 63  # more units than any bucket holds
 
 
 class MemoryStore(MemoryCounters):
@@ -124,51 +125,56 @@ class MemoryStore(MemoryCounters):
     def admit_now(self, plan: LimitPlan, tokens: int) -> Admission:
         """:meth:`admit` as one synchronous call, for the limits plugin's hot path (not part of
         :class:`Store`: remote stores cannot answer at once). The common case (room
-        everywhere) in one pass that writes as it goes; a bucket without room puts back what
-        that pass wrote (:meth:`_refuse`), and the refusal is worked out again by
-        :meth:`_take`, which charges nothing."""
+        everywhere) in one pass that writes as it goes; a slot or bucket without room puts
+        back what that pass wrote (:meth:`_full`, :meth:`_refuse`), and a refusal is worked
+        out again by :meth:`_take`, which charges nothing."""
         slots, tats, data = self._slots, self._tats, self._data
-        counts: list[int] = []
-        for key, limit in plan.slot_pairs:
+        for index, (key, limit) in enumerate(plan.slot_pairs):
             count = slots.get(key)
             if count is None:
                 if key in data or key in tats:
                     self._not_a(key, "an in-flight counter")
                 count = 0
             elif count >= limit:
-                return Admission(full=len(counts))
-            counts.append(count)
+                return self._full(plan, index)
+            slots[key] = count + 1
         now = self._clock()
         period = plan.period
         ceiling = period + _SLACK
-        before: list[float | None] = []  # each bucket's TAT before this pass wrote it
-        least_requests = least_tokens = -1  # per kind: the bucket with the least left
-        left_requests = left_tokens = 0
+        # Per kind, the bucket with the least left (the first of equals): its index, units left
+        # and seconds to full.
+        least_requests = least_tokens = -1
+        left_requests = left_tokens = _MORE_THAN_ANY
         reset_requests = reset_tokens = 0.0
-        for index, key, interval, limit in plan.rates:
+        for index, key, interval in plan.request_rates:
             tat = tats.get(key)
+            new = interval
             if tat is None:
                 if key in data or key in slots:
                     self._not_a(key, "a rate bucket")
-                new = 0.0
-            else:
-                new = tat - now if tat > now else 0.0
-            # A request bucket (limit 0 in plan.rates) takes one unit, a token bucket the
-            # call's tokens, capped at its limit.
-            new += interval * (tokens if tokens < limit else limit) if limit else interval
-            if new > ceiling:
-                return self._refuse(plan, tokens, before, now)
-            before.append(tat)
+            elif tat > now:  # else the bucket is full: this call is all it holds
+                new += tat - now
+                if new > ceiling:
+                    return self._refuse(plan, tokens, index, now)
             tats[key] = now + new
-            remaining = int((period - new) / interval + _SLACK)
-            if not limit:
-                if least_requests < 0 or remaining < left_requests:
-                    least_requests, left_requests, reset_requests = index, remaining, new
-            elif least_tokens < 0 or remaining < left_tokens:
-                least_tokens, left_tokens, reset_tokens = index, remaining, new
-        for key, count in zip(plan.slots, counts, strict=True):
-            slots[key] = count + 1
-        writes = self._writes + len(before)  # _wrote(), without its call
+            left = int((period - new) / interval + _SLACK)
+            if left < left_requests:
+                least_requests, left_requests, reset_requests = index, left, new
+        for index, key, interval, limit in plan.token_rates:
+            tat = tats.get(key)
+            new = interval * (tokens if tokens < limit else limit)
+            if tat is None:
+                if key in data or key in slots:
+                    self._not_a(key, "a rate bucket")
+            elif tat > now:
+                new += tat - now
+                if new > ceiling:
+                    return self._refuse(plan, tokens, index, now)
+            tats[key] = now + new
+            left = int((period - new) / interval + _SLACK)
+            if left < left_tokens:
+                least_tokens, left_tokens, reset_tokens = index, left, new
+        writes = self._writes + len(plan.keys)  # _wrote(), without its call
         if writes >= self._sweep_every:
             self._writes = 0
             self._sweep()
@@ -183,17 +189,25 @@ class MemoryStore(MemoryCounters):
             reserved=tokens,
         )
 
-    def _refuse(
-        self, plan: LimitPlan, tokens: int, before: list[float | None], now: float
-    ) -> Admission:
-        """:meth:`admit_now` found a bucket without room: put back the TATs its pass wrote
-        (``before``, in plan order) and answer the refusal."""
-        tats = self._tats
-        for key, old in reversed(list(zip(plan.keys, before, strict=False))):
-            if old is None:
-                del tats[key]
-            else:
-                tats[key] = old
+    def _full(self, plan: LimitPlan, index: int) -> Admission:
+        """:meth:`admit_now` found slot ``index`` full: give back the slots it held before."""
+        slots = self._slots
+        for key in plan.slots[:index]:
+            slots[key] -= 1
+        return Admission(full=index)
+
+    def _refuse(self, plan: LimitPlan, tokens: int, index: int, now: float) -> Admission:
+        """:meth:`admit_now` found bucket ``index`` without room: give back its slots and what
+        it took from the buckets before ``index`` (a bucket it created stays, full, for the
+        sweep), and answer the refusal."""
+        slots, tats = self._slots, self._tats
+        for key in plan.slots:
+            slots[key] -= 1
+        for _, key, interval in plan.request_rates[:index]:
+            tats[key] -= interval
+        for before, key, interval, limit in plan.token_rates:
+            if before < index:
+                tats[key] -= interval * (tokens if tokens < limit else limit)
         return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
 
     def settle(self, admission: Admission, used: int) -> None:

@@ -69,7 +69,7 @@ class LimitPlan:
         "keys",
         "limits",
         "period",
-        "rates",
+        "request_rates",
         "requests",
         "slot_limits",
         "slot_pairs",
@@ -92,15 +92,16 @@ class LimitPlan:
         self.period = period
         self.slot_pairs = tuple(slots)
         """``(key, limit)`` of each in-flight counter."""
-        self.rates = tuple(
-            (index, key, period / limit, 0 if index < self.requests else limit)
+        rates = [
+            (index, key, period / limit, limit)
             for index, (key, limit) in enumerate(zip(self.keys, self.limits, strict=True))
-        )
-        """``(index, key, interval, limit)`` of each bucket — ``interval`` the seconds one unit
-        weighs, ``limit`` 0 for a request bucket (it takes one unit): what an admission reads,
-        in one tuple per bucket."""
-        self.token_rates = self.rates[self.requests :]
-        """The token buckets' :attr:`rates` (what a settlement corrects)."""
+        ]
+        self.request_rates = tuple(rate[:3] for rate in rates[: self.requests])
+        """``(index, key, interval)`` of each request bucket — ``interval`` the seconds one
+        unit weighs (a call takes one): what an admission reads, in one tuple per bucket."""
+        self.token_rates = tuple(rates[self.requests :])
+        """``(index, key, interval, limit)`` of each token bucket (a call takes its tokens,
+        capped at ``limit``): what an admission and a settlement read."""
 
     def buckets(self, tokens: int) -> list[RateBucket]:
         """Every bucket with what a call of ``tokens`` tokens takes from it."""
