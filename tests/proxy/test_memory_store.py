@@ -223,6 +223,23 @@ async def test_admit_holds_slots_only_when_every_bucket_takes(store: MemoryStore
     assert await store.get("c") is None, "a full slot charges no bucket"
 
 
+async def test_a_full_later_slot_or_a_refusing_later_bucket_takes_back_what_admit_wrote(
+    store: MemoryStore,
+):
+    await store.hold(["s:team"], [1])  # the team's one slot is taken
+    plan = LimitPlan(slots=[("s:key", 5), ("s:team", 1)], requests=[("rk", 100)])
+    assert await store.admit(plan, 0) == Admission(full=1)
+    assert await store.get("s:key") is None, "the key's slot, held first, is given back"
+    await store.release(["s:team"])
+    plan = LimitPlan(slots=[("s:key", 5)], requests=[("rk", 100), ("rt", 1)], tokens=[("tk", 1000)])
+    assert (await store.admit(plan, 10)).refused is None
+    refused = await store.admit(plan, 10)  # the team's one request a minute is spent
+    assert refused.refused == 1
+    assert await store.get("s:key") == b"1", "only the first admission holds its slot"
+    left = await store.rate_take([RateBucket("rk", 0, 100), RateBucket("tk", 0, 1000)])
+    assert [state.remaining for state in left] == [99, 990], "the refusal charged nothing"
+
+
 async def test_admit_reports_the_tightest_bucket_of_each_kind(store: MemoryStore):
     plan = LimitPlan(
         requests=[("rk", 100), ("rt", 10)], tokens=[("tk", 1000), ("tt", 5000)], period=60.0
