@@ -273,8 +273,12 @@ class CostPlugin:
 
     def _stream_ended(
         self, call: Call, reply: Reply, reservation: Reservation | None
-    ) -> Callable[[Usage | None, int], Awaitable[None]]:
-        async def ended(usage: Usage | None, generated: int) -> None:
+    ) -> Callable[[Usage | None, int], Awaitable[None] | None]:
+        """The stream's end hook: a plain function, so that a stream whose budgets settle at
+        once (the common case) makes no coroutine for its end; it returns the settlement to
+        await only for a reservation with a soft limit."""
+
+        def ended(usage: Usage | None, generated: int) -> Awaitable[None] | None:
             estimated = usage is None
             if usage is None:
                 usage = Usage(input=estimate_prompt_tokens(call), output=generated)
@@ -283,7 +287,8 @@ class CostPlugin:
             if reservation is not None:
                 self._in_flight.discard(reservation)
                 if not self._counters.correct(reservation, nanos):
-                    await self._settle(reservation, nanos)
+                    return self._settle(reservation, nanos)
+            return None
 
         return ended
 

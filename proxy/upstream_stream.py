@@ -43,11 +43,15 @@ class UpstreamClocks:
         "deadline",
         "idle",
         "loop",
+        "running",
         "total_deadline",
     )
 
-    def __init__(self, timeouts: Timeouts) -> None:
-        self.loop = asyncio.get_running_loop()
+    def __init__(self, timeouts: Timeouts, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """``loop``: whose time and timers the clocks use (the running loop unless given, as
+        a test's virtual time is). Waits are always those of the running loop's tasks."""
+        self.running = asyncio.get_running_loop()
+        self.loop = self.running if loop is None else loop
         now = self.loop.time()
         self.idle = timeouts.idle
         self.total_deadline = now + timeouts.total
@@ -78,7 +82,9 @@ class UpstreamClocks:
         )
 
     def __enter__(self) -> None:
-        task = asyncio.current_task()
+        # With the loop given, current_task() skips get_running_loop(), which on CPython 3.11
+        # asks the kernel for the process id on every call.
+        task = asyncio.current_task(self.running)
         assert task is not None
         self._task = task
         self._cancelling = task.cancelling()
