@@ -1,25 +1,14 @@
 """The Anthropic Messages provider: ``POST {base_url}/v1/messages``.
 
-Request translation (canonical, OpenAI-shaped → Messages API):
+Request translation (canonical, OpenAI-shaped → Messages API): the messages, tools, tool
+choice, stop sequences, ``temperature``, ``top_p`` and structured output are translated by
+:mod:`proxy.providers.anthropic_request` (which says what it maps where, and what it refuses);
+this module assembles the body and owns the rest:
 
 - Auth is ``x-api-key`` plus ``anthropic-version`` (config, default ``2023-06-01``); configured
   ``headers`` (e.g. ``anthropic-beta``) go with every request.
-- ``system`` and ``developer`` messages, wherever they appear, are lifted in order into the
-  top-level ``system`` (one text block each). ``tool`` messages become ``tool_result`` blocks of a
-  user turn. Consecutive turns of the same role are merged (the API wants alternation), and in a
-  merged user turn the ``tool_result`` blocks come first, as the API requires.
-- Parts: text → ``text`` (empty text is dropped: the API rejects it); ``image_url`` → ``image``
-  with a ``base64`` source for ``data:`` URLs or a ``url`` source for http(s) URLs; a ``file``
-  part carrying a PDF ``data:`` URL → ``document``; audio is a 400.
-- Assistant ``tool_calls`` → ``tool_use`` blocks (the arguments must be a JSON object, else 400).
-  Assistant ``reasoning_content`` is not sent back: the API would need its signature.
-- ``tools`` → ``{name, description, input_schema}``; ``tool_choice`` ``auto`` / ``required`` /
-  ``none`` / ``{"type": "function", ...}`` → ``auto`` / ``any`` / ``none`` / ``tool``;
-  ``parallel_tool_calls: false`` → ``disable_parallel_tool_use``.
 - ``max_tokens`` (required by the API) is ``max_completion_tokens``, else ``max_tokens``, else the
-  config's ``max_tokens_default``. ``stop`` → ``stop_sequences``; ``temperature`` and ``top_p``
-  are passed as given; ``user`` → ``metadata.user_id``; ``response_format`` ``json_schema`` →
-  ``output_config.format``.
+  config's ``max_tokens_default``. ``user`` → ``metadata.user_id``.
 - ``reasoning_effort`` → ``thinking: {type: enabled, budget_tokens}`` with
   :data:`THINKING_BUDGETS` (``none`` sends no thinking). The budget counts inside ``max_tokens``,
   so when ``max_tokens`` is not above the budget it becomes ``budget + max_tokens``: the answer
@@ -49,28 +38,22 @@ Token counting: :meth:`AnthropicProvider.count_tokens_request` asks the API's ow
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from proxy.canonical import (
-    AudioPart,
     Call,
     Choice,
     Chunk,
     ChunkChoice,
-    ContentPart,
     Delta,
-    FilePart,
     FinishReason,
     FunctionCall,
     FunctionCallDelta,
-    ImagePart,
     Message,
-    RefusalPart,
     Response,
-    TextPart,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -83,12 +66,23 @@ from proxy.errors import (
     UpstreamUnavailable,
     upstream_error_for_status,
 )
+from proxy.providers.anthropic_request import (
+    CountRequest,
+    Metadata,
+    Request,
+    Thinking,
+    conversation,
+    number_or_unset,
+    output_config,
+    stop_sequences,
+    tool_choice,
+    tools,
+)
 from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
     encode_raw_fields,
     malformed,
-    merge_into_turn,
     merge_json_objects,
     retry_after_seconds,
     with_plugin_headers,
@@ -156,107 +150,11 @@ class AnthropicConfig(ProviderConfig, tag="anthropic", frozen=True, forbid_unkno
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-# --- request -----------------------------------------------------------------------------------
-
-
-class _Source(Struct, omit_defaults=True):
-    type: str
-    media_type: str | UnsetType = UNSET
-    data: str | UnsetType = UNSET
-    url: str | UnsetType = UNSET
-
-
-class _TextBlock(Struct, tag="text", tag_field="type"):
-    text: str
-
-
-class _ImageBlock(Struct, tag="image", tag_field="type"):
-    source: _Source
-
-
-class _DocumentBlock(Struct, tag="document", tag_field="type"):
-    source: _Source
-
-
-class _ToolUseBlock(Struct, tag="tool_use", tag_field="type"):
-    id: str
-    name: str
-    input: Raw
-
-
-class _ToolResultBlock(Struct, tag="tool_result", tag_field="type", omit_defaults=True):
-    tool_use_id: str
-    content: str | list[_TextBlock | _ImageBlock | _DocumentBlock] | UnsetType = UNSET
-
-
-_Block = _TextBlock | _ImageBlock | _DocumentBlock | _ToolUseBlock | _ToolResultBlock
-
-
-class _Turn(Struct):
-    role: str
-    content: list[_Block]
-
-
-class _ToolSpec(Struct, omit_defaults=True):
-    name: str
-    input_schema: dict[str, Any]
-    description: str | UnsetType = UNSET
-
-
-class _ToolChoice(Struct, omit_defaults=True):
-    type: str
-    name: str | UnsetType = UNSET
-    disable_parallel_tool_use: bool | UnsetType = UNSET
-
-
-class _Thinking(Struct):
-    type: str
-    budget_tokens: int
-
-
-class _Metadata(Struct):
-    user_id: str
-
-
-class _OutputFormat(Struct):
-    type: str
-    schema: dict[str, Any]
-
-
-class _OutputConfig(Struct):
-    format: _OutputFormat
-
-
-class _Request(Struct, omit_defaults=True):
-    model: str
-    max_tokens: int
-    messages: list[_Turn]
-    system: list[_TextBlock] | UnsetType = UNSET
-    stop_sequences: list[str] | UnsetType = UNSET
-    temperature: float | UnsetType = UNSET
-    top_p: float | UnsetType = UNSET
-    tools: list[_ToolSpec] | UnsetType = UNSET
-    tool_choice: _ToolChoice | UnsetType = UNSET
-    thinking: _Thinking | UnsetType = UNSET
-    metadata: _Metadata | UnsetType = UNSET
-    output_config: _OutputConfig | UnsetType = UNSET
-    stream: bool = False
-
-
-class _CountRequest(Struct, omit_defaults=True):
-    model: str
-    messages: list[_Turn]
-    system: list[_TextBlock] | UnsetType = UNSET
-    tools: list[_ToolSpec] | UnsetType = UNSET
-    tool_choice: _ToolChoice | UnsetType = UNSET
-    thinking: _Thinking | UnsetType = UNSET
+# --- response and stream -----------------------------------------------------------------------
 
 
 class _TokenCount(Struct):
     input_tokens: Annotated[int, Meta(ge=0)]
-
-
-# --- response and stream -----------------------------------------------------------------------
 
 
 class _WireUsage(Struct):
@@ -334,7 +232,6 @@ _MESSAGE_DECODER = msgspec.json.Decoder(_WireMessage)
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
 _COUNT_DECODER = msgspec.json.Decoder(_TokenCount)
-_OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any])
 
 
 class AnthropicProvider:
@@ -360,31 +257,33 @@ class AnthropicProvider:
         if isinstance(params.n, int) and params.n > 1:
             raise BadRequest("the anthropic provider answers one choice only (n=1)", param="n")
         extra = {k: v for k, v in call.extra.items() if k in PASSED_THROUGH}
-        system, turns = _conversation(call.messages)
+        system, turns = conversation(call.messages)
         max_tokens = _first_int(params.max_completion_tokens, params.max_tokens)
         if max_tokens is None:
             max_tokens = self.config.max_tokens_default
-        thinking: _Thinking | UnsetType = UNSET
-        temperature = _number(params.temperature)
+        thinking: Thinking | UnsetType = UNSET
+        temperature = number_or_unset(params.temperature)
         budget = THINKING_BUDGETS.get(params.reasoning_effort or "")
         if budget is not None and "thinking" not in extra:
-            thinking = _Thinking(type="enabled", budget_tokens=budget)
+            thinking = Thinking(type="enabled", budget_tokens=budget)
             temperature = UNSET  # the API rejects any temperature but 1 with thinking on
             if max_tokens <= budget:
                 max_tokens += budget
-        request = _Request(
+        request = Request(
             model=model,
             max_tokens=max_tokens,
             messages=turns,
             system=system or UNSET,
-            stop_sequences=_stop_sequences(params.stop),
+            stop_sequences=stop_sequences(params.stop),
             temperature=temperature,
-            top_p=_number(params.top_p),
-            tools=_tools(call),
-            tool_choice=_tool_choice(params.tool_choice, params.parallel_tool_calls),
+            top_p=number_or_unset(params.top_p),
+            tools=tools(call),
+            tool_choice=tool_choice(params.tool_choice, params.parallel_tool_calls),
             thinking=thinking,
-            metadata=_Metadata(user_id=params.user) if params.user else UNSET,
-            output_config=UNSET if "output_config" in extra else _output(params.response_format),
+            metadata=Metadata(user_id=params.user) if params.user else UNSET,
+            output_config=UNSET
+            if "output_config" in extra
+            else output_config(params.response_format),
             stream=call.stream,
         )
         body = merge_json_objects(_ENCODER.encode(request), encode_raw_fields(extra))
@@ -395,16 +294,16 @@ class AnthropicProvider:
         """``POST /v1/messages/count_tokens`` for ``call``'s input: what :meth:`build_request`
         would send (system, turns, tools, tool choice, thinking), without generation settings.
         Raises :class:`BadRequest` as :meth:`build_request` does."""
-        system, turns = _conversation(call.messages)
+        system, turns = conversation(call.messages)
         params = call.params
         budget = THINKING_BUDGETS.get(params.reasoning_effort or "")
-        request = _CountRequest(
+        request = CountRequest(
             model=model,
             messages=turns,
             system=system or UNSET,
-            tools=_tools(call),
-            tool_choice=_tool_choice(params.tool_choice, params.parallel_tool_calls),
-            thinking=UNSET if budget is None else _Thinking(type="enabled", budget_tokens=budget),
+            tools=tools(call),
+            tool_choice=tool_choice(params.tool_choice, params.parallel_tool_calls),
+            thinking=UNSET if budget is None else Thinking(type="enabled", budget_tokens=budget),
         )
         headers = with_plugin_headers(self._headers, call.upstream_headers)
         return HttpRequest(url=self._count_url, headers=headers, body=_ENCODER.encode(request))
@@ -598,184 +497,7 @@ class AnthropicStreamParser:
         )
 
 
-# --- request helpers ---------------------------------------------------------------------------
-
-
-def _conversation(messages: list[Message]) -> tuple[list[_TextBlock], list[_Turn]]:
-    """The ``system`` blocks and the alternating turns for ``messages`` (see module docstring)."""
-    system: list[_TextBlock] = []
-    turns: list[_Turn] = []
-    for position, message in enumerate(messages):
-        role = message.role
-        if role in ("system", "developer"):
-            text = message.text()
-            if text:
-                system.append(_TextBlock(text=text))
-            continue
-        if role == "tool":
-            blocks: list[_Block] = [_tool_result(message, position)]
-            role = "user"
-        elif role == "user":
-            blocks = _blocks(message.content, position)
-        elif role == "assistant":
-            blocks = _blocks(message.content, position)
-            blocks += _tool_uses(message, position)
-        else:
-            raise BadRequest(
-                f"messages[{position}]: role {role!r} is not supported by the anthropic provider;"
-                " use tool messages",
-                param=f"messages[{position}].role",
-            )
-        if not blocks:
-            continue
-        if turns and turns[-1].role == role:
-            merge_into_turn(turns[-1].content, blocks, _is_tool_result)
-        else:
-            turns.append(_Turn(role=role, content=blocks))
-    return system, turns
-
-
-def _is_tool_result(block: _Block) -> bool:
-    return isinstance(block, _ToolResultBlock)
-
-
-def _blocks(content: str | list[ContentPart] | None, position: int) -> list[_Block]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [_TextBlock(text=content)] if content else []
-    blocks: list[_Block] = []
-    for index, part in enumerate(content):
-        where = f"messages[{position}].content[{index}]"
-        if isinstance(part, TextPart):
-            if part.text:
-                blocks.append(_TextBlock(text=part.text))
-        elif isinstance(part, RefusalPart):
-            blocks.append(_TextBlock(text=part.refusal))
-        elif isinstance(part, ImagePart):
-            blocks.append(_ImageBlock(source=_image_source(part.image_url.url, where)))
-        elif isinstance(part, FilePart):
-            blocks.append(_DocumentBlock(source=_file_source(part.file, where)))
-        elif isinstance(part, AudioPart):
-            raise BadRequest("the anthropic provider does not accept audio input", param=where)
-    return blocks
-
-
-def _image_source(url: str, where: str) -> _Source:
-    if url.startswith("data:"):
-        media_type, data = _data_url(url, where)
-        return _Source(type="base64", media_type=media_type, data=data)
-    if url.startswith(("http://", "https://")):
-        return _Source(type="url", url=url)
-    raise BadRequest("an image must be an http(s) URL or a base64 data: URL", param=where)
-
-
-def _file_source(file: dict[str, Any], where: str) -> _Source:
-    data_url = file.get("file_data")
-    if isinstance(data_url, str) and data_url.startswith("data:"):
-        media_type, data = _data_url(data_url, where)
-        if media_type == "application/pdf":
-            return _Source(type="base64", media_type=media_type, data=data)
-    raise BadRequest(
-        "the anthropic provider accepts files only as PDF data: URLs in file_data", param=where
-    )
-
-
-def _data_url(url: str, where: str) -> tuple[str, str]:
-    """``(media_type, base64 data)`` of a ``data:<type>;base64,<data>`` URL."""
-    header, comma, data = url[5:].partition(",")
-    media_type, _, encoding = header.partition(";")
-    if not comma or encoding != "base64" or not media_type:
-        raise BadRequest("a data: URL must be data:<media type>;base64,<data>", param=where)
-    return media_type, data
-
-
-def _tool_uses(message: Message, position: int) -> list[_Block]:
-    if not message.tool_calls:
-        return []
-    blocks: list[_Block] = []
-    for index, tool_call in enumerate(message.tool_calls):
-        arguments = tool_call.function.arguments.strip() or "{}"
-        try:
-            _OBJECT_DECODER.decode(arguments)
-        except msgspec.DecodeError:
-            raise BadRequest(
-                "tool call arguments must be a JSON object",
-                param=f"messages[{position}].tool_calls[{index}].function.arguments",
-            ) from None
-        blocks.append(
-            _ToolUseBlock(id=tool_call.id, name=tool_call.function.name, input=Raw(arguments))
-        )
-    return blocks
-
-
-def _tool_result(message: Message, position: int) -> _ToolResultBlock:
-    if not message.tool_call_id:
-        raise BadRequest(
-            "a tool message needs tool_call_id", param=f"messages[{position}].tool_call_id"
-        )
-    content: str | list[Any] | UnsetType = UNSET
-    if isinstance(message.content, str):
-        content = message.content or UNSET
-    elif message.content:
-        content = _blocks(message.content, position) or UNSET
-    return _ToolResultBlock(tool_use_id=message.tool_call_id, content=content)
-
-
-def _tools(call: Call) -> list[_ToolSpec] | UnsetType:
-    tools = call.params.tools
-    if not tools:
-        return UNSET
-    return [
-        _ToolSpec(
-            name=tool.function.name,
-            description=tool.function.description,
-            input_schema=tool.function.parameters or {"type": "object", "properties": {}},
-        )
-        for tool in tools
-    ]
-
-
-def _tool_choice(
-    choice: str | dict[str, Any] | UnsetType | None, parallel: bool | UnsetType | None
-) -> _ToolChoice | UnsetType:
-    serial: bool | UnsetType = True if parallel is False else UNSET
-    if isinstance(choice, dict):
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str):
-            raise BadRequest("tool_choice must name a function", param="tool_choice")
-        return _ToolChoice(type="tool", name=name, disable_parallel_tool_use=serial)
-    if choice == "none":
-        return _ToolChoice(type="none")
-    if choice == "required":
-        return _ToolChoice(type="any", disable_parallel_tool_use=serial)
-    if choice == "auto" or serial is True:
-        return _ToolChoice(type="auto", disable_parallel_tool_use=serial)
-    return UNSET
-
-
-def _output(response_format: dict[str, Any] | UnsetType | None) -> _OutputConfig | UnsetType:
-    """``json_schema`` structured output → ``output_config.format``; other formats: nothing."""
-    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
-        return UNSET
-    spec = response_format.get("json_schema")
-    schema = spec.get("schema") if isinstance(spec, dict) else None
-    if not isinstance(schema, dict):
-        raise BadRequest(
-            "response_format json_schema needs a schema", param="response_format.json_schema"
-        )
-    return _OutputConfig(format=_OutputFormat(type="json_schema", schema=schema))
-
-
-def _stop_sequences(stop: str | list[str] | UnsetType | None) -> list[str] | UnsetType:
-    if isinstance(stop, str):
-        return [stop]
-    return list(stop) if stop else UNSET
-
-
-def _number(value: float | UnsetType | None) -> float | UnsetType:
-    return UNSET if value is None else value
+# --- helpers -------------------------------------------------------------------------------------
 
 
 def _first_int(*values: int | UnsetType | None) -> int | None:

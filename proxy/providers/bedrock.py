@@ -1,18 +1,10 @@
 """Amazon Bedrock through the Converse API: ``POST /model/{modelId}/converse`` and
 ``/converse-stream``, signed with AWS Signature Version 4.
 
-Requests: system and developer messages become ``system`` blocks; the conversation becomes
-alternating ``user``/``assistant`` turns of content blocks (consecutive same-role messages, and
-tool results, which Bedrock carries in user turns, are merged, a turn's tool results first, as
-Bedrock requires); images must be ``data:`` URLs
-(sent as bytes) or ``s3://`` URLs; tool calls and results become ``toolUse``/``toolResult``
-blocks; ``max_tokens``, ``temperature``, ``top_p`` and ``stop`` go to ``inferenceConfig``; tools
-and ``tool_choice`` (``auto``, ``required`` → ``any``, a named function → ``tool``, ``none`` →
-no tools offered) go to ``toolConfig``. Converse's own top-level fields
-(``additionalModelRequestFields`` — e.g. a model's thinking settings —, ``guardrailConfig``, …)
-pass through from the client's request verbatim. Parameters Converse has no place for (seed,
-penalties, logprobs, logit_bias, user, response_format, reasoning_effort, parallel_tool_calls)
-are dropped; ``n`` above 1 is a 400.
+Requests: the Converse body is :func:`proxy.providers.bedrock_request.converse_body` (the
+messages, inference config, tool config and passed-through Converse fields, and what it refuses
+with a 400); this module signs it and sends it, with the configured ``headers`` and the
+plugins' headers, which never replace its own or the signature's.
 
 Responses and streams: text, tool calls and reasoning text become the canonical message or
 deltas; stop reasons map to finish reasons (``guardrail_intervened`` and ``content_filtered`` →
@@ -34,7 +26,6 @@ Credentials and region come from the config, else from the standard AWS environm
 
 from __future__ import annotations
 
-import base64
 import os
 import time
 import uuid
@@ -43,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import msgspec
-from msgspec import UNSET, Struct
+from msgspec import Struct
 
 from proxy.canonical import (
     Call,
@@ -55,17 +46,13 @@ from proxy.canonical import (
     FinishReason,
     FunctionCall,
     FunctionCallDelta,
-    ImagePart,
     Message,
-    RefusalPart,
     Response,
-    TextPart,
     ToolCall,
     ToolCallDelta,
     Usage,
 )
 from proxy.errors import (
-    BadRequest,
     ContentPolicyViolation,
     ContextWindowExceeded,
     UpstreamAuthError,
@@ -80,26 +67,15 @@ from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
     malformed,
-    merge_into_turn,
     path_segment,
     retry_after_seconds,
 )
 from proxy.providers.bedrock_embeddings import embedding_bodies, parse_embedding_bodies
+from proxy.providers.bedrock_request import converse_body
 from proxy.providers.eventstream import EventStreamDecoder, EventStreamError
 from proxy.providers.sigv4 import Credentials, sign_headers
 
 SIGNING_SERVICE = "bedrock"
-PASS_THROUGH = frozenset(
-    {
-        "additionalModelRequestFields",
-        "additionalModelResponseFieldPaths",
-        "guardrailConfig",
-        "performanceConfig",
-        "promptVariables",
-        "requestMetadata",
-    }
-)
-"""Converse request fields a client may send as extra fields; they are passed on verbatim."""
 
 
 class BedrockConfig(ProviderConfig, tag="bedrock", frozen=True, forbid_unknown_fields=True):
@@ -123,7 +99,7 @@ class BedrockConfig(ProviderConfig, tag="bedrock", frozen=True, forbid_unknown_f
 
 
 # ---------------------------------------------------------------------------------------------
-# Wire shapes (responses and stream events; requests are built as plain JSON values)
+# Wire shapes (responses and stream events; requests are plain JSON values: bedrock_request)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -243,7 +219,6 @@ _FINISH: dict[str, FinishReason] = {
 _SIGNING_HEADERS = frozenset(
     {"authorization", "host", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
 )
-_IMAGE_FORMATS = {"png": "png", "jpeg": "jpeg", "jpg": "jpeg", "gif": "gif", "webp": "webp"}
 _EXCEPTION_PREFIX = "exception:"
 _CONTEXT_MARKERS = (
     "too long",
@@ -330,7 +305,7 @@ class BedrockProvider:
 
     def build_request(self, call: Call, model: str) -> HttpRequest:
         """See :meth:`proxy.providers.base.HttpProvider.build_request`."""
-        body = _ENCODER.encode(_converse_body(call))
+        body = _ENCODER.encode(converse_body(call))
         # ':' stays literal (it is valid in a path, and HTTP clients do not re-encode it);
         # '/' (inference-profile ARNs) must be escaped. The URL signed is the URL sent.
         action = "/converse-stream" if call.stream else "/converse"
@@ -593,206 +568,6 @@ class ConverseStreamParser:
 
     def _chunk(self, delta: Delta, finish: FinishReason | None = None) -> Chunk:
         return Chunk(self._id, "", [ChunkChoice(0, delta, finish)], self._created)
-
-
-# ---------------------------------------------------------------------------------------------
-# Requests
-# ---------------------------------------------------------------------------------------------
-
-
-def _converse_body(call: Call) -> dict[str, Any]:
-    """The Converse request body for ``call``. Raises :class:`BadRequest`."""
-    params = call.params
-    if isinstance(params.n, int) and params.n > 1:
-        raise BadRequest("bedrock returns one choice per request: n must be 1", param="n")
-    system: list[dict[str, Any]] = []
-    turns: list[dict[str, Any]] = []
-    used_tools: list[str] = []
-    for i, message in enumerate(call.messages):
-        if message.role in ("system", "developer"):
-            text = message.text()
-            if text:
-                system.append({"text": text})
-            continue
-        role, blocks = _turn(message, i, used_tools)
-        if not blocks:
-            continue
-        if turns and turns[-1]["role"] == role:
-            merge_into_turn(turns[-1]["content"], blocks, _is_tool_result)
-        else:
-            turns.append({"role": role, "content": blocks})
-    body: dict[str, Any] = {"messages": turns}
-    if system:
-        body["system"] = system
-    inference = _inference_config(call)
-    if inference:
-        body["inferenceConfig"] = inference
-    tool_config = _tool_config(call, used_tools)
-    if tool_config is not None:
-        body["toolConfig"] = tool_config
-    for name, raw in call.extra.items():
-        if name in PASS_THROUGH:
-            body[name] = raw
-    return body
-
-
-def _is_tool_result(block: dict[str, Any]) -> bool:
-    return "toolResult" in block
-
-
-def _turn(message: Message, i: int, used_tools: list[str]) -> tuple[str, list[dict[str, Any]]]:
-    """The Converse role and content blocks of one non-system message."""
-    if message.role == "tool":
-        result: dict[str, Any] = {"toolUseId": message.tool_call_id or ""}
-        text = message.text()
-        result["content"] = [{"text": text}] if text else [{"json": {}}]
-        return "user", [{"toolResult": result}]
-    role = "assistant" if message.role == "assistant" else "user"
-    blocks = _content_blocks(message, i)
-    if message.role == "assistant" and message.tool_calls:
-        for j, tool_call in enumerate(message.tool_calls):
-            used_tools.append(tool_call.function.name)
-            blocks.append(
-                {
-                    "toolUse": {
-                        "toolUseId": tool_call.id,
-                        "name": tool_call.function.name,
-                        "input": _arguments(tool_call.function.arguments, i, j),
-                    }
-                }
-            )
-    return role, blocks
-
-
-def _content_blocks(message: Message, i: int) -> list[dict[str, Any]]:
-    content = message.content
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
-    blocks: list[dict[str, Any]] = []
-    for j, part in enumerate(content):
-        if isinstance(part, TextPart | RefusalPart):
-            text = part.text if isinstance(part, TextPart) else part.refusal
-            if text:
-                blocks.append({"text": text})
-        elif isinstance(part, ImagePart):
-            blocks.append({"image": _image(part.image_url.url, f"messages[{i}].content[{j}]")})
-        else:
-            raise BadRequest(
-                f"bedrock does not accept {type(part).__name__} content through this gateway",
-                param=f"messages[{i}].content[{j}]",
-            )
-    return blocks
-
-
-def _image(url: str, param: str) -> dict[str, Any]:
-    """A Converse image block from a ``data:`` URL (base64) or an ``s3://`` URL."""
-    if url.startswith("s3://"):
-        extension = url.rsplit(".", 1)[-1].lower()
-        image_format = _IMAGE_FORMATS.get(extension)
-        if image_format is None:
-            raise BadRequest(f"bedrock images must be png, jpeg, gif or webp: {url}", param=param)
-        return {"format": image_format, "source": {"s3Location": {"uri": url}}}
-    header, _, data = url.partition(",")
-    if not url.startswith("data:image/") or not header.endswith(";base64") or not data:
-        raise BadRequest(
-            "bedrock accepts images only as base64 data: URLs or s3:// URLs", param=param
-        )
-    image_format = _IMAGE_FORMATS.get(header[len("data:image/") : -len(";base64")].lower())
-    if image_format is None:
-        raise BadRequest("bedrock images must be png, jpeg, gif or webp", param=param)
-    try:
-        base64.b64decode(data, validate=True)
-    except ValueError:
-        raise BadRequest("the image data is not valid base64", param=param) from None
-    return {"format": image_format, "source": {"bytes": data}}
-
-
-def _arguments(arguments: str, i: int, j: int) -> Any:
-    """Tool-call arguments (JSON text) as the JSON object Converse wants."""
-    if not arguments.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        raise BadRequest(
-            "tool call arguments must be JSON", param=f"messages[{i}].tool_calls[{j}]"
-        ) from None
-    if not isinstance(value, dict):
-        raise BadRequest(
-            "tool call arguments must be a JSON object", param=f"messages[{i}].tool_calls[{j}]"
-        )
-    return value
-
-
-def _inference_config(call: Call) -> dict[str, Any]:
-    params = call.params
-    config: dict[str, Any] = {}
-    max_tokens = params.max_completion_tokens or params.max_tokens
-    if max_tokens:
-        config["maxTokens"] = max_tokens
-    if params.temperature is not UNSET and params.temperature is not None:
-        config["temperature"] = params.temperature
-    if params.top_p is not UNSET and params.top_p is not None:
-        config["topP"] = params.top_p
-    stop = params.stop
-    if isinstance(stop, str):
-        config["stopSequences"] = [stop]
-    elif isinstance(stop, list) and stop:
-        config["stopSequences"] = stop
-    return config
-
-
-def _tool_config(call: Call, used_tools: list[str]) -> dict[str, Any] | None:
-    """Tools offered and the choice among them; Bedrock needs the tools whenever the
-    conversation holds tool calls, so those are declared (schema-less) if none are offered."""
-    params = call.params
-    choice = params.tool_choice
-    offered = params.tools if isinstance(params.tools, list) else []
-    if choice == "none":
-        offered = []
-    specs = [
-        {
-            "toolSpec": {
-                "name": tool.function.name,
-                **(
-                    {"description": tool.function.description}
-                    if isinstance(tool.function.description, str) and tool.function.description
-                    else {}
-                ),
-                "inputSchema": {
-                    "json": tool.function.parameters
-                    if isinstance(tool.function.parameters, dict)
-                    else {"type": "object", "properties": {}}
-                },
-            }
-        }
-        for tool in offered
-    ]
-    if not specs:
-        names = list(dict.fromkeys(used_tools))
-        if not names:
-            return None
-        specs = [
-            {"toolSpec": {"name": name, "inputSchema": {"json": {"type": "object"}}}}
-            for name in names
-        ]
-        return {"tools": specs}
-    config: dict[str, Any] = {"tools": specs}
-    if choice == "auto":
-        config["toolChoice"] = {"auto": {}}
-    elif choice == "required":
-        config["toolChoice"] = {"any": {}}
-    elif isinstance(choice, dict):
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str) or not name:
-            raise BadRequest("tool_choice must name a function", param="tool_choice")
-        config["toolChoice"] = {"tool": {"name": name}}
-    elif choice not in (UNSET, None, "none"):
-        raise BadRequest(f"unsupported tool_choice {choice!r}", param="tool_choice")
-    return config
 
 
 # ---------------------------------------------------------------------------------------------

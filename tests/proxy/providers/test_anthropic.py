@@ -1,7 +1,9 @@
 """proxy/providers/anthropic.py: pure translation, table-driven from tests/fixtures/anthropic/.
 
 See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. Streams are fed
-through the SSE decoder whole and in several byte splits, and must translate the same.
+through the SSE decoder whole and in several byte splits, and must translate the same. The
+request translation (:mod:`proxy.providers.anthropic_request`) is tested in
+``test_anthropic_request.py``.
 """
 
 from __future__ import annotations
@@ -15,16 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.canonical import (
-    AudioPart,
     Call,
-    FunctionCall,
-    InputAudio,
     Message,
     Params,
-    ToolCall,
 )
 from proxy.config import parse_config
-from proxy.errors import BadRequest, UpstreamError
+from proxy.errors import UpstreamError
 from proxy.providers import build_provider
 from proxy.providers.anthropic import (
     THINKING_BUDGETS,
@@ -35,7 +33,6 @@ from proxy.providers.base import HttpProvider
 from tests.proxy.providers.translation_support import (
     SPLITS,
     assert_error,
-    call_from,
     error_input,
     load_fixtures,
     run_stream,
@@ -103,16 +100,6 @@ def test_not_ready_without_a_key(api_key: str | None):
 # ---------------------------------------------------------------------------------------------
 # Table-driven translation
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("fixture", load_fixtures("anthropic", "request"))
-def test_request_translation(fixture: dict[str, Any]):
-    request = provider().build_request(call_from(fixture["call"]), fixture["upstream_model"])
-    assert request.url == fixture["expected_url"]
-    assert strict_json(request.body) == fixture["expected_body"]
-    assert request.headers["x-api-key"] == KEY
-    assert request.headers["anthropic-version"] == "2023-06-01"
-    assert request.headers["content-type"] == "application/json"
 
 
 @pytest.mark.parametrize("fixture", load_fixtures("anthropic", "response"))
@@ -189,68 +176,6 @@ def test_reasoning_effort_none_sends_no_thinking():
 def test_max_tokens_default_leaves_room_for_the_budget():
     body = body_of(call(reasoning_effort="medium"), max_tokens_default=1024)
     assert body["max_tokens"] == 1024 + THINKING_BUDGETS["medium"]
-
-
-def test_tool_choice_auto_and_serial_calls():
-    tools = [{"type": "function", "function": {"name": "f"}}]
-    body = body_of(call(tools=tools, tool_choice="auto"))
-    assert body["tool_choice"] == {"type": "auto"}
-    body = body_of(call(tools=tools, parallel_tool_calls=False))
-    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
-    assert "tool_choice" not in body_of(call(tools=tools))
-
-
-def test_json_object_response_format_is_not_sent():
-    body = body_of(call(response_format={"type": "json_object"}))
-    assert "output_config" not in body
-
-
-@pytest.mark.parametrize(
-    ("request_call", "param"),
-    [
-        (call(n=2), "n"),
-        (
-            call(
-                Message(
-                    role="user",
-                    content=[AudioPart(input_audio=InputAudio(data="UklGR", format="wav"))],
-                )
-            ),
-            "messages[0].content[0]",
-        ),
-        (
-            call(
-                Message(
-                    role="assistant",
-                    content=None,
-                    tool_calls=[ToolCall(id="t1", function=FunctionCall("f", "[1, 2]"))],
-                )
-            ),
-            "messages[0].tool_calls[0].function.arguments",
-        ),
-        (call(Message(role="function", content="x", name="f")), "messages[0].role"),
-        (call(Message(role="tool", content="x")), "messages[0].tool_call_id"),
-        (call(tool_choice={"type": "function"}), "tool_choice"),
-        (
-            call(response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
-            "response_format.json_schema",
-        ),
-    ],
-    ids=["n", "audio", "arguments", "function-role", "tool-id", "tool-choice", "schema"],
-)
-def test_requests_anthropic_cannot_express_are_400(request_call: Call, param: str):
-    with pytest.raises(BadRequest) as caught:
-        provider().build_request(request_call, "claude-x")
-    assert caught.value.param == param
-
-
-def test_image_must_be_a_url_or_base64_data_url():
-    from proxy.canonical import ImagePart, ImageURL
-
-    for url in ("ftp://x/y.png", "data:image/png,plain"):
-        message = Message(role="user", content=[ImagePart(image_url=ImageURL(url=url))])
-        with pytest.raises(BadRequest):
-            provider().build_request(call(message), "claude-x")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """proxy/providers/bedrock.py: Converse translation, signing, streams and errors.
 
-Table-driven from tests/fixtures/bedrock/: ``request`` (a canonical call in, the Converse path
-and body out), ``response`` (a Converse body in, the canonical Response out — ids and times are
-generated, so they are left out), ``stream`` (event-stream bytes in, in any split, canonical
-chunks out) and ``errors`` (AWS error answers in, gateway errors out). Then end to end: the
-gateway in front of a Bedrock fake whose stream fails in-band, and a signature botocore checks.
+Table-driven from tests/fixtures/bedrock/: ``response`` (a Converse body in, the canonical
+Response out — ids and times are generated, so they are left out), ``stream`` (event-stream
+bytes in, in any split, canonical chunks out) and ``errors`` (AWS error answers in, gateway
+errors out); the ``request`` fixtures (the Converse body, from
+:mod:`proxy.providers.bedrock_request`) are tested in ``test_bedrock_request.py``. Then end to
+end: the gateway in front of a Bedrock fake whose stream fails in-band, and a signature
+botocore checks.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from multidict import CIMultiDict
 
 from proxy import errors
 from proxy.app import create_app
-from proxy.canonical import Call, Chunk, Message, Params, Usage
+from proxy.canonical import Call, Chunk, Message, Usage
 from proxy.errors import BadRequest, GatewayError, UpstreamError, UpstreamUnavailable
 from proxy.providers.base import HttpProvider
 from proxy.providers.bedrock import BedrockConfig, BedrockProvider
@@ -60,18 +62,6 @@ def provider(environ: dict[str, str] | None = None, **config: Any) -> BedrockPro
     )
 
 
-def call_from(spec: dict[str, Any]) -> Call:
-    return Call(
-        request_id="req-1",
-        dialect="openai",
-        model=spec["model"],
-        messages=msgspec.convert(spec["messages"], list[Message]),
-        stream=spec.get("stream", False),
-        params=msgspec.convert(spec.get("params", {}), Params),
-        extra={k: msgspec.Raw(json.dumps(v).encode()) for k, v in spec.get("extra", {}).items()},
-    )
-
-
 def simple_call(**fields: Any) -> Call:
     fields.setdefault("messages", [Message(role="user", content="hi")])
     return Call(request_id="req-1", dialect="openai", model="m", **fields)
@@ -88,14 +78,6 @@ def test_is_an_http_provider():
 # ---------------------------------------------------------------------------------------------
 # Table-driven translation
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("fixture", load_fixtures("request"))
-def test_request_translation(fixture: dict[str, Any]):
-    request = provider().build_request(call_from(fixture["call"]), fixture["upstream_model"])
-    assert json.loads(request.body) == fixture["expected_body"]
-    base = "https://bedrock-runtime.eu-west-3.amazonaws.com"
-    assert request.url == base + fixture["expected_path"]
 
 
 @pytest.mark.parametrize("fixture", load_fixtures("response"))
@@ -277,71 +259,8 @@ def test_provider_parse_event_translates_one_event():
 
 
 # ---------------------------------------------------------------------------------------------
-# Requests: rejections, credentials, signing
+# Requests: credentials, signing
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("content", "param", "message"),
-    [
-        ([{"type": "image_url", "image_url": {"url": "https://x/cat.png"}}], "[0]", "data: URLs"),
-        ([{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}}], "[0]", "png"),
-        (
-            [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}],
-            "[0]",
-            "base64",
-        ),
-        ([{"type": "image_url", "image_url": {"url": "s3://b/cat.tiff"}}], "[0]", "png"),
-        (
-            [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}],
-            "[0]",
-            "Audio",
-        ),
-    ],
-    ids=["http-image", "bmp", "bad-base64", "s3-tiff", "audio"],
-)
-def test_unsupported_content_is_a_bad_request(content, param, message):
-    call = simple_call(
-        messages=msgspec.convert([{"role": "user", "content": content}], list[Message])
-    )
-    with pytest.raises(BadRequest, match=message) as info:
-        provider().build_request(call, "m")
-    assert info.value.param == f"messages[0].content{param}"
-
-
-@pytest.mark.parametrize(
-    ("arguments", "message"), [("{not json", "must be JSON"), ("[1, 2]", "JSON object")]
-)
-def test_tool_call_arguments_must_be_a_json_object(arguments, message):
-    messages = [
-        {"role": "user", "content": "x"},
-        {
-            "role": "assistant",
-            "tool_calls": [{"id": "t", "function": {"name": "f", "arguments": arguments}}],
-        },
-    ]
-    call = simple_call(messages=msgspec.convert(messages, list[Message]))
-    with pytest.raises(BadRequest, match=message) as info:
-        provider().build_request(call, "m")
-    assert info.value.param == "messages[1].tool_calls[0]"
-
-
-@pytest.mark.parametrize(
-    ("params", "param"),
-    [
-        ({"n": 2}, "n"),
-        ({"tools": [{"function": {"name": "f"}}], "tool_choice": "sometimes"}, "tool_choice"),
-        (
-            {"tools": [{"function": {"name": "f"}}], "tool_choice": {"type": "function"}},
-            "tool_choice",
-        ),
-    ],
-)
-def test_inexpressible_params_are_bad_requests(params, param):
-    call = simple_call(params=msgspec.convert(params, Params))
-    with pytest.raises(BadRequest) as info:
-        provider().build_request(call, "m")
-    assert info.value.param == param
 
 
 def test_credentials_and_region_from_the_environment():

@@ -1,7 +1,9 @@
 """proxy/providers/gemini.py: pure translation, table-driven from tests/fixtures/gemini/.
 
 See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. Streams are fed
-through the SSE decoder whole and in several byte splits, and must translate the same.
+through the SSE decoder whole and in several byte splits, and must translate the same. The
+request translation (:mod:`proxy.providers.gemini_request`) is tested in
+``test_gemini_request.py``.
 """
 
 from __future__ import annotations
@@ -14,22 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import Call, FilePart, FunctionCall, Message, Params, ToolCall
+from proxy.canonical import Call, FunctionCall, Message, Params, ToolCall
 from proxy.config import parse_config
 from proxy.errors import BadRequest, GatewayError, UpstreamError
 from proxy.providers import build_provider
 from proxy.providers.base import HttpProvider
-from proxy.providers.gemini import (
-    SIGNATURE_MARK,
-    THINKING_BUDGETS,
-    GeminiConfig,
-    GeminiProvider,
-    tool_call_id,
-)
+from proxy.providers.gemini import GeminiConfig, GeminiProvider, tool_call_id
+from proxy.providers.gemini_request import SIGNATURE_MARK
 from tests.proxy.providers.translation_support import (
     SPLITS,
     assert_error,
-    call_from,
     error_input,
     load_fixtures,
     run_stream,
@@ -100,15 +96,6 @@ def test_not_ready_without_a_key(api_key: str | None):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fixture", load_fixtures("gemini", "request"))
-def test_request_translation(fixture: dict[str, Any]):
-    request = provider().build_request(call_from(fixture["call"]), fixture["upstream_model"])
-    assert request.url == fixture["expected_url"]
-    assert strict_json(request.body) == fixture["expected_body"]
-    assert request.headers["x-goog-api-key"] == KEY
-    assert request.headers["content-type"] == "application/json"
-
-
 @pytest.mark.parametrize("fixture", load_fixtures("gemini", "response"))
 def test_response_translation(fixture: dict[str, Any]):
     body = json.dumps(fixture["body"]).encode()
@@ -155,13 +142,6 @@ def test_error_classification(fixture: dict[str, Any]):
 # ---------------------------------------------------------------------------------------------
 # Details
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("effort", "budget"), sorted(THINKING_BUDGETS.items()))
-def test_reasoning_effort_budgets(effort: str, budget: int):
-    thinking = body_of(call(reasoning_effort=effort))["generationConfig"]["thinkingConfig"]
-    assert thinking["thinkingBudget"] == budget
-    assert thinking.get("includeThoughts", False) is (budget > 0)
 
 
 def test_tool_call_ids_round_trip_with_their_signature():
@@ -214,50 +194,6 @@ def test_stateless_parse_event_translates_one_event():
     assert chunk is not None
     assert chunk.choices[0].delta.content == "Hi"
     assert chunk.choices[0].delta.role == "assistant"
-
-
-@pytest.mark.parametrize(
-    ("request_call", "param"),
-    [
-        (
-            call(
-                Message(
-                    role="assistant",
-                    content=None,
-                    tool_calls=[ToolCall(id="c1", function=FunctionCall("f", "not json"))],
-                )
-            ),
-            "messages[0].tool_calls[0].function.arguments",
-        ),
-        (
-            call(Message(role="tool", tool_call_id="nowhere", content="x")),
-            "messages[0].tool_call_id",
-        ),
-        (call(Message(role="function", content="x", name="f")), "messages[0].role"),
-        (
-            call(Message(role="user", content=[FilePart(file={"file_id": "file-abc"})])),
-            "messages[0].content[0]",
-        ),
-        (call(tool_choice={"type": "function"}), "tool_choice"),
-        (
-            call(response_format={"type": "json_schema", "json_schema": {}}),
-            "response_format.json_schema",
-        ),
-    ],
-    ids=["arguments", "tool-id", "function-role", "file-id", "tool-choice", "schema"],
-)
-def test_requests_gemini_cannot_express_are_400(request_call: Call, param: str):
-    with pytest.raises(BadRequest) as caught:
-        provider().build_request(request_call, "gemini-2.5-flash")
-    assert caught.value.param == param
-
-
-def test_top_k_must_be_an_integer():
-    bad = call()
-    bad.extra = {"top_k": msgspec.Raw(b'"many"')}
-    with pytest.raises(BadRequest) as caught:
-        provider().build_request(bad, "gemini-2.5-flash")
-    assert caught.value.param == "top_k"
 
 
 def test_plugin_headers_never_override_the_key():
