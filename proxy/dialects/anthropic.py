@@ -68,8 +68,8 @@ from proxy.dialects.anthropic_replies import (
     error_json,
     message_id,
 )
-from proxy.dialects.base import bad_request
-from proxy.errors import BadRequest, GatewayError
+from proxy.dialects.base import REASONING_EFFORT, bad_request, invalid
+from proxy.errors import GatewayError
 
 
 class _Text(Struct, tag="text", tag_field="type"):
@@ -209,15 +209,7 @@ _COUNT_REQUEST = msgspec.json.Decoder(_CountRequest)
 _ENCODER = msgspec.json.Encoder()
 
 
-_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
-
-
 _CLIENT_TOOL_TYPES = (None, "custom")
-
-
-def _invalid(detail: str, param: str) -> BadRequest:
-    """A 400 whose message names the field, as :func:`proxy.dialects.base.bad_request` does."""
-    return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
 
 
 class AnthropicDialect:
@@ -346,7 +338,7 @@ def _params(request: _Request) -> Params:
     output = request.output_config
     if output is not None:
         if output.effort is not None:
-            params.reasoning_effort = _EFFORT[output.effort]
+            params.reasoning_effort = REASONING_EFFORT[output.effort]
         if output.format is not None:
             params.response_format = {
                 "type": "json_schema",
@@ -357,12 +349,12 @@ def _params(request: _Request) -> Params:
 
 def _tool(tool: _ToolIn, path: str) -> Tool:
     if tool.type not in _CLIENT_TOOL_TYPES:
-        raise _invalid(
+        raise invalid(
             f"server tool {tool.type!r} is not supported by the gateway: only client tools",
             f"{path}.type",
         )
     if tool.input_schema is None:
-        raise _invalid("a client tool needs an input_schema", f"{path}.input_schema")
+        raise invalid("a client tool needs an input_schema", f"{path}.input_schema")
     description = tool.description if tool.description is not None else UNSET
     return Tool(
         function=FunctionDefinition(
@@ -389,7 +381,7 @@ def _canonical_messages(message: _MessageIn, path: str) -> list[Message]:
     if isinstance(content, str):
         return [Message(role=message.role, content=content)]
     if not content:
-        raise _invalid("a message needs at least one content block", f"{path}.content")
+        raise invalid("a message needs at least one content block", f"{path}.content")
     if message.role == "assistant":
         return [_assistant(content, path)]
     results: list[Message] = []
@@ -403,7 +395,7 @@ def _canonical_messages(message: _MessageIn, path: str) -> list[Message]:
         elif isinstance(block, _ToolResult):
             results.append(_tool_message(block, where))
         else:
-            raise _invalid(
+            raise invalid(
                 f"a user message cannot contain a {block.__struct_config__.tag} block",
                 f"{where}.type",
             )
@@ -427,7 +419,7 @@ def _assistant(blocks: list[_Block], path: str) -> Message:
         elif isinstance(block, _Thinking):
             reasoning.append(block.thinking)
         elif not isinstance(block, _RedactedThinking):
-            raise _invalid(
+            raise invalid(
                 f"an assistant message cannot contain a {block.__struct_config__.tag} block",
                 f"{path}.content[{index}].type",
             )
@@ -458,7 +450,7 @@ def _tool_message(block: _ToolResult, where: str) -> Message:
     parts: list[ContentPart] = []
     for index, item in enumerate(content):
         if not isinstance(item, _Text):
-            raise _invalid(
+            raise invalid(
                 "images inside a tool_result are not supported: send them in a user turn",
                 f"{where}.content[{index}].type",
             )

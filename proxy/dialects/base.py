@@ -123,6 +123,23 @@ def bad_request(exc: msgspec.DecodeError) -> BadRequest:
     return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
 
 
+def invalid(detail: str, param: str) -> BadRequest:
+    """A 400 whose message names the field ``param``, in the words of :func:`bad_request`:
+    ``Invalid request: <detail> at '<param>'``."""
+    return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
+
+
+REASONING_EFFORT = {
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
+"""A client's thinking effort word (Anthropic's ``output_config.effort``, Fabro's
+``reasoning_effort``) as the canonical ``reasoning_effort``: above ``high``, ``high``."""
+
+
 def check_json_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> None:
     """Raise a 400 ``invalid_json`` if ``body`` nests arrays and objects deeper than ``limit``.
 

@@ -56,7 +56,7 @@ from proxy.canonical import (
     Tool,
     ToolCall,
 )
-from proxy.dialects.base import bad_request
+from proxy.dialects.base import REASONING_EFFORT, bad_request, invalid
 from proxy.dialects.fabro_replies import (
     FabroStreamEncoder,
     encode_completion,
@@ -64,7 +64,7 @@ from proxy.dialects.fabro_replies import (
     fabro_status,
 )
 from proxy.dialects.openai_chat import NEVER_FORWARDED
-from proxy.errors import BadRequest, GatewayError
+from proxy.errors import GatewayError
 
 SCHEMA_NAME = "output"
 
@@ -177,14 +177,6 @@ _PARAM_FIELDS = frozenset(Params.__struct_fields__)
 _REFUSED_OPTIONS = frozenset({"model", "messages", "stream", "stream_options"})
 
 
-_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
-
-
-def _invalid(detail: str, param: str) -> BadRequest:
-    """A 400 whose message names the field, as :func:`proxy.dialects.base.bad_request` does."""
-    return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
-
-
 class FabroDialect:
     """See the module docstring."""
 
@@ -249,7 +241,7 @@ def _provider_options(options: dict[str, Raw] | None) -> tuple[Params, dict[str,
         return Params(), {}
     for key in options:
         if key in _REFUSED_OPTIONS:
-            raise _invalid(
+            raise invalid(
                 f"provider_options may not set {key!r}: use the request's own fields",
                 f"provider_options.{key}",
             )
@@ -279,7 +271,7 @@ def _apply_request_params(params: Params, request: _Request) -> None:
     if request.stop_sequences is not None:
         params.stop = request.stop_sequences
     if request.reasoning_effort is not None:
-        params.reasoning_effort = _EFFORT[request.reasoning_effort]
+        params.reasoning_effort = REASONING_EFFORT[request.reasoning_effort]
     if request.tools is not None:
         params.tools = [
             Tool(
@@ -302,7 +294,7 @@ def _tool_choice(choice: _ToolChoiceIn) -> str | dict[str, Any]:
     if choice.mode != "named":
         return choice.mode
     if not choice.tool_name:
-        raise _invalid("tool_name is required when mode is 'named'", "tool_choice.tool_name")
+        raise invalid("tool_name is required when mode is 'named'", "tool_choice.tool_name")
     return {"type": "function", "function": {"name": choice.tool_name}}
 
 
@@ -327,7 +319,7 @@ def _canonical_messages(message: _MessageIn, path: str) -> list[Message]:
         elif isinstance(part, _TextIn) and role == "tool":
             results.append(_tool_text(part.data, message.tool_call_id, path))
         else:
-            raise _invalid(
+            raise invalid(
                 f"a {role} message cannot contain a {part.__struct_config__.tag} part",
                 f"{where}.kind",
             )
@@ -337,7 +329,7 @@ def _canonical_messages(message: _MessageIn, path: str) -> list[Message]:
         )
         results.append(Message(role="user", content=content, name=name))
     if not results:
-        raise _invalid(f"a {role} message needs at least one part", f"{path}.content")
+        raise invalid(f"a {role} message needs at least one part", f"{path}.content")
     return results
 
 
@@ -345,7 +337,7 @@ def _only_text(message: _MessageIn, path: str) -> str:
     texts: list[str] = []
     for index, part in enumerate(message.content):
         if not isinstance(part, _TextIn):
-            raise _invalid(
+            raise invalid(
                 f"a {message.role} message can only contain text parts",
                 f"{path}.content[{index}].kind",
             )
@@ -373,7 +365,7 @@ def _assistant(message: _MessageIn, path: str, name: str | UnsetType) -> Message
             thinking = part.data
             reasoning.append(thinking if isinstance(thinking, str) else thinking.text)
         else:
-            raise _invalid(
+            raise invalid(
                 f"an assistant message cannot contain a {part.__struct_config__.tag} part",
                 f"{path}.content[{index}].kind",
             )
@@ -406,7 +398,7 @@ def _tool_message(data: _ToolResultData, default_id: str | None) -> Message:
 
 def _tool_text(text: str, tool_call_id: str | None, path: str) -> Message:
     if not tool_call_id:
-        raise _invalid("a tool message with text parts needs tool_call_id", f"{path}.tool_call_id")
+        raise invalid("a tool message with text parts needs tool_call_id", f"{path}.tool_call_id")
     return Message(role="tool", content=text, tool_call_id=tool_call_id)
 
 
@@ -416,6 +408,6 @@ def _image(data: _ImageData, where: str) -> ImagePart:
     elif data.data is not None:
         url = f"data:{data.media_type or 'image/png'};base64,{data.data}"
     else:
-        raise _invalid("an image part needs data.url or data.data", where)
+        raise invalid("an image part needs data.url or data.data", where)
     detail = data.detail if data.detail is not None else UNSET
     return ImagePart(image_url=ImageURL(url=url, detail=detail))

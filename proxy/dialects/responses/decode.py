@@ -52,7 +52,7 @@ from proxy.canonical import (
     Tool,
     ToolCall,
 )
-from proxy.dialects.base import bad_request
+from proxy.dialects.base import bad_request, invalid
 from proxy.dialects.responses.objects import Envelope, FunctionTool, ReasoningConfig
 from proxy.errors import BadRequest
 
@@ -177,11 +177,6 @@ _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
 
 
-def _invalid(detail: str, param: str) -> BadRequest:
-    """A 400 whose message names the field, as :func:`proxy.dialects.base.bad_request` does."""
-    return BadRequest(f"Invalid request: {detail} at {param!r}", param=param)
-
-
 # ---------------------------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------------------------
@@ -248,16 +243,16 @@ def decode_request(
 
 def _refuse_unsupported(request: _Request) -> None:
     if request.background:
-        raise _invalid("background responses are not supported by the gateway", "background")
+        raise invalid("background responses are not supported by the gateway", "background")
     if request.conversation is not None:
-        raise _invalid(
+        raise invalid(
             "conversations are not supported by the gateway: use previous_response_id",
             "conversation",
         )
     if request.prompt is not None:
-        raise _invalid("stored prompts are not supported by the gateway", "prompt")
+        raise invalid("stored prompts are not supported by the gateway", "prompt")
     if request.metadata is not None and len(request.metadata) > MAX_METADATA_PAIRS:
-        raise _invalid(f"at most {MAX_METADATA_PAIRS} metadata pairs are allowed", "metadata")
+        raise invalid(f"at most {MAX_METADATA_PAIRS} metadata pairs are allowed", "metadata")
 
 
 def _params(request: _Request) -> Params:
@@ -287,12 +282,12 @@ def _params(request: _Request) -> Params:
 
 def _tool(tool: _ToolSpec, path: str) -> Tool:
     if tool.type != "function":
-        raise _invalid(
+        raise invalid(
             f"built-in tool {tool.type!r} is not supported by the gateway: only function tools",
             f"{path}.type",
         )
     if not tool.name:
-        raise _invalid("a function tool needs a name", f"{path}.name")
+        raise invalid("a function tool needs a name", f"{path}.name")
     function = FunctionDefinition(
         name=tool.name,
         description=tool.description if tool.description is not None else UNSET,
@@ -305,15 +300,15 @@ def _tool(tool: _ToolSpec, path: str) -> Tool:
 def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
     if isinstance(choice, str):
         if choice not in _TOOL_CHOICES:
-            raise _invalid("expected 'auto', 'none', 'required' or a function", "tool_choice")
+            raise invalid("expected 'auto', 'none', 'required' or a function", "tool_choice")
         return choice
     kind = choice.get("type")
     name = choice.get("name")
     if kind == "function" and isinstance(name, str) and name:
         return {"type": "function", "function": {"name": name}}
     if kind == "function":
-        raise _invalid("a function tool choice needs a name", "tool_choice.name")
-    raise _invalid(
+        raise invalid("a function tool choice needs a name", "tool_choice.name")
+    raise invalid(
         f"tool choice {kind!r} is not supported by the gateway: only function tools",
         "tool_choice.type",
     )
@@ -373,13 +368,13 @@ def _conversation(items: list[_Item]) -> list[Message]:
         elif kind == "reasoning":
             _reasoning(item, messages)
         elif kind == "item_reference":
-            raise _invalid(
+            raise invalid(
                 "item references are not supported by the gateway: send the items, or "
                 "previous_response_id",
                 f"{path}.type",
             )
         else:
-            raise _invalid(
+            raise invalid(
                 f"input item {kind!r} is not supported by the gateway (only messages, "
                 "function calls and their outputs, and reasoning)",
                 f"{path}.type",
@@ -397,10 +392,10 @@ def _open_assistant(messages: list[Message]) -> Message | None:
 def _message(item: _Item, path: str, messages: list[Message]) -> None:
     role = item.role
     if role not in _ROLES:
-        raise _invalid("expected one of 'user', 'system', 'developer', 'assistant'", f"{path}.role")
+        raise invalid("expected one of 'user', 'system', 'developer', 'assistant'", f"{path}.role")
     content = item.content
     if content is None:
-        raise _invalid("a message needs content", f"{path}.content")
+        raise invalid("a message needs content", f"{path}.content")
     if role == "assistant":
         _assistant_message(content, path, messages)
         return
@@ -423,7 +418,7 @@ def _assistant_message(content: Any, path: str, messages: list[Message]) -> None
             elif isinstance(part, _Refusal):
                 refusals.append(part.refusal)
             else:
-                raise _invalid(
+                raise invalid(
                     "an assistant message carries output_text and refusal parts only",
                     f"{path}.content[{i}].type",
                 )
@@ -440,9 +435,9 @@ def _assistant_message(content: Any, path: str, messages: list[Message]) -> None
 
 def _function_call(item: _Item, path: str, messages: list[Message]) -> None:
     if not item.call_id:
-        raise _invalid("a function_call needs a call_id", f"{path}.call_id")
+        raise invalid("a function_call needs a call_id", f"{path}.call_id")
     if not item.name:
-        raise _invalid("a function_call needs a name", f"{path}.name")
+        raise invalid("a function_call needs a name", f"{path}.name")
     call = ToolCall(
         id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments or "")
     )
@@ -458,10 +453,10 @@ def _function_call(item: _Item, path: str, messages: list[Message]) -> None:
 
 def _function_output(item: _Item, path: str) -> Message:
     if not item.call_id:
-        raise _invalid("a function_call_output needs a call_id", f"{path}.call_id")
+        raise invalid("a function_call_output needs a call_id", f"{path}.call_id")
     output = item.output
     if output is None:
-        raise _invalid("a function_call_output needs an output", f"{path}.output")
+        raise invalid("a function_call_output needs an output", f"{path}.output")
     if isinstance(output, str):
         return Message(role="tool", content=output, tool_call_id=item.call_id)
     parts = [_part(part, f"{path}.output[{i}]") for i, part in enumerate(output)]
@@ -489,7 +484,7 @@ def _part(part: Any, path: str) -> ContentPart:
         if part.image_url:
             detail = part.detail if part.detail not in (None, "auto") else UNSET
             return ImagePart(image_url=ImageURL(url=part.image_url, detail=detail))  # type: ignore[arg-type]
-        raise _invalid(
+        raise invalid(
             "an input_image needs an image_url (an http(s) or data: URL); file_id images "
             "are not supported by the gateway",
             f"{path}.image_url",
@@ -502,6 +497,6 @@ def _part(part: Any, path: str) -> ContentPart:
             return FilePart(file=file)
         if part.file_id:
             return FilePart(file={"file_id": part.file_id})
-        raise _invalid("an input_file needs file_data or file_id", f"{path}.file_data")
+        raise invalid("an input_file needs file_data or file_id", f"{path}.file_data")
     tag = type(part).__struct_config__.tag
-    raise _invalid(f"a {tag} part is not allowed here", f"{path}.type")
+    raise invalid(f"a {tag} part is not allowed here", f"{path}.type")

@@ -1,15 +1,23 @@
-"""proxy/dialects/base.py: the nesting bound every request body passes before it is decoded."""
+"""proxy/dialects/base.py: the nesting bound every request body passes before it is decoded, and
+the shared 400 and effort words the dialects use."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.dialects.base import MAX_JSON_DEPTH, check_json_depth
+from proxy.dialects.base import (
+    MAX_JSON_DEPTH,
+    REASONING_EFFORT,
+    bad_request,
+    check_json_depth,
+    invalid,
+)
 from proxy.errors import BadRequest
 
 _TEXT = st.text(alphabet='ab[]{}"\\\n', max_size=8)
@@ -66,3 +74,26 @@ def test_brackets_inside_strings_do_not_count() -> None:
     text = '\\"[' * (MAX_JSON_DEPTH * 4) + "{" * MAX_JSON_DEPTH
     body = json.dumps({"messages": [{"content": text}] * 3, "deep": _nested(MAX_JSON_DEPTH - 1)})
     check_json_depth(body.encode())
+
+
+def test_invalid_names_the_field_in_the_words_of_a_decode_failure() -> None:
+    class Body(msgspec.Struct):
+        max_tokens: int
+
+    try:
+        msgspec.json.decode(b'{"max_tokens": "x"}', type=Body)
+    except msgspec.ValidationError as exc:
+        decoded = bad_request(exc)
+    made = invalid("Expected `int`, got `str`", "max_tokens")
+    assert (made.message, made.param, made.status) == (decoded.message, decoded.param, 400)
+    assert made.message == "Invalid request: Expected `int`, got `str` at 'max_tokens'"
+
+
+def test_effort_words_above_high_are_high() -> None:
+    assert REASONING_EFFORT == {
+        "low": "low",
+        "medium": "medium",
+        "high": "high",
+        "xhigh": "high",
+        "max": "high",
+    }
