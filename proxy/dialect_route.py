@@ -5,43 +5,34 @@ snapshot's gate before the body is read (a client without a key costs no decodin
 body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``) and
 checked for nesting, decode it with the dialect, resolve the model, run the plugin chain on the
 snapshot (a Responses call inside its conversation state), and answer in the dialect — as one
-JSON body, or as an SSE stream whose chunks are flushed as they arrive. Each request is counted
-in the metrics, logged as one access line (when ``server.access_log`` is on, and always for a
-5xx), and handed to the plugins' ``finished`` hooks.
+JSON body, or as an SSE stream (:func:`proxy.sse_answer.stream_answer`, which flushes chunks as
+they arrive). Each request is counted in the metrics, logged as one access line (when
+``server.access_log`` is on, and always for a 5xx), and handed to the plugins' ``finished``
+hooks.
 
 A failure before the first byte is an error response in the dialect's shape; after it, an
-in-band error frame and no end marker. A client that went away counts as
-:data:`CLIENT_CLOSED`. :func:`dialect_handler` is the entry (:mod:`proxy.app` routes each
-dialect's paths to one); :func:`read_body` also reads the side routes' bodies, and
-:func:`with_response_state` is the Responses dialect's ``around``.
+in-band error frame and no end marker (see :mod:`proxy.sse_answer`). A client that went away
+counts as :data:`~proxy.answer.CLIENT_CLOSED`. :func:`dialect_handler` is the entry
+(:mod:`proxy.app` routes each dialect's paths to one); :func:`read_body` also reads the side
+routes' bodies, and :func:`with_response_state` is the Responses dialect's ``around``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from proxy.answer import CLIENT_CLOSED, Outcome, reply_headers
 from proxy.app_keys import METRICS, RUNTIME, SERVER
-from proxy.canonical import (
-    ANONYMOUS,
-    BatchedStream,
-    Call,
-    Chunk,
-    Principal,
-    RawFrames,
-    Reply,
-    Timings,
-    Usage,
-    batched,
-)
+from proxy.canonical import ANONYMOUS, Call, Reply
 from proxy.chain import FinishedRequest
 from proxy.compat_headers import add_litellm_headers
 from proxy.config import ServerConfig
-from proxy.dialects.base import Dialect, StreamEncoder, check_json_depth
+from proxy.dialects.base import Dialect, check_json_depth
 from proxy.errors import (
     GatewayError,
     InternalError,
@@ -56,15 +47,10 @@ from proxy.pricing import nanos_to_usd
 from proxy.protocol import SERVER_NAME
 from proxy.response_state import ResponseState
 from proxy.runtime import Snapshot
+from proxy.sse_answer import stream_answer
 from proxy.whole_response import WholeResponse
 
-CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
 _MAX_LOGGED_MODEL = 256
-_SSE_HEADERS = {
-    "content-type": "text/event-stream; charset=utf-8",
-    "cache-control": "no-cache",
-    "x-accel-buffering": "no",
-}
 _JSON = "application/json"
 
 
@@ -96,31 +82,6 @@ async def _read_bounded(request: web.Request, server: ServerConfig) -> bytes:
         raise RequestTimeout("the request body was not received in time") from None
 
 
-class _Outcome:
-    """What one request did, for its metrics, access line and finished hooks."""
-
-    __slots__ = (
-        "attempts",
-        "error",
-        "model",
-        "principal",
-        "provider",
-        "status",
-        "upstream_model",
-        "usage",
-    )
-
-    def __init__(self) -> None:
-        self.principal: Principal = ANONYMOUS  # known before the body is decoded
-        self.status = 500
-        self.model = "none"
-        self.provider = "none"
-        self.upstream_model: str | None = None
-        self.attempts = 0
-        self.usage: Usage | None = None
-        self.error: GatewayError | None = None
-
-
 Around = Callable[[Call, Snapshot], Awaitable[Reply]]
 
 
@@ -149,7 +110,7 @@ def dialect_handler(
         snapshot = app[RUNTIME].snapshot
         snapshot.enter()
         in_flight.inc()
-        outcome = _Outcome()
+        outcome = Outcome()
         call: Call | None = None
         gate = snapshot.gate
         try:
@@ -186,7 +147,7 @@ def dialect_handler(
                 return _error_response(
                     dialect, InternalError("internal gateway error"), request_id, outcome
                 )
-            return await _stream(request, dialect, call, reply, request_id, outcome)
+            return await stream_answer(request, dialect, call, reply, request_id, outcome)
         except asyncio.CancelledError:
             outcome.status = CLIENT_CLOSED
             raise
@@ -202,21 +163,8 @@ def dialect_handler(
     return handle
 
 
-def _reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:
-    headers = {
-        SERVER_HEADER: SERVER_NAME,  # instead of aiohttp's banner (see proxy.protocol)
-        REQUEST_ID: request_id,
-        "x-crossway-provider": reply.provider,
-        "x-crossway-model": f"{reply.provider}/{reply.model}",
-        **dialect.response_headers(call, reply),
-    }
-    if reply.headers:
-        headers.update(reply.headers)
-    return headers
-
-
 def _whole(
-    dialect: Dialect, call: Call, reply: Reply, request_id: str, outcome: _Outcome
+    dialect: Dialect, call: Call, reply: Reply, request_id: str, outcome: Outcome
 ) -> web.Response:
     outcome.usage = reply.whole_usage()
     encoded = reply.encoded
@@ -229,147 +177,13 @@ def _whole(
     else:
         body = dialect.encode_response(call, reply)
     outcome.status = 200
-    headers = _reply_headers(dialect, call, reply, request_id)
+    headers = reply_headers(dialect, call, reply, request_id)
     headers["content-type"] = _JSON
     return WholeResponse(body, headers)
 
 
-async def _stream(
-    request: web.Request,
-    dialect: Dialect,
-    call: Call,
-    reply: Reply,
-    request_id: str,
-    outcome: _Outcome,
-) -> web.StreamResponse:
-    stream = reply.stream
-    assert stream is not None
-    encoder = dialect.stream_encoder(call, reply)
-    headers = {**_SSE_HEADERS, **_reply_headers(dialect, call, reply, request_id)}
-    timings = call.timings
-    outcome.status = 200
-    # What arrived together leaves in one write; verbatim frames go out as they came when the
-    # encoder can relay them (an OpenAI client of an OpenAI-compatible upstream).
-    source = batched(stream)
-    if source.ended:  # all of it is here (a cache replay): one body, one write
-        return await _stream_at_once(source, stream, encoder, headers, timings, outcome)
-    response = web.StreamResponse(headers=headers)
-    pinger = None if encoder.keepalive is None else _Pinger(source, encoder, response)
-    next_batch = source.next_batch if pinger is None else pinger.next_batch
-    relay = getattr(encoder, "relay", None)
-    pending: list[bytes] = []
-    try:
-        await response.prepare(request)
-        while batch := await next_batch(relay is not None):
-            for item in batch:
-                if type(item) is RawFrames:
-                    pending.append(relay(item))  # type: ignore[misc]
-                    continue
-                if item.usage is not None:  # type: ignore[union-attr]
-                    outcome.usage = item.usage  # type: ignore[union-attr]
-                data = encoder.chunk(item)  # type: ignore[arg-type]
-                if data:
-                    pending.append(data)
-            if pending and not source.ended:
-                if timings.first_token is None:
-                    timings.first_token = time.perf_counter() - timings.start
-                await response.write(b"".join(pending) if len(pending) > 1 else pending[0])
-                pending.clear()
-        pending.append(encoder.end())
-    except GatewayError as error:
-        outcome.error = error
-        outcome.status = error.status
-        pending.append(encoder.error(error))
-    except ConnectionResetError:
-        outcome.status = CLIENT_CLOSED
-        return response
-    finally:
-        if pinger is not None:
-            await pinger.close()
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    try:
-        if timings.first_token is None:
-            timings.first_token = time.perf_counter() - timings.start
-        await response.write(b"".join(pending))
-        await response.write_eof()
-    except ConnectionResetError:
-        outcome.status = CLIENT_CLOSED
-    return response
-
-
-async def _stream_at_once(
-    source: BatchedStream,
-    stream: AsyncIterator[Chunk],
-    encoder: StreamEncoder,
-    headers: dict[str, str],
-    timings: Timings,
-    outcome: _Outcome,
-) -> web.Response:
-    """A stream whose every item is already held, sent as one SSE body with a length: the
-    same frames and end (or in-band error) as :func:`_stream` would write, in one write
-    instead of headers, chunks and the chunked encoding's end. Nothing waits, so no pings."""
-    relay = getattr(encoder, "relay", None)
-    pending: list[bytes] = []
-    try:
-        while batch := await source.next_batch(relay is not None):
-            for item in batch:
-                if type(item) is RawFrames:
-                    pending.append(relay(item))  # type: ignore[misc]
-                    continue
-                if item.usage is not None:  # type: ignore[union-attr]
-                    outcome.usage = item.usage  # type: ignore[union-attr]
-                pending.append(encoder.chunk(item))  # type: ignore[arg-type]
-        pending.append(encoder.end())
-    except GatewayError as error:
-        outcome.error = error
-        outcome.status = error.status
-        pending.append(encoder.error(error))
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    if timings.first_token is None:
-        timings.first_token = time.perf_counter() - timings.start
-    return WholeResponse(b"".join(pending), headers)
-
-
-class _Pinger:
-    """Batches of ``source``, writing ``encoder.ping()`` whenever none came for a keep-alive
-    period. The pending read is never cancelled by a ping: it is awaited again after the ping.
-    """
-
-    __slots__ = ("_encoder", "_pending", "_response", "_source")
-
-    def __init__(
-        self, source: BatchedStream, encoder: StreamEncoder, response: web.StreamResponse
-    ) -> None:
-        self._source = source
-        self._encoder = encoder
-        self._response = response
-        self._pending: asyncio.Future[list[Chunk | RawFrames]] | None = None
-
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """As ``source.next_batch``, with pings written while it waits."""
-        pending = self._pending
-        if pending is None:
-            pending = self._pending = asyncio.ensure_future(self._source.next_batch(raw))
-        while not (await asyncio.wait((pending,), timeout=self._encoder.keepalive))[0]:
-            await self._response.write(self._encoder.ping())
-        self._pending = None
-        return pending.result()
-
-    async def close(self) -> None:
-        """Cancel a read still pending, and wait until it has stopped."""
-        pending, self._pending = self._pending, None
-        if pending is not None and not pending.done():
-            pending.cancel()
-            await asyncio.wait((pending,))
-
-
 def _error_response(
-    dialect: Dialect, error: GatewayError, request_id: str, outcome: _Outcome
+    dialect: Dialect, error: GatewayError, request_id: str, outcome: Outcome
 ) -> web.Response:
     status = dialect.error_status(error)
     outcome.status = status
@@ -386,7 +200,7 @@ def _error_response(
 
 
 def _observe(
-    metrics: Metrics, dialect: str, call: Call | None, outcome: _Outcome, start: float
+    metrics: Metrics, dialect: str, call: Call | None, outcome: Outcome, start: float
 ) -> None:
     total = time.perf_counter() - start
     provider = outcome.provider
@@ -411,7 +225,7 @@ def _finished(
     snapshot: Snapshot,
     dialect: str,
     call: Call | None,
-    outcome: _Outcome,
+    outcome: Outcome,
     start: float,
     request_id: str,
 ) -> None:
@@ -443,7 +257,7 @@ def _access_log(
     access_log: AccessLog,
     dialect: str,
     call: Call | None,
-    outcome: _Outcome,
+    outcome: Outcome,
     start: float,
     request_id: str,
 ) -> None:

@@ -9,8 +9,9 @@ that answers those in OpenAI's error shape instead (``invalid_http_request``, or
 counts them in ``crossway_http_rejected_total{status}`` and logs one line (the exception's
 class, never its text). These answers carry ``Server: crossway`` (:data:`SERVER_NAME`) instead
 of aiohttp's version banner, as routed ones do: the routes name it in their own headers
-(:mod:`proxy.dialect_route`, :mod:`proxy.middleware`), which aiohttp then leaves as it is,
-rather than through an ``on_response_prepare`` signal that every response would pay for.
+(:mod:`proxy.answer`, :mod:`proxy.dialect_route`, :mod:`proxy.middleware`), which aiohttp then
+leaves as it is, rather than through an ``on_response_prepare`` signal that every response
+would pay for.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """proxy/dialect_route.py through a real app (``create_app`` on a config with the mock provider):
-a whole answer and an SSE one in the dialect's shape, the body limit in the dialect's error
-shape, the key checked before the body is read, a failure after the first byte in band, and
-every request counted, logged and handed to the ``finished`` hooks."""
+a whole answer in the dialect's shape, the body limit in the dialect's error shape, the key
+checked before the body is read, a failure before the first byte as an error response, and
+every request counted, logged and handed to the ``finished`` hooks. The streamed answer itself
+is tested in test_sse_answer.py."""
 
 from __future__ import annotations
 
@@ -118,23 +119,6 @@ async def test_whole_answer_carries_the_request_id_and_the_dialects_content_type
         assert body["choices"][0]["message"]["content"] == "hello there"
 
 
-@pytest.mark.parametrize(
-    ("path", "end"), [(OPENAI, b"data: [DONE]"), (ANTHROPIC, b"event: message_stop\n")]
-)
-async def test_sse_answer_ends_with_the_dialects_end_marker(
-    gateway: Gateway, path: str, end: bytes
-) -> None:
-    response = await gateway.client.post(path, json=_body(path, stream=True))
-    assert response.status == 200
-    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
-    assert response.headers["cache-control"] == "no-cache"
-    assert response.headers["x-request-id"]
-    frames = _frames(await response.read())
-    assert len(frames) > 1
-    assert frames[-1].startswith(end)
-    assert not any(frame.startswith(end) for frame in frames[:-1])
-
-
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 @pytest.mark.parametrize("path", [OPENAI, ANTHROPIC])
 async def test_body_over_max_body_bytes_is_a_413_in_the_dialects_error_shape(
@@ -197,22 +181,6 @@ async def test_failure_before_the_first_byte_is_an_error_response_not_a_stream(
         assert (body["type"], body["error"]["type"]) == ("error", "overloaded_error")
     else:
         assert body["error"]["code"] == "upstream_overloaded"
-
-
-async def test_failure_after_the_first_byte_is_an_in_band_error_and_no_end_marker(
-    gateway: Gateway,
-) -> None:
-    response = await gateway.client.post(OPENAI, json=_body(OPENAI, "mock/cut-2", stream=True))
-    assert response.status == 200
-    assert response.headers["content-type"].startswith("text/event-stream")
-    frames = _frames(await response.read())
-    assert b"data: [DONE]" not in frames
-    assert len(frames) == 3  # two chunks, then the error frame
-    error = json.loads(frames[-1].removeprefix(b"data: "))
-    assert error["error"]["code"] == "upstream_unavailable"
-    line = gateway.access_line(response.headers["x-request-id"])
-    assert line["status"] == 502
-    assert line["error_code"] == "upstream_unavailable"
 
 
 async def test_every_request_is_counted_logged_and_handed_to_the_finished_hooks(

@@ -1,0 +1,56 @@
+"""What a dialect route's answers share, whole or streamed: the request's :class:`Outcome`,
+:data:`CLIENT_CLOSED`, and the headers every successful answer carries (:func:`reply_headers`).
+
+A module of its own so that the request pipeline (:mod:`proxy.dialect_route`) and the streamed
+answer (:mod:`proxy.sse_answer`) can both use them without importing each other.
+"""
+
+from __future__ import annotations
+
+from proxy.canonical import ANONYMOUS, Call, Principal, Reply, Usage
+from proxy.dialects.base import Dialect
+from proxy.errors import GatewayError
+from proxy.middleware import REQUEST_ID, SERVER_HEADER
+from proxy.protocol import SERVER_NAME
+
+CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
+
+
+class Outcome:
+    """What one request did, for its metrics, access line and finished hooks."""
+
+    __slots__ = (
+        "attempts",
+        "error",
+        "model",
+        "principal",
+        "provider",
+        "status",
+        "upstream_model",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.principal: Principal = ANONYMOUS  # known before the body is decoded
+        self.status = 500
+        self.model = "none"
+        self.provider = "none"
+        self.upstream_model: str | None = None
+        self.attempts = 0
+        self.usage: Usage | None = None
+        self.error: GatewayError | None = None
+
+
+def reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:
+    """The headers of a successful answer: the server's name, the request id, who served it, the
+    dialect's own, and the reply's extra ones (a plugin's)."""
+    headers = {
+        SERVER_HEADER: SERVER_NAME,  # instead of aiohttp's banner (see proxy.protocol)
+        REQUEST_ID: request_id,
+        "x-crossway-provider": reply.provider,
+        "x-crossway-model": f"{reply.provider}/{reply.model}",
+        **dialect.response_headers(call, reply),
+    }
+    if reply.headers:
+        headers.update(reply.headers)
+    return headers
