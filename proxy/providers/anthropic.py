@@ -20,16 +20,18 @@ this module assembles the body and owns the rest:
   Anthropic equivalent and are dropped.
 
 Response translation: ``text`` blocks → content, ``thinking`` blocks → ``reasoning_content``,
-``tool_use`` → ``tool_calls``; stop reasons per :data:`FINISH_REASONS`, and the matched
-``stop_sequence`` kept on the choice (``Choice.stop_sequence``). Usage is already in
-disjoint buckets: ``input_tokens`` excludes cache reads (``cache_read_input_tokens``) and writes
-(``cache_creation_input_tokens``); Anthropic does not report thinking tokens apart from
-``output_tokens``, so ``reasoning`` stays 0. Streams (``message_start``, ``content_block_*``,
-``message_delta``, ``message_stop``, ``ping``, ``error``) are translated by a per-stream
-:class:`AnthropicStreamParser`, which maps each content block's ``input_json_delta`` fragments
-to argument deltas of the right tool call. Errors: the ``{"type": "error", "error": {type,
-message}}`` envelope, classified by status and message (prompt too long → context window,
-content filtering → content policy, 529 ``overloaded_error`` → overloaded).
+``tool_use`` → ``tool_calls``; stop reasons per
+:data:`~proxy.providers.anthropic_stream.FINISH_REASONS`, and the matched ``stop_sequence`` kept
+on the choice (``Choice.stop_sequence``). Usage is already in disjoint buckets: ``input_tokens``
+excludes cache reads (``cache_read_input_tokens``) and writes (``cache_creation_input_tokens``);
+Anthropic does not report thinking tokens apart from ``output_tokens``, so ``reasoning`` stays
+0. Streams (``message_start``, ``content_block_*``, ``message_delta``, ``message_stop``,
+``ping``, ``error``) are translated by a per-stream
+:class:`~proxy.providers.anthropic_stream.AnthropicStreamParser`, which maps each content
+block's ``input_json_delta`` fragments to argument deltas of the right tool call. Errors: the
+``{"type": "error", "error": {type, message}}`` envelope, classified by status and message
+(prompt too long → context window, content filtering → content policy, 529
+``overloaded_error`` → overloaded).
 
 Token counting: :meth:`AnthropicProvider.count_tokens_request` asks the API's own
 ``POST /v1/messages/count_tokens`` for the exact input tokens of a call, translated as above.
@@ -41,29 +43,22 @@ from collections.abc import Mapping
 from typing import Annotated
 
 import msgspec
-from msgspec import UNSET, Meta, Raw, Struct, UnsetType
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from proxy.canonical import (
     Call,
     Choice,
     Chunk,
-    ChunkChoice,
-    Delta,
-    FinishReason,
     FunctionCall,
-    FunctionCallDelta,
     Message,
     Response,
     ToolCall,
-    ToolCallDelta,
-    Usage,
 )
 from proxy.errors import (
     BadRequest,
     ContentPolicyViolation,
     ContextWindowExceeded,
     UpstreamError,
-    UpstreamUnavailable,
     upstream_error_for_status,
 )
 from proxy.providers.anthropic_request import (
@@ -77,6 +72,13 @@ from proxy.providers.anthropic_request import (
     stop_sequences,
     tool_choice,
     tools,
+)
+from proxy.providers.anthropic_stream import (
+    AnthropicStreamParser,
+    WireError,
+    WireMessage,
+    finish_reason,
+    matched_stop,
 )
 from proxy.providers.base import (
     HttpRequest,
@@ -98,34 +100,11 @@ THINKING_BUDGETS: dict[str, int] = {
 }
 """``reasoning_effort`` → ``thinking.budget_tokens`` (1024 is the API's minimum)."""
 
-FINISH_REASONS: dict[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
-"""Anthropic ``stop_reason`` → canonical finish reason (anything else: ``stop``)."""
-
 PASSED_THROUGH = frozenset(
     {"top_k", "thinking", "output_config", "container", "inference_geo", "cache_control"}
 )
 """Unmodelled request fields passed to Anthropic (other unknown fields would be a 400 there)."""
 
-_STATUS_BY_TYPE: dict[str, int] = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "billing_error": 402,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
-}
 _CONTEXT_MARKERS = (
     "prompt is too long",
     "exceed context limit",
@@ -150,86 +129,19 @@ class AnthropicConfig(ProviderConfig, tag="anthropic", frozen=True, forbid_unkno
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-# --- response and stream -----------------------------------------------------------------------
+# --- response (stream events and the structs both decode: anthropic_stream) ----------------------
 
 
 class _TokenCount(Struct):
     input_tokens: Annotated[int, Meta(ge=0)]
 
 
-class _WireUsage(Struct):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-
-    def canonical(self) -> Usage:
-        return Usage(
-            input=self.input_tokens or 0,
-            cache_read=self.cache_read_input_tokens or 0,
-            cache_write=self.cache_creation_input_tokens or 0,
-            output=self.output_tokens or 0,
-        )
-
-    def update(self, later: _WireUsage) -> None:
-        """Take ``later``'s counts where it has them (``message_delta`` counts are cumulative)."""
-        for field in self.__struct_fields__:
-            value = getattr(later, field)
-            if value is not None:
-                setattr(self, field, value)
-
-
-class _WireBlock(Struct):
-    type: str
-    text: str = ""
-    thinking: str = ""
-    id: str = ""
-    name: str = ""
-    input: Raw | UnsetType = UNSET
-
-
-class _WireMessage(Struct):
-    id: str = ""
-    model: str = ""
-    content: list[_WireBlock] = msgspec.field(default_factory=list)
-    stop_reason: str | None = None
-    stop_sequence: str | None = None
-    usage: _WireUsage | None = None
-
-
-class _WireDelta(Struct):
-    type: str = ""
-    text: str = ""
-    partial_json: str = ""
-    thinking: str = ""
-    stop_reason: str | None = None
-    stop_sequence: str | None = None
-
-
-class _WireError(Struct):
-    type: str = ""
-    message: str = ""
-
-
-class _Event(Struct):
-    """Any stream event: which fields are set depends on ``type``."""
-
-    type: str
-    message: _WireMessage | None = None
-    index: int = 0
-    content_block: _WireBlock | None = None
-    delta: _WireDelta | None = None
-    usage: _WireUsage | None = None
-    error: _WireError | None = None
-
-
 class _ErrorEnvelope(Struct):
-    error: _WireError | None = None
+    error: WireError | None = None
 
 
 _ENCODER = msgspec.json.Encoder()
-_MESSAGE_DECODER = msgspec.json.Decoder(_WireMessage)
-_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_MESSAGE_DECODER = msgspec.json.Decoder(WireMessage)
 _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
 _COUNT_DECODER = msgspec.json.Decoder(_TokenCount)
 
@@ -350,8 +262,8 @@ class AnthropicProvider:
                 Choice(
                     index=0,
                     message=message,
-                    finish_reason=_finish(wire.stop_reason),
-                    stop_sequence=_matched(wire.stop_reason, wire.stop_sequence),
+                    finish_reason=finish_reason(wire.stop_reason),
+                    stop_sequence=matched_stop(wire.stop_reason, wire.stop_sequence),
                 )
             ],
             usage=wire.usage.canonical() if wire.usage is not None else None,
@@ -394,109 +306,6 @@ class AnthropicProvider:
         )
 
 
-class AnthropicStreamParser:
-    """Translates one Anthropic event stream; see :class:`proxy.providers.base.StreamParser`.
-
-    ``message_start`` opens the reply: a role chunk carrying the usage it announced as
-    ``input_usage``. Each tool-use content block becomes the next tool call (its block index
-    mapped to a tool-call index); ``message_delta`` carries the stop reason and cumulative
-    usage; ``message_stop`` ends the stream with a usage-only chunk. A body that ends before
-    ``message_stop`` was cut.
-    """
-
-    __slots__ = ("_id", "_model", "_provider", "_stopped", "_tools", "_usage")
-
-    def __init__(self, provider: AnthropicProvider) -> None:
-        self._provider = provider
-        self._id = ""
-        self._model = ""
-        self._usage = _WireUsage()
-        self._tools: dict[int, int] = {}
-        self._stopped = False
-
-    def parse_event(self, event: str, data: bytes) -> Chunk | None:
-        """See :meth:`proxy.providers.base.StreamParser.parse_event`."""
-        try:
-            wire = _EVENT_DECODER.decode(data)
-        except msgspec.DecodeError as exc:
-            raise malformed(self._provider.name, "stream event", exc) from None
-        kind = wire.type
-        if kind == "content_block_delta" and wire.delta is not None:
-            return self._block_delta(wire.index, wire.delta)
-        if kind == "content_block_start" and wire.content_block is not None:
-            return self._block_start(wire.index, wire.content_block)
-        if kind == "message_start" and wire.message is not None:
-            message = wire.message
-            self._id = message.id
-            self._model = message.model
-            chunk = self._chunk(Delta(role="assistant", content=""))
-            if message.usage is not None:
-                self._usage.update(message.usage)
-                chunk.input_usage = self._usage.canonical()
-            return chunk
-        if kind == "message_delta":
-            if wire.usage is not None:
-                self._usage.update(wire.usage)
-            delta = wire.delta
-            if delta is None or not delta.stop_reason:
-                return None
-            chunk = self._chunk(Delta(), _finish(delta.stop_reason))
-            chunk.choices[0].stop_sequence = _matched(delta.stop_reason, delta.stop_sequence)
-            return chunk
-        if kind == "message_stop":
-            self._stopped = True
-            return Chunk(id=self._id, model=self._model, choices=[], usage=self._usage.canonical())
-        if kind == "error":
-            error = wire.error or _WireError()
-            status = _STATUS_BY_TYPE.get(error.type, 500)
-            raise self._provider.classify(status, error.message)
-        return None  # ping, content_block_stop, and event types added later
-
-    def end(self) -> Chunk | None:
-        """See :meth:`proxy.providers.base.StreamParser.end`."""
-        if not self._stopped:
-            raise UpstreamUnavailable(
-                "upstream closed the stream before message_stop", provider=self._provider.name
-            )
-        return None
-
-    def _block_start(self, index: int, block: _WireBlock) -> Chunk | None:
-        if block.type == "tool_use":
-            position = self._tools[index] = len(self._tools)
-            call = ToolCallDelta(
-                index=position,
-                id=block.id,
-                type="function",
-                function=FunctionCallDelta(name=block.name, arguments=""),
-            )
-            return self._chunk(Delta(tool_calls=[call]))
-        if block.type == "text" and block.text:
-            return self._chunk(Delta(content=block.text))
-        if block.type == "thinking" and block.thinking:
-            return self._chunk(Delta(reasoning_content=block.thinking))
-        return None
-
-    def _block_delta(self, index: int, delta: _WireDelta) -> Chunk | None:
-        if delta.type == "text_delta":
-            return self._chunk(Delta(content=delta.text))
-        if delta.type == "input_json_delta":
-            position = self._tools.get(index)
-            if position is None or not delta.partial_json:
-                return None
-            fragment = FunctionCallDelta(arguments=delta.partial_json)
-            return self._chunk(Delta(tool_calls=[ToolCallDelta(index=position, function=fragment)]))
-        if delta.type == "thinking_delta":
-            return self._chunk(Delta(reasoning_content=delta.thinking))
-        return None  # signature_delta, citations_delta
-
-    def _chunk(self, delta: Delta, finish: FinishReason | None = None) -> Chunk:
-        return Chunk(
-            id=self._id,
-            model=self._model,
-            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)],
-        )
-
-
 # --- helpers -------------------------------------------------------------------------------------
 
 
@@ -514,16 +323,3 @@ def _error_message(body: bytes) -> str:
     except msgspec.DecodeError:
         error = None
     return body[:500].decode("utf-8", "replace").strip() if error is None else error.message
-
-
-def _matched(stop_reason: str | None, stop_sequence: str | None) -> str | UnsetType:
-    """The stop sequence that ended the answer, when Anthropic says one did."""
-    if stop_reason == "stop_sequence" and stop_sequence is not None:
-        return stop_sequence
-    return UNSET
-
-
-def _finish(stop_reason: str | None) -> FinishReason | None:
-    if stop_reason is None:
-        return None
-    return FINISH_REASONS.get(stop_reason, "stop")

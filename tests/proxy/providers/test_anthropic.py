@@ -1,9 +1,9 @@
 """proxy/providers/anthropic.py: pure translation, table-driven from tests/fixtures/anthropic/.
 
-See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. Streams are fed
-through the SSE decoder whole and in several byte splits, and must translate the same. The
-request translation (:mod:`proxy.providers.anthropic_request`) is tested in
-``test_anthropic_request.py``.
+See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. The request
+translation (:mod:`proxy.providers.anthropic_request`) is tested in ``test_anthropic_request.py``,
+the stream parser (:mod:`proxy.providers.anthropic_stream`, the ``stream`` fixtures) in
+``test_anthropic_stream.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from proxy.canonical import (
     Call,
@@ -31,14 +29,9 @@ from proxy.providers.anthropic import (
 )
 from proxy.providers.base import HttpProvider
 from tests.proxy.providers.translation_support import (
-    SPLITS,
     assert_error,
     error_input,
     load_fixtures,
-    run_stream,
-    sse_bytes,
-    sse_events,
-    sse_events_at,
     strict_json,
 )
 
@@ -109,31 +102,6 @@ def test_response_translation(fixture: dict[str, Any]):
     assert msgspec.to_builtins(response) == fixture["expected"]
 
 
-STREAMS = load_fixtures("anthropic", "stream")
-
-
-@pytest.mark.parametrize("split", SPLITS)
-@pytest.mark.parametrize("fixture", STREAMS)
-def test_stream_translation_in_any_split(fixture: dict[str, Any], split: int | None):
-    events = sse_events(sse_bytes(fixture), split)
-    chunks, error = run_stream(provider().stream_parser(), events)
-    assert chunks == fixture["expected_chunks"]
-    if fixture["expected_error"] is None:
-        assert error is None
-    else:
-        assert_error(error, fixture["expected_error"])
-
-
-@settings(max_examples=30, derandomize=True, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0), max_size=40))
-def test_streams_translate_the_same_at_random_cut_points(cuts: list[int]):
-    for case in STREAMS:
-        fixture = case.values[0]
-        events = sse_events_at(sse_bytes(fixture), cuts)
-        chunks, _ = run_stream(provider().stream_parser(), events)
-        assert chunks == fixture["expected_chunks"], fixture["sse"]
-
-
 @pytest.mark.parametrize("fixture", load_fixtures("anthropic", "error"))
 def test_error_classification(fixture: dict[str, Any]):
     status, headers, body = error_input(fixture)
@@ -188,32 +156,11 @@ def test_malformed_response_is_an_upstream_error():
         provider().parse_response(b"{not json", "claude-x")
 
 
-def test_malformed_stream_event_is_an_upstream_error():
-    with pytest.raises(UpstreamError, match="malformed stream event"):
-        provider().stream_parser().parse_event("content_block_delta", b"[")
-
-
-def test_ping_stop_and_unknown_events_carry_nothing():
-    parser = provider().stream_parser()
-    assert parser.parse_event("ping", b'{"type": "ping"}') is None
-    assert parser.parse_event("content_block_stop", b'{"type":"content_block_stop"}') is None
-    assert parser.parse_event("future", b'{"type":"future_event","x":1}') is None
-
-
 def test_stateless_parse_event_translates_a_text_delta():
     data = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}'
     chunk = provider().parse_event("content_block_delta", data)
     assert chunk is not None
     assert chunk.choices[0].delta.content == "Hi"
-
-
-def test_in_band_errors_are_classified_by_type():
-    parser = provider().stream_parser()
-    data = b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}'
-    with pytest.raises(UpstreamError) as caught:
-        parser.parse_event("error", data)
-    assert caught.value.kind == "rate_limited"
-    assert caught.value.status == 429
 
 
 # --- token counting --------------------------------------------------------------------------

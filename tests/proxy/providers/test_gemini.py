@@ -1,9 +1,9 @@
 """proxy/providers/gemini.py: pure translation, table-driven from tests/fixtures/gemini/.
 
-See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. Streams are fed
-through the SSE decoder whole and in several byte splits, and must translate the same. The
-request translation (:mod:`proxy.providers.gemini_request`) is tested in
-``test_gemini_request.py``.
+See :mod:`tests.proxy.providers.translation_support` for the fixture kinds. The request
+translation (:mod:`proxy.providers.gemini_request`) is tested in ``test_gemini_request.py``, the
+stream parser (:mod:`proxy.providers.gemini_stream`, the ``stream`` fixtures) in
+``test_gemini_stream.py``.
 """
 
 from __future__ import annotations
@@ -13,25 +13,19 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from proxy.canonical import Call, FunctionCall, Message, Params, ToolCall
 from proxy.config import parse_config
 from proxy.errors import BadRequest, GatewayError, UpstreamError
 from proxy.providers import build_provider
 from proxy.providers.base import HttpProvider
-from proxy.providers.gemini import GeminiConfig, GeminiProvider, tool_call_id
+from proxy.providers.gemini import GeminiConfig, GeminiProvider
 from proxy.providers.gemini_request import SIGNATURE_MARK
+from proxy.providers.gemini_stream import tool_call_id
 from tests.proxy.providers.translation_support import (
-    SPLITS,
     assert_error,
     error_input,
     load_fixtures,
-    run_stream,
-    sse_bytes,
-    sse_events,
-    sse_events_at,
     strict_json,
 )
 
@@ -108,31 +102,6 @@ def test_response_translation(fixture: dict[str, Any]):
     assert msgspec.to_builtins(response) == fixture["expected"]
 
 
-STREAMS = load_fixtures("gemini", "stream")
-
-
-@pytest.mark.parametrize("split", SPLITS)
-@pytest.mark.parametrize("fixture", STREAMS)
-def test_stream_translation_in_any_split(fixture: dict[str, Any], split: int | None):
-    events = sse_events(sse_bytes(fixture), split)
-    chunks, error = run_stream(provider().stream_parser(), events)
-    assert chunks == fixture["expected_chunks"]
-    if fixture["expected_error"] is None:
-        assert error is None
-    else:
-        assert_error(error, fixture["expected_error"])
-
-
-@settings(max_examples=30, derandomize=True, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0), max_size=40))
-def test_streams_translate_the_same_at_random_cut_points(cuts: list[int]):
-    for case in STREAMS:
-        fixture = case.values[0]
-        events = sse_events_at(sse_bytes(fixture), cuts)
-        chunks, _ = run_stream(provider().stream_parser(), events)
-        assert chunks == fixture["expected_chunks"], fixture["sse"]
-
-
 @pytest.mark.parametrize("fixture", load_fixtures("gemini", "error"))
 def test_error_classification(fixture: dict[str, Any]):
     status, headers, body = error_input(fixture)
@@ -173,19 +142,6 @@ def test_tool_call_ids_round_trip_with_their_signature():
     assert contents[2]["parts"] == [
         {"functionResponse": {"name": "f", "response": {"output": "done"}}}
     ]
-
-
-def test_a_stream_without_usage_ends_without_a_usage_chunk():
-    parser = provider().stream_parser()
-    data = b'{"candidates":[{"content":{"parts":[{"text":"ok"}]},"finishReason":"STOP"}]}'
-    assert parser.parse_event("", data) is not None
-    assert parser.end() is None
-
-
-def test_events_with_nothing_new_carry_no_chunk():
-    parser = provider().stream_parser()
-    assert parser.parse_event("", b'{"usageMetadata":{"promptTokenCount":3}}') is None
-    assert parser.parse_event("", b'{"candidates":[{"content":{"parts":[]}}]}') is None
 
 
 def test_stateless_parse_event_translates_one_event():
