@@ -11,7 +11,8 @@ class, never its text). These answers carry ``Server: crossway`` (:data:`SERVER_
 of aiohttp's version banner, as routed ones do: the routes name it in their own headers
 (:mod:`proxy.answer`, :mod:`proxy.dialect_route`, :mod:`proxy.middleware`), which aiohttp then
 leaves as it is, rather than through an ``on_response_prepare`` signal that every response
-would pay for.
+would pay for. The server's request handler is :class:`~proxy.exact_routes.ExactRoutes`: the
+dialect routes without aiohttp's router walk, everything else through the app's own handler.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import BadRequest, GatewayError, InternalError
+from proxy.exact_routes import ExactRoutes
 
 SERVER_NAME = "crossway"
 """The ``Server`` header of every answer: the product, no version."""
@@ -111,7 +113,7 @@ class GatewayRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         plain = await super()._make_server()  # the app's start-up runs here
         return GatewayServer(
-            plain.request_handler,
+            ExactRoutes(self.app, plain.request_handler),  # the dialect routes without a walk
             request_factory=plain.request_factory,
             handler_cancellation=plain.handler_cancellation,
             loop=plain._loop,

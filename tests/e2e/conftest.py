@@ -12,7 +12,8 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.app import create_app
+from proxy.app import METRICS, RUNTIME, create_app
+from proxy.protocol import GatewayRunner, reporter
 from tests.e2e.fake_openai import FakeOpenAI
 
 # Matches no built-in key shape (proxy.redact), so only the configured-secret rule can hide it:
@@ -64,7 +65,16 @@ def gateway_config(upstream_url: str, extra: str = "") -> str:
 
 
 async def start_site(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, handler_cancellation=True)
+    """Serve ``app`` on a free port: a gateway app as ``crossway serve`` serves it (through
+    :class:`~proxy.protocol.GatewayRunner`), any other (a fake upstream) as aiohttp does."""
+    if METRICS in app:
+        runner: web.AppRunner = GatewayRunner(
+            app,
+            on_rejected=reporter(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+            handler_cancellation=True,
+        )
+    else:
+        runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
