@@ -63,23 +63,27 @@ async def read_body(request: web.Request, server: ServerConfig) -> bytes:
 
 
 async def _read_bounded(request: web.Request, server: ServerConfig) -> bytes:
+    """The body, within ``server``'s limits: one already received whole (the common small
+    request) is taken at once and measured; any other is refused on its ``Content-Length``
+    before it is waited for, then read under the body-read timeout."""
     limit = server.max_body_bytes
-    length = request.content_length
-    if length is not None and length > limit:
+    content = request.content
+    if content.is_eof():  # already fully received: take it without waiting
+        body = content.read_nowait()
+    else:
+        length = request.content_length
+        if length is not None and length > limit:
+            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+        try:
+            async with asyncio.timeout(server.body_read_timeout):
+                body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit") from None
+        except TimeoutError:
+            raise RequestTimeout("the request body was not received in time") from None
+    if len(body) > limit:  # a chunked body has no content-length to check first
         raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-    try:
-        content = request.content
-        if content.is_eof():  # already fully received: take it without waiting
-            body = content.read_nowait()
-            if len(body) > limit:  # a chunked body has no content-length to check first
-                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-            return body
-        async with asyncio.timeout(server.body_read_timeout):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit") from None
-    except TimeoutError:
-        raise RequestTimeout("the request body was not received in time") from None
+    return body
 
 
 Around = Callable[[Call, Snapshot], Awaitable[Reply]]

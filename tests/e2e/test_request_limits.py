@@ -113,6 +113,17 @@ async def test_a_chunked_body_growing_past_the_limit_is_413(gateway: Gateway) ->
     assert answer.error()["code"] == "request_too_large"
 
 
+async def test_a_body_over_the_limit_received_whole_is_413(gateway: Gateway) -> None:
+    # The whole body is already in before the route reads it: it is measured, not waited for.
+    data = BODY.encode()
+    answer = await gateway.send(_head(Content_Length=str(len(data))), data)
+    assert answer.status == 413
+    assert answer.error()["code"] == "request_too_large"
+    chunked = await gateway.send(_head(Transfer_Encoding="chunked"), _chunk(data), b"0\r\n\r\n")
+    assert chunked.status == 413
+    assert chunked.error()["code"] == "request_too_large"
+
+
 async def test_a_body_within_the_limit_is_served(gateway: Gateway) -> None:
     data = json.dumps({"model": "mock/x", "messages": [{"role": "user", "content": "hi"}]})
     answer = await gateway.send(_head(Content_Length=str(len(data))), data.encode())

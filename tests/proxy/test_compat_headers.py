@@ -21,3 +21,12 @@ def test_retries_and_a_fallback() -> None:
     assert "x-litellm-response-cost" not in reply.headers
     assert reply.headers["x-litellm-attempted-fallbacks"] == "1"
     assert reply.headers["x-litellm-attempted-retries"] == "2"
+
+
+def test_a_reply_without_an_upstream_call_and_one_after_many_retries() -> None:
+    cached = Reply(provider="up", model="m", attempts=0)  # a cache hit made no call
+    add_litellm_headers(cached)
+    assert cached.headers["x-litellm-attempted-retries"] == "0"
+    persistent = Reply(provider="up", model="m", attempts=13)
+    add_litellm_headers(persistent)
+    assert persistent.headers["x-litellm-attempted-retries"] == "12"
