@@ -1,0 +1,99 @@
+"""proxy/protocol.py's connection protocol: flow control and pipelining over a raw socket.
+
+:class:`~proxy.protocol.GatewayRequestHandler` resumes reading only when it was paused. These
+tests make aiohttp pause and resume on purpose — a body far above the read buffer's high mark,
+requests pipelined past the message queue's bound — and check that every request is still
+answered, in order, on its connection. (Rejected requests are ``tests/e2e/test_malformed_http``'s.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from proxy.app import create_app
+from proxy.protocol import GatewayRequestHandler
+from tests.e2e.conftest import start_site
+from tests.proxy.dialects.adapters.gateway import MOCK_PROVIDERS
+
+CHAT = "/v1/chat/completions"
+
+
+def _request(content: str, model: str = "mock/echo") -> bytes:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": content}]})
+    head = (
+        f"POST {CHAT} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body.encode()
+
+
+async def _answers(reader: asyncio.StreamReader, count: int) -> list[tuple[int, bytes]]:
+    """``count`` responses read off one connection: each one's status and body."""
+    answers = []
+    for _ in range(count):
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        status = int(head.split(" ", 2)[1])
+        length = next(
+            int(line.split(":", 1)[1])
+            for line in head.split("\r\n")
+            if line.lower().startswith("content-length:")
+        )
+        answers.append((status, await reader.readexactly(length)))
+    return answers
+
+
+@pytest.fixture
+async def port(tmp_path: Path) -> AsyncIterator[int]:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(MOCK_PROVIDERS)  # the default 10 MiB body limit
+    runner, url = await start_site(create_app(config))
+    yield int(url.rsplit(":", 1)[1])
+    await runner.cleanup()
+
+
+async def test_a_body_that_pauses_reading_is_read_to_its_end(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pauses = []
+    pause = GatewayRequestHandler.pause_reading
+
+    def counted(self: GatewayRequestHandler) -> None:
+        pauses.append(True)
+        pause(self)
+
+    monkeypatch.setattr(GatewayRequestHandler, "pause_reading", counted)
+    # Pipelined behind a slow request, the big body arrives while nothing reads it yet.
+    slow = _request("first", model="mock/slow-300")
+    big = _request("x" * 3_000_000)  # six times the read buffer's high mark
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(slow + big)
+        await writer.drain()
+        answers = await asyncio.wait_for(_answers(reader, 2), timeout=30)
+    finally:
+        writer.close()
+    [(first, _), (status, body)] = answers
+    assert pauses, "the body never filled the read buffer: this test proves nothing"
+    assert (first, status) == (200, 200)
+    assert json.loads(body)["choices"][0]["message"]["content"] == "x" * 3_000_000
+
+
+async def test_requests_pipelined_past_the_message_queue_are_all_answered_in_order(
+    port: int,
+) -> None:
+    count = 80  # aiohttp queues 32 parsed requests per connection, then holds the rest
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"".join(_request(f"request {index}") for index in range(count)))
+        await writer.drain()
+        answers = await asyncio.wait_for(_answers(reader, count), timeout=30)
+    finally:
+        writer.close()
+    assert [status for status, _ in answers] == [200] * count
+    echoed = [json.loads(body)["choices"][0]["message"]["content"] for _, body in answers]
+    assert all(f"request {index}" in text for index, text in enumerate(echoed)), echoed[:3]
