@@ -26,9 +26,6 @@ RETRIES = "x-litellm-attempted-retries"
 FALLBACKS = "x-litellm-attempted-fallbacks"
 
 
-_COUNTS = tuple(str(count) for count in range(10))  # the common counts' texts, made once
-
-
 def add_litellm_headers(reply: Reply) -> None:
     """Add LiteLLM's headers to ``reply`` from what the gateway knows of it."""
     headers = reply.headers
@@ -37,6 +34,5 @@ def add_litellm_headers(reply: Reply) -> None:
         headers[COST] = cost
     headers[MODEL_ID] = f"{reply.provider}/{reply.model}"
     fallbacks = 1 if FALLBACK_HEADER in headers else 0
-    headers[FALLBACKS] = _COUNTS[fallbacks]
-    retries = reply.attempts - 1 - fallbacks  # below 0 for a reply no upstream call made
-    headers[RETRIES] = _COUNTS[retries] if 0 <= retries < 10 else str(max(0, retries))
+    headers[FALLBACKS] = str(fallbacks)
+    headers[RETRIES] = str(max(0, reply.attempts - 1 - fallbacks))

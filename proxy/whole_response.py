@@ -20,9 +20,11 @@ drops the connection, as it always did. Anything else (HTTP/1.0, a HEAD
 request, a cookie or compression someone enabled, a status that must have no body) takes
 aiohttp's own path.
 
-It leans on three aiohttp internals (the ``_real_headers`` argument, the request's
-``_prepare_hook`` and the header serialiser); ``tests/proxy/test_whole_response.py`` compares its
-bytes with ``web.Response``'s, so an aiohttp upgrade that changes them fails there.
+It leans on four aiohttp internals (the ``_real_headers`` argument, the request's
+``_prepare_hook``, the header serialiser and the writer's ``_write``, which counts the bytes the
+access log reports and refuses a closing transport as ``write_eof`` would);
+``tests/proxy/test_whole_response.py`` compares its bytes with ``web.Response``'s, so an aiohttp
+upgrade that changes them fails there.
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ class WholeResponse(web.Response):
             headers[hdrs.CONNECTION] = "close"
         await request._prepare_hook(self)  # on_response_prepare signals (CORS) may add headers
         head = serialize_headers(f"HTTP/1.1 {self._status} {self._reason}", headers)
-        await writer.write_eof(head + body)
-        self._eof_sent = True
+        writer._write(head + body)  # what write_eof does with it, uncompressed and unchunked
+        await writer.drain()  # waits only while the transport is paused for writing
+        self._eof_sent = True  # the writer is this request's alone: its own end is not needed
         self._req = None
         self._body_length = writer.output_size
         self._payload_writer = None

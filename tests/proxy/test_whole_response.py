@@ -6,8 +6,10 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from proxy.whole_response import WholeResponse
 
@@ -137,3 +139,25 @@ async def test_a_header_with_a_line_break_drops_the_connection_before_a_byte_as_
     async for send in _serve(_routes(200, injected)):
         assert await send(_request("POST", "/lean")) == b""
         assert await send(_request("POST", "/plain")) == b""
+
+
+async def test_the_access_log_counts_the_bytes_aiohttp_counts() -> None:
+    counted: dict[str, int] = {}
+
+    class Counting(AbstractAccessLogger):
+        def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+            counted[request.path] = response.body_length
+
+    runner = web.AppRunner(_routes(200, HEADERS), access_log_class=Counting)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/lean", "/plain"):
+                async with session.post(f"http://127.0.0.1:{port}{path}") as answer:
+                    assert await answer.read() == BODY
+    finally:
+        await runner.cleanup()
+    assert counted["/lean"] == counted["/plain"] > len(BODY)
