@@ -14,10 +14,12 @@ or a stream event past its ``max_event_bytes``, is
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from proxy.bodies import ACCEPT_ENCODING, body_reader, read_prefix, read_whole, too_large
 from proxy.canonical import Chunk, RawFrames
@@ -35,6 +37,32 @@ USER_AGENT = "crossway"
 MAX_ERROR_BODY = 64 * 1024
 
 
+class UpstreamConnection(ResponseHandler):
+    """aiohttp's client protocol, resuming reading only when it was paused.
+
+    aiohttp's body stream asks its protocol to resume for every buffered piece it hands over —
+    for a streamed answer, every HTTP chunk, so about one per event — paused or not, and each
+    ask re-feeds the parser an empty buffer and re-arms the transport. As on the server side
+    (:meth:`proxy.protocol.GatewayRequestHandler.resume_reading`), only ``pause_reading``
+    pauses the parser or sets ``_reading_paused``, so when it is not set there is nothing to
+    resume; the read timeout, which aiohttp restarts only after a real pause, is unaffected.
+    """
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        """Resume what flow control paused; nothing when reading was not paused."""
+        if self._reading_paused:
+            super().resume_reading(resume_parser)
+
+
+class UpstreamConnector(aiohttp.TCPConnector):
+    """``aiohttp.TCPConnector`` that connects with :class:`UpstreamConnection` (it sets the
+    connector's protocol factory, ``_factory``, as aiohttp's own constructor does)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(UpstreamConnection, loop=self._loop)
+
+
 class HttpTransport:
     """Owns the aiohttp sessions of one runtime snapshot; :meth:`close` releases them all."""
 
@@ -43,7 +71,7 @@ class HttpTransport:
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         for name, provider in providers.items():
             timeouts = provider.config.timeouts
-            connector = aiohttp.TCPConnector(
+            connector = UpstreamConnector(
                 limit=provider.config.max_connections,
                 limit_per_host=0,
                 ttl_dns_cache=300,
