@@ -27,6 +27,7 @@ from aiohttp.web_protocol import RequestHandler
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import BadRequest, GatewayError, InternalError
 from proxy.exact_routes import ExactRoutes
+from proxy.flow_control import ResumeWhenPaused
 
 SERVER_NAME = "crossway"
 """The ``Server`` header of every answer: the product, no version."""
@@ -48,29 +49,15 @@ def reporter(metrics: Any, logger: Callable[[], Any]) -> Rejected:
     return report
 
 
-class GatewayRequestHandler(RequestHandler):
-    """aiohttp's connection protocol with the gateway's answer for rejected requests."""
+class GatewayRequestHandler(ResumeWhenPaused, RequestHandler):
+    """aiohttp's connection protocol with the gateway's answer for rejected requests, resuming
+    reading only when it was paused (:mod:`proxy.flow_control`)."""
 
     __slots__ = ("_on_rejected",)
 
     def __init__(self, manager: web.Server, *, on_rejected: Rejected, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._on_rejected = on_rejected
-
-    def resume_reading(self, resume_parser: bool = True) -> None:
-        """Resume what flow control paused; nothing when reading was not paused.
-
-        aiohttp's body stream calls this on every read that leaves its buffer below the low
-        mark, and again at the body's end, paused or not: each call re-feeds the parser an empty
-        buffer and asks the transport to resume. For the common small body, never paused, that
-        was about a third of the CPU of reading it (126 Python opcodes per request). Only
-        ``pause_reading`` pauses the parser or sets ``_reading_paused``, so when it is not set
-        there is nothing of the parser's to resume; a transport held for a full message queue
-        (``_buffer_paused``) is released by aiohttp's own request loop, as before, and not by
-        this call either way.
-        """
-        if self._reading_paused:
-            super().resume_reading(resume_parser)
 
     def handle_error(
         self,

@@ -24,6 +24,7 @@ from aiohttp.client_proto import ResponseHandler
 from proxy.bodies import ACCEPT_ENCODING, body_reader, read_prefix, read_whole, too_large
 from proxy.canonical import Chunk, RawFrames
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from proxy.flow_control import ResumeWhenPaused
 from proxy.providers.base import (
     HttpProvider,
     HttpRequest,
@@ -37,21 +38,9 @@ USER_AGENT = "crossway"
 MAX_ERROR_BODY = 64 * 1024
 
 
-class UpstreamConnection(ResponseHandler):
-    """aiohttp's client protocol, resuming reading only when it was paused.
-
-    aiohttp's body stream asks its protocol to resume for every buffered piece it hands over —
-    for a streamed answer, every HTTP chunk, so about one per event — paused or not, and each
-    ask re-feeds the parser an empty buffer and re-arms the transport. As on the server side
-    (:meth:`proxy.protocol.GatewayRequestHandler.resume_reading`), only ``pause_reading``
-    pauses the parser or sets ``_reading_paused``, so when it is not set there is nothing to
-    resume; the read timeout, which aiohttp restarts only after a real pause, is unaffected.
-    """
-
-    def resume_reading(self, resume_parser: bool = True) -> None:
-        """Resume what flow control paused; nothing when reading was not paused."""
-        if self._reading_paused:
-            super().resume_reading(resume_parser)
+class UpstreamConnection(ResumeWhenPaused, ResponseHandler):
+    """aiohttp's client protocol, resuming reading only when it was paused
+    (:mod:`proxy.flow_control`: here once per buffered HTTP chunk of an answer)."""
 
 
 class UpstreamConnector(aiohttp.TCPConnector):

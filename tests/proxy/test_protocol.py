@@ -19,6 +19,7 @@ from proxy.app import create_app
 from proxy.protocol import GatewayRequestHandler
 from tests.e2e.conftest import start_site
 from tests.proxy.dialects.adapters.gateway import MOCK_PROVIDERS
+from tests.proxy.pauses import count_pauses
 
 CHAT = "/v1/chat/completions"
 
@@ -59,14 +60,7 @@ async def port(tmp_path: Path) -> AsyncIterator[int]:
 async def test_a_body_that_pauses_reading_is_read_to_its_end(
     port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pauses = []
-    pause = GatewayRequestHandler.pause_reading
-
-    def counted(self: GatewayRequestHandler) -> None:
-        pauses.append(True)
-        pause(self)
-
-    monkeypatch.setattr(GatewayRequestHandler, "pause_reading", counted)
+    pauses = count_pauses(monkeypatch, GatewayRequestHandler)
     # Pipelined behind a slow request, the big body arrives while nothing reads it yet.
     slow = _request("first", model="mock/slow-300")
     big = _request("x" * 3_000_000)  # six times the read buffer's high mark

@@ -17,6 +17,7 @@ from aiohttp import web
 from proxy.canonical import Call, Chunk, Message, RawFrames
 from proxy.providers.openai import OpenAIConfig, OpenAIProvider
 from proxy.transport import HttpTransport, UpstreamConnection
+from tests.proxy.pauses import count_pauses
 
 EVENTS = 300
 TEXT = "x" * 10_000  # 300 events of about 10 kB: 3 MB, 23 times the read buffer's high mark
@@ -59,14 +60,7 @@ async def base_url() -> AsyncIterator[str]:
 async def test_a_stream_read_slower_than_it_is_written_arrives_whole_and_in_order(
     base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pauses = []
-    pause = UpstreamConnection.pause_reading
-
-    def counted(self: UpstreamConnection) -> None:
-        pauses.append(True)
-        pause(self)
-
-    monkeypatch.setattr(UpstreamConnection, "pause_reading", counted)
+    pauses = count_pauses(monkeypatch, UpstreamConnection)
     provider = OpenAIProvider("up", OpenAIConfig(base_url=base_url, api_key="sk-test"))
     transport = HttpTransport({"up": provider})
     call = Call(
