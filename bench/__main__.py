@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench.harness import Options, run_benchmark
-from bench.matrix import DEFAULT_TARGETS, STANDARD_EXTRAS, TARGETS, Settings
+from bench.matrix import DEFAULT_TARGETS, DRIVERS, STANDARD_EXTRAS, TARGETS, Settings
 from bench.processes import HarnessError
 from bench.report import format_text, write_json
 from bench.targets import DEFAULT_GATEWAY_CMD
@@ -116,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
         "slices, alternating with the other targets' (default: 3)",
     )
     parser.add_argument(
+        "--driver",
+        choices=DRIVERS,
+        default="aiohttp",
+        help="the load driver: aiohttp's client (the default, the one the targets were set "
+        "with) or raw, the bench's own HTTP/1.1 connections, a quarter to a third of its CPU "
+        "per request (see bench/README.md)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="concurrency 1 and 64, 0 ms upstream, 2 s per cell"
     )
     parser.add_argument(
@@ -145,6 +153,7 @@ def _options(args: argparse.Namespace) -> Options:
             max_requests=args.max_requests,
             request_timeout_s=_REQUEST_TIMEOUT_S,
             rounds=args.rounds,
+            driver=args.driver,
         ),
         gateway_command=args.gateway_cmd,
         extras=STANDARD_EXTRAS if args.targets is None else (),

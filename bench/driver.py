@@ -78,12 +78,13 @@ class LoadResult:
 
 
 @dataclass
-class _Budget:
+class RequestBudget:
     """Requests that may still be started in one run."""
 
     remaining: int
 
     def take(self) -> bool:
+        """Take one request from the budget; False when none is left."""
         if self.remaining <= 0:
             return False
         self.remaining -= 1
@@ -105,7 +106,7 @@ async def run_load(session: aiohttp.ClientSession, spec: LoadSpec) -> LoadResult
     """Drive ``spec`` through ``session`` and return what was measured."""
     body = request_body(spec.stream)
     result = LoadResult()
-    budget = _Budget(spec.max_requests)
+    budget = RequestBudget(spec.max_requests)
     started = time.perf_counter()
     deadline = started + spec.duration_s
     await asyncio.gather(
@@ -120,7 +121,7 @@ async def _worker(
     spec: LoadSpec,
     body: bytes,
     deadline: float,
-    budget: _Budget,
+    budget: RequestBudget,
     result: LoadResult,
 ) -> None:
     headers = {**_HEADERS, **dict(spec.headers)}

@@ -15,10 +15,11 @@ slices (requests, CPU, wall time) and pool their latencies.
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from bench import procstat
+from bench import procstat, raw_driver
 from bench.driver import LoadResult, LoadSpec, open_session, run_load
 from bench.targets import GATEWAY_VARIANTS, Server, set_upstream_latency
 
@@ -30,6 +31,9 @@ DEFAULT_TARGETS = ("passthrough", "gateway")  # the gateway variants are opt-in
 # request in flight shows, a 50 ms upstream at 256 connections.
 STANDARD_EXTRAS = (("gateway-default", 50, 256),)
 BASELINE_CONCURRENCY = 1
+DRIVERS = ("aiohttp", "raw")
+"""The load drivers: ``aiohttp`` (:mod:`bench.driver`, aiohttp's client) and ``raw``
+(:mod:`bench.raw_driver`, the bench's own HTTP/1.1 connections)."""
 
 
 def mode_name(stream: bool) -> str:
@@ -63,6 +67,7 @@ class Settings:
     max_requests: int
     request_timeout_s: float
     rounds: int = 1
+    driver: str = "aiohttp"  # or "raw": bench.raw_driver (see DRIVERS)
 
 
 @dataclass(frozen=True)
@@ -204,13 +209,18 @@ async def _measure_slice(cell: Cell, server: Server, settings: Settings) -> _Sli
         )
 
     rounds = settings.rounds
-    async with open_session(settings.request_timeout_s) as session:
-        await run_load(session, spec(settings.warmup_s, settings.max_requests))
+    if settings.driver == "raw":
+        session: Any = raw_driver.LoadSession(settings.request_timeout_s)
+        run: Callable[[Any, LoadSpec], Awaitable[LoadResult]] = raw_driver.run_load
+    else:
+        session, run = open_session(settings.request_timeout_s), run_load
+    async with session:
+        await run(session, spec(settings.warmup_s, settings.max_requests))
         relay = server.redis
         sent_before = None if relay is None else (relay.commands, relay.writes, +relay.by_name)
         cpu_before = procstat.cpu_seconds(server.pid)
         driver_before = time.process_time()
-        load = await run_load(
+        load = await run(
             session, spec(settings.duration_s / rounds, max(1, settings.max_requests // rounds))
         )
         driver_cpu_s = time.process_time() - driver_before

@@ -99,7 +99,7 @@ def format_text(report: BenchReport) -> str:
         "Crossway benchmark — " + ", ".join(f"{k} {v}" for k, v in report.environment.items()),
         f"{settings.duration_s:g} s per cell in {settings.rounds} rounds interleaved across "
         f"targets, each after {settings.warmup_s:g} s warm-up; "
-        f"at most {settings.max_requests} requests per cell",
+        f"at most {settings.max_requests} requests per cell; {settings.driver} load driver",
         "",
         table_header(),
         *(table_row(result) for result in report.cells),
