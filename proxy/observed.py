@@ -48,14 +48,17 @@ class StreamEnd:
     of decoded chunks (text, reasoning, tool-call arguments), one per verbatim frame.
     """
 
-    __slots__ = ("_characters", "_done", "_held", "_hooks", "_usage", "meters")
+    __slots__ = ("_characters", "_done", "_hooks", "_usage", "held", "meters")
 
     def __init__(self, hook: EndHook, meters: bool = False) -> None:
         """``hook``: the first end hook (see :meth:`add`)."""
         self._hooks = [hook]
         self.meters = meters
         """Whether a hook needs the output estimate (then every passed batch is held)."""
-        self._held: list[Chunk | RawFrames] = []
+        self.held: list[Chunk | RawFrames] = []
+        """The passed items held while a hook :attr:`meters`: a stream may append to it
+        itself instead of calling :meth:`passed`, then calls :meth:`read_held` once it holds
+        :data:`HELD_ITEMS` or more."""
         self._usage: Usage | None = None
         self._characters = 0  # characters and frames read so far, as tokens x 4
         self._done = False
@@ -67,17 +70,17 @@ class StreamEnd:
 
     def passed(self, batch: list[Chunk | RawFrames]) -> None:
         """``batch`` was handed on (called only when :attr:`meters`)."""
-        held = self._held
+        held = self.held
         held += batch
         if len(held) >= HELD_ITEMS:
-            self._read()
+            self.read_held()
 
     def passed_one(self, chunk: Chunk) -> None:
         """``chunk`` was handed on (called only when :attr:`meters`)."""
-        held = self._held
+        held = self.held
         held.append(chunk)
         if len(held) >= HELD_ITEMS:
-            self._read()
+            self.read_held()
 
     def over(self, last: list[Chunk | RawFrames]) -> Awaitable[None] | None:
         """Run the hooks, once (later calls do nothing); ``last`` is the last batch (or chunk,
@@ -90,18 +93,18 @@ class StreamEnd:
         self._done = True
         meters = self.meters
         usage = None
-        for item in reversed(self._held if meters else last):
+        for item in reversed(self.held if meters else last):
             if type(item) is Chunk and item.usage is not None:  # type: ignore[union-attr]
                 usage = item.usage  # type: ignore[union-attr]
                 break
         generated = 0
         if meters:
             if usage is None:
-                self._read()
+                self.read_held()
                 usage = self._usage
                 if usage is None:
                     generated = estimate_tokens(self._characters)
-            self._held.clear()
+            self.held.clear()
         hooks = self._hooks
         for index, hook in enumerate(hooks):
             try:
@@ -112,16 +115,16 @@ class StreamEnd:
                 return _finish(hooks[index + 1 :], usage, generated, pending, None)
         return None
 
-    def _read(self) -> None:
+    def read_held(self) -> None:
         """Take the usage and count the output of the held items; let them go."""
-        for item in self._held:
+        for item in self.held:
             if type(item) is Chunk:
                 if item.usage is not None:  # type: ignore[union-attr]
                     self._usage = item.usage  # type: ignore[union-attr]
                 self._characters += chunk_characters(item.choices)  # type: ignore[union-attr]
             else:  # verbatim frames: one chunk, about one token, per frame
                 self._characters += 4 * item.count  # type: ignore[union-attr]
-        self._held.clear()
+        self.held.clear()
 
 
 async def _finish(

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from proxy.canonical import Chunk, RawFrames, Timings
 from proxy.errors import GatewayError, UpstreamTimeout
-from proxy.observed import EndHook, StreamEnd
+from proxy.observed import HELD_ITEMS, EndHook, StreamEnd
 from proxy.providers.base import Timeouts
 
 ErrorHook = Callable[[str, GatewayError], None]
@@ -143,9 +143,9 @@ class UpstreamStream:
         "_end",
         "_ended",
         "_failure",
+        "_held",
         "_inner",
         "_last",
-        "_meters",
         "_model",
         "_on_error",
         "_provider",
@@ -174,18 +174,17 @@ class UpstreamStream:
         self._failure: GatewayError | None = None
         self._end: StreamEnd | None = None
         self._last: list[Chunk | RawFrames] = []  # the last batch passed, kept for end hooks
-        self._meters = False  # an end hook needs every batch (see StreamEnd)
+        self._held: list[Chunk | RawFrames] | None = None  # StreamEnd.held, if a hook meters
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:
         """Run ``hook(usage, generated)`` once when the stream is over (see
         :class:`~proxy.observed.StreamEnd`)."""
         end = self._end
         if end is None:
-            self._end = StreamEnd(hook, meters)
-            self._meters = meters
+            end = self._end = StreamEnd(hook, meters)
         else:
             end.add(hook, meters)
-            self._meters = end.meters
+        self._held = end.held if end.meters else None
 
     @property
     def ended(self) -> bool:
@@ -196,19 +195,24 @@ class UpstreamStream:
         """See :class:`~proxy.canonical.BatchedStream`."""
         ready = self._ready
         if not ready:
+            if self._ended and self._failure is None:  # the end, received with the last batch
+                pending = self._over()
+                if pending is not None:
+                    await pending
+                return []
             try:
                 if self._failure is not None:
                     raise self._failure
-                if self._ended:
-                    raise StopAsyncIteration
                 await self._fill(report=True)
             except StopAsyncIteration:
-                if self._end is not None:
-                    await self._over()
+                pending = self._over()
+                if pending is not None:
+                    await pending
                 return []
             except BaseException:
-                if self._end is not None:
-                    await self._over()
+                pending = self._over()
+                if pending is not None:
+                    await pending
                 raise
         batch: list[Chunk | RawFrames] = list(ready)
         ready.clear()
@@ -216,12 +220,16 @@ class UpstreamStream:
             try:
                 batch = self._decoded(batch)  # type: ignore[assignment]
             except BaseException:
-                if self._end is not None:
-                    await self._over()
+                pending = self._over()
+                if pending is not None:
+                    await pending
                 raise
         self._last = batch
-        if self._meters:
-            self._end.passed(batch)  # type: ignore[union-attr]
+        held = self._held
+        if held is not None:  # StreamEnd.passed(), without its call
+            held += batch
+            if len(held) >= HELD_ITEMS:
+                self._end.read_held()  # type: ignore[union-attr]
         return batch
 
     async def prime(self) -> None:
@@ -249,13 +257,17 @@ class UpstreamStream:
                     break
                 ready.extendleft(reversed(self._decoded([item])))
         except BaseException:
-            if self._end is not None:
-                await self._over()
+            pending = self._over()
+            if pending is not None:
+                await pending
             raise
         chunk: Chunk = item  # type: ignore[assignment]
         self._last = [chunk]
-        if self._meters:
-            self._end.passed_one(chunk)  # type: ignore[union-attr]
+        held = self._held
+        if held is not None:  # StreamEnd.passed_one(), without its call
+            held.append(chunk)
+            if len(held) >= HELD_ITEMS:
+                self._end.read_held()  # type: ignore[union-attr]
         return chunk
 
     def _decoded(self, items: list[Chunk | RawFrames]) -> list[Chunk]:
@@ -322,21 +334,22 @@ class UpstreamStream:
         connection."""
         self._clocks.close()
         try:
-            if self._end is not None:
-                await self._over()
+            pending = self._over()
+            if pending is not None:
+                await pending
         finally:
             aclose = getattr(self._inner, "aclose", None)
             if aclose is not None:
                 await aclose()
 
-    async def _over(self) -> None:
+    def _over(self) -> Awaitable[None] | None:
         """Run the end hooks, if any are left: the stream lets them go as they run, so a
-        later end (a close after the end) costs nothing. Callers test ``_end`` first, so a
-        stream without hooks never makes this coroutine."""
+        later end (a close after the end) costs nothing. Returns what is left of them to
+        await (see :meth:`~proxy.observed.StreamEnd.over`): None when every hook was plain,
+        so that a stream's end makes no coroutine unless a hook needs one."""
         end = self._end
-        if end is not None:
-            self._end = None
-            self._meters = False
-            pending = end.over(self._last)
-            if pending is not None:
-                await pending
+        if end is None:
+            return None
+        self._end = None
+        self._held = None
+        return end.over(self._last)

@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 
-from proxy.canonical import Chunk, RawFrames, Timings, Usage
+from proxy.canonical import Chunk, ChunkChoice, Delta, RawFrames, Timings, Usage
 from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.observed import HELD_ITEMS
 from proxy.providers.base import Timeouts
 from proxy.upstream_stream import UpstreamClocks, UpstreamStream
 
@@ -293,3 +294,31 @@ async def test_end_hooks_run_on_a_failure_and_on_an_early_close() -> None:
     await early.aclose()
     await early.aclose()
     assert closed == [0]  # closed early: a chunk with no text generated nothing
+
+
+def _word(text: str) -> Chunk:
+    return Chunk(id="c", model="", choices=[ChunkChoice(index=0, delta=Delta(content=text))])
+
+
+@pytest.mark.parametrize("usage", [None, Usage(input=1, output=2)])
+@pytest.mark.parametrize("by_batch", [True, False])
+async def test_a_metered_stream_past_the_hold_is_charged_for_all_it_passed(
+    by_batch: bool, usage: Usage | None
+) -> None:
+    """The stream holds what it passes for a metering hook itself (StreamEnd.held): past
+    HELD_ITEMS the held items are read and let go, and the estimate still counts every one;
+    a usage that scrolled out of the hold is still the one reported."""
+    words = [[_word("abcd")] for _ in range(HELD_ITEMS * 2 + 3)]
+    first = [Chunk(id="c", model="", choices=[], usage=usage)] if usage else [_word("abcd")]
+    stream = _stream(first, *words, [None], errors=[])
+    ended: list[tuple[Usage | None, int]] = []
+    stream.when_over(lambda u, g: ended.append((u, g)), meters=True)
+    await stream.prime()
+    if by_batch:
+        while await stream.next_batch():
+            pass
+    else:
+        async for _ in stream:
+            pass
+    generated = 0 if usage else len(words) + 1  # four characters, one token, per word
+    assert ended == [(usage, generated)]
