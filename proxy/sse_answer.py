@@ -6,10 +6,11 @@ together (one :class:`~proxy.canonical.BatchedStream` batch) is encoded by the d
 :class:`~proxy.dialects.base.StreamEncoder` and flushed in one write; verbatim upstream frames
 (:class:`~proxy.canonical.RawFrames`) are relayed as they came when the encoder can relay them
 (an OpenAI client of an OpenAI-compatible upstream). The last batch leaves together with the
-dialect's end marker. A stream already complete when it starts (a cache replay) is written in
-one go: one body with a content length, the same frames and end. While the upstream is silent
-for the encoder's ``keepalive`` interval, a ping frame is written (dialects without one send
-none); the read that is waiting is not cancelled by a ping.
+dialect's end marker and the chunked encoding's end, in one write. A stream already complete
+when it starts (a cache replay) is written in one go: one body with a content length, the same
+frames and end. While the upstream is silent for the encoder's ``keepalive`` interval, a ping
+frame is written (dialects without one send none); the read that is waiting is not cancelled
+by a ping.
 
 Failures: the headers have gone out before the first item, so a failure while the stream is
 read (a :class:`~proxy.errors.GatewayError`) is an in-band error frame in the dialect's shape,
@@ -100,8 +101,7 @@ async def stream_answer(
     try:
         if timings.first_token is None:
             timings.first_token = time.perf_counter() - timings.start
-        await response.write(b"".join(pending))
-        await response.write_eof()
+        await response.write_eof(b"".join(pending))  # the last chunk and the end: one write
     except ConnectionResetError:
         outcome.status = CLIENT_CLOSED
     return response

@@ -282,3 +282,32 @@ async def test_a_client_that_went_away_is_counted_and_the_upstream_stream_closed
     assert finished.status == 499
     (stream,) = shaper.streams
     assert stream.closed
+
+
+async def test_the_last_batch_and_the_chunked_end_leave_in_one_write(
+    tmp_path: Path, aiohttp_client: MakeClient
+) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(CONFIG)
+    app = create_app(path, log_stream=io.StringIO())
+    writes: list[bytes] = []
+
+    async def record_writes(request, response) -> None:
+        transport = request.transport
+        write = transport.write
+
+        def recorded(data) -> None:
+            writes.append(bytes(data))
+            write(data)
+
+        transport.write = recorded
+
+    app.on_response_prepare.append(record_writes)
+    client = await aiohttp_client(app)
+    response = await client.post(OPENAI, json=_body(OPENAI))
+    assert response.status == 200
+    frames = _frames(await response.read())
+    assert frames[-1] == b"data: [DONE]"
+    assert len(writes) >= 2  # the head, then the body
+    assert writes[-1].endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")  # the end marker and the
+    # chunked encoding's end, with the last batch: one system call, not two
