@@ -150,7 +150,7 @@ _BUDGETED = Principal(
 )
 
 
-class _Chain:
+class Chain:
     """A chain to measure, and what the app does for it once a request is over."""
 
     def __init__(
@@ -210,7 +210,7 @@ class _Discard:
         return None
 
 
-async def _cpu_per_request(chain: _Chain, stream: bool, requests: int) -> float:
+async def cpu_per_request(chain: Chain, stream: bool, requests: int) -> float:
     """Microseconds of process CPU per request through ``chain``, background tasks included:
     the in-process upstream never suspends, so the loop is yielded to every
     :data:`_YIELD_EVERY` requests, as a serving loop is between network reads (else the
@@ -241,22 +241,22 @@ def _context() -> PluginContext:
     )
 
 
-def _plugins(name: str, upstream: Next) -> _Chain:
+def _plugins(name: str, upstream: Next) -> Chain:
     context = _context()
     if name == "auth":
         plugins: Sequence[Plugin] = [
             AuthPlugin(context=context),
             LimitsPlugin(LimitsOptions(), context),
         ]
-        return _Chain(compose(plugins, upstream))
+        return Chain(compose(plugins, upstream))
     if name == "cost-budget":
         journal = Journal(Path(tempfile.gettempdir()) / "crossway-bench-journal")
         context.ledger = LedgerWriter(_Discard(), journal, context.metrics, context.logger)
         cost = CostPlugin(CostConfig(), context)
-        chain = _Chain(compose([cost], upstream), _BUDGETED, [cost.finished])
+        chain = Chain(compose([cost], upstream), _BUDGETED, [cost.finished])
         chain.ledger = context.ledger
         return chain
-    return _Chain(compose([CostPlugin(CostConfig(), context)], upstream))
+    return Chain(compose([CostPlugin(CostConfig(), context)], upstream))
 
 
 _YIELD_EVERY = 64
@@ -264,10 +264,10 @@ MODES = {"non-stream": (False, False), "stream": (True, False), "relay": (True, 
 PLUGINS = ("cost", "cost-budget", "auth")
 
 
-def chains(relay: bool = False, plugins: str = "cost") -> dict[str, _Chain]:
+def chains(relay: bool = False, plugins: str = "cost") -> dict[str, Chain]:
     """The chains compared: ``empty`` and ``plugins`` (one of :data:`PLUGINS`)."""
     upstream = _Upstream(relay)
-    return {"empty": _Chain(compose([], upstream)), "plugins": _plugins(plugins, upstream)}
+    return {"empty": Chain(compose([], upstream)), "plugins": _plugins(plugins, upstream)}
 
 
 async def measure(
@@ -279,10 +279,10 @@ async def measure(
         compared = chains(relay, plugins)
         results[mode] = {name: [] for name in compared}
         for chain in compared.values():  # warm-up: caches, metric children, memo
-            await _cpu_per_request(chain, stream, requests // 10 or 1)
+            await cpu_per_request(chain, stream, requests // 10 or 1)
         for _ in range(rounds):
             for name, chain in compared.items():
-                results[mode][name].append(await _cpu_per_request(chain, stream, requests))
+                results[mode][name].append(await cpu_per_request(chain, stream, requests))
         for chain in compared.values():
             await chain.close()
     return results
