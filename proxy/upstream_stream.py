@@ -196,7 +196,7 @@ class UpstreamStream:
         ready = self._ready
         if not ready:
             if self._ended and self._failure is None:  # the end, received with the last batch
-                pending = self._over()
+                pending = self._over()  # inline: the one end every stream has
                 if pending is not None:
                     await pending
                 return []
@@ -205,14 +205,10 @@ class UpstreamStream:
                     raise self._failure
                 await self._fill(report=True)
             except StopAsyncIteration:
-                pending = self._over()
-                if pending is not None:
-                    await pending
+                await self._end_hooks()
                 return []
             except BaseException:
-                pending = self._over()
-                if pending is not None:
-                    await pending
+                await self._end_hooks()
                 raise
         batch: list[Chunk | RawFrames] = list(ready)
         ready.clear()
@@ -220,9 +216,7 @@ class UpstreamStream:
             try:
                 batch = self._decoded(batch)  # type: ignore[assignment]
             except BaseException:
-                pending = self._over()
-                if pending is not None:
-                    await pending
+                await self._end_hooks()
                 raise
         self._last = batch
         held = self._held
@@ -257,9 +251,7 @@ class UpstreamStream:
                     break
                 ready.extendleft(reversed(self._decoded([item])))
         except BaseException:
-            pending = self._over()
-            if pending is not None:
-                await pending
+            await self._end_hooks()
             raise
         chunk: Chunk = item  # type: ignore[assignment]
         self._last = [chunk]
@@ -334,7 +326,7 @@ class UpstreamStream:
         connection."""
         self._clocks.close()
         try:
-            pending = self._over()
+            pending = self._over()  # inline: every stream is closed
             if pending is not None:
                 await pending
         finally:
@@ -353,3 +345,11 @@ class UpstreamStream:
         self._end = None
         self._held = None
         return end.over(self._last)
+
+    async def _end_hooks(self) -> None:
+        """:meth:`_over`, awaited: for the ends off the hot path (a failure, a provider stream
+        that stopped without its end marker, the end met through ``__anext__``), where a
+        coroutine costs nothing that matters."""
+        pending = self._over()
+        if pending is not None:
+            await pending
