@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from msgspec.structs import astuple
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -48,6 +49,7 @@ _COLUMN = {"user": "end_user"}  # record field -> column, where they differ
 _SCOPES = {"key": spend.c.key_id, "team": spend.c.team, "user": spend.c.end_user}
 _RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
 _FIELDS_AFTER_TIME = tuple(f for f in _RECORD_FIELDS if f != "time")
+_TIME = _RECORD_FIELDS.index("time")  # a record's values before and after it are the row's
 _INSERTED = ("time", "day", *(_COLUMN.get(f, f) for f in _FIELDS_AFTER_TIME))
 _SQLITE_INSERT = (
     f"INSERT INTO spend ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))}) "
@@ -120,6 +122,7 @@ class SpendRepository:
         the records every time)."""
         self._database = database
         self._days: dict[int, str] = {}
+        self._second: tuple[int, str] = (-1, "")  # a second and its text, as _sqlite_row writes it
         self._rollup = SpendRollup(database) if rollup is True else rollup or None
 
     async def write(self, records: Sequence[SpendRecord]) -> None:
@@ -274,15 +277,28 @@ class SpendRepository:
     def _postgres_row(self, record: SpendRecord) -> tuple[Any, ...]:
         """The record as :data:`_POSTGRES_INSERT` takes it (a row of its columns): the time an
         aware UTC ``datetime``."""
+        values = astuple(record)
         moment = datetime.fromtimestamp(record.time, UTC)
-        return (moment, self._day(record.time), *(getattr(record, f) for f in _FIELDS_AFTER_TIME))
+        return (moment, self._day(record.time), *values[:_TIME], *values[_TIME + 1 :])
 
     def _sqlite_row(self, record: SpendRecord) -> tuple[Any, ...]:
         """The record as :data:`_SQLITE_INSERT` takes it: the time as SQLAlchemy keeps a
-        :class:`~proxy.db.schema.UtcDateTime` in SQLite (naive UTC text, microseconds)."""
-        moment = datetime.fromtimestamp(record.time, UTC)
-        text = f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond:06d}"
-        return (text, self._day(record.time), *(getattr(record, f) for f in _FIELDS_AFTER_TIME))
+        :class:`~proxy.db.schema.UtcDateTime` in SQLite (naive UTC text, microseconds, rounded
+        half to even as :meth:`datetime.fromtimestamp` rounds; the text of the second is kept
+        from the record before, which is nearly always in the same one)."""
+        values = astuple(record)
+        timestamp = record.time
+        second = int(timestamp)
+        micros = round((timestamp - second) * 1e6)  # (exact: the whole seconds subtracted)
+        if micros >= 1_000_000:
+            second += 1
+            micros -= 1_000_000
+        kept_second, head = self._second
+        if second != kept_second:
+            head = f"{datetime.fromtimestamp(second, UTC):%Y-%m-%d %H:%M:%S}."
+            self._second = (second, head)
+        text = f"{head}{micros:06d}"
+        return (text, self._day(timestamp), *values[:_TIME], *values[_TIME + 1 :])
 
     def _day(self, timestamp: float) -> str:
         day_number = int(timestamp // 86_400)

@@ -102,3 +102,27 @@ async def test_the_day_column_groups_in_utc(repository: SpendRepository) -> None
         ("2026-11-20", 1),
         ("2026-11-21", 1),
     ]
+
+
+async def test_times_keep_the_microsecond_as_datetime_rounds_it(
+    repository: SpendRepository,
+) -> None:
+    # Half a microsecond either way, a carry into the next second (and the next day), and a
+    # batch whose records change second and go back: each time comes back as datetime makes it.
+    midnight = datetime(2026, 11, 21, tzinfo=UTC).timestamp()
+    times = [
+        MOMENT + 0.0000005,
+        MOMENT + 0.0000015,
+        MOMENT + 0.9999994,
+        MOMENT + 0.9999996,
+        midnight - 0.0000004,
+        MOMENT + 3.25,
+        MOMENT + 0.5,
+    ]
+    written = [record(i, time=moment) for i, moment in enumerate(times)]
+    await repository.write(written)
+    stored, _ = await repository.logs(SpendFilter(), limit=100)
+    by_id = {r.id: r.time for r in stored}
+    assert [by_id[r.id] for r in written] == [
+        datetime.fromtimestamp(moment, UTC).timestamp() for moment in times
+    ]
