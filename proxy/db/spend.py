@@ -1,10 +1,13 @@
 """The ``spend`` table: the ledger's records, and the sums the spend API and budgets read.
 
-:meth:`SpendRepository.write` is the ledger writer's sink: one insert per batch that skips ids
-the table already has (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL alike), so that
-replaying a journal never duplicates a record. Both bypass SQLAlchemy's per-row processing,
+:meth:`SpendRepository.write` is the ledger writer's sink: inserts that skip ids the table
+already has (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL alike), so that replaying a
+journal never duplicates a record. Both bypass SQLAlchemy's per-row processing,
 which would cost more than the database's own work, and bind every value as a parameter: on
-SQLite one prepared statement given plain tuples; on PostgreSQL one statement and one round
+SQLite statements of 37 rows each (999 parameters, the smallest limit SQLite has had), given
+plain tuples — the driver gives up the GIL once per statement it steps, so that a batch of 500
+rows takes 14 hand-overs with the event loop's thread instead of 500, each of which can wait for
+that thread's switch interval; on PostgreSQL one statement and one round
 trip for the whole batch, ``INSERT … SELECT * FROM unnest($1::VARCHAR(32)[], …)``, each
 parameter an array holding one column of the batch. Money is summed in SQL as integers
 (nano-dollars); grouping by day uses the stored UTC ``day`` column, the same on every engine.
@@ -16,6 +19,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -51,10 +55,16 @@ _RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
 _FIELDS_AFTER_TIME = tuple(f for f in _RECORD_FIELDS if f != "time")
 _TIME = _RECORD_FIELDS.index("time")  # a record's values before and after it are the row's
 _INSERTED = ("time", "day", *(_COLUMN.get(f, f) for f in _FIELDS_AFTER_TIME))
-_SQLITE_INSERT = (
-    f"INSERT INTO spend ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))}) "
-    "ON CONFLICT (id) DO NOTHING"
-)
+_SQLITE_GROUP = 999 // len(_INSERTED)  # rows per statement: the smallest parameter limit SQLite had
+
+
+def _sqlite_insert(rows: int) -> str:
+    """The SQLite insert of ``rows`` rows in one statement."""
+    values = ", ".join([f"({', '.join('?' * len(_INSERTED))})"] * rows)
+    return f"INSERT INTO spend ({', '.join(_INSERTED)}) VALUES {values} ON CONFLICT (id) DO NOTHING"
+
+
+_SQLITE_INSERT_GROUP = _sqlite_insert(_SQLITE_GROUP)
 _POSTGRES_TYPES = [spend.c[name].type.compile(dialect=postgresql.dialect()) for name in _INSERTED]
 _POSTGRES_INSERT = (
     f"INSERT INTO spend ({', '.join(_INSERTED)}) SELECT * FROM unnest("
@@ -137,8 +147,7 @@ class SpendRepository:
             late = {self._day(r.time) for r in records if r.time < today}
         async with self._database.connect() as connection:
             if connection.dialect.name == "sqlite":
-                rows = [self._sqlite_row(record) for record in records]
-                await connection.exec_driver_sql(_SQLITE_INSERT, rows)  # type: ignore[arg-type]
+                await _insert_sqlite(connection, [self._sqlite_row(r) for r in records])
             else:
                 rows = [self._postgres_row(record) for record in records]
                 columns = tuple(list(column) for column in zip(*rows, strict=True))
@@ -282,10 +291,10 @@ class SpendRepository:
         return (moment, self._day(record.time), *values[:_TIME], *values[_TIME + 1 :])
 
     def _sqlite_row(self, record: SpendRecord) -> tuple[Any, ...]:
-        """The record as :data:`_SQLITE_INSERT` takes it: the time as SQLAlchemy keeps a
-        :class:`~proxy.db.schema.UtcDateTime` in SQLite (naive UTC text, microseconds, rounded
-        half to even as :meth:`datetime.fromtimestamp` rounds; the text of the second is kept
-        from the record before, which is nearly always in the same one)."""
+        """The record as a row of the SQLite insert (:func:`_insert_sqlite`): the time as
+        SQLAlchemy keeps a :class:`~proxy.db.schema.UtcDateTime` in SQLite (naive UTC text,
+        microseconds, rounded half to even as :meth:`datetime.fromtimestamp` rounds; the text of
+        the second is kept from the record before, which is nearly always in the same one)."""
         values = astuple(record)
         timestamp = record.time
         second = int(timestamp)
@@ -309,6 +318,23 @@ class SpendRepository:
             moment = datetime.fromtimestamp(day_number * 86_400, UTC)
             day = self._days[day_number] = moment.strftime("%Y-%m-%d")
         return day
+
+
+async def _insert_sqlite(connection: AsyncConnection, rows: list[tuple[Any, ...]]) -> None:
+    """Insert ``rows`` as statements of :data:`_SQLITE_GROUP` rows (one ``executemany``) and
+    one of the rest (see the module docstring)."""
+    grouped = len(rows) - len(rows) % _SQLITE_GROUP
+    if grouped:
+        groups = [
+            tuple(chain.from_iterable(rows[start : start + _SQLITE_GROUP]))
+            for start in range(0, grouped, _SQLITE_GROUP)
+        ]
+        await connection.exec_driver_sql(_SQLITE_INSERT_GROUP, groups)  # type: ignore[arg-type]
+    rest = rows[grouped:]
+    if rest:
+        await connection.exec_driver_sql(
+            _sqlite_insert(len(rest)), tuple(chain.from_iterable(rest))
+        )
 
 
 async def _per_day(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.db import Database
+from proxy.db.spend import _SQLITE_GROUP as SQLITE_GROUP
 from proxy.db.spend import SpendFilter, SpendRepository
 from proxy.ledger.records import RecordIds, SpendRecord
 
@@ -126,3 +127,15 @@ async def test_times_keep_the_microsecond_as_datetime_rounds_it(
     assert [by_id[r.id] for r in written] == [
         datetime.fromtimestamp(moment, UTC).timestamp() for moment in times
     ]
+
+
+@pytest.mark.parametrize("count", [SQLITE_GROUP, 2 * SQLITE_GROUP, 2 * SQLITE_GROUP + 1])
+async def test_batches_of_whole_groups_and_a_rest_all_arrive(
+    repository: SpendRepository, count: int
+) -> None:
+    # SQLite inserts in statements of SQLITE_GROUP rows and one of the rest: every row of every
+    # statement lands, none twice.
+    written = [record(i) for i in range(count)]
+    await repository.write(written)
+    stored, _ = await repository.logs(SpendFilter(), limit=count + 1)
+    assert sorted(stored, key=lambda r: r.id) == sorted(written, key=lambda r: r.id)
