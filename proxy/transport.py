@@ -20,6 +20,8 @@ from typing import Any, NoReturn
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.http_parser import RawResponseMessage
+from aiohttp.streams import StreamReader
 
 from proxy.bodies import ACCEPT_ENCODING, body_reader, read_prefix, read_whole, too_large
 from proxy.canonical import Chunk, RawFrames
@@ -33,6 +35,7 @@ from proxy.providers.base import (
     StreamParser,
 )
 from proxy.sse import SSEDecoder
+from proxy.upstream_body import UpstreamBody
 
 USER_AGENT = "crossway"
 MAX_ERROR_BODY = 64 * 1024
@@ -40,7 +43,17 @@ MAX_ERROR_BODY = 64 * 1024
 
 class UpstreamConnection(ResumeWhenPaused, ResponseHandler):
     """aiohttp's client protocol, resuming reading only when it was paused
-    (:mod:`proxy.flow_control`: here once per buffered HTTP chunk of an answer)."""
+    (:mod:`proxy.flow_control`: here once per buffered HTTP chunk of an answer), whose answers'
+    bodies are :class:`~proxy.upstream_body.UpstreamBody` readers."""
+
+    def feed_data(self, data: tuple[RawResponseMessage, StreamReader], size: int = 0) -> None:
+        """Queue an answer (its head and its body's reader) for the response to read, giving
+        the reader :class:`~proxy.upstream_body.UpstreamBody`'s class (aiohttp's parser makes
+        plain ones; a body-less answer's shared empty reader is left as it is)."""
+        body = data[1]
+        if type(body) is StreamReader:
+            body.__class__ = UpstreamBody
+        super().feed_data(data, size)
 
 
 class UpstreamConnector(aiohttp.TCPConnector):

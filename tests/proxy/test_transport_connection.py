@@ -1,8 +1,9 @@
 """proxy/transport.py's upstream connections, against a real aiohttp upstream on 127.0.0.1.
 
-:class:`~proxy.transport.UpstreamConnection` resumes reading only when it was paused. A stream
-written one event per HTTP chunk, far faster than it is read, makes aiohttp pause and resume
-the connection; every event must still arrive, in order.
+:class:`~proxy.transport.UpstreamConnection` resumes reading only when it was paused, and reads
+its answers' bodies as :class:`~proxy.upstream_body.UpstreamBody`. A stream written one event
+per HTTP chunk, far faster than it is read, makes aiohttp pause and resume the connection; every
+event must still arrive, in order. A body-less answer keeps aiohttp's shared empty reader.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from aiohttp.http_parser import RawResponseMessage
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
 from proxy.canonical import Call, Chunk, Message, RawFrames
 from proxy.providers.openai import OpenAIConfig, OpenAIProvider
 from proxy.transport import HttpTransport, UpstreamConnection
+from proxy.upstream_body import UpstreamBody
 from tests.proxy.pauses import count_pauses
 
 EVENTS = 300
@@ -61,6 +65,14 @@ async def test_a_stream_read_slower_than_it_is_written_arrives_whole_and_in_orde
     base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pauses = count_pauses(monkeypatch, UpstreamConnection)
+    body_reads: list[UpstreamBody] = []
+    readany = UpstreamBody.readany
+
+    async def counted(self: UpstreamBody) -> bytes:
+        body_reads.append(self)
+        return await readany(self)
+
+    monkeypatch.setattr(UpstreamBody, "readany", counted)
     provider = OpenAIProvider("up", OpenAIConfig(base_url=base_url, api_key="sk-test"))
     transport = HttpTransport({"up": provider})
     call = Call(
@@ -86,5 +98,28 @@ async def test_a_stream_read_slower_than_it_is_written_arrives_whole_and_in_orde
     finally:
         await transport.close()
     assert pauses, "the stream never filled the read buffer: this test proves nothing"
+    assert body_reads, "the answer was not read as an UpstreamBody"
     assert [text.split(":", 1)[0] for text in texts] == [str(index) for index in range(EVENTS)]
     assert all(text.endswith(TEXT) for text in texts)
+
+
+async def test_an_answers_body_reader_becomes_an_upstream_body_and_the_empty_one_stays() -> None:
+    loop = asyncio.get_running_loop()
+    connection = UpstreamConnection(loop)
+    head = RawResponseMessage(
+        version=(1, 1),
+        code=200,
+        reason="OK",
+        headers={},  # type: ignore[arg-type]
+        raw_headers=(),
+        should_close=False,
+        compression=None,
+        upgrade=False,
+        chunked=True,
+    )
+    body = StreamReader(connection, 2**16, loop=loop)
+    connection.feed_data((head, body))
+    connection.feed_data((head, EMPTY_PAYLOAD))
+    assert (await connection.read())[1] is body
+    assert type(body) is UpstreamBody
+    assert (await connection.read())[1] is EMPTY_PAYLOAD
