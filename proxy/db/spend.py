@@ -4,10 +4,12 @@
 already has (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL alike), so that replaying a
 journal never duplicates a record. Both bypass SQLAlchemy's per-row processing,
 which would cost more than the database's own work, and bind every value as a parameter: on
-SQLite statements of 37 rows each (999 parameters, the smallest limit SQLite has had), given
-plain tuples — the driver gives up the GIL once per statement it steps, so that a batch of 500
-rows takes 14 hand-overs with the event loop's thread instead of 500, each of which can wait for
-that thread's switch interval; on PostgreSQL one statement and one round
+SQLite statements of as many rows as the library's parameter limit allows, up to
+:data:`_MAX_STATEMENT_ROWS` (37 rows where the limit is 999, the smallest SQLite has had; a
+whole 500-row batch in one statement on SQLite 3.32 and later), given plain tuples — the driver
+gives up the GIL once per statement it steps, and each hand-over with the event loop's thread
+can wait for that thread's switch interval, so that a batch stepped row by row took 500 of them
+and one statement takes one; on PostgreSQL one statement and one round
 trip for the whole batch, ``INSERT … SELECT * FROM unnest($1::VARCHAR(32)[], …)``, each
 parameter an array holding one column of the batch. Money is summed in SQL as integers
 (nano-dollars); grouping by day uses the stored UTC ``day`` column, the same on every engine.
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from itertools import chain
@@ -55,7 +59,19 @@ _RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
 _FIELDS_AFTER_TIME = tuple(f for f in _RECORD_FIELDS if f != "time")
 _TIME = _RECORD_FIELDS.index("time")  # a record's values before and after it are the row's
 _INSERTED = ("time", "day", *(_COLUMN.get(f, f) for f in _FIELDS_AFTER_TIME))
-_SQLITE_GROUP = 999 // len(_INSERTED)  # rows per statement: the smallest parameter limit SQLite had
+_MAX_STATEMENT_ROWS = 1000  # keeps a statement's text (about 84 bytes a row) well under 1 MB
+
+
+def _parameter_limit() -> int:
+    """How many parameters one statement may bind with this process's SQLite library (999
+    before 3.32, 32,766 since, more where a distribution raised it): the limit of a fresh
+    connection, as the database's connections have it (nothing here lowers it)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as probe:
+        return probe.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+
+
+_SQLITE_GROUP = min(_parameter_limit() // len(_INSERTED), _MAX_STATEMENT_ROWS)
+"""Rows per SQLite insert statement."""
 
 
 def _sqlite_insert(rows: int) -> str:

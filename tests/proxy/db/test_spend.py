@@ -4,6 +4,8 @@ writing ids the table already has adds nothing (a journal's replay)."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,8 +13,14 @@ from pathlib import Path
 import pytest
 
 from proxy.db import Database
+from proxy.db.spend import (
+    _INSERTED,
+    _MAX_STATEMENT_ROWS,
+    SpendFilter,
+    SpendRepository,
+    _parameter_limit,
+)
 from proxy.db.spend import _SQLITE_GROUP as SQLITE_GROUP
-from proxy.db.spend import SpendFilter, SpendRepository
 from proxy.ledger.records import RecordIds, SpendRecord
 
 IDS = RecordIds()
@@ -127,6 +135,14 @@ async def test_times_keep_the_microsecond_as_datetime_rounds_it(
     assert [by_id[r.id] for r in written] == [
         datetime.fromtimestamp(moment, UTC).timestamp() for moment in times
     ]
+
+
+def test_a_statement_binds_as_many_rows_as_the_librarys_parameter_limit_allows() -> None:
+    limit = _parameter_limit()
+    with contextlib.closing(sqlite3.connect(":memory:")) as connection:
+        assert limit == connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) >= 999
+    assert min(limit // len(_INSERTED), _MAX_STATEMENT_ROWS) == SQLITE_GROUP
+    # (the batches below write statements of SQLITE_GROUP rows for real)
 
 
 @pytest.mark.parametrize("count", [SQLITE_GROUP, 2 * SQLITE_GROUP, 2 * SQLITE_GROUP + 1])
