@@ -79,9 +79,10 @@ def _parser() -> argparse.ArgumentParser:
         "(default: passthrough,gateway, plus gateway-default at 50 ms and 256 connections; "
         "gateway-default adds the gateway with the shipped config's plugin chain and access "
         "log, gateway-cost the gateway with the cost plugin, gateway-masking the gateway with "
-        "the masking plugin on every built-in entity, gateway-auth auth and limits, gateway-gov "
-        "the governance chain, gateway-gov-redis the same on a private redis-server; see "
-        "bench/README.md for what each variant's checks compare)",
+        "the masking plugin on every built-in entity, gateway-auth auth and limits, "
+        "gateway-keyed auth alone and gateway-budget auth and cost for a key with budgets, "
+        "gateway-gov the governance chain, gateway-gov-redis the same on a private "
+        "redis-server; see bench/README.md for what each variant's checks compare)",
     )
     parser.add_argument(
         "--modes",

@@ -30,6 +30,9 @@ GATEWAY_VARIANTS = {
     "gateway-cost": "the cost plugin (pricing every reply) in front of the empty chain",
     "gateway-masking": "the masking plugin (every built-in entity) in front of the empty chain",
     "gateway-auth": "the auth and limits plugins (a key with key and team limits in every request)",
+    "gateway-keyed": "the auth plugin alone (a key with key and team budgets in every request)",
+    "gateway-budget": "auth then the cost plugin (the key's and its team's budgets reserved and "
+    "settled on every request, every request in the ledger)",
     "gateway-cache": "the response cache (memory backend): repeated requests are hits",
     "gateway-cache-miss": "the response cache storing and sharing nothing: every request misses",
     "gateway-gov": "the governance chain (auth, limits, cost, a cache miss, fallback, retry, "
@@ -37,7 +40,13 @@ GATEWAY_VARIANTS = {
     "gateway-gov-redis": "the governance chain on a private redis-server (state.backend: redis)",
 }
 # Targets whose every request carries AUTH_KEY.
-KEYED_VARIANTS = ("gateway-auth", "gateway-gov", "gateway-gov-redis")
+KEYED_VARIANTS = (
+    "gateway-auth",
+    "gateway-keyed",
+    "gateway-budget",
+    "gateway-gov",
+    "gateway-gov-redis",
+)
 _CACHE_OPTIONS = {
     "gateway-cache": "{}",
     "gateway-cache-miss": "{max_entry_bytes: 1, coalesce: false}",
@@ -96,7 +105,12 @@ def gateway_config_yaml(
     ``gateway-masking`` the ``masking`` plugin on every
     built-in entity (:data:`MASKING_PLUGINS`); ``gateway-auth`` puts ``auth`` and ``limits`` in
     front of the empty chain, with :data:`AUTH_KEY` declared in a team, both with rpm, tpm and
-    max_parallel limits, and its database at ``database``; ``gateway-cache`` adds the ``cache``
+    max_parallel limits, and its database at ``database``; ``gateway-budget`` puts ``auth`` and
+    ``cost`` there instead, with :data:`AUTH_KEY` and its team each given a budget far above what
+    a run spends (:data:`_BUDGETS`), every model priced and the ledger in ``database``, and
+    ``gateway-keyed`` is the same without ``cost`` (its baseline: ``gateway-budget`` less
+    ``gateway-keyed`` is what budgets and the ledger cost a served request); ``gateway-cache``
+    adds the ``cache``
     plugin on its defaults, and ``gateway-cache-miss`` the ``cache`` plugin with
     ``max_entry_bytes: 1, coalesce: false``, so that nothing is stored or shared and every
     request does all of a miss's work (lookup, the stream tee, the answer folded, encoded and
@@ -121,6 +135,16 @@ def gateway_config_yaml(
             + _AUTH
             + "plugins:\n  - auth: {}\n  - limits: {}\n"
         )
+    if variant in ("gateway-keyed", "gateway-budget"):
+        budgeted = variant == "gateway-budget"
+        return (
+            server
+            + _priced(provider)  # in both, so that they differ by the plugin alone
+            + f'database: {{url: "sqlite:///{database}"}}\n'
+            + _BUDGETS
+            + "plugins:\n  - auth: {}\n"
+            + ("  - cost: {}\n" if budgeted else "")
+        )
     if variant in ("gateway-gov", "gateway-gov-redis"):
         if variant == "gateway-gov-redis" and redis_url is None:
             raise ValueError("gateway-gov-redis needs a redis_url")
@@ -128,7 +152,7 @@ def gateway_config_yaml(
     if variant in _CACHE_OPTIONS:
         return server + provider + f"plugins:\n  - cache: {_CACHE_OPTIONS[variant]}\n"
     if variant == "gateway-cost":
-        priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
+        priced = _priced(provider)
         where = database or Path("data") / "crossway.db"
         return (
             server
@@ -156,6 +180,17 @@ _AUTH = (
     f"  teams: {{bench: {{{_LIMITS}}}}}\n"
     f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {_LIMITS}}}]\n'
 )
+_BUDGET = "budget: {max_usd: 1000000, period: 1mo}"
+_BUDGETS = (
+    "auth:\n"
+    f"  teams: {{bench: {{{_BUDGET}}}}}\n"
+    f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {_BUDGET}}}]\n'
+)
+
+
+def _priced(provider: str) -> str:
+    """``provider`` (the providers section) with a price for every model."""
+    return provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
 
 
 def _governance(server: str, provider: str, database: Path | None, redis_url: str | None) -> str:
@@ -163,7 +198,7 @@ def _governance(server: str, provider: str, database: Path | None, redis_url: st
     cost (every model priced, the ledger in ``database``) → cache (in the state store, storing
     nothing: every request a miss) → fallback → retry → balance; its state in the Redis at
     ``redis_url`` when given (generous timeout: the bench measures cost, not outages)."""
-    priced = provider.replace("}\n", ', prices: {"*": {input: 1, output: 2}}}\n')
+    priced = _priced(provider)
     state = (
         f'state: {{backend: redis, redis: {{url: "{redis_url}", timeout_ms: 2000}}}}\n'
         if redis_url is not None

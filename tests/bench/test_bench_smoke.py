@@ -10,6 +10,7 @@ from bench import aio, cache_lookup, masking_cpu
 from bench.matrix import DIRECT, CellResult, Settings, _comparable_groups, plan, run_matrix
 from bench.targets import (
     AUTH_KEY,
+    KEYED_VARIANTS,
     REPO_ROOT,
     gateway_config_yaml,
     start_passthrough,
@@ -120,6 +121,27 @@ def test_the_auth_variant_admits_its_key_within_limits(tmp_path: Path) -> None:
     assert declared.team == "bench"
     assert declared.rpm
     assert blueprint.config.auth.teams["bench"].max_parallel
+
+
+def test_the_budget_variant_adds_the_cost_plugin_to_the_keyed_one_for_a_key_with_budgets(
+    tmp_path: Path,
+) -> None:
+    chains = {}
+    for name in ("gateway-keyed", "gateway-budget"):
+        config_path = tmp_path / f"{name}.yaml"
+        database = tmp_path / f"{name}.db"
+        config_path.write_text(gateway_config_yaml(8080, 9090, variant=name, database=database))
+        blueprint = Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
+        chains[name] = [spec.ref for spec in blueprint.config.plugins]
+        assert blueprint.config.database.url == f"sqlite:///{database}"
+        (declared,) = blueprint.config.auth.keys
+        assert declared.key == AUTH_KEY
+        assert declared.budget is not None
+        assert declared.rpm is None  # no limits: the limits plugin is not in either chain
+        assert blueprint.config.auth.teams["bench"].budget is not None
+        assert blueprint.prices.price("upstream", "bench-model") is not None
+    assert chains == {"gateway-keyed": ["auth"], "gateway-budget": ["auth", "cost"]}
+    assert {"gateway-keyed", "gateway-budget"} <= set(KEYED_VARIANTS)
 
 
 def test_the_cache_variants_run_the_cache_plugin_alone(tmp_path: Path) -> None:
