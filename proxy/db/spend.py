@@ -59,7 +59,7 @@ _RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
 _FIELDS_AFTER_TIME = tuple(f for f in _RECORD_FIELDS if f != "time")
 _TIME = _RECORD_FIELDS.index("time")  # a record's values before and after it are the row's
 _INSERTED = ("time", "day", *(_COLUMN.get(f, f) for f in _FIELDS_AFTER_TIME))
-_MAX_STATEMENT_ROWS = 1000  # keeps a statement's text (about 84 bytes a row) well under 1 MB
+_MAX_STATEMENT_ROWS = 1000  # about 84 bytes of SQL a row: far below the oldest length limit, 1 MB
 
 
 def _parameter_limit() -> int:
