@@ -136,14 +136,13 @@ def gateway_config_yaml(
             + "plugins:\n  - auth: {}\n  - limits: {}\n"
         )
     if variant in ("gateway-keyed", "gateway-budget"):
-        budgeted = variant == "gateway-budget"
         return (
             server
             + _priced(provider)  # in both, so that they differ by the plugin alone
             + f'database: {{url: "sqlite:///{database}"}}\n'
             + _BUDGETS
             + "plugins:\n  - auth: {}\n"
-            + ("  - cost: {}\n" if budgeted else "")
+            + ("  - cost: {}\n" if variant == "gateway-budget" else "")
         )
     if variant in ("gateway-gov", "gateway-gov-redis"):
         if variant == "gateway-gov-redis" and redis_url is None:
@@ -174,18 +173,18 @@ def gateway_config_yaml(
     )
 
 
-_LIMITS = "rpm: 100000000, tpm: 100000000000, max_parallel: 100000"
-_AUTH = (
-    "auth:\n"
-    f"  teams: {{bench: {{{_LIMITS}}}}}\n"
-    f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {_LIMITS}}}]\n'
-)
-_BUDGET = "budget: {max_usd: 1000000, period: 1mo}"
-_BUDGETS = (
-    "auth:\n"
-    f"  teams: {{bench: {{{_BUDGET}}}}}\n"
-    f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {_BUDGET}}}]\n'
-)
+def _auth_section(settings: str) -> str:
+    """The ``auth`` section declaring :data:`AUTH_KEY` in the team ``bench``, the key and the
+    team each with ``settings`` (YAML flow mapping entries)."""
+    return (
+        "auth:\n"
+        f"  teams: {{bench: {{{settings}}}}}\n"
+        f'  keys: [{{key: "{AUTH_KEY}", alias: bench, team: bench, {settings}}}]\n'
+    )
+
+
+_AUTH = _auth_section("rpm: 100000000, tpm: 100000000000, max_parallel: 100000")
+_BUDGETS = _auth_section("budget: {max_usd: 1000000, period: 1mo}")
 
 
 def _priced(provider: str) -> str:
