@@ -84,10 +84,11 @@ class StreamEnd:
 
     def over(self, last: list[Chunk | RawFrames]) -> Awaitable[None] | None:
         """Run the hooks, once (later calls do nothing); ``last`` is the last batch (or chunk,
-        as a list) the stream passed. Plain hooks run now; if any hook returns an awaitable,
-        the rest run in the awaitable returned, which the stream awaits (so a stream whose hooks
-        are all plain pays no coroutine for its end). Every hook runs even if one raises; then
-        the first exception propagates."""
+        as a list) the stream passed, read only when no hook :attr:`meters` (the held items
+        then include it, and a stream need not keep it). Plain hooks run now; if any hook
+        returns an awaitable, the rest run in the awaitable returned, which the stream awaits
+        (so a stream whose hooks are all plain pays no coroutine for its end). Every hook runs
+        even if one raises; then the first exception propagates."""
         if self._done:
             return None
         self._done = True

@@ -173,7 +173,9 @@ class UpstreamStream:
         self._ended = False
         self._failure: GatewayError | None = None
         self._end: StreamEnd | None = None
-        self._last: list[Chunk | RawFrames] = []  # the last batch passed, kept for end hooks
+        # The last batch passed, kept for end hooks that do not meter (those that do read the
+        # held items, which include it).
+        self._last: list[Chunk | RawFrames] = []
         self._held: list[Chunk | RawFrames] | None = None  # StreamEnd.held, if a hook meters
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:
@@ -218,9 +220,10 @@ class UpstreamStream:
             except BaseException:
                 await self._end_hooks()
                 raise
-        self._last = batch
         held = self._held
-        if held is not None:  # StreamEnd.passed(), without its call
+        if held is None:
+            self._last = batch
+        else:  # StreamEnd.passed(), without its call (held items include the last batch)
             held += batch
             if len(held) >= HELD_ITEMS:
                 self._end.read_held()  # type: ignore[union-attr]
@@ -254,9 +257,10 @@ class UpstreamStream:
             await self._end_hooks()
             raise
         chunk: Chunk = item  # type: ignore[assignment]
-        self._last = [chunk]
         held = self._held
-        if held is not None:  # StreamEnd.passed_one(), without its call
+        if held is None:
+            self._last = [chunk]
+        else:  # StreamEnd.passed_one(), without its call
             held.append(chunk)
             if len(held) >= HELD_ITEMS:
                 self._end.read_held()  # type: ignore[union-attr]
