@@ -11,7 +11,11 @@ is the plugins chain's figure less the empty chain's. Each run's process sets it
 collector up as a worker does (:func:`proxy.server.tune_gc`: what start-up made is frozen out of
 collections), so that no full collection of the bench's own modules lands in one run and not
 the other; windows of a few hundred requests are still lumpy (the store's sweeps, the loop's
-turns), so keep the runs' difference at a thousand requests or more.
+turns), so keep the runs' difference at a thousand requests or more. Every run has the same
+string hashes (``PYTHONHASHSEED=0``): with random ones, the dicts and sets of two runs of the
+same code probe and grow differently, and their counts differed by up to 5k instructions per
+request; with the seed fixed, the empty chain's agreed to the instruction and the plugins'
+to 0.2k.
 
 Needs valgrind (Debian's ``valgrind``); without it the command says so and exits with 2. The
 runs go two at a time (the machine's two cores), each under valgrind about 50 times slower
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -36,6 +41,8 @@ from proxy.server import tune_gc
 
 CHAINS = ("empty", "plugins")
 _WARM_UP = 200
+HASH_SEED = "0"
+"""The string hash seed of every run (see the module docstring)."""
 _SUMMARY = re.compile(rb"^summary: (\d+)$", re.MULTILINE)
 
 
@@ -92,7 +99,8 @@ def _counted(valgrind: str, scratch: Path, plugins: str, chain: str, mode: str, 
         "--requests",
         str(n),
     ]
-    subprocess.run(command, check=True, capture_output=True)
+    environment = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
+    subprocess.run(command, check=True, capture_output=True, env=environment)
     return instructions(out_file)
 
 

@@ -14,9 +14,12 @@ from bench import plugin_instructions
 from bench.plugin_instructions import instructions, per_request, run_chain
 
 # A stand-in for valgrind: runs the command it is given, then writes a callgrind summary of
-# 1,000,000 + 1,000 per request (+ 500 per request more for the plugins chain).
+# 1,000,000 + 1,000 per request (+ 500 per request more for the plugins chain); it refuses to
+# count a run whose string hashes are not seeded as the command's are.
 FAKE_VALGRIND = """\
-import subprocess, sys
+import os, subprocess, sys
+if os.environ.get("PYTHONHASHSEED") != "0":
+    sys.exit("the string hashes are not seeded")
 args = sys.argv[1:]
 out = next(a.split("=", 1)[1] for a in args if a.startswith("--callgrind-out-file="))
 command = args[2:]  # after --tool and --callgrind-out-file
@@ -49,6 +52,7 @@ def test_the_child_runs_each_chain_in_each_mode(mode: str) -> None:
 
 
 def test_the_command_counts_through_callgrind_s_files(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # the command seeds its runs itself
     fake = tmp_path / "valgrind"
     fake.write_text(f"#!{sys.executable}\n{FAKE_VALGRIND}")
     fake.chmod(0o755)
