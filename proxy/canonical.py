@@ -596,6 +596,10 @@ class RawFrames:
 
     __slots__ = ("count", "data", "parse")
 
+    usage: None = None
+    """Verbatim frames never carry usage (see above): a reader may ask any stream item for its
+    usage, as :class:`Chunk` answers it."""
+
     def __init__(
         self, data: bytes, parse: Callable[[bytes], Chunk | None], count: int | None = None
     ) -> None:

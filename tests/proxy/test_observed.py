@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from proxy.canonical import Chunk, ChunkChoice, Delta, RawFrames, Usage
-from proxy.observed import HELD_ITEMS, ObservedStream, StreamEnd, observe
+from proxy.observed import (
+    HELD_ITEMS,
+    SAMPLE_STRIDE,
+    ObservedStream,
+    StreamEnd,
+    item_characters,
+    last_usage,
+    observe,
+)
+from proxy.token_estimate import estimate_tokens
 
 USAGE = Usage(input=3, output=5)
 
@@ -151,3 +160,41 @@ async def test_a_long_stream_is_read_as_it_goes_and_its_usage_kept():
     assert pending is not None
     await pending
     assert ends.calls == [(USAGE, 0)]
+
+
+def test_a_window_let_go_is_counted_from_a_sample_and_the_last_one_whole():
+    """Each full window counts the text of every SAMPLE_STRIDE-th item, scaled to the window;
+    the items still held at the end are counted one by one."""
+    ends = Ends()
+    end = StreamEnd(ends.plain, meters=True)
+    for index in range(2 * HELD_ITEMS):  # only the sampled items say anything
+        end.passed_one(word("abcdefgh" if index % SAMPLE_STRIDE == 0 else ""))
+    tail = [word("abcd"), *(word("") for _ in range(4))]  # a sample of it would say 20
+    end.passed(tail)
+    assert end.over(tail) is None
+    sampled = 2 * (HELD_ITEMS // SAMPLE_STRIDE) * 8 * SAMPLE_STRIDE  # two windows, scaled
+    assert ends.calls == [(None, estimate_tokens(sampled + 4))]
+
+
+def test_the_last_usage_of_a_window_let_go_is_kept_past_verbatim_frames():
+    ends = Ends()
+    end = StreamEnd(ends.plain, meters=True)
+    frames = RawFrames(b"data: {}\n\n", lambda _: None, 1)
+    later = Usage()  # all zero: a usage is found however small
+    end.passed([Chunk(id="c", model="m", choices=[], usage=USAGE), frames])
+    end.passed([Chunk(id="c", model="m", choices=[], usage=later), frames])
+    end.passed([frames] * HELD_ITEMS)  # the window is read and let go
+    end.passed([frames])
+    assert end.over([frames]) is None
+    assert ends.calls == [(later, 0)]
+
+
+def test_last_usage_asks_every_item_and_takes_the_last_that_carries_one():
+    frames = RawFrames(b"data: {}\n\n", lambda _: None, 1)
+    first, last = Usage(input=1), Usage(input=2)
+    with_usage = [Chunk(id="c", model="m", choices=[], usage=u) for u in (first, last)]
+    assert last_usage([]) is None
+    assert last_usage([frames, word("a")]) is None
+    assert last_usage([with_usage[0], frames, with_usage[1], word("a"), frames]) is last
+    assert item_characters(frames) == 4
+    assert item_characters(word("abc")) == 3
