@@ -12,8 +12,9 @@ that discards it: the database's own work is ``bench.ledger_rate``'s) or ``--plu
 tpm and max_parallel limits: the cache-hit path, every limit counted) — in interleaved rounds,
 timing process CPU
 (``time.process_time``) per request. A whole request is
-a call and its whole reply; a stream request is a call and a 20-chunk stream read to its end
-(as the app reads it) plus the per-request finalisation the app runs. The difference of the two
+a call and its whole reply; a stream request is a call and a 20-chunk stream (``--chunks N``:
+N chunks, a multiple of 5) read to its end (as the app reads it) plus the per-request
+finalisation the app runs. The difference of the two
 chains is what the plugin costs; it is printed per mode as the median over the rounds.
 
 Back to back, each request finds what the one before it left in the CPU's caches: the plugin's
@@ -71,7 +72,8 @@ from proxy.router import Router
 from proxy.upstream_stream import UpstreamClocks, UpstreamStream
 
 USAGE = Usage(input=40, cache_read=10, output=30)
-_CHUNKS = 20
+CHUNKS = 20
+"""The chunks of a stream request, unless told otherwise (``--chunks``)."""
 
 
 async def _wire(reads: list[list[Chunk | RawFrames | None]]) -> AsyncIterator[list[Any]]:
@@ -108,18 +110,20 @@ _USAGE_CHUNK = Chunk(id="x", model="gpt-4o-mini", choices=[], usage=USAGE)
 
 
 class _Upstream:
-    """An in-process upstream: a canned whole response, or a canned 20-chunk stream: decoded,
-    one chunk per read (``relay`` False), or verbatim frames, five per read (``relay``)."""
+    """An in-process upstream: a canned whole response, or a canned stream of ``chunks``
+    chunks: decoded, one chunk per read (``relay`` False), or verbatim frames, five per read
+    (``relay``)."""
 
-    def __init__(self, relay: bool = False) -> None:
+    def __init__(self, relay: bool = False, chunks: int = CHUNKS) -> None:
         self._relay = relay
+        self._chunks = chunks
 
     async def __call__(self, call: Call) -> Reply:
         if call.stream:
             if self._relay:
-                reads: list[list[Chunk | RawFrames]] = [[_FRAMES] for _ in range(_CHUNKS // 5)]
+                reads: list[list[Chunk | RawFrames]] = [[_FRAMES] for _ in range(self._chunks // 5)]
             else:
-                reads = [[_WORD] for _ in range(_CHUNKS)]
+                reads = [[_WORD] for _ in range(self._chunks)]
             stream = _stream([*reads, [_USAGE_CHUNK]])
             return Reply(provider="upstream", model="gpt-4o-mini", stream=stream)  # type: ignore[arg-type]
         message = Message(role="assistant", content="a canned answer of a few words")
@@ -301,21 +305,27 @@ MODES = {"non-stream": (False, False), "stream": (True, False), "relay": (True, 
 PLUGINS = ("cost", "cost-budget", "auth")
 
 
-def chains(relay: bool = False, plugins: str = "cost") -> dict[str, Chain]:
-    """The chains compared: ``empty`` and ``plugins`` (one of :data:`PLUGINS`)."""
-    upstream = _Upstream(relay)
+def chains(relay: bool = False, plugins: str = "cost", chunks: int = CHUNKS) -> dict[str, Chain]:
+    """The chains compared: ``empty`` and ``plugins`` (one of :data:`PLUGINS`), over an upstream
+    whose streams have ``chunks`` chunks."""
+    upstream = _Upstream(relay, chunks)
     return {"empty": Chain(compose([], upstream)), "plugins": _plugins(plugins, upstream)}
 
 
 async def measure(
-    requests: int, rounds: int, plugins: str = "cost", evict_bytes: int = 0
+    requests: int,
+    rounds: int,
+    plugins: str = "cost",
+    evict_bytes: int = 0,
+    chunks: int = CHUNKS,
 ) -> dict[str, dict[str, list[float]]]:
     """Per mode and chain, the CPU per request (µs) of each round; ``evict_bytes``: evict the
-    caches over that many bytes between requests (:class:`CacheEvictor`; 0: do not)."""
+    caches over that many bytes between requests (:class:`CacheEvictor`; 0: do not);
+    ``chunks``: the chunks of a stream request."""
     evict = CacheEvictor(evict_bytes) if evict_bytes else None
     results: dict[str, dict[str, list[float]]] = {}
     for mode, (stream, relay) in MODES.items():
-        compared = chains(relay, plugins)
+        compared = chains(relay, plugins, chunks)
         results[mode] = {name: [] for name in compared}
         for chain in compared.values():  # warm-up: caches, metric children, memo
             await cpu_per_request(chain, stream, requests // 10 or 1, evict)
@@ -340,15 +350,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write over this many MiB between requests, untimed, so that each request starts "
         "with cold caches as a served one does (0, the default: back to back, warm)",
     )
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        default=CHUNKS,
+        help=f"chunks per stream request, a multiple of 5 (default {CHUNKS})",
+    )
     args = parser.parse_args(argv)
     if args.evict_mib < 0:
         parser.error("--evict-mib must not be negative")
+    if args.chunks < 5 or args.chunks % 5:
+        parser.error("--chunks must be a positive multiple of 5")
     evict_bytes = int(args.evict_mib * 2**20)
-    results = asyncio.run(measure(args.requests, args.rounds, args.plugins, evict_bytes))
+    results = asyncio.run(
+        measure(args.requests, args.rounds, args.plugins, evict_bytes, args.chunks)
+    )
     label = "auth+limits" if args.plugins == "auth" else args.plugins
     caches = f"caches evicted ({args.evict_mib:g} MiB)" if evict_bytes else "warm caches"
     print(
-        f"CPU per request, median of {args.rounds} interleaved rounds of {args.requests}, {caches}:"
+        f"CPU per request, median of {args.rounds} interleaved rounds of {args.requests}, "
+        f"{caches}, {args.chunks}-chunk streams:"
     )
     for mode, by_chain in results.items():
         empty = statistics.median(by_chain["empty"])

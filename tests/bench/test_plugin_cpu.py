@@ -10,6 +10,7 @@ import pytest
 
 from bench import plugin_cpu
 from bench.plugin_cpu import CacheEvictor, chains, cpu_per_request
+from proxy.canonical import RawFrames, batched
 
 
 def test_the_evictor_writes_one_byte_in_every_cache_line() -> None:
@@ -71,3 +72,32 @@ def test_a_negative_eviction_is_refused(capsys) -> None:
         plugin_cpu.main(["--evict-mib", "-1"])
     assert exited.value.code == 2
     assert "must not be negative" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("relay", [False, True])
+async def test_a_stream_request_carries_as_many_chunks_as_asked(relay: bool) -> None:
+    reply = await plugin_cpu._Upstream(relay, chunks=130)(plugin_cpu._call(stream=True))
+    source = batched(reply.stream)  # type: ignore[arg-type]
+    chunks = usage = 0
+    while batch := await source.next_batch(True):
+        for item in batch:
+            if isinstance(item, RawFrames):
+                chunks += item.count
+            elif item.usage is not None:
+                usage += 1
+            else:
+                chunks += 1
+    assert (chunks, usage) == (130, 1)
+
+
+def test_the_command_takes_the_stream_length_and_refuses_a_bad_one(capsys) -> None:
+    status = plugin_cpu.main(
+        ["--plugins", "cost", "--requests", "5", "--rounds", "1", "--chunks", "70"]
+    )
+    assert status == 0
+    assert "70-chunk streams" in capsys.readouterr().out
+    for bad in ("0", "7"):
+        with pytest.raises(SystemExit) as exited:
+            plugin_cpu.main(["--chunks", bad])
+        assert exited.value.code == 2
+        assert "multiple of 5" in capsys.readouterr().err
