@@ -1,13 +1,17 @@
 """Start, await and stop the server processes the benchmark measures.
 
 Every child is registered on an :class:`contextlib.ExitStack` when spawned, so leaving
-the stack (normally, on error or on Ctrl-C) terminates it by PID: SIGTERM, then SIGKILL
-after a grace period. Children run in their own session so that a terminal's Ctrl-C
-reaches only the harness, which then stops them in order.
+the stack (normally, on error or on Ctrl-C) terminates it: SIGTERM, then SIGKILL after a grace
+period. Children run in their own session so that a terminal's Ctrl-C reaches only the harness,
+which then stops them in order. A child leads the process group of its session, which holds
+what it started too (a gateway's workers, or the gateway under a ``--gateway-cmd`` wrapper such
+as a profiler), so the signals go to that group, by the child's PID: nothing the harness did not
+start is signalled, and nothing it started outlives it, even when the child itself ended first.
 """
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -86,15 +90,35 @@ def spawn(
 
 
 def stop(child: Child) -> None:
-    """Terminate ``child`` by PID and reap it; kill it if it outlives the grace period."""
-    if child.process.poll() is not None:
-        return
-    child.process.terminate()
+    """Terminate ``child`` and the processes of its group (see the module docstring), and reap
+    it; kill the group if any of it outlives the grace period."""
+    group = child.pid  # the child leads its session's process group (spawn)
+    if _signal_group(group, signal.SIGTERM) and not _group_ended(child, _STOP_GRACE_S):
+        _signal_group(group, signal.SIGKILL)
+        _group_ended(child, _STOP_GRACE_S)
+    child.process.wait()
+
+
+def _signal_group(group: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``group``; False when no process is left in it."""
     try:
-        child.process.wait(timeout=_STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        child.process.kill()
-        child.process.wait()
+        os.killpg(group, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _group_ended(child: Child, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``child``'s process group to be empty (reaping the child
+    as it ends); whether it is."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        child.process.poll()
+        if not _signal_group(child.pid, 0):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_INTERVAL_S)
 
 
 async def wait_ready(child: Child, url: str, timeout_s: float) -> None:
