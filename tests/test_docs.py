@@ -15,6 +15,7 @@ DOCUMENTS = [
     "deploy/README.md",
     "bench/README.md",
     "docs/migrating-from-litellm.md",
+    "docs/performance-log.md",
 ]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 NAMED = re.compile(r"\b([A-Za-z0-9_./-]+\.md)\b")
