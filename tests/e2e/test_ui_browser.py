@@ -255,11 +255,14 @@ async def test_keyboard_and_phone(site: Site, tmp_path: Path) -> None:
         await page.keyboard.type(MASTER)
         await page.keyboard.press("Enter")
         await expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+        await expect(page.locator("#main")).to_be_focused()  # signing in ends there
         # Tab reaches the navigation; Enter on a link opens its page.
         for _ in range(20):
             await page.keyboard.press("Tab")
             if await page.evaluate("document.activeElement.textContent") == "Keys":
                 break
+        else:
+            pytest.fail("Tab never reached the Keys link")
         await page.keyboard.press("Enter")
         await expect(page.get_by_role("heading", name="Keys", exact=True)).to_be_visible()
         await page.get_by_role("button", name="Create key").focus()
@@ -270,4 +273,62 @@ async def test_keyboard_and_phone(site: Site, tmp_path: Path) -> None:
         width = await page.evaluate("document.documentElement.scrollWidth")
         assert width <= PHONE["width"], "the page scrolls sideways on a phone"
         await page.screenshot(path=site.shots / "keys-phone.png", full_page=True)
+        assert not problems, problems
+
+
+# Counts the page's GET /admin/overview calls, and those whose body is still unread: a render
+# goes on (its refresh timer set) in the same task that reads its body.
+_COUNT_OVERVIEW = """
+window.overviewCalls = { made: 0, pending: 0 };
+const realFetch = window.fetch.bind(window);
+window.fetch = async (input, init) => {
+  const counted = String(input).endsWith("/admin/overview");
+  if (counted) { window.overviewCalls.made += 1; window.overviewCalls.pending += 1; }
+  const response = await realFetch(input, init);
+  if (counted) {
+    const text = response.text.bind(response);
+    response.text = async () => {
+      try { return await text(); } finally { window.overviewCalls.pending -= 1; }
+    };
+  }
+  return response;
+};
+"""
+
+
+async def _overview_calls(page: Page, made: int) -> None:
+    """Wait until the page has made ``made`` overview calls and read every answer; fail if it
+    made more."""
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        calls = await page.evaluate("window.overviewCalls")
+        assert calls["made"] <= made, f"{calls['made']} overview calls, {made} expected"
+        if calls == {"made": made, "pending": 0}:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"waiting for {made}: {calls}"
+        await asyncio.sleep(0.02)
+
+
+async def test_each_route_renders_once_and_no_refresh_outlives_its_page(
+    site: Site, tmp_path: Path
+) -> None:
+    """Signing in renders the overview once; when two routes overlap, the page that finished
+    loading after the other began stops its refresh: one call per refresh period, whatever the
+    order the renders end in (timers on Playwright's clock, moved by the test)."""
+    async with browser(tmp_path / "profile") as context:
+        page = await context.new_page()
+        problems = watch(page)
+        await page.add_init_script(_COUNT_OVERVIEW)
+        await page.clock.install()
+        await page.goto(f"{site.url}/ui/")
+        await sign_in(page, site)
+        await expect(page.locator("#main")).to_be_focused()
+        await _overview_calls(page, 1)  # one render, not one per hash change and one more
+        await page.clock.run_for(5_000)  # a refresh period
+        await _overview_calls(page, 2)
+        await page.evaluate("() => { location.hash = '#/keys'; location.hash = '#/overview'; }")
+        await _overview_calls(page, 4)  # two renders of the overview at once
+        for made in (5, 6):  # then one refresh a period: the earlier render's was stopped
+            await page.clock.run_for(5_000)
+            await _overview_calls(page, made)
         assert not problems, problems

@@ -22,6 +22,7 @@ const keyInput = document.getElementById("master-key");
 const bar = document.getElementById("bar");
 const page = document.getElementById("page");
 let leave = null; // the current page's cleanup (timers), if any
+let routed = 0; // how many renders route() has begun: only the latest one's page stays
 
 function showSignIn() {
   if (leave) leave();
@@ -48,13 +49,19 @@ async function route() {
   }
   if (leave) leave();
   leave = null;
+  const render = ++routed;
   document.title = `${TITLES[current]} · Crossway admin`;
   const root = el("section", { "aria-labelledby": "page-title" }, el("h1", { id: "page-title", text: TITLES[current] }));
   replace(page, root);
   try {
-    leave = (await PAGES[current].render(root, rest.map(decodeURIComponent))) || null;
+    const cleanup = (await PAGES[current].render(root, rest.map(decodeURIComponent))) || null;
+    if (render !== routed) { // another page was routed to while this one loaded: it is gone
+      if (cleanup) cleanup();
+      return undefined;
+    }
+    leave = cleanup;
   } catch (error) {
-    if (!signedIn()) return undefined;
+    if (!signedIn() || render !== routed) return undefined;
     root.append(el("p", { class: "error", role: "alert", text: `Could not load this page: ${error.message}` }));
   }
   announce(`${TITLES[current]} loaded`);
@@ -76,7 +83,8 @@ signInForm.addEventListener("submit", async (event) => {
     return;
   }
   keyInput.value = "";
-  if (!window.location.hash || window.location.hash === "#/") window.location.hash = "#/overview";
+  // Set without a hashchange event, whose handler would route (and render) a second time.
+  if (!window.location.hash || window.location.hash === "#/") window.history.replaceState(null, "", "#/overview");
   await route();
   document.getElementById("main").focus();
 });
