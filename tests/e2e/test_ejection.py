@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import openai
 
 from tests.e2e.reliability_plugins import ClockedBalance
@@ -32,7 +31,7 @@ async def test_a_burst_of_failures_ejects_once_for_the_first_cooldown(launch: La
         base_url=f"{gateway.url}/v1",
         api_key="k",
         max_retries=0,
-        timeout=httpx.Timeout(120, connect=60),
+        timeout=120.0,  # a number: every openai SDK takes it (3.63 moved to httpx2)
     )
 
     async def one() -> int:
