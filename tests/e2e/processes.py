@@ -28,7 +28,7 @@ def free_port() -> int:
 def http(url: str, body: bytes | None = None) -> tuple[int, str]:
     request = urllib.request.Request(url, data=body, method="POST" if body else "GET")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:  # a loaded machine
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()

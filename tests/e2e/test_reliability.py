@@ -93,10 +93,15 @@ async def launch(tmp_path: Path, fault: tuple[FaultUpstream, str]) -> AsyncItera
     upstream, upstream_url = fault
     started: list[tuple[web.AppRunner, Gateway]] = []
 
-    async def start(plugins: str = CHAIN, first_byte: float = 5) -> Gateway:
+    async def start(plugins: str = CHAIN, first_byte: float = 5, patient: bool = False) -> Gateway:
+        # patient: a burst of hundreds of requests shares this one event loop with the client
+        # and the upstream; on a loaded machine connecting (a full listen backlog retries after
+        # 1 s, 3 s, 7 s) and reading an error body can each take seconds.
+        connect, idle = (60, 60) if patient else (5, 2)
         provider = (
             f'{{type: openai, base_url: "{upstream_url}/v1", api_key: "sk-test-0123456789abcdef",'
-            f" timeouts: {{first_byte: {first_byte}, idle: 2, total: {max(10, 2 * first_byte)}}}}}"
+            f" timeouts: {{connect: {connect}, first_byte: {first_byte}, idle: {idle},"
+            f" total: {max(10, 2 * first_byte)}}}}}"
         )
         config = tmp_path / "gateway.yaml"
         config.write_text(
