@@ -14,6 +14,7 @@ DOCUMENTS = [
     "THREAT_MODEL.md",
     "deploy/README.md",
     "bench/README.md",
+    "docs/dependencies.md",
     "docs/migrating-from-litellm.md",
     "docs/performance-log.md",
 ]

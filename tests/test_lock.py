@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -30,8 +31,10 @@ def uv() -> Path:
 def locked_for_tests() -> dict[str, str]:
     """Name -> version of every package uv.lock installs with the ``test`` extra, here."""
     exported = subprocess.run(
-        [uv(), "export", "--locked", "--offline", "--extra", "test", "--no-hashes"]
-        + ["--no-emit-project", "--format", "requirements-txt", "--no-header"],
+        [
+            *(uv(), "export", "--locked", "--offline", "--extra", "test", "--no-hashes"),
+            *("--no-emit-project", "--format", "requirements-txt", "--no-header"),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -81,8 +84,7 @@ def test_a_dependency_changed_without_relocking_stops_make_before_installing(
     (tmp_path / "pyproject.toml").write_text(changed)
     venv = tmp_path / "venv"
     done = subprocess.run(
-        [make, "-C", str(tmp_path), "setup-test", f"UV_VENV={UV_VENV}", f"VENV={venv}"]
-        + ["-o", str(uv())],
+        [make, "-C", str(tmp_path), "setup-test", f"UV_VENV={UV_VENV}", f"VENV={venv}", "-o", uv()],
         capture_output=True,
         text=True,
         timeout=120,
@@ -101,3 +103,17 @@ def test_the_docker_image_installs_from_the_same_lock() -> None:
     assert syncs
     assert all("--locked" in sync and "--extra" not in sync for sync in syncs)
     assert "pip install ." not in dockerfile
+
+
+def test_the_versions_the_docs_call_tested_are_the_locked_ones() -> None:
+    locked = {
+        canonicalize_name(package["name"]): package["version"]
+        for package in tomllib.loads((ROOT / "uv.lock").read_text())["package"]
+        if "version" in package
+    }
+    table = (ROOT / "docs" / "dependencies.md").read_text()
+    rows = re.findall(r"\| ([A-Za-z][\w-]*)(?: \([^)]*\))? \| (\d[\w.]*) \|", table)
+    assert len(rows) >= 16
+    assert {
+        name: version for name, version in rows if locked[canonicalize_name(name)] != version
+    } == {}
