@@ -16,16 +16,7 @@ import pytest
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parents[1]
-UV_VENV = ROOT / ".uv"  # the Makefile's UV_VENV: uv's own virtualenv
-
-
-def uv() -> Path:
-    """The uv the Makefile installed."""
-    path = UV_VENV / "bin" / "uv"
-    if not path.exists():
-        pytest.fail(f"no uv at {path.relative_to(ROOT)}: run the suite with `make test`")
-    return path
+from tests.installer import ROOT, UV_VENV, uv
 
 
 def locked_for_tests() -> dict[str, str]:

@@ -25,29 +25,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def http(url: str, body: bytes | None = None) -> tuple[int, str]:
+def http(url: str, body: bytes | None = None, timeout: float = 60) -> tuple[int, str]:
+    """One request; ``timeout`` generous by default, for a loaded machine."""
     request = urllib.request.Request(url, data=body, method="POST" if body else "GET")
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:  # a loaded machine
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
 
 
-START_DEADLINE = 60.0
-"""Seconds a gateway may take to start: generous, for a machine that other test runs load."""
+START_DEADLINE = 120.0
+"""Seconds a gateway may take to start: generous, for a machine that other test runs load (two
+instances of two workers each, connecting to PostgreSQL and Redis, took over 60 s on a 2-core
+machine running two other test runs)."""
 
 
 def wait_ready(url: str, deadline: float = START_DEADLINE) -> None:
+    """Poll ``/health/ready`` until it answers 200; each probe waits at most 5 s, so that one
+    probe sent before the server listened cannot use up the deadline."""
     stop = time.monotonic() + deadline
     while time.monotonic() < stop:
         try:
-            if http(url + "/health/ready")[0] == 200:
+            if http(url + "/health/ready", timeout=5)[0] == 200:
                 return
         except OSError:
             pass
         time.sleep(0.1)
-    raise AssertionError("gateway did not become ready")
+    raise AssertionError(f"gateway did not become ready within {deadline:.0f} s")
 
 
 class Served:

@@ -6,7 +6,6 @@ import io
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from aiohttp import ClientSession
 from proxy.app import create_app
 from proxy.ui import CONTENT_SECURITY_POLICY, STATIC, load_assets
 from tests.e2e.conftest import start_site
+from tests.installer import uv
 from tests.proxy.admin.test_admin_api import write_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -102,7 +102,7 @@ def test_the_wheel_carries_the_static_files(tmp_path: Path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+        [uv(), "build", "--wheel", "--quiet", "--out-dir", str(tmp_path), str(source)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
