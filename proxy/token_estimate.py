@@ -54,9 +54,9 @@ def estimate_input_tokens(call: Call) -> int:
         tokens += images * TOKENS_PER_IMAGE
     for tool in call.params.tools or ():
         function = tool.function
-        text_bytes += len(function.name.encode())
+        text_bytes += _utf8_size(function.name)
         if function.description:
-            text_bytes += len(function.description.encode())
+            text_bytes += _utf8_size(function.description)
         if function.parameters:
             text_bytes += len(_ENCODER.encode(function.parameters))
     return tokens + -(-text_bytes // CHARS_PER_TOKEN)
@@ -68,18 +68,24 @@ def _content(message: Message) -> tuple[int, int]:
     images = 0
     content = message.content
     if isinstance(content, str):
-        size += len(content.encode())
+        size += _utf8_size(content)
     elif content:
         for part in content:
             if isinstance(part, TextPart):
-                size += len(part.text.encode())
+                size += _utf8_size(part.text)
             elif isinstance(part, ImagePart):
                 images += 1
             elif isinstance(part, FilePart):
                 size += len(_ENCODER.encode(part.file))
     for call in message.tool_calls or ():
-        size += len(call.function.name.encode()) + len(call.function.arguments.encode())
+        size += _utf8_size(call.function.name) + _utf8_size(call.function.arguments)
     return size, images
+
+
+def _utf8_size(text: str) -> int:
+    """The UTF-8 bytes of ``text``, without encoding it when it is ASCII (which CPython knows
+    without reading it)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def estimate_tokens(characters: int) -> int:
