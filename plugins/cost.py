@@ -14,8 +14,8 @@ cost (None, never 0), counted in ``crossway_cost_unknown_total{provider}``. Stre
 when they end, fail midway or are closed by a client that went away, for what was generated:
 the usage the upstream reported, else an estimate (the prompt's text, and the streamed text at
 one token per four characters, a verbatim OpenAI frame counting one token — never more output
-than the call's limit allows, ``n`` times ``max_tokens``), ``estimated``, kept in
-``accounting.usage``. A whole response without usage is estimated the same way; a failed call
+than the call's output limit, ``n`` times ``max_tokens``, when it set one), ``estimated``, kept
+in ``accounting.usage``. A whole response without usage is estimated the same way; a failed call
 costs 0.
 
 **Budgets** (:mod:`proxy.budgets`). A request's scopes are its key, its key's team and, when
@@ -33,9 +33,11 @@ nothing is sent upstream. When the request ends the reservation becomes the real
 correction rides in the next reservation of the same scopes, or leaves at the end of the loop
 turn). A scope's spend therefore never passes its budget but by what a request costs beyond its
 own worst case: an upstream that answers more than the output limit asked (or, when the call
-set none, more than ``reserve_output_tokens`` per answer), a prompt that has more tokens than
-estimated, a provider-billed amount above the price book's, or a fallback or load-balancer
-target dearer than every deployment of the model asked for. Scopes without
+set none, more than ``reserve_output_tokens`` per answer, as reported or as its text is
+estimated), a prompt that has more tokens than estimated, a provider-billed amount above the
+price book's, or a fallback or load-balancer target dearer than every deployment of the model
+asked for — and, beside the rule, by what ``on_unavailable`` lets through unchecked (below),
+and per worker with the in-process store. Scopes without
 a budget touch no counter; when one starts to have a budget, its counters are re-read from the
 ledger in the background (:mod:`proxy.budget_sync`; meanwhile it is checked against what they
 held). A request whose models have no price reserves nothing. When the shared state store
