@@ -13,18 +13,31 @@ responses, to ``x-crossway-cost-usd`` (``0.000245``). A model with no price has 
 cost (None, never 0), counted in ``crossway_cost_unknown_total{provider}``. Streams are charged
 when they end, fail midway or are closed by a client that went away, for what was generated:
 the usage the upstream reported, else an estimate (the prompt's text, and the streamed text at
-one token per four characters, a verbatim OpenAI frame counting one token), ``estimated``, kept
-in ``accounting.usage``. A whole response without usage is estimated the same way; a failed
-call costs 0.
+one token per four characters, a verbatim OpenAI frame counting one token — never more output
+than the call's output limit, ``n`` times ``max_tokens``, when it set one), ``estimated``, kept
+in ``accounting.usage``. A whole response without usage is estimated the same way; a failed call
+costs 0.
 
 **Budgets** (:mod:`proxy.budgets`). A request's scopes are its key, its key's team and, when
 ``auth.user_budget`` is set, the end user it names; each may have a budget on the principal.
-Before the call, each budgeted scope reserves the request's worst case — its estimated prompt
-plus ``max_tokens`` (else ``reserve_output_tokens``) at the dearest price among its deployments
-— and a scope that has already spent its budget refuses: 429 ``budget_exceeded`` with
-``x-should-retry: false``, naming the scope and when its budget resets; nothing is sent
-upstream. When the request ends the reservation becomes the real cost (the correction rides in
-the next reservation of the same scopes, or leaves at the end of the loop turn). Scopes without
+Before the call, each budgeted scope reserves the request's worst case
+(:func:`~proxy.token_estimate.expected_tokens`) — its estimated input (tool definitions and
+images included) and its output limit for every answer it asks for (``n`` times
+``max_completion_tokens`` / ``max_tokens``, the larger when both are set; else ``n`` times
+``reserve_output_tokens``), priced at the dearest deployment of its model, each input token at
+the dearest input rate (uncached, cache read, cache write) and each output token at the dearest
+output rate (output, reasoning) — and a scope whose spend plus that worst case would pass its
+budget refuses: 429 ``budget_exceeded`` with ``x-should-retry: false``, naming the scope, what
+the request may cost and what is left (or that the budget is spent), and when it resets;
+nothing is sent upstream. When the request ends the reservation becomes the real cost (the
+correction rides in the next reservation of the same scopes, or leaves at the end of the loop
+turn). A scope's spend therefore never passes its budget but by what a request costs beyond its
+own worst case: an upstream that answers more than the output limit asked (or, when the call
+set none, more than ``reserve_output_tokens`` per answer, as reported or as its text is
+estimated), a prompt that has more tokens than estimated, a provider-billed amount above the
+price book's, or a fallback or load-balancer target dearer than every deployment of the model
+asked for — and, beside the rule, by what ``on_unavailable`` lets through unchecked (below),
+and per worker with the in-process store. Scopes without
 a budget touch no counter; when one starts to have a budget, its counters are re-read from the
 ledger in the background (:mod:`proxy.budget_sync`; meanwhile it is checked against what they
 held). A request whose models have no price reserves nothing. When the shared state store
@@ -63,7 +76,7 @@ from proxy.metered import message_tokens
 from proxy.observed import observe
 from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd
 from proxy.store import StoreUnavailable
-from proxy.token_estimate import estimate_prompt_tokens, expected_tokens
+from proxy.token_estimate import estimate_prompt_tokens, expected_tokens, output_limit
 
 COST_HEADER = "x-crossway-cost-usd"
 _MAX_PRINCIPALS = 10_000
@@ -147,13 +160,12 @@ class CostPlugin:
         response = reply.response
         usage = response.usage if response is not None else reply.whole_usage()
         if usage is None:
-            usage = Usage(
-                input=estimate_prompt_tokens(call),
-                output=0
+            usage = _estimated(
+                call,
+                0
                 if response is None
                 else sum(message_tokens(choice.message) for choice in response.choices),
             )
-            call.accounting.usage = usage
         nanos = self._charge(call, reply.provider, reply.model, usage)
         if nanos is not None:
             reply.headers[COST_HEADER] = format_usd(nanos)
@@ -242,8 +254,10 @@ class CostPlugin:
         return scopes
 
     def _worst_case(self, call: Call) -> int:
-        """Nano-dollars the call may cost at most: its prompt and output limit at the dearest
-        price among its deployments (0, and no estimate, when none has a price)."""
+        """Nano-dollars the call may cost at most: its estimated input and output limit
+        (:func:`~proxy.token_estimate.expected_tokens`) at the dearest price among its
+        deployments (:meth:`~proxy.pricing.ModelPrice.worst_nanos`; 0, and no estimate, when
+        none has a price)."""
         price_of = self._prices.price
         worst = 0
         prompt = -1  # not estimated yet
@@ -253,7 +267,7 @@ class CostPlugin:
             if price is not None:
                 if prompt < 0:
                     prompt, output = expected_tokens(call, self._reserve_output)
-                nanos = price.estimate_nanos(prompt, output)
+                nanos = price.worst_nanos(prompt, output)
                 if nanos > worst:
                     worst = nanos
         return worst
@@ -281,8 +295,7 @@ class CostPlugin:
         def ended(usage: Usage | None, generated: int) -> Awaitable[None] | None:
             estimated = usage is None
             if usage is None:
-                usage = Usage(input=estimate_prompt_tokens(call), output=generated)
-                call.accounting.usage = usage
+                usage = _estimated(call, generated)
             nanos = self._charge(call, reply.provider, reply.model, usage, estimated=estimated) or 0
             if reservation is not None:
                 self._in_flight.discard(reservation)
@@ -345,14 +358,32 @@ class _Priced:
         self.counter: Any = None
 
 
+def _estimated(call: Call, generated: int) -> Usage:
+    """The usage charged for a reply that reported none (kept in ``call.accounting``): the
+    prompt's estimate and the ``generated`` output, never more output than the call's limit
+    allows (:func:`~proxy.token_estimate.output_limit`)."""
+    limit = output_limit(call)
+    if limit is not None and generated > limit:
+        generated = limit
+    usage = call.accounting.usage = Usage(input=estimate_prompt_tokens(call), output=generated)
+    return usage
+
+
 def _exceeded(refusal: Refusal) -> BudgetExceeded:
+    """The 429 of ``refusal``: the budget is spent, or what is left is less than the request's
+    worst case (both named, and when the budget resets)."""
     budget = refusal.budget
     reset = resets_at(budget.period, datetime.now(UTC).timestamp())
     when = "it does not reset" if reset is None else f"it resets at {rfc3339(reset)}"
-    spent = format_usd(refusal.spent)
-    limit = format_usd(max_nanos(budget))
+    limit = max_nanos(budget)
+    of_limit = f"${format_usd(refusal.spent)} of ${format_usd(limit)} per {budget.period}"
     what = {"key": "key", "team": "team", "user": "end user"}[refusal.scope]
-    return BudgetExceeded(
-        f"the {what} budget is spent (${spent} of ${limit} per {budget.period}); {when}",
-        scope=refusal.scope,
-    )
+    if refusal.spent >= limit:
+        message = f"the {what} budget is spent ({of_limit}); {when}"
+    else:
+        message = (
+            f"this request may cost up to ${format_usd(refusal.needed)}, more than the "
+            f"${format_usd(limit - refusal.spent)} left of the {what} budget ({of_limit} spent): "
+            f"lower its output limit or its number of answers, or wait: {when}"
+        )
+    return BudgetExceeded(message, scope=refusal.scope)

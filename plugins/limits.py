@@ -8,14 +8,17 @@ its team, whose counters every key of the team shares):
   is over (a stream when it ends, fails or is closed).
 - ``rpm`` and ``tpm``: GCRA buckets in the state store (:mod:`proxy.store`'s docstring states
   the algorithm and its accuracy), taken all or nothing across scopes.
-  ``tpm`` counts input + output tokens: a call reserves an estimate when it starts — its
-  messages' characters / 4, plus ``max_tokens`` (or ``max_completion_tokens``) or else
-  ``output_reserve``, capped at the limit — and the reservation is corrected with the real
-  usage when the reply ends (given back in full when the call failed; kept when a stream ends
-  without usage).
+  ``tpm`` counts input + output tokens: a call reserves its worst case when it starts
+  (:func:`~proxy.token_estimate.expected_tokens`: its estimated input, plus its output limit
+  for every answer it asks for — ``n`` times ``max_completion_tokens`` / ``max_tokens`` — or
+  else ``n`` times ``output_reserve``), and the reservation is corrected with the real usage
+  when the reply ends (given back in full when the call failed; kept when a stream ends
+  without usage). A call whose worst case alone is more than a scope's ``tpm`` could never
+  fit: it is refused at once, with ``x-should-retry: false`` and no ``Retry-After``.
 
 Over a limit: 429 ``rate_limit_exceeded`` with ``Retry-After`` (and ``retry-after-ms``), and
-``crossway_rate_limited_total{scope,limit}``. Every response of a limited principal carries
+``crossway_rate_limited_total{scope,limit}``; a ``tpm`` refusal says how many tokens the call
+needs. Every response of a limited principal carries
 OpenAI's ``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests``,
 ``x-ratelimit-reset-requests`` and the ``-tokens`` three, from the scope with the least left.
 When the shared store is unavailable, ``state.on_unavailable.limits`` decides
@@ -45,9 +48,9 @@ from proxy.errors import RateLimited
 from proxy.observed import observe
 from proxy.state.policy import SharedState, StateUnavailable
 from proxy.store import Admission, LimitPlan, Store, StoreUnavailable
+from proxy.token_estimate import expected_tokens
 
 _PREFIX = "crossway:limits:"
-_CHARS_PER_TOKEN = 4
 _PARALLEL_RETRY_AFTER = 1.0
 _MAX_PLANS = 10_000  # principals whose plan is kept; past it the plans are rebuilt
 
@@ -59,26 +62,42 @@ class LimitsOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class LimitExceeded(RateLimited):
-    """A key or team limit refused the call (429), with the rate-limit headers."""
+    """A key or team limit refused the call (429), with the rate-limit headers. Without
+    ``retry_after`` the call can never fit (``x-should-retry: false``)."""
 
-    def __init__(self, message: str, *, retry_after: float, headers: dict[str, str]) -> None:
-        super().__init__(message, retry_after=retry_after)
+    def __init__(self, message: str, *, retry_after: float | None, headers: dict[str, str]) -> None:
+        super().__init__(
+            message, retry_after=retry_after, should_retry=False if retry_after is None else None
+        )
         self.headers = headers
 
     def response_headers(self) -> dict[str, str]:
-        """``Retry-After``, ``retry-after-ms`` and the ``x-ratelimit-*`` headers."""
+        """``Retry-After`` and ``retry-after-ms`` (when waiting helps) and the
+        ``x-ratelimit-*`` headers."""
         headers = super().response_headers()
-        headers["retry-after-ms"] = str(max(0, math.ceil((self.retry_after or 0) * 1000)))
+        if self.retry_after is not None:
+            headers["retry-after-ms"] = str(max(0, math.ceil(self.retry_after * 1000)))
         headers.update(self.headers)
         return headers
 
 
 class _Plan:
     """What limiting one principal takes, built once per principal: its store plan (in-flight
-    counters, request buckets, token buckets), each bucket's scope, and the
-    ``x-ratelimit-limit-*`` texts."""
+    counters, request buckets, token buckets), each bucket's scope, the ``x-ratelimit-limit-*``
+    texts, and the most tokens one call may reserve (``most_tokens``: the smallest ``tpm``;
+    ``narrowest``: that bucket's index)."""
 
-    __slots__ = ("labels", "limit_texts", "limits", "principal", "settles", "slot_labels", "tokens")
+    __slots__ = (
+        "labels",
+        "limit_texts",
+        "limits",
+        "most_tokens",
+        "narrowest",
+        "principal",
+        "settles",
+        "slot_labels",
+        "tokens",
+    )
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
@@ -109,6 +128,9 @@ class _Plan:
         self.settles = bool(slots or tokens)  # a call's end changes a counter
         self.labels = request_labels + token_labels  # each bucket's scope, in plan order
         self.limit_texts = [str(limit) for _, limit in (*requests, *tokens)]
+        tpms = [limit for _, limit in tokens]
+        self.most_tokens = min(tpms, default=0)
+        self.narrowest = len(requests) + tpms.index(self.most_tokens) if tpms else 0
 
 
 class LimitsPlugin:
@@ -140,7 +162,11 @@ class LimitsPlugin:
         limits = plan.limits
         if limits is None:
             return await next(call)
-        tokens = self._estimate(call) if plan.tokens else 0
+        tokens = 0
+        if plan.tokens:
+            tokens = self._estimate(call)
+            if tokens > plan.most_tokens:
+                self._never_fits(plan, tokens)
         admit_now = self._admit_now
         try:
             if admit_now is not None:
@@ -151,7 +177,7 @@ class LimitsPlugin:
             self._unavailable()
             return await next(call)  # admitted uncounted: nothing to settle
         if admission.full is not None or admission.refused is not None:
-            self._refused(plan, admission)
+            self._refused(plan, admission, tokens)
         try:
             reply = await next(call)
         except BaseException:
@@ -174,9 +200,9 @@ class LimitsPlugin:
         plan = self._plans[principal.key_id] = _Plan(principal)
         return plan
 
-    def _refused(self, plan: _Plan, admission: Admission) -> NoReturn:
-        """Raise :class:`LimitExceeded` for the slot or bucket that had no room, counted in
-        ``crossway_rate_limited_total{scope,limit}``."""
+    def _refused(self, plan: _Plan, admission: Admission, tokens: int) -> NoReturn:
+        """Raise :class:`LimitExceeded` for the slot or bucket that had no room for a call of
+        ``tokens``, counted in ``crossway_rate_limited_total{scope,limit}``."""
         limits = plan.limits
         assert limits is not None
         if admission.full is not None:
@@ -192,10 +218,28 @@ class LimitsPlugin:
         scope = plan.labels[index]
         limit = "rpm" if index < limits.requests else "tpm"
         self._metrics.rate_limited(scope, limit).inc()
+        message = f"this {scope}'s {limit} limit of {limits.limits[index]} is reached"
+        if limit == "tpm":
+            message += f": this request needs up to {tokens} tokens"
         raise LimitExceeded(
-            f"this {scope}'s {limit} limit of {limits.limits[index]} is reached",
-            retry_after=admission.retry_after,
-            headers=_add_headers({}, plan, admission),
+            message, retry_after=admission.retry_after, headers=_add_headers({}, plan, admission)
+        )
+
+    def _never_fits(self, plan: _Plan, tokens: int) -> NoReturn:
+        """Raise :class:`LimitExceeded` for a call whose worst case of ``tokens`` is more than
+        a scope's whole ``tpm`` (its narrowest), counted in
+        ``crossway_rate_limited_total{scope,limit="tpm"}``; nothing is taken."""
+        limits = plan.limits
+        assert limits is not None
+        index = plan.narrowest
+        scope = plan.labels[index]
+        self._metrics.rate_limited(scope, "tpm").inc()
+        raise LimitExceeded(
+            f"this request needs up to {tokens} tokens (its input and its output limit for "
+            f"every answer), more than this {scope}'s tpm limit of {limits.limits[index]}: "
+            "lower its output limit or its number of answers",
+            retry_after=None,
+            headers={},
         )
 
     def _unavailable(self) -> None:
@@ -206,17 +250,11 @@ class LimitsPlugin:
         self._state.degraded("limits", "open")
 
     def _estimate(self, call: Call) -> int:
-        """This call's token reservation: its text / 4 plus its output bound (an embeddings
-        call: its inputs' tokens)."""
-        if call.embedding is not None:
-            return max(1, call.embedding.estimated_tokens())
-        chars = 0
-        for message in call.messages:
-            content = message.content
-            chars += len(content) if type(content) is str else len(message.text())
-        params = call.params
-        output = params.max_completion_tokens or params.max_tokens or self._reserve
-        return max(1, chars // _CHARS_PER_TOKEN + output)
+        """This call's token reservation: its worst case, input and output
+        (:func:`~proxy.token_estimate.expected_tokens`; an embeddings call: its inputs'
+        tokens), at least 1."""
+        prompt, output = expected_tokens(call, self._reserve)
+        return max(1, prompt + output)
 
     def _stream_ended(self, admission: Admission, usage: Usage | None, generated: int) -> None:
         """A stream is over: a reservation without usage is kept."""

@@ -62,12 +62,15 @@ class Reservation(msgspec.Struct, eq=False, gc=False):
 
 
 class Refusal(NamedTuple):
-    """A scope whose budget is spent: which, its budget, what was spent (nano-dollars)."""
+    """A scope that refused a reservation: which, its budget, what its period had spent
+    (charged plus reserved) and what the request ``needed`` (its worst case), in nano-dollars.
+    The budget is spent when ``spent`` reached it; else what is left is less than ``needed``."""
 
     scope: Scope
     ident: str
     budget: Budget
     spent: int
+    needed: int
 
 
 class Crossing(NamedTuple):

@@ -26,14 +26,18 @@ A budget's period decides which counters it reads, in UTC:
 - ``1mo``: the current calendar month (resets on the first, at midnight UTC);
 - ``lifetime``: never resets.
 
-Admission: a request is refused once its scope's spend in the period (charged plus reserved)
-has reached ``max_usd``; otherwise it reserves its worst-case cost at once (atomically, on
-every scope or none), and the reservation is corrected to the real cost when the request ends.
-Concurrent requests therefore see each other's reservations: with room for five worst cases,
-twenty concurrent requests are admitted about five at a time. The bound on overshoot: the last
-request admitted may reserve more than was left, so a period's spend can exceed ``max_usd`` by
-at most one request's reservation — plus, for a request that set no ``max_tokens``, whatever its
-output cost beyond the default output reserve (and any error in the prompt estimate).
+Admission: a request reserves its worst-case cost on every scope at once (atomically, on
+every scope or none) only if each scope's spend in the period (charged plus reserved) plus
+that worst case stays within ``max_usd``; otherwise nothing is reserved and the request is
+refused — a scope whose budget is spent refuses every request, one with less left than a
+request's worst case refuses that request. The reservation is corrected to the real cost when
+the request ends. Concurrent requests therefore see each other's reservations: with room for
+five worst cases, twenty concurrent requests are admitted about five at a time.
+
+The bound: charged plus reserved never passes ``max_usd`` at an admission, and a correction
+lowers it unless a request cost more than its reservation — so a period's spend never exceeds
+``max_usd`` except by what requests cost beyond their own worst case (a reply whose usage is
+larger than the estimate the reservation was made of: see the ``cost`` plugin).
 
 Sums of whole past days (for ``7d``, ``30d``, ``1mo``) are read from the store at most once a
 minute per scope and kept in process; today's counter is always read live.
@@ -112,22 +116,22 @@ class SpendCounters:
         owed = plan.owed
         plan.owed = 0
         try:
-            refused, values = add_now(plan.keys, nanos, limits, plan.ttls, owed)
+            refused, values = add_now(plan.keys, nanos, _room_for(limits, nanos), plan.ttls, owed)
         except BaseException:
             self._owe(plan, owed)  # still owed: nothing was added
             raise
         if refused is None:
             return Reservation(plan, nanos, plan.soft), None
         lowered = [limit - owed for limit in limits]
-        return None, self._refused(plan, owed, lowered, refused, values)
+        return None, self._refused(plan, owed, lowered, refused, values, nanos)
 
     async def reserve(
         self, scopes: tuple[tuple[Scope, str, Budget], ...], nanos: int
     ) -> tuple[Reservation | None, Refusal | None]:
         """Reserve ``nanos`` on every scope (``(scope, id, budget)``) in the counter its budget's
-        period reads (today's, or the lifetime one), unless a scope's period spend has already
-        reached its budget: then nothing is reserved. One store operation for every scope
-        (:meth:`~proxy.store.Store.incr_within`).
+        period reads (today's, or the lifetime one), unless a scope's period spend plus ``nanos``
+        would pass its budget (or has reached it): then nothing is reserved. One store operation
+        for every scope (:meth:`~proxy.store.Store.incr_within`).
 
         Returns the reservation (to :meth:`correct` or :meth:`settle` later), or the refusal.
         """
@@ -141,14 +145,14 @@ class SpendCounters:
             limits = list(map(owed.__rsub__, limits))
         try:
             refused, values = await self._store.incr_within(
-                plan.keys, nanos + owed, limits, plan.ttls
+                plan.keys, nanos + owed, _room_for(limits, nanos), plan.ttls
             )
         except BaseException:
             self._owe(plan, owed)
             raise
         if refused is None:
             return Reservation(plan, nanos, plan.soft), None
-        return None, self._refused(plan, owed, limits, refused, values)
+        return None, self._refused(plan, owed, limits, refused, values, nanos)
 
     def _today(self, scopes: tuple[tuple[Scope, str, Budget], ...]) -> Plan:
         """The plan of ``scopes`` for today (found by the tuple's identity before hashing it:
@@ -179,14 +183,21 @@ class SpendCounters:
         return limits
 
     def _refused(
-        self, plan: Plan, owed: int, limits: list[int], refused: int, values: list[int]
+        self,
+        plan: Plan,
+        owed: int,
+        limits: list[int],
+        refused: int,
+        values: list[int],
+        needed: int,
     ) -> Refusal:
-        """The refusal of the scope at index ``refused``, whose counters hold ``values``; what
-        the reservation carried (``owed``) is owed again."""
+        """The refusal of the scope at index ``refused``, whose counters hold ``values``, of a
+        reservation of ``needed``; ``limits`` are the plan's less what its past days spent and
+        what the reservation carried (``owed``), which is owed again."""
         self._owe(plan, owed)
         scope, ident, budget = plan.scopes[refused]
         spent = values[refused] + plan.limits[refused] - limits[refused]
-        return Refusal(scope, ident, budget, spent)
+        return Refusal(scope, ident, budget, spent, needed)
 
     def correct(self, reservation: Reservation, nanos: int) -> bool:
         """Correct ``reservation`` to the real cost ``nanos`` without waiting and without
@@ -381,3 +392,13 @@ class SpendCounters:
                 self._names.clear()
             names = self._names[cached] = (f"{base}d{day}", f"{base}all")
         return names
+
+
+def _room_for(limits: list[int], nanos: int) -> list[int]:
+    """What each counter must stay below for a reservation of ``nanos`` to fit its limit in
+    ``limits``: :meth:`~proxy.store.Store.incr_within` refuses a counter that holds at least
+    its limit, and ``value + nanos`` must not pass the budget (a reservation of nothing fits
+    while the budget is not reached)."""
+    if nanos <= 1:
+        return limits
+    return [limit - nanos + 1 for limit in limits]

@@ -77,11 +77,13 @@ class Rates(msgspec.Struct, frozen=True, gc=False):
 class ModelPrice:
     """A model's prices, ready for exact arithmetic. Build it with :meth:`of`."""
 
-    __slots__ = ("base", "tiers")
+    __slots__ = ("base", "dearest", "tiers")
 
     def __init__(self, base: Rates, tiers: Sequence[tuple[int, Rates]] = ()) -> None:
         self.base = base
         self.tiers = tuple(sorted(tiers, reverse=True))  # largest threshold first
+        self.dearest = _dearest(base)
+        """The base tier's dearest input and output rates (:meth:`worst_nanos`)."""
 
     def rates(self, prompt_tokens: int) -> Rates:
         """The rates that apply to a request whose prompt has ``prompt_tokens`` tokens."""
@@ -111,6 +113,20 @@ class ModelPrice:
         r = self.rates(input_tokens) if self.tiers else self.base
         return (input_tokens * r.input + output_tokens * r.output + 500) // 1000
 
+    def worst_nanos(self, input_tokens: int, output_tokens: int) -> int:
+        """The most a reply with at most ``input_tokens`` of input and ``output_tokens`` of
+        output can cost, however the provider splits them into buckets: every input token at the
+        dearest of the uncached, cache-read and cache-write rates, every output token at the
+        dearer of the output and reasoning rates, each at the dearest tier such an input can
+        fall in (:meth:`cost_nanos` of any such usage is at most this)."""
+        per_input, per_output = self.dearest
+        for threshold, rates in self.tiers:
+            if input_tokens > threshold:
+                tier_input, tier_output = _dearest(rates)
+                per_input = max(per_input, tier_input)
+                per_output = max(per_output, tier_output)
+        return (input_tokens * per_input + output_tokens * per_output + 500) // 1000
+
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, ModelPrice) and self.base == other.base and self.tiers == other.tiers
@@ -121,6 +137,12 @@ class ModelPrice:
 
     def __repr__(self) -> str:
         return f"ModelPrice({self.base!r}, tiers={list(self.tiers)!r})"
+
+
+def _dearest(rates: Rates) -> tuple[int, int]:
+    """The dearest rate an input token (uncached, cache read, cache write) and an output token
+    (output, reasoning) can be charged at ``rates``."""
+    return max(rates.input, rates.cache_read, rates.cache_write), max(rates.output, rates.reasoning)
 
 
 def usd_to_nanos(usd: float) -> int | None:

@@ -353,6 +353,31 @@ async def test_tpm_corrects_a_streamed_reservation(gateway: Gateway):
     assert await status_of(chat(client, max_tokens=2)) == 429
 
 
+async def test_a_call_whose_worst_case_passes_the_tpm_is_refused_before_the_upstream(
+    gateway: Gateway,
+):
+    # The case: n=128 with max_tokens=20 used 2,565 tokens of a 1,000 tpm. Its worst
+    # case is 5 input tokens ("hi" and framing) and 128 * 20 output: refused at once.
+    _, key = await gateway.mint(tpm=1000)
+    with pytest.raises(openai.RateLimitError) as caught:
+        await chat(gateway.openai(key), n=128, max_tokens=20)
+    response = caught.value.response
+    assert response.headers["x-should-retry"] == "false"  # waiting would not help
+    assert "retry-after" not in response.headers
+    error = response.json()["error"]
+    assert error["code"] == "rate_limit_exceeded"
+    assert error["message"].startswith(
+        "this request needs up to 2565 tokens (its input and its output limit for every "
+        "answer), more than this key's tpm limit of 1000"
+    )
+    with pytest.raises(anthropic.RateLimitError) as refused:  # in Anthropic's shape too
+        await gateway.anthropic(key).messages.create(model="chat", max_tokens=1000, messages=HI)
+    assert refused.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert "needs up to 1005 tokens" in refused.value.message
+    assert gateway.upstream.requests == []
+    assert await status_of(chat(gateway.openai(key), n=4, max_tokens=20)) == 200  # 85 fit
+
+
 async def test_the_cli_and_the_api_share_the_database(gateway: Gateway):
     created = crossway("keys", "create", "--config", str(gateway.config), "--alias", "from-cli")
     assert created.returncode == 0, created.stderr

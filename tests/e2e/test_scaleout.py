@@ -6,10 +6,11 @@ The rate-limit proof needs no minute of waiting: GCRA admits a burst of exactly 
 then one request per ``60 / rpm`` seconds, so in a test lasting ``t`` seconds a key with
 ``rpm: 60`` gets between 60 and ``60 + t`` successes (the bound every assertion states).
 
-The budget's bound: a request is admitted while the key's spend, charged plus reserved by the
-requests in flight on every process, is below ``max_usd`` (one atomic ``INCRBY`` in Redis), so
-the spend ends between ``max_usd`` and ``max_usd`` plus one request's reservation, however
-many processes serve the key and however many requests are in flight.
+The budget's bound: a request is admitted only while the key's spend, charged plus reserved by
+the requests in flight on every process, plus its own reservation stays within ``max_usd`` (one
+atomic script in Redis), so the spend ends within one request's reservation below ``max_usd``
+and never above it, however many processes serve the key and however many requests are in
+flight.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import itertools
 import os
 import signal
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -107,9 +109,10 @@ async def test_one_budget_holds_across_every_process(gateways: list[str], client
     served = [headers for status, headers, _ in replies if status == 200]
     refused = [(headers, body) for status, headers, body in replies if status == 429]
     assert len(served) + len(refused) == len(replies), [r[0] for r in replies]
-    spent = sum(float(headers["x-crossway-cost-usd"]) for headers in served)
+    spent = sum(Decimal(headers["x-crossway-cost-usd"]) for headers in served)
     # Counted per process, each would admit its own $0.0001 (about 28 requests in all).
-    assert BUDGET_USD <= spent < BUDGET_USD + RESERVATION_USD, (spent, len(served))
+    budget = Decimal(str(BUDGET_USD))
+    assert budget - Decimal(str(RESERVATION_USD)) < spent <= budget, (spent, len(served))
     for headers, body in refused:
         assert body["error"]["code"] == "budget_exceeded"
         assert headers["x-crossway-budget-scope"] == "key"

@@ -173,15 +173,16 @@ async def test_every_request_is_recorded_refused_failed_or_served(gateway: Gatew
 
 
 async def test_a_spent_budget_gets_429_and_sends_nothing_upstream(gateway: Gateway) -> None:
-    # Worst case of one request: (1 + 4) prompt tokens * 10 + 100 reserved output * 20 = 2,050
-    # micro-USD; two answers (164 each) fit, then less than one reservation is left.
+    # Worst case of one request: (1 + 4) prompt tokens * 10 + max_tokens 1 * 20 = 70 micro-USD.
+    # The fake upstream ignores max_tokens (the one overshoot the budget's bound allows): its
+    # answers cost 164 each, so the second one, admitted with 136 left, spends the budget.
     _, key = await gateway.mint(alias="capped", budget={"max_usd": 0.0003, "period": "1d"})
     client = gateway.openai(key)
-    await chat(client)
-    await chat(client)
+    await chat(client, max_tokens=1)
+    await chat(client, max_tokens=1)
     sent = len(gateway.upstream.requests)
     with pytest.raises(openai.RateLimitError) as caught:
-        await chat(client)
+        await chat(client, max_tokens=1)
     error = caught.value
     assert error.response.headers["x-should-retry"] == "false"
     assert error.response.headers["x-crossway-budget-scope"] == "key"
@@ -194,6 +195,46 @@ async def test_a_spent_budget_gets_429_and_sends_nothing_upstream(gateway: Gatew
     assert status == 200
     assert own["total"]["requests"] == 3
     assert own["total"]["cost_usd"] == 2 * ANSWER_NANOS / 1e9
+
+
+async def test_a_request_whose_worst_case_passes_what_is_left_is_refused_in_its_dialect(
+    gateway: Gateway,
+) -> None:
+    # n=128 with max_tokens=20 (the issue's $2.57 on a $0.10 budget) may cost (1 + 4) * 10 +
+    # 128 * 20 * 20 = 51,250 micro-USD here: far more than the $0.003 budget.
+    _, key = await gateway.mint(alias="small", budget={"max_usd": 0.003, "period": "1d"})
+    with pytest.raises(openai.RateLimitError) as caught:
+        await chat(gateway.openai(key), n=128, max_tokens=20)
+    error = caught.value
+    assert error.response.headers["x-should-retry"] == "false"
+    body = error.response.json()["error"]
+    assert body["code"] == "budget_exceeded"
+    assert body["message"].startswith(
+        "this request may cost up to $0.05125, more than the $0.003 left of the key budget"
+    )
+    # Anthropic's max_tokens and the Responses API's max_output_tokens are the same limit:
+    # 5 * 10 + 200 * 20 = 4,050 micro-USD each, refused in each route's own error shape.
+    headers = {"Authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
+    messages = {"model": "chat", "max_tokens": 200, "messages": HI}
+    responses = {"model": "chat", "max_output_tokens": 200, "input": "hi"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{gateway.url}/v1/messages", json=messages, headers=headers
+        ) as response:
+            assert response.status == 429
+            refused = await response.json()
+            assert refused["type"] == "error"
+            assert "may cost up to $0.00405" in refused["error"]["message"]
+        async with session.post(
+            f"{gateway.url}/v1/responses", json=responses, headers=headers
+        ) as response:
+            assert response.status == 429
+            refused = await response.json()
+            assert refused["error"]["code"] == "budget_exceeded"
+            assert "may cost up to $0.00405" in refused["error"]["message"]
+    assert gateway.upstream.requests == []
+    await chat(gateway.openai(key), n=2, max_tokens=20)  # 850 micro-USD fits
+    assert len(gateway.upstream.requests) == 1
 
 
 async def test_20_concurrent_requests_against_room_for_5_serve_about_5(gateway: Gateway) -> None:
@@ -323,12 +364,13 @@ async def test_budgets_are_rebuilt_from_the_ledger_on_start(tmp_path: Path, upst
     fake, upstream_url = upstream
     runner, gateway = await serve(tmp_path, upstream_url, fake)
     _, key = await gateway.mint(alias="kept", budget={"max_usd": 0.0003, "period": "1mo"})
-    await chat(gateway.openai(key))
-    await chat(gateway.openai(key))
+    await chat(gateway.openai(key), max_tokens=1)  # as in the spent budget's test: 2 * 164
+    await chat(gateway.openai(key), max_tokens=1)
     await runner.cleanup()  # the ledger is flushed on the way out
     runner, gateway = await serve(tmp_path, upstream_url, fake)  # a fresh state store
-    with pytest.raises(openai.RateLimitError):
-        await chat(gateway.openai(key))
+    with pytest.raises(openai.RateLimitError) as caught:
+        await chat(gateway.openai(key), max_tokens=1)
+    assert "key budget is spent" in caught.value.response.json()["error"]["message"]
     await runner.cleanup()
 
 
@@ -336,7 +378,7 @@ async def test_a_budget_set_later_counts_what_the_key_spent_before(gateway: Gate
     key_id, key = await gateway.mint(alias="late")
     client = gateway.openai(key)
     for _ in range(3):  # 3 * 164 micro-USD while the key has no budget
-        await chat(client)
+        await chat(client, max_tokens=1)  # a worst case of 70 (the fake ignores max_tokens)
     headers = {"Authorization": f"Bearer {MASTER}"}
     async with (
         aiohttp.ClientSession() as session,
@@ -352,12 +394,12 @@ async def test_a_budget_set_later_counts_what_the_key_spent_before(gateway: Gate
     # Counted from zero, three more answers would fit (0, 164, 328 < 400). The first request
     # under the budget is checked against what the counters held, and makes them be re-read
     # from the ledger; from then on the spend before the budget counts (492 > 400).
-    await chat(client)
+    await chat(client, max_tokens=1)
     deadline = time.monotonic() + 10
     while "budget_counters_reread" not in gateway.logs.getvalue():
         assert time.monotonic() < deadline, "the counters were never re-read"
         await asyncio.sleep(0.02)
     with pytest.raises(openai.RateLimitError) as caught:
-        await chat(client)
+        await chat(client, max_tokens=1)
     refused = caught.value
     assert refused.response.json()["error"]["code"] == "budget_exceeded"

@@ -221,6 +221,19 @@ async def test_verbatim_frames_pass_unread_and_count_one_token_each() -> None:
     assert call.accounting.usage == Usage(input=5, output=3)
 
 
+async def test_an_estimate_never_charges_more_output_than_the_calls_limit_allows() -> None:
+    frames = RawFrames(b'data: {"a":1}\n\ndata: {"a":2}\n\ndata: {"a":3}\n\n', lambda _: None)
+    for n, charged in ((1, 1), (2, 2), (3, 3)):
+        raw = _RawStream([[frames]])
+        h = Harness(_Answering(Reply(provider="p", model="m", stream=raw)))  # type: ignore[arg-type]
+        call = make_call(stream=True, text="abcd")
+        call.params = Params(n=n, max_tokens=1)  # role and finish frames are not output tokens
+        reply = await h.chain(call)
+        await reply.stream.next_batch(True)  # type: ignore[union-attr]
+        await reply.stream.aclose()  # type: ignore[union-attr]
+        assert call.accounting.usage == Usage(input=5, output=charged)
+
+
 async def test_tool_call_arguments_and_reasoning_count_as_generated_text() -> None:
     chunk = Chunk(
         id="c",
@@ -379,10 +392,10 @@ async def test_a_request_reserves_and_settles_every_budgeted_scope_in_one_step()
 
 async def test_a_budget_is_checked_with_the_corrections_still_owed() -> None:
     store = CountingStore()
-    _plugin, _metrics, upstream, chain = budgeted(store=store, reserve_output_tokens=10_000)
-    # A worst case (10,000 output tokens, $0.02) is twice the budget, a real answer $0.00002:
-    # each request's correction rides on the next reservation, which is checked as if it had
-    # been applied (else the first reservation would refuse every request after it).
+    _plugin, _metrics, upstream, chain = budgeted(store=store, reserve_output_tokens=3_000)
+    # A worst case (3,000 output tokens, $0.006) fits the budget once, a real answer costs
+    # $0.00002: each request's correction rides on the next reservation, which is checked as if
+    # it had been applied (else the first reservation would refuse every request after it).
     budget = Budget(max_usd=0.01, period="1d")
     for _ in range(5):
         await chain(key_call(budget))
@@ -391,6 +404,51 @@ async def test_a_budget_is_checked_with_the_corrections_still_owed() -> None:
     await until(lambda: len(store.operations) == 6, what="the last correction")
     today = f"d{int(time.time() // 86_400)}"
     assert await store.get(f"crossway:spend:key:k1:{today}") == str(5 * USAGE_NANOS).encode()
+
+
+async def test_every_answer_a_request_asks_for_is_reserved() -> None:
+    _plugin, metrics, upstream, chain = budgeted()
+    budget = Budget(max_usd=0.005, period="1d")
+    # 7 input tokens ("hello there" and framing) at 1,000 nano-dollars, 128 * 20 output tokens
+    # at 2,000: $0.005127, more than the whole budget. Nothing is sent upstream.
+    call = key_call(budget)
+    call.params = Params(n=128, max_tokens=20)
+    with pytest.raises(BudgetExceeded) as refused:
+        await chain(call)
+    error = refused.value
+    assert (error.status, error.code, error.scope) == (429, "budget_exceeded", "key")
+    assert error.response_headers()["x-should-retry"] == "false"
+    assert error.message.startswith(
+        "this request may cost up to $0.005127, more than the $0.005 left of the key budget"
+        " ($0 of $0.005 per 1d spent)"
+    )
+    assert "it resets at" in error.message
+    assert upstream.calls == []
+    assert sample(metrics, "crossway_budget_rejected_total", scope="key") == 1
+    call = key_call(budget)
+    call.params = Params(n=64, max_tokens=20)  # $0.002567 fits
+    await chain(call)
+    assert len(upstream.calls) == 1
+
+
+async def test_a_worst_case_that_fits_exactly_is_served_and_one_nano_more_is_not() -> None:
+    _plugin, _metrics, upstream, chain = budgeted()
+    budget = Budget(max_usd=0.000027, period="1d")  # 7 * 1,000 + 10 * 2,000 nano-dollars
+    outcomes = []
+    for _ in range(2):
+        call = key_call(budget)
+        call.params = Params(max_tokens=10)
+        try:
+            await chain(call)
+            outcomes.append(call.accounting.cost_nanos)
+        except BudgetExceeded as error:
+            outcomes.append(error.message)
+    assert outcomes[0] == USAGE_NANOS
+    assert outcomes[1].startswith(
+        "this request may cost up to $0.000027, more than the $0.000007 left of the key budget"
+        " ($0.00002 of $0.000027 per 1d spent)"
+    )
+    assert len(upstream.calls) == 1
 
 
 async def test_an_end_user_budget_applies_to_each_user_a_request_names() -> None:

@@ -41,7 +41,7 @@ class Harness:
             request_id="r",
             dialect="openai",
             model="m",
-            messages=[Message("user", "x" * 40)],  # 10 tokens of text
+            messages=[Message("user", "x" * 40)],  # 10 tokens of text, 4 of framing
             deployments=self.resolver.resolve("m"),
             principal=principal,
             **fields,
@@ -69,7 +69,7 @@ async def test_the_tightest_scope_fills_the_headers():
     assert reply.headers["x-ratelimit-remaining-requests"] == "2"
     assert reply.headers["x-ratelimit-reset-requests"] == "20s"
     assert reply.headers["x-ratelimit-limit-tokens"] == "1000"
-    assert reply.headers["x-ratelimit-remaining-tokens"] == "985"  # 10 + 5 reserved
+    assert reply.headers["x-ratelimit-remaining-tokens"] == "981"  # 14 + 5 reserved
 
 
 async def test_a_refusal_names_scope_and_limit_and_charges_nothing():
@@ -91,15 +91,42 @@ async def test_a_refusal_names_scope_and_limit_and_charges_nothing():
     assert len(h.upstream.calls) == 2
 
 
+async def test_tpm_reserves_the_output_limit_of_every_answer():
+    h = Harness()
+    reply = await h.chain(h.call(keyed(tpm=1000), params=Params(n=10, max_tokens=20)))
+    assert reply.headers["x-ratelimit-remaining-tokens"] == str(1000 - 14 - 10 * 20)
+
+
+async def test_a_call_whose_worst_case_is_more_than_the_tpm_is_refused_up_front():
+    h = Harness()
+    principal = keyed(team=RateLimits(tpm=5000), tpm=1000)
+    with pytest.raises(LimitExceeded) as refused:
+        await h.chain(h.call(principal, params=Params(n=128, max_tokens=20)))
+    error = refused.value
+    assert (error.status, error.code) == (429, "rate_limit_exceeded")
+    assert "needs up to 2574 tokens" in error.message  # 14 + 128 * 20
+    assert "this key's tpm limit of 1000" in error.message
+    headers = error.response_headers()
+    assert headers["x-should-retry"] == "false"  # it would never fit
+    assert "Retry-After" not in headers
+    assert "retry-after-ms" not in headers
+    assert sample(h.metrics, "crossway_rate_limited_total", scope="key", limit="tpm") == 1
+    assert h.upstream.calls == []
+    assert len(h.store) == 0  # nothing taken
+    reply = await h.chain(h.call(principal, params=Params(n=40, max_tokens=20)))
+    assert reply.headers["x-ratelimit-remaining-tokens"] == str(1000 - 14 - 800)
+
+
 async def test_tokens_are_corrected_with_the_real_usage_of_a_stream():
     h = Harness()
-    principal = keyed(tpm=100)
-    reply = await h.chain(h.call(principal, stream=True))  # reserves 10 + 100, capped at 100
-    with pytest.raises(LimitExceeded):
+    principal = keyed(tpm=120)
+    reply = await h.chain(h.call(principal, stream=True))  # reserves 14 + 100
+    with pytest.raises(LimitExceeded) as refused:  # 14 + 5 more do not fit
         await h.chain(h.call(principal, params=Params(max_tokens=5)))
+    assert refused.value.message.endswith("this request needs up to 19 tokens")
     await drain(reply.stream, [])  # the stream's usage: 15 tokens
     reply = await h.chain(h.call(principal, params=Params(max_tokens=5)))
-    assert reply.headers["x-ratelimit-remaining-tokens"] == str(100 - USAGE.total_tokens - 15)
+    assert reply.headers["x-ratelimit-remaining-tokens"] == str(120 - USAGE.total_tokens - 19)
 
 
 async def test_a_failed_call_gives_its_reservation_and_slot_back():
@@ -109,7 +136,7 @@ async def test_a_failed_call_gives_its_reservation_and_slot_back():
     with pytest.raises(UpstreamUnavailable.__mro__[1]):
         await h.chain(h.call(principal, params=Params(max_tokens=50)))
     reply = await h.chain(h.call(principal, params=Params(max_tokens=50)))
-    assert reply.headers["x-ratelimit-remaining-tokens"] == "40"  # only this call's 60
+    assert reply.headers["x-ratelimit-remaining-tokens"] == "36"  # only this call's 64
 
 
 async def test_max_parallel_counts_streams_until_they_end():
@@ -127,8 +154,8 @@ async def test_max_parallel_counts_streams_until_they_end():
 
 async def test_an_unavailable_store_admits_and_counts_the_degradation():
     h = Harness(store=DownStore())
-    await h.chain(h.call(keyed(rpm=1, tpm=10, max_parallel=1)))
-    await h.chain(h.call(keyed(rpm=1, tpm=10, max_parallel=1)))
+    await h.chain(h.call(keyed(rpm=1, tpm=1000, max_parallel=1)))
+    await h.chain(h.call(keyed(rpm=1, tpm=1000, max_parallel=1)))
     assert len(h.upstream.calls) == 2
     assert sample(h.metrics, "crossway_state_degraded_total", use="limits", decision="open") >= 2
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.budget_plans import day_of, resets_at
+from proxy.budget_plans import Refusal, Reservation, day_of, resets_at
 from proxy.budgets import SpendCounters
 from proxy.canonical import Budget
 from proxy.memory_store import MemoryStore
@@ -41,6 +41,41 @@ async def test_a_scope_is_refused_once_its_spend_reaches_the_budget() -> None:
     budget = Budget(max_usd=1.0, period="1d")
     assert [await h.spend(USD // 4, budget) for _ in range(5)] == [True] * 4 + [False]
     assert await h.counters.spent("key", "k", "1d") == USD
+
+
+async def reserve(
+    counters: SpendCounters, scopes: Any, nanos: int, at_once: bool
+) -> tuple[Reservation | None, Refusal | None]:
+    """Reserve as the cost plugin does: at once when the counters can, else awaited."""
+    made = counters.reserve_now(scopes, nanos) if at_once else None
+    return made if made is not None else await counters.reserve(scopes, nanos)
+
+
+@pytest.mark.parametrize("at_once", [True, False], ids=["at-once", "awaited"])
+@pytest.mark.parametrize("period", ["1d", "7d", "lifetime"])
+async def test_a_reservation_that_would_pass_the_budget_is_refused(
+    at_once: bool, period: str
+) -> None:
+    h = Harness()
+    counters = h.counters if at_once else SpendCounters(AwaitedOnly(h.clock), clock=h.clock)
+    budget = Budget(max_usd=1.0, period=period)  # type: ignore[arg-type]
+    scopes = (("key", "k", budget),)
+    made, _ = await reserve(counters, scopes, 3 * USD // 4, at_once)
+    assert made is not None
+    counters.correct(made, USD // 2)  # owed to the counters, not sent yet
+    # Half the budget is spent: a worst case of more than the half left is refused, naming
+    # what was spent and what it needed; nothing is reserved.
+    made, refusal = await reserve(counters, scopes, USD // 2 + 1, at_once)
+    assert made is None
+    assert refusal == ("key", "k", budget, USD // 2, USD // 2 + 1)
+    assert await counters.spent("key", "k", period) == USD // 2
+    made, refusal = await reserve(counters, scopes, USD // 2, at_once)  # what is left fits
+    assert refusal is None
+    assert made is not None
+    assert await counters.spent("key", "k", period) == USD
+    made, refusal = await reserve(counters, scopes, 0, at_once)  # reached: nothing fits
+    assert made is None
+    assert refusal == ("key", "k", budget, USD, 0)
 
 
 async def test_concurrent_reservations_see_each_other() -> None:

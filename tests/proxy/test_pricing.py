@@ -162,6 +162,27 @@ def test_a_tier_keeps_what_it_does_not_say_and_defaults_follow_the_tiers_own_pri
     )
 
 
+def test_the_worst_case_prices_every_token_at_the_dearest_rate_its_bucket_could_have() -> None:
+    price = parse_price(
+        {
+            "input": 1,
+            "cache_write": 1.25,
+            "output": 4,
+            "reasoning": 5,
+            "tiers": [{"above_tokens": 10, "input": 3}],
+        },
+        "$",
+    )
+    assert price.worst_nanos(10, 2) == 10 * 1250 + 2 * 5000  # cache writes, reasoning
+    assert price.worst_nanos(11, 2) == 11 * 3000 + 2 * 5000  # the tier this input may reach
+    for usage in (
+        Usage(input=10, output=2),
+        Usage(cache_write=10, reasoning=2),
+        Usage(input=5, cache_read=6, output=1, reasoning=1),
+    ):
+        assert price.cost_nanos(usage) <= price.worst_nanos(11, 2)
+
+
 def test_every_mock_model_has_the_documented_fixed_price() -> None:
     book = shipped_book("mock")
     for model in ("echo", "default", "gpt-4o"):  # a mock model is never priced as a vendor's
@@ -399,6 +420,6 @@ def test_prompt_estimate_counts_text_at_four_characters_a_token_plus_a_little_pe
     assert estimate_prompt_tokens(call) == 5 + 2 * 4  # ceil(18 / 4) + 4 per message
     assert expected_tokens(call, 99) == (13, 50)
     call.params = Params(max_completion_tokens=7, max_tokens=50)
-    assert expected_tokens(call, 99) == (13, 7)
+    assert expected_tokens(call, 99) == (13, 50)  # the larger: an upstream may read either
     call.params = Params()
     assert expected_tokens(call, 99) == (13, 99)
