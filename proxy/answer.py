@@ -17,11 +17,18 @@ CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
 
 
 class Outcome:
-    """What one request did, for its metrics, access line and finished hooks."""
+    """What one request did, for its metrics, access line and finished hooks.
+
+    A failure is kept as its code and message (:meth:`failed`), never as the exception: an
+    exception's traceback holds the frames of the request's handler, whose locals hold this
+    outcome (and the body, the call, what the upstream sent), a reference cycle that only the
+    garbage collector's rare full passes would free.
+    """
 
     __slots__ = (
         "attempts",
-        "error",
+        "error_code",
+        "error_message",
         "model",
         "principal",
         "provider",
@@ -38,7 +45,14 @@ class Outcome:
         self.upstream_model: str | None = None
         self.attempts = 0
         self.usage: Usage | None = None
-        self.error: GatewayError | None = None
+        self.error_code: str | None = None
+        self.error_message: str | None = None
+
+    def failed(self, error: GatewayError, status: int) -> None:
+        """Record that the request ended with ``error``, answered with ``status``."""
+        self.status = status
+        self.error_code = error.code
+        self.error_message = error.message
 
 
 def reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:

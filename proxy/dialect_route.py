@@ -33,18 +33,13 @@ from proxy.chain import FinishedRequest
 from proxy.compat_headers import add_litellm_headers
 from proxy.config import ServerConfig
 from proxy.dialects.base import Dialect, check_json_depth
-from proxy.errors import (
-    GatewayError,
-    InternalError,
-    NoReadyDeployment,
-    PayloadTooLarge,
-    RequestTimeout,
-)
+from proxy.errors import GatewayError, InternalError, NoReadyDeployment
 from proxy.logs import AccessLog
 from proxy.metrics import Metrics
 from proxy.middleware import REQUEST_ID, SERVER_HEADER, RequestIds
 from proxy.pricing import nanos_to_usd
 from proxy.protocol import SERVER_NAME
+from proxy.request_body import read_request_body
 from proxy.response_state import ResponseState
 from proxy.runtime import Snapshot
 from proxy.sse_answer import stream_answer
@@ -55,34 +50,11 @@ _JSON = "application/json"
 
 
 async def read_body(request: web.Request, server: ServerConfig) -> bytes:
-    """The request's JSON body, read within the server's size and time limits and checked for
-    nesting (:func:`~proxy.dialects.base.check_json_depth`) before any decoder sees it."""
-    body = await _read_bounded(request, server)
+    """The request's JSON body, read and inflated within the server's size and time limits
+    (:func:`~proxy.request_body.read_request_body`) and checked for nesting
+    (:func:`~proxy.dialects.base.check_json_depth`) before any decoder sees it."""
+    body = await read_request_body(request, server.max_body_bytes, server.body_read_timeout)
     check_json_depth(body)
-    return body
-
-
-async def _read_bounded(request: web.Request, server: ServerConfig) -> bytes:
-    """The body, within ``server``'s limits: one already received whole (the common small
-    request) is taken at once and measured; any other is refused on its ``Content-Length``
-    before it is waited for, then read under the body-read timeout."""
-    limit = server.max_body_bytes
-    content = request.content
-    if content.is_eof():  # already fully received: take it without waiting
-        body = content.read_nowait()
-    else:
-        length = request.content_length
-        if length is not None and length > limit:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-        try:
-            async with asyncio.timeout(server.body_read_timeout):
-                body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit") from None
-        except TimeoutError:
-            raise RequestTimeout("the request body was not received in time") from None
-    if len(body) > limit:  # a chunked body has no content-length to check first
-        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     return body
 
 
@@ -190,8 +162,7 @@ def _error_response(
     dialect: Dialect, error: GatewayError, request_id: str, outcome: Outcome
 ) -> web.Response:
     status = dialect.error_status(error)
-    outcome.status = status
-    outcome.error = error
+    outcome.failed(error, status)
     if error.provider is not None:
         outcome.provider = error.provider
         outcome.attempts = error.attempts
@@ -234,7 +205,6 @@ def _finished(
     request_id: str,
 ) -> None:
     """Tell the plugins that record every request (``finished`` hooks) what this one did."""
-    error = outcome.error
     provider = outcome.provider
     finished = FinishedRequest(
         request_id=request_id,
@@ -245,7 +215,7 @@ def _finished(
         provider=None if provider == "none" else provider,
         upstream_model=outcome.upstream_model,
         usage=outcome.usage,
-        error_code=None if error is None else error.code,
+        error_code=outcome.error_code,
         duration=time.perf_counter() - start,
         ended_at=time.time(),
         attempts=outcome.attempts,
@@ -296,8 +266,7 @@ def _access_log(
         fields["cost_source"] = call.accounting.cost_source
     if call is not None and call.accounting.cache is not None:
         fields["cache"] = call.accounting.cache
-    error = outcome.error
-    if error is not None:
-        fields["error_code"] = error.code
-        fields["error"] = error.message
+    if outcome.error_code is not None:
+        fields["error_code"] = outcome.error_code
+        fields["error"] = outcome.error_message
     access_log.write(fields)

@@ -51,12 +51,14 @@ def reporter(metrics: Any, logger: Callable[[], Any]) -> Rejected:
 
 class GatewayRequestHandler(ResumeWhenPaused, RequestHandler):
     """aiohttp's connection protocol with the gateway's answer for rejected requests, resuming
-    reading only when it was paused (:mod:`proxy.flow_control`)."""
+    reading only when it was paused (:mod:`proxy.flow_control`), and handing request bodies on
+    as they were sent: a content coding is undone by the routes, within the body limit
+    (:mod:`proxy.request_body`), never by aiohttp's parser."""
 
     __slots__ = ("_on_rejected",)
 
     def __init__(self, manager: web.Server, *, on_rejected: Rejected, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
+        super().__init__(manager, **{**kwargs, "auto_decompress": False})
         self._on_rejected = on_rejected
 
     def handle_error(
