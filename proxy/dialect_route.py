@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.answer import CLIENT_CLOSED, Outcome, reply_headers
+from proxy.answer import CLIENT_CLOSED, Outcome, drop_tracebacks, reply_headers
 from proxy.app_keys import METRICS, RUNTIME, SERVER
 from proxy.canonical import ANONYMOUS, Call, Reply
 from proxy.chain import FinishedRequest
@@ -118,8 +118,9 @@ def dialect_handler(
                     return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
                 return _error_response(dialect, error, request_id, outcome)
-            except Exception:
+            except Exception as unexpected:
                 snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
+                drop_tracebacks(unexpected)  # logged: now nothing needs its frames
                 return _error_response(
                     dialect, InternalError("internal gateway error"), request_id, outcome
                 )
