@@ -16,17 +16,23 @@ arenas reach their working size), then ``N`` good requests, then ``N`` failed on
 time, each bounded by :data:`REQUEST_SECONDS`; its RSS is read from ``/proc/<pid>/status``
 once nothing is in flight. Standard error holds nothing but JSON lines, and no key appears in
 anything the process wrote.
+
+The cause is checked directly too, in process: a failed request of any of these kinds leaves
+no frame of the gateway's code in cyclic garbage (what only the garbage collector would free).
 """
 
 from __future__ import annotations
 
 import asyncio
-import gzip
+import gc
+import io
 import itertools
 import json
 import re
 import textwrap
 import time
+import types
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,9 +40,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.hostile_upstream import HostileUpstream
-from tests.e2e.processes import Served, free_port, proc_file, serve
+from tests.e2e.processes import REPO, Served, free_port, proc_file, serve
 
 CLIENT_KEY = "sk-cw-memory-bound-client-key-0123456789abcdef"
 MIB = 1024 * 1024
@@ -102,7 +109,7 @@ class Case:
 def _failed_cases() -> dict[str, Case]:
     """Every failure kind, by name (the bodies are made once: a few MiB each)."""
     oversized = b'{"model": "chat", "pad": "' + b"x" * (MAX_BODY_BYTES + MIB) + b'"}'
-    request_bomb = gzip.compress(b" " * (200 * MIB), 9)  # about 200 KiB
+    request_bomb = _gzip_of_spaces(200 * MIB)  # about 200 KiB
     invalid = b"{" + b"x" * (9 * MIB)
     gzip_header = {"content-encoding": "gzip"}
     return {
@@ -118,6 +125,13 @@ def _failed_cases() -> dict[str, Case]:
             _chat("stream-bomb", "hi", stream=True), 200, b"upstream_response_too_large"
         ),
     }
+
+
+def _gzip_of_spaces(size: int) -> bytes:
+    """``size`` spaces (a whole number of MiB), gzip-compressed a MiB at a time."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    piece = b" " * MIB
+    return b"".join(compressor.compress(piece) for _ in range(size // MIB)) + compressor.flush()
 
 
 def _good_cases() -> Iterator[Case]:
@@ -218,3 +232,50 @@ def _assert_clean_output(stdout: Path, stderr: Path) -> None:
         assert UPSTREAM_KEY not in text
         assert CLIENT_KEY not in text
         assert "Traceback" not in text
+
+
+GATEWAY_CODE = tuple(str(REPO / part) + "/" for part in ("proxy", "plugins"))
+"""Where the gateway's source files are (the client's and aiohttp's frames are not its)."""
+
+
+def _gateway_frames_in_cyclic_garbage() -> list[str]:
+    """The gateway's frames that only the cycle collector can free now (it runs, keeping what
+    it finds in ``gc.garbage`` to be looked at, then lets it go)."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        frames = [o.f_code for o in gc.garbage if isinstance(o, types.FrameType)]
+        return [
+            f"{code.co_qualname} ({Path(code.co_filename).name})"
+            for code in frames
+            if code.co_filename.startswith(GATEWAY_CODE)
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+async def test_no_failed_request_leaves_gateway_frames_in_cyclic_garbage(
+    tmp_path: Path, upstream: str
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(_config(0, upstream, tmp_path))
+    runner, url = await start_site(create_app(config, log_stream=io.StringIO()))
+    left: dict[str, list[str]] = {}
+    timeout = aiohttp.ClientTimeout(total=REQUEST_SECONDS)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for name, case in _failed_cases().items():
+                gc.collect()
+                gc.disable()
+                try:
+                    for _ in range(2):
+                        await _send(session, url, name, case)
+                    frames = _gateway_frames_in_cyclic_garbage()
+                finally:
+                    gc.enable()
+                if frames:
+                    left[name] = frames
+    finally:
+        await runner.cleanup()
+    assert not left, left
