@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from proxy.canonical import ANONYMOUS, Call, Principal, Reply, Usage
 from proxy.dialects.base import Dialect
-from proxy.errors import GatewayError
+from proxy.errors import GatewayError, drop_tracebacks
 from proxy.middleware import REQUEST_ID, SERVER_HEADER
 from proxy.protocol import SERVER_NAME
 
@@ -23,7 +23,8 @@ class Outcome:
     exception's traceback holds the frames of the request's handler, whose locals hold this
     outcome (and the body, the call, what the upstream sent), a reference cycle that only the
     garbage collector's rare full passes would free. :meth:`failed` also lets go of the error's
-    traceback (:func:`drop_tracebacks`), for the places that keep the exception itself.
+    traceback (:func:`~proxy.errors.drop_tracebacks`), for the places that keep the exception
+    itself.
     """
 
     __slots__ = (
@@ -51,37 +52,11 @@ class Outcome:
 
     def failed(self, error: GatewayError, status: int) -> None:
         """Record that the request ended with ``error``, answered with ``status``, and drop the
-        tracebacks of ``error``'s chain (:func:`drop_tracebacks`)."""
+        tracebacks of ``error``'s chain (:func:`~proxy.errors.drop_tracebacks`)."""
         self.status = status
         self.error_code = error.code
         self.error_message = error.message
         drop_tracebacks(error)
-
-
-def drop_tracebacks(error: BaseException) -> None:
-    """Drop the traceback of ``error`` and of every exception in its chain (``__cause__``,
-    ``__context__``, a group's members); call it once a request's failure is answered (and
-    logged, if it is: a dropped traceback cannot be formatted).
-
-    A traceback holds the frames the exception went through, and they hold their locals: the
-    request's body, an upstream's buffered bytes, the object that kept the exception. An error
-    kept where one of those frames can reach it (a shared stream's failure, re-raised to each of
-    its readers; a retry's last error) is then a reference cycle that only the garbage
-    collector frees, rarely once :func:`proxy.server.tune_gc` has raised its thresholds, with
-    megabytes behind a few objects. Without the tracebacks every frame is freed by reference
-    counting when the request ends.
-    """
-    pending = [error]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:  # a chain may loop back on itself
-            continue
-        seen.add(id(current))
-        current.__traceback__ = None
-        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
 
 
 def reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:

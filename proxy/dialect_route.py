@@ -26,14 +26,14 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.answer import CLIENT_CLOSED, Outcome, drop_tracebacks, reply_headers
+from proxy.answer import CLIENT_CLOSED, Outcome, reply_headers
 from proxy.app_keys import METRICS, RUNTIME, SERVER
 from proxy.canonical import ANONYMOUS, Call, Reply
 from proxy.chain import FinishedRequest
 from proxy.compat_headers import add_litellm_headers
 from proxy.config import ServerConfig
 from proxy.dialects.base import Dialect, check_json_depth
-from proxy.errors import GatewayError, InternalError, NoReadyDeployment
+from proxy.errors import GatewayError, InternalError, NoReadyDeployment, drop_tracebacks
 from proxy.logs import AccessLog
 from proxy.metrics import Metrics
 from proxy.middleware import REQUEST_ID, SERVER_HEADER, RequestIds

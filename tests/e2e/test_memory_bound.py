@@ -7,7 +7,8 @@ balance, the spend ledger in SQLite) in front of a hostile upstream on 127.0.0.1
 limit and 8 MiB event limit. The failures are those that kept memory before: bodies over the
 size limit (with a length, and chunked), gzip bodies inflating to 200 MiB, bodies that are not
 the gzip they claim, an encoding the gateway does not decode, 9 MiB of invalid JSON, a request
-without a key, and the upstream's bombs, whole and streamed. Each used to keep what it had read
+without a key, the upstream's bombs, whole and streamed, and an upstream that refuses
+connections. Each used to keep what it had read
 (up to 200 MiB inflated) in a reference cycle with its error's traceback, freed only by a full
 garbage collection: 80 request bombs took the process from 103 MiB to 4.7 GiB.
 
@@ -62,6 +63,7 @@ CHAT = "/v1/chat/completions"
 
 
 def _config(port: int, upstream: str, data: Path) -> str:
+    closed = free_port()  # nothing listens there: the "down" upstream refuses connections
     return textwrap.dedent(
         f"""
         server: {{port: {port}, access_log: false}}
@@ -74,10 +76,15 @@ def _config(port: int, upstream: str, data: Path) -> str:
             base_url: "{upstream}/v1"
             api_key: "{UPSTREAM_KEY}"
             timeouts: {{first_byte: 10, idle: 10, total: 30}}
+          down:
+            type: openai
+            base_url: "http://127.0.0.1:{closed}/v1"
+            api_key: "{UPSTREAM_KEY}"
         models:
           chat: [{{target: up/gpt-test, prices: {{input: 10, output: 20}}}}]
           bomb: [{{target: up/gzip-bomb, prices: {{input: 10, output: 20}}}}]
           stream-bomb: [{{target: up/gzip-huge-event, prices: {{input: 10, output: 20}}}}]
+          down: [{{target: down/gpt-test, prices: {{input: 10, output: 20}}}}]
         plugins:
           - auth: {{}}
           - limits: {{}}
@@ -124,6 +131,7 @@ def _failed_cases() -> dict[str, Case]:
         "upstream-stream-bomb": Case(
             _chat("stream-bomb", "hi", stream=True), 200, b"upstream_response_too_large"
         ),
+        "upstream-down": Case(_chat("down", "hi"), 502, b"upstream_unavailable"),
     }
 
 
@@ -138,6 +146,12 @@ def _good_cases() -> Iterator[Case]:
     """Good requests, whole and streamed by turns, each a different text (a cache miss)."""
     for n in itertools.count():
         yield Case(_chat("chat", f"hello {n}", stream=n % 2 == 1), 200, b"fine")
+
+
+def _one_good_of_each_sort() -> list[tuple[str, Case]]:
+    """A good whole answer and a good stream (the cache's shared stream among its parts)."""
+    good = _good_cases()
+    return [("good", next(good)), ("good-stream", next(good))]
 
 
 async def _chunks(data: bytes) -> AsyncIterator[bytes]:
@@ -236,20 +250,24 @@ def _assert_clean_output(stdout: Path, stderr: Path) -> None:
 
 GATEWAY_CODE = tuple(str(REPO / part) + "/" for part in ("proxy", "plugins"))
 """Where the gateway's source files are (the client's and aiohttp's frames are not its)."""
+GATEWAY_MODULES = ("proxy.", "plugins.")
 
 
-def _gateway_frames_in_cyclic_garbage() -> list[str]:
-    """The gateway's frames that only the cycle collector can free now (it runs, keeping what
-    it finds in ``gc.garbage`` to be looked at, then lets it go)."""
+def _gateway_objects_in_cyclic_garbage() -> list[str]:
+    """The gateway's frames and objects that only the cycle collector can free now (it runs,
+    keeping what it finds in ``gc.garbage`` to be looked at, then lets it go)."""
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         gc.collect()
-        frames = [o.f_code for o in gc.garbage if isinstance(o, types.FrameType)]
-        return [
-            f"{code.co_qualname} ({Path(code.co_filename).name})"
-            for code in frames
-            if code.co_filename.startswith(GATEWAY_CODE)
-        ]
+        found = []
+        for thing in gc.garbage:
+            if isinstance(thing, types.FrameType):
+                code = thing.f_code
+                if code.co_filename.startswith(GATEWAY_CODE):
+                    found.append(f"frame of {code.co_qualname} ({Path(code.co_filename).name})")
+            elif type(thing).__module__.startswith(GATEWAY_MODULES):
+                found.append(f"{type(thing).__module__}.{type(thing).__qualname__}")
+        return found
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -265,17 +283,17 @@ async def test_no_failed_request_leaves_gateway_frames_in_cyclic_garbage(
     timeout = aiohttp.ClientTimeout(total=REQUEST_SECONDS)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            for name, case in _failed_cases().items():
+            for name, case in [*_failed_cases().items(), *_one_good_of_each_sort()]:
                 gc.collect()
                 gc.disable()
                 try:
                     for _ in range(2):
                         await _send(session, url, name, case)
-                    frames = _gateway_frames_in_cyclic_garbage()
+                    found = _gateway_objects_in_cyclic_garbage()
                 finally:
                     gc.enable()
-                if frames:
-                    left[name] = frames
+                if found:
+                    left[name] = found
     finally:
         await runner.cleanup()
     assert not left, left

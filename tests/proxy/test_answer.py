@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.answer import Outcome, drop_tracebacks
-from proxy.errors import BadRequest, UpstreamError
+from proxy.answer import Outcome
+from proxy.errors import BadRequest, UpstreamError, drop_tracebacks
 
 
 def _raised(error: BaseException) -> BaseException:
