@@ -2,7 +2,8 @@
 
 Every dialect route runs the same pipeline: authenticate the request through the current
 snapshot's gate before the body is read (a client without a key costs no decoding), read the
-body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``) and
+body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``; a
+``gzip`` or ``deflate`` body inflated within the same size, :mod:`proxy.request_body`) and
 checked for nesting, decode it with the dialect, resolve the model, run the plugin chain on the
 snapshot (a Responses call inside its conversation state), and answer in the dialect — as one
 JSON body, or as an SSE stream (:func:`proxy.sse_answer.stream_answer`, which flushes chunks as
@@ -11,7 +12,9 @@ they arrive). Each request is counted in the metrics, logged as one access line 
 hooks.
 
 A failure before the first byte is an error response in the dialect's shape; after it, an
-in-band error frame and no end marker (see :mod:`proxy.sse_answer`). A client that went away
+in-band error frame and no end marker (see :mod:`proxy.sse_answer`). Either way the request's
+:class:`~proxy.answer.Outcome` keeps the error's code and message and drops its tracebacks, so
+that nothing the request read outlives it in a reference cycle. A client that went away
 counts as :data:`~proxy.answer.CLIENT_CLOSED`. :func:`dialect_handler` is the entry
 (:mod:`proxy.app` routes each dialect's paths to one); :func:`read_body` also reads the side
 routes' bodies, and :func:`with_response_state` is the Responses dialect's ``around``.

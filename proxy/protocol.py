@@ -13,6 +13,10 @@ of aiohttp's version banner, as routed ones do: the routes name it in their own 
 leaves as it is, rather than through an ``on_response_prepare`` signal that every response
 would pay for. The server's request handler is :class:`~proxy.exact_routes.ExactRoutes`: the
 dialect routes without aiohttp's router walk, everything else through the app's own handler.
+Request bodies reach the routes as the client sent them: aiohttp's parser does not inflate a
+``Content-Encoding`` (it would inflate a bomb whole before any limit applied, and fail on a body
+that is not the gzip it claims inside the parser); the routes do, bounded
+(:mod:`proxy.request_body`).
 """
 
 from __future__ import annotations
