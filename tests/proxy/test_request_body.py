@@ -6,11 +6,13 @@ from __future__ import annotations
 import gzip
 import tracemalloc
 import zlib
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from proxy.errors import BadRequest, PayloadTooLarge
-from proxy.request_body import inflate
+from proxy.request_body import inflate, read_request_body
 
 LIMIT = 64 * 1024
 TEXT = b'{"model": "mock/echo", "messages": []}'
@@ -80,3 +82,16 @@ def test_data_that_does_not_inflate_is_a_400(coding: str, data: bytes) -> None:
         inflate(data, coding, LIMIT)
     assert (refused.value.status, refused.value.code) == (400, "invalid_content_encoding")
     assert f"not valid {coding} data" in refused.value.message
+
+
+async def test_a_body_aiohttp_already_inflated_is_taken_as_it_is(aiohttp_client: Any) -> None:
+    # Served by aiohttp's own runner (not the gateway's), aiohttp inflates before the route.
+    async def echo(request: web.Request) -> web.Response:
+        return web.Response(body=await read_request_body(request, LIMIT, 5.0))
+
+    app = web.Application()
+    app.router.add_post("/", echo)
+    client = await aiohttp_client(app)
+    answer = await client.post("/", data=gzip.compress(TEXT), headers={"content-encoding": "gzip"})
+    assert answer.status == 200
+    assert await answer.read() == TEXT
