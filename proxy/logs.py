@@ -215,7 +215,7 @@ class StdlibBridge(logging.Handler):
         except Exception:
             self.handleError(record)
 
-    def handleError(self, record: logging.LogRecord) -> None:  # logging's name
+    def handleError(self, record: logging.LogRecord) -> None:
         """Drop ``record`` (see the class docstring)."""
 
 

@@ -8,9 +8,9 @@ limit and 8 MiB event limit. The failures are those that kept memory before: bod
 size limit (with a length, and chunked), gzip bodies inflating to 200 MiB, bodies that are not
 the gzip they claim, an encoding the gateway does not decode, 9 MiB of invalid JSON, a request
 without a key, the upstream's bombs, whole and streamed, and an upstream that refuses
-connections. Each used to keep what it had read
-(up to 200 MiB inflated) in a reference cycle with its error's traceback, freed only by a full
-garbage collection: 80 request bombs took the process from 103 MiB to 4.7 GiB.
+connections. Each used to keep what it had read (up to 200 MiB inflated) in a reference cycle
+with its error's traceback, freed only by a full garbage collection: 80 request bombs took the
+process from 103 MiB to 4.7 GiB.
 
 The process first serves :data:`WARMUP_ROUNDS` of everything (pools, caches, the allocator's
 arenas reach their working size), then ``N`` good requests, then ``N`` failed ones, one at a
@@ -18,8 +18,9 @@ time, each bounded by :data:`REQUEST_SECONDS`; its RSS is read from ``/proc/<pid
 once nothing is in flight. Standard error holds nothing but JSON lines, and no key appears in
 anything the process wrote.
 
-The cause is checked directly too, in process: a failed request of any of these kinds leaves
-no frame of the gateway's code in cyclic garbage (what only the garbage collector would free).
+The cause is checked directly too, in process: a request of any of these kinds, or a good
+one, whole or streamed, leaves no frame and no object of the gateway's code in cyclic garbage
+(what only the garbage collector would free).
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ RSS_BOUND = 48 * MIB
 """How much more the process may hold after N failed requests than after N good ones: room for
 the allocator keeping the arenas of one request's peak (a 10 MiB body, 32 MiB inflated from an
 upstream). Before the fix, 21 request bombs alone kept 960 MiB; with the errors' tracebacks
-kept (by a stream's shared failure), 6 rounds of FAILED kept 59 MiB."""
+kept (by a stream's shared failure), 6 rounds of the failure kinds kept 59 MiB."""
 WARMUP_ROUNDS = 3
 ROUNDS = 16
-"""Rounds of every failure kind (FAILED): N = ROUNDS * len(FAILED) requests of each sort."""
+"""Rounds of every failure kind (:func:`_failed_cases`): N is ROUNDS times the number of
+kinds, for the good requests as for the failed ones."""
 REQUEST_SECONDS = 60.0
 SETTLE_SECONDS = 30.0
 CHAT = "/v1/chat/completions"
@@ -273,7 +275,7 @@ def _gateway_objects_in_cyclic_garbage() -> list[str]:
         gc.garbage.clear()
 
 
-async def test_no_failed_request_leaves_gateway_frames_in_cyclic_garbage(
+async def test_no_request_leaves_gateway_frames_or_objects_in_cyclic_garbage(
     tmp_path: Path, upstream: str
 ) -> None:
     config = tmp_path / "gateway.yaml"
