@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from proxy.canonical import ANONYMOUS, Call, Principal, Reply, Usage
 from proxy.dialects.base import Dialect
-from proxy.errors import GatewayError
+from proxy.errors import GatewayError, drop_tracebacks
 from proxy.middleware import REQUEST_ID, SERVER_HEADER
 from proxy.protocol import SERVER_NAME
 
@@ -17,11 +17,20 @@ CLIENT_CLOSED = 499  # nginx's convention for "the client went away"
 
 
 class Outcome:
-    """What one request did, for its metrics, access line and finished hooks."""
+    """What one request did, for its metrics, access line and finished hooks.
+
+    A failure is kept as its code and message (:meth:`failed`), never as the exception: an
+    exception's traceback holds the frames of the request's handler, whose locals hold this
+    outcome (and the body, the call, what the upstream sent), a reference cycle that only the
+    garbage collector's rare full passes would free. :meth:`failed` also lets go of the error's
+    traceback (:func:`~proxy.errors.drop_tracebacks`), for the places that keep the exception
+    itself.
+    """
 
     __slots__ = (
         "attempts",
-        "error",
+        "error_code",
+        "error_message",
         "model",
         "principal",
         "provider",
@@ -38,7 +47,16 @@ class Outcome:
         self.upstream_model: str | None = None
         self.attempts = 0
         self.usage: Usage | None = None
-        self.error: GatewayError | None = None
+        self.error_code: str | None = None
+        self.error_message: str | None = None
+
+    def failed(self, error: GatewayError, status: int) -> None:
+        """Record that the request ended with ``error``, answered with ``status``, and drop the
+        tracebacks of ``error``'s chain (:func:`~proxy.errors.drop_tracebacks`)."""
+        self.status = status
+        self.error_code = error.code
+        self.error_message = error.message
+        drop_tracebacks(error)
 
 
 def reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:

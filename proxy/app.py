@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from proxy.dialects import all_dialects, other_dialects
 from proxy.errors import AuthenticationFailed, GatewayError
 from proxy.ledger.journal import Journal, default_directory
 from proxy.ledger.writer import LedgerWriter
+from proxy.logs import route_stdlib_logging
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.middleware import HttpEdges, error_response, is_anthropic_request
 from proxy.response_state import ResponseState
@@ -103,6 +105,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     sampler = Sampler(lambda: read(metrics), logger=blueprint.logger)
     rollup = SpendRollup(database)
     warming: list[asyncio.Future[None]] = []  # the spend rollups' warm-up at start
+    unbridge: list[Callable[[], None]] = []  # undoes route_stdlib_logging at cleanup
 
     async def start(app: web.Application) -> None:
         snapshot = Snapshot(blueprint, on_upstream_error)
@@ -113,6 +116,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             warming.append(asyncio.ensure_future(warm_in_background(rollup, blueprint.logger)))
         await snapshot.start()
         app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
+        unbridge.append(route_stdlib_logging(lambda: app[RUNTIME].snapshot.logger))
         events.start()
         _export_readiness(metrics, snapshot)
         _install_reload_signal(app)
@@ -130,6 +134,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         await events.close()
         await state.close()
         await database.close()
+        for undo in unbridge:
+            undo()
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)

@@ -2,7 +2,8 @@
 
 Every dialect route runs the same pipeline: authenticate the request through the current
 snapshot's gate before the body is read (a client without a key costs no decoding), read the
-body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``) and
+body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``; a
+``gzip`` or ``deflate`` body inflated within the same size, :mod:`proxy.request_body`) and
 checked for nesting, decode it with the dialect, resolve the model, run the plugin chain on the
 snapshot (a Responses call inside its conversation state), and answer in the dialect — as one
 JSON body, or as an SSE stream (:func:`proxy.sse_answer.stream_answer`, which flushes chunks as
@@ -11,7 +12,9 @@ they arrive). Each request is counted in the metrics, logged as one access line 
 hooks.
 
 A failure before the first byte is an error response in the dialect's shape; after it, an
-in-band error frame and no end marker (see :mod:`proxy.sse_answer`). A client that went away
+in-band error frame and no end marker (see :mod:`proxy.sse_answer`). Either way the request's
+:class:`~proxy.answer.Outcome` keeps the error's code and message and drops its tracebacks, so
+that nothing the request read outlives it in a reference cycle. A client that went away
 counts as :data:`~proxy.answer.CLIENT_CLOSED`. :func:`dialect_handler` is the entry
 (:mod:`proxy.app` routes each dialect's paths to one); :func:`read_body` also reads the side
 routes' bodies, and :func:`with_response_state` is the Responses dialect's ``around``.
@@ -33,18 +36,13 @@ from proxy.chain import FinishedRequest
 from proxy.compat_headers import add_litellm_headers
 from proxy.config import ServerConfig
 from proxy.dialects.base import Dialect, check_json_depth
-from proxy.errors import (
-    GatewayError,
-    InternalError,
-    NoReadyDeployment,
-    PayloadTooLarge,
-    RequestTimeout,
-)
+from proxy.errors import GatewayError, InternalError, NoReadyDeployment, drop_tracebacks
 from proxy.logs import AccessLog
 from proxy.metrics import Metrics
 from proxy.middleware import REQUEST_ID, SERVER_HEADER, RequestIds
 from proxy.pricing import nanos_to_usd
 from proxy.protocol import SERVER_NAME
+from proxy.request_body import read_request_body
 from proxy.response_state import ResponseState
 from proxy.runtime import Snapshot
 from proxy.sse_answer import stream_answer
@@ -55,34 +53,11 @@ _JSON = "application/json"
 
 
 async def read_body(request: web.Request, server: ServerConfig) -> bytes:
-    """The request's JSON body, read within the server's size and time limits and checked for
-    nesting (:func:`~proxy.dialects.base.check_json_depth`) before any decoder sees it."""
-    body = await _read_bounded(request, server)
+    """The request's JSON body, read and inflated within the server's size and time limits
+    (:func:`~proxy.request_body.read_request_body`) and checked for nesting
+    (:func:`~proxy.dialects.base.check_json_depth`) before any decoder sees it."""
+    body = await read_request_body(request, server.max_body_bytes, server.body_read_timeout)
     check_json_depth(body)
-    return body
-
-
-async def _read_bounded(request: web.Request, server: ServerConfig) -> bytes:
-    """The body, within ``server``'s limits: one already received whole (the common small
-    request) is taken at once and measured; any other is refused on its ``Content-Length``
-    before it is waited for, then read under the body-read timeout."""
-    limit = server.max_body_bytes
-    content = request.content
-    if content.is_eof():  # already fully received: take it without waiting
-        body = content.read_nowait()
-    else:
-        length = request.content_length
-        if length is not None and length > limit:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-        try:
-            async with asyncio.timeout(server.body_read_timeout):
-                body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit") from None
-        except TimeoutError:
-            raise RequestTimeout("the request body was not received in time") from None
-    if len(body) > limit:  # a chunked body has no content-length to check first
-        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     return body
 
 
@@ -146,8 +121,9 @@ def dialect_handler(
                     return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
                 return _error_response(dialect, error, request_id, outcome)
-            except Exception:
+            except Exception as unexpected:
                 snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
+                drop_tracebacks(unexpected)  # logged: now nothing needs its frames
                 return _error_response(
                     dialect, InternalError("internal gateway error"), request_id, outcome
                 )
@@ -190,8 +166,7 @@ def _error_response(
     dialect: Dialect, error: GatewayError, request_id: str, outcome: Outcome
 ) -> web.Response:
     status = dialect.error_status(error)
-    outcome.status = status
-    outcome.error = error
+    outcome.failed(error, status)
     if error.provider is not None:
         outcome.provider = error.provider
         outcome.attempts = error.attempts
@@ -234,7 +209,6 @@ def _finished(
     request_id: str,
 ) -> None:
     """Tell the plugins that record every request (``finished`` hooks) what this one did."""
-    error = outcome.error
     provider = outcome.provider
     finished = FinishedRequest(
         request_id=request_id,
@@ -245,7 +219,7 @@ def _finished(
         provider=None if provider == "none" else provider,
         upstream_model=outcome.upstream_model,
         usage=outcome.usage,
-        error_code=None if error is None else error.code,
+        error_code=outcome.error_code,
         duration=time.perf_counter() - start,
         ended_at=time.time(),
         attempts=outcome.attempts,
@@ -296,8 +270,7 @@ def _access_log(
         fields["cost_source"] = call.accounting.cost_source
     if call is not None and call.accounting.cache is not None:
         fields["cache"] = call.accounting.cache
-    error = outcome.error
-    if error is not None:
-        fields["error_code"] = error.code
-        fields["error"] = error.message
+    if outcome.error_code is not None:
+        fields["error_code"] = outcome.error_code
+        fields["error"] = outcome.error_message
     access_log.write(fields)

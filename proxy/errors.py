@@ -81,6 +81,33 @@ class GatewayError(Exception):
         return headers
 
 
+def drop_tracebacks(error: BaseException) -> None:
+    """Drop the traceback of ``error`` and of every exception in its chain (``__cause__``,
+    ``__context__``, a group's members); call it once a request's failure is answered (and
+    logged, if it is: a dropped traceback cannot be formatted), or when an error is replaced by
+    the gateway's own.
+
+    A traceback holds the frames the exception went through, and they hold their locals: the
+    request's body, an upstream's buffered bytes, the object that kept the exception. An error
+    kept where one of those frames can reach it (a shared stream's failure, re-raised to each of
+    its readers; a retry's last error; a library's error kept in its own frames) is then a
+    reference cycle that only the garbage collector frees, rarely once the worker has raised
+    its thresholds (``proxy.server.tune_gc``), with megabytes behind a few objects. Without
+    the tracebacks every frame is freed by reference counting when the request ends.
+    """
+    pending = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:  # a chain may loop back on itself
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+
+
 class BadRequest(GatewayError):
     """The request is malformed or invalid (400); ``param`` names the field."""
 

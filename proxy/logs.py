@@ -11,6 +11,11 @@ skips structlog's pipeline while redacting the same way. Both write through a
 turn are gathered into one write at the end of that turn. A clean stop writes what is held
 (:meth:`LineWriter.drain`, from :meth:`proxy.runtime.Runtime.close`); a crash that kills the
 process loses at most the access lines of the turn it died in.
+
+What the libraries log through :mod:`logging` — aiohttp (``aiohttp.server``, ``aiohttp.web``,
+``aiohttp.access``, ``aiohttp.client``), asyncio, Python's warnings — goes through the same
+logger and so the same redaction (:func:`route_stdlib_logging`, which the app installs while it
+runs); nothing is printed raw to stderr by logging's last-resort handler.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any, Protocol
 
 import msgspec
@@ -34,6 +40,9 @@ _LEVELS = {
 }
 
 _PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
+_BRIDGED_LEVEL = logging.WARNING
+"""The least severe :mod:`logging` record the gateway's logger is given (libraries' info and
+debug records are chatter, and would cost a formatted line each)."""
 
 
 class TextSink(Protocol):
@@ -179,3 +188,51 @@ class AccessLog:
             self._second = second
             self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         return f"{self._stamp}.{int((now - second) * 1_000_000):06d}Z"
+
+
+class StdlibBridge(logging.Handler):
+    """A :mod:`logging` handler writing every record of level warning or above through the
+    gateway's structlog logger (``current()``, read at each record so that it follows reloads):
+    one JSON line with ``event`` (the record's message), ``logger`` (its name) and, when the
+    record carries one, the traceback, formatted and then redacted like every other value.
+
+    A record that cannot be written (its message does not format, the output is closed) is
+    dropped: logging's fallback would print it, unredacted, to stderr.
+    """
+
+    def __init__(self, current: Callable[[], structlog.typing.FilteringBoundLogger]) -> None:
+        super().__init__(_BRIDGED_LEVEL)
+        self._current = current
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write ``record`` through the current logger (see the class docstring)."""
+        try:
+            fields: dict[str, Any] = {"logger": record.name}
+            if record.exc_info:
+                fields["exc_info"] = record.exc_info
+            level = min(record.levelno // 10 * 10, logging.CRITICAL)  # a custom level: its band
+            self._current().log(level, record.getMessage(), **fields)
+        except Exception:
+            self.handleError(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """Drop ``record`` (see the class docstring)."""
+
+
+def route_stdlib_logging(
+    current: Callable[[], structlog.typing.FilteringBoundLogger],
+) -> Callable[[], None]:
+    """Send what every :mod:`logging` logger records (they all propagate to the root logger)
+    and Python's warnings (:func:`logging.captureWarnings`) through ``current()``, the
+    gateway's logger, as a :class:`StdlibBridge` on the root logger. Returns the function that
+    undoes it (removes the bridge, stops capturing warnings)."""
+    bridge = StdlibBridge(current)
+    root = logging.getLogger()
+    root.addHandler(bridge)
+    logging.captureWarnings(True)
+
+    def undo() -> None:
+        root.removeHandler(bridge)
+        logging.captureWarnings(False)
+
+    return undo

@@ -13,6 +13,10 @@ of aiohttp's version banner, as routed ones do: the routes name it in their own 
 leaves as it is, rather than through an ``on_response_prepare`` signal that every response
 would pay for. The server's request handler is :class:`~proxy.exact_routes.ExactRoutes`: the
 dialect routes without aiohttp's router walk, everything else through the app's own handler.
+Request bodies reach the routes as the client sent them: aiohttp's parser does not inflate a
+``Content-Encoding`` (it would inflate a bomb whole before any limit applied, and fail on a body
+that is not the gzip it claims inside the parser); the routes do, bounded
+(:mod:`proxy.request_body`).
 """
 
 from __future__ import annotations
@@ -51,12 +55,14 @@ def reporter(metrics: Any, logger: Callable[[], Any]) -> Rejected:
 
 class GatewayRequestHandler(ResumeWhenPaused, RequestHandler):
     """aiohttp's connection protocol with the gateway's answer for rejected requests, resuming
-    reading only when it was paused (:mod:`proxy.flow_control`)."""
+    reading only when it was paused (:mod:`proxy.flow_control`), and handing request bodies on
+    as they were sent: a content coding is undone by the routes, within the body limit
+    (:mod:`proxy.request_body`), never by aiohttp's parser."""
 
     __slots__ = ("_on_rejected",)
 
     def __init__(self, manager: web.Server, *, on_rejected: Rejected, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
+        super().__init__(manager, **{**kwargs, "auto_decompress": False})
         self._on_rejected = on_rejected
 
     def handle_error(

@@ -86,8 +86,7 @@ async def stream_answer(
                 pending.clear()
         pending.append(encoder.end())
     except GatewayError as error:
-        outcome.error = error
-        outcome.status = error.status
+        outcome.failed(error, error.status)
         pending.append(encoder.error(error))
     except ConnectionResetError:
         outcome.status = CLIENT_CLOSED
@@ -131,8 +130,7 @@ async def _stream_at_once(
                 pending.append(encoder.chunk(item))  # type: ignore[arg-type]
         pending.append(encoder.end())
     except GatewayError as error:
-        outcome.error = error
-        outcome.status = error.status
+        outcome.failed(error, error.status)
         pending.append(encoder.error(error))
     finally:
         aclose = getattr(stream, "aclose", None)

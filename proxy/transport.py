@@ -25,7 +25,7 @@ from aiohttp.streams import StreamReader
 
 from proxy.bodies import ACCEPT_ENCODING, body_reader, read_prefix, read_whole, too_large
 from proxy.canonical import Chunk, RawFrames
-from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable, drop_tracebacks
 from proxy.flow_control import ResumeWhenPaused
 from proxy.providers.base import (
     HttpProvider,
@@ -210,6 +210,11 @@ async def _chunks(
 
 
 def _raise_network_error(exc: aiohttp.ClientError, provider: str) -> NoReturn:
+    """Raise the gateway's error for aiohttp's ``exc``, whose tracebacks are dropped first:
+    aiohttp and asyncio keep a connection error in frames its traceback holds, a cycle that
+    would keep this call's frames (the request's body among their locals) until the garbage
+    collector found it (:func:`~proxy.errors.drop_tracebacks`)."""
+    drop_tracebacks(exc)
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         raise UpstreamTimeout(
             f"could not connect to provider {provider!r} in time",

@@ -131,7 +131,10 @@ class Flight:
         assert reply.stream is not None
         self._on_end = on_end
         self._state = _STREAM
-        self._reply = reply
+        # What joiners are told (the leader's provider and model), without the stream: the
+        # leader's reply is handed on with this flight's reader as its stream, and keeping it
+        # would be a cycle holding every item of the stream until the garbage collector ran.
+        self._reply = msgspec.structs.replace(reply, stream=None)
         self._stream = batched(reply.stream)
         self._readers = 1
         self._wake_joiners()

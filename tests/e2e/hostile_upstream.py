@@ -15,7 +15,8 @@ Its behaviour is chosen by the requested model name:
 - anything else: an ordinary answer (streamed when asked).
 
 Pieces are written in 64 KiB slices so that the gateway, not the test, decides when to stop
-reading; ``aborted`` counts answers whose reader went away before the end.
+reading; ``aborted`` counts answers whose reader went away before the end. The compressed
+payloads are made once per upstream (compressing 64 MiB takes a while) and sent again as made.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -79,6 +81,7 @@ class HostileUpstream:
 
     def __init__(self) -> None:
         self.aborted = 0
+        self._compressed: dict[str, bytes] = {}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1024 * 1024)
@@ -93,7 +96,7 @@ class HostileUpstream:
             status = int(model.removeprefix("leak-"))
             return web.json_response({"error": leaky_error(key)}, status=status)
         if model == "gzip-bomb":
-            payload = gzip.compress(_answer(model, BOMB_BYTES), compresslevel=9)
+            payload = self._once(model, lambda: gzip.compress(_answer(model, BOMB_BYTES), 9))
             return await self._write(request, payload, {"content-encoding": "gzip"})
         if model == "huge":
             return await self._write(request, _answer(model, HUGE_BODY_BYTES), {})
@@ -107,11 +110,17 @@ class HostileUpstream:
             endless = first + b'data: {"x": "' + b"y" * HUGE_EVENT_BYTES
             if model == "huge-event":
                 return await self._write(request, endless, _SSE)
-            compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-            payload = compressor.compress(endless) + compressor.flush(zlib.Z_SYNC_FLUSH)
+            payload = self._once(model, lambda: _gzip_unfinished(endless))
             return await self._write(request, payload, {**_SSE, "content-encoding": "gzip"})
         frames = first + _chunk(model, {}, "stop") + b"data: [DONE]\n\n"
         return await self._write(request, frames, _SSE)
+
+    def _once(self, name: str, make: Callable[[], bytes]) -> bytes:
+        """The payload ``name``, made by ``make`` the first time it is asked for."""
+        payload = self._compressed.get(name)
+        if payload is None:
+            payload = self._compressed[name] = make()
+        return payload
 
     async def _write(
         self, request: web.Request, payload: bytes, headers: dict[str, str]
@@ -129,3 +138,9 @@ class HostileUpstream:
 
 
 _SSE = {"content-type": "text/event-stream"}
+
+
+def _gzip_unfinished(data: bytes) -> bytes:
+    """``data`` gzip-compressed and flushed, without the end of the gzip stream."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)

@@ -84,19 +84,26 @@ class Served:
 
 @contextlib.contextmanager
 def serve(
-    config: Path, port: int, workers: int, logs: Path, env: dict[str, str] | None = None
+    config: Path,
+    port: int,
+    workers: int,
+    logs: Path,
+    env: dict[str, str] | None = None,
+    stderr: Path | None = None,
 ) -> Iterator[Served]:
     """Start ``crossway serve`` (with ``env`` added to the environment); yield once every
     worker listens; stop it (SIGTERM) after.
 
-    Output goes to the ``logs`` file, never to an unread pipe (which would block the gateway
-    once it had logged a pipe's worth)."""
-    with logs.open("wb") as sink:
+    Output goes to the ``logs`` file (standard error too, unless ``stderr`` names a file of its
+    own), never to an unread pipe (which would block the gateway once it had logged a pipe's
+    worth)."""
+    with logs.open("wb") as sink, contextlib.ExitStack() as files:
+        errors = sink if stderr is None else files.enter_context(stderr.open("wb"))
         process = subprocess.Popen(
             [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
             cwd=REPO,
             stdout=sink,
-            stderr=subprocess.STDOUT,
+            stderr=errors,
             env={**os.environ, **(env or {})},
         )
     served = Served(f"http://127.0.0.1:{port}", config, process, logs)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
+import warnings
 from datetime import UTC, datetime
+from typing import Any
 
-from proxy.logs import AccessLog, LineWriter, make_logger
+from proxy.logs import AccessLog, LineWriter, make_logger, route_stdlib_logging
 from proxy.redact import Redactor
 
 _SECRET = "provider-secret-value-1234"
@@ -91,3 +94,57 @@ def test_above_info_no_access_line_is_written():
     access.write({"request_id": "quiet"})
     assert not access.enabled
     assert stream.getvalue() == ""
+
+
+def _raise_with(text: str) -> BaseException:
+    try:
+        raise ValueError(text)
+    except ValueError as exc:
+        return exc
+
+
+def test_stdlib_records_become_redacted_json_lines_with_their_logger_and_traceback():
+    stream = io.StringIO()
+    undo = route_stdlib_logging(lambda: make_logger(Redactor([_SECRET]), stream=stream))
+    try:
+        error = _raise_with(f"payload quoted {_SECRET}")
+        logging.getLogger("aiohttp.server").error("Unhandled exception", exc_info=error)
+        logging.getLogger("asyncio").warning("task said %s", _SECRET)
+        logging.getLogger("aiohttp.access").info("chatter below warning is not bridged")
+    finally:
+        undo()
+    server, loop = _lines(stream)
+    assert (server["logger"], server["event"], server["level"]) == (
+        "aiohttp.server",
+        "Unhandled exception",
+        "error",
+    )
+    assert "ValueError: payload quoted [REDACTED]" in server["exception"]
+    assert (loop["logger"], loop["event"]) == ("asyncio", "task said [REDACTED]")
+    assert _SECRET not in stream.getvalue()
+
+
+def test_warnings_are_bridged_while_routed_and_undo_removes_the_bridge():
+    stream = io.StringIO()
+    undo = route_stdlib_logging(lambda: make_logger(Redactor([_SECRET]), stream=stream))
+    try:
+        warnings.warn(f"careless {_SECRET}", UserWarning, stacklevel=1)
+    finally:
+        undo()
+    (line,) = _lines(stream)
+    assert line["logger"] == "py.warnings"
+    assert "careless [REDACTED]" in line["event"]
+    logging.getLogger("aiohttp.server").error("after undo")
+    assert len(_lines(stream)) == 1
+
+
+def test_a_record_that_cannot_be_written_is_dropped_not_printed(capsys):
+    def broken() -> Any:
+        raise RuntimeError("the output is closed")
+
+    undo = route_stdlib_logging(broken)
+    try:
+        logging.getLogger("aiohttp.server").error("lost, %s", "quietly")
+    finally:
+        undo()
+    assert capsys.readouterr().err == ""

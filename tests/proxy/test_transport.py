@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
 import json
+import socket
+import types
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 
@@ -426,3 +429,36 @@ async def test_a_stream_closed_early_drops_its_connection_so_the_upstream_stops(
         assert not disconnected.is_set()
         await stream.aclose()
         await asyncio.wait_for(disconnected.wait(), timeout=10)
+
+
+async def test_a_refused_connection_leaves_none_of_the_calls_frames_in_cyclic_garbage():
+    """aiohttp and asyncio keep a connection error in frames its own traceback holds; the
+    transport drops those tracebacks, so the call's frames (with the request's body among
+    their locals) are freed as soon as the error is, not by a later garbage collection."""
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        provider = OpenAIProvider(
+            "up", OpenAIConfig(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY)
+        )
+        transport = HttpTransport({"up": provider})
+        request = provider.build_request(make_call(), "gpt")
+        gc.collect()
+        gc.disable()
+        try:
+            with pytest.raises(UpstreamUnavailable):
+                await transport.request(provider, request)
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            frames = [
+                thing.f_code.co_qualname
+                for thing in gc.garbage
+                if isinstance(thing, types.FrameType)
+                and thing.f_code.co_filename.endswith("proxy/transport.py")
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+            await transport.close()
+    assert frames == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import msgspec
@@ -310,3 +311,27 @@ async def test_frames_the_array_decoder_cannot_read_are_parsed_by_their_provider
     answer = f.answer()
     assert answer is not None
     assert answer.choices[0].message.content == "ax"
+
+
+async def test_a_streamed_flight_is_freed_without_the_garbage_collector() -> None:
+    # The cache plugin hands the leader's reader on as the reply's stream: the flight keeping
+    # that reply would be a cycle holding every item of the stream.
+    gc.collect()
+    gc.disable()
+    try:
+        f = flight()
+        upstream = FakeStream()
+        reply = Reply(provider="p", model="m", stream=upstream)  # type: ignore[arg-type]
+        reply.stream = f.start_stream(reply, Ends())
+        upstream.push(chunk("a"), chunk(finish="stop"))
+        upstream.end()
+        assert texts(await drain(reply.stream)) == "a"
+        del f, reply
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        kept = [type(thing).__name__ for thing in gc.garbage if type(thing) in (Flight, Reply)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == []

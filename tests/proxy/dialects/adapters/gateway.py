@@ -54,10 +54,13 @@ async def serve(tmp_path: Path, config: str = MOCK_PROVIDERS) -> AsyncIterator[s
         await runner.cleanup()
 
 
-async def post(url: str, path: str, body: dict[str, Any] | bytes) -> Answer:
-    """POST ``body`` (JSON-encoded unless already bytes) and read the whole answer."""
+async def post(
+    url: str, path: str, body: dict[str, Any] | bytes, headers: Mapping[str, str] | None = None
+) -> Answer:
+    """POST ``body`` (JSON-encoded unless already bytes), with ``headers`` added, and read the
+    whole answer."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": "application/json", **(headers or {})}
     async with (
         aiohttp.ClientSession() as session,
         session.post(url + path, data=data, headers=headers) as response,
