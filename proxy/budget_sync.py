@@ -3,7 +3,9 @@ that starts to have a budget.
 
 The live counters (:mod:`proxy.budgets`) count only the spend of scopes that have a budget. On
 start they are rebuilt from the ledger (keys and teams, and the :data:`REBUILD_USERS` most
-recent end users, over the last :data:`REBUILD_DAYS` days and ever). A scope seen spending
+recent end users, over the last :data:`REBUILD_DAYS` days and ever), once the journal an earlier
+run left is replayed into the database (:meth:`~proxy.ledger.writer.LedgerWriter.catch_up`), so
+that what clients were charged while the database was down counts too. A scope seen spending
 without a budget is remembered (:meth:`CounterSync.uncounted`); when it is later seen with one,
 its counters are re-read from the ledger in the background (:meth:`CounterSync.check`) — what
 it spent meanwhile was not counted — while requests go on against what the counters held.
@@ -83,13 +85,16 @@ class CounterSync:
                 task.add_done_callback(self._tasks.discard)
 
     async def rebuild(self) -> None:
-        """Seed the counters from the ledger (only those the store does not hold yet)."""
+        """Seed the counters from the ledger (only those the store does not hold yet), its
+        journal replayed first."""
         if self._database is None:
             return
         now = self._counters.clock()
         since = datetime.fromtimestamp(now, UTC) - timedelta(days=REBUILD_DAYS)
         try:
             async with asyncio.timeout(REBUILD_TIMEOUT):
+                if self._ledger is not None:
+                    await self._ledger.catch_up()
                 repository = SpendRepository(self._database)
                 days = await repository.day_sums(since, REBUILD_USERS)
                 totals = await repository.lifetime_sums()

@@ -61,6 +61,23 @@ async def test_the_counters_are_rebuilt_from_the_ledger_once(database: Database,
     assert await store.get(f"crossway:spend:team:t:{today}") == b"7"
 
 
+async def test_the_rebuild_counts_what_an_earlier_run_left_in_the_journal(
+    database: Database, tmp_path: Path
+):
+    # Charged while the database was down, journaled, the process restarted: the journal is
+    # replayed before the counters are read back, so the rebuilt budget is what was charged.
+    await SpendRepository(database).write([spent("k1", None, 300)])
+    earlier = Journal(tmp_path / "j")
+    earlier.append([spent("k1", None, 200), spent("k1", None, 50)])
+    earlier.release()
+    store = MemoryStore(time.time)
+    await sync(database, tmp_path, store, []).rebuild()
+    today = f"d{int(time.time() // 86_400)}"
+    assert await store.get(f"crossway:spend:key:k1:{today}") == b"550"
+    assert await store.get("crossway:spend:key:k1:all") == b"550"
+    assert list((tmp_path / "j").glob("ledger-*.jsonl")) == []
+
+
 async def test_a_scope_that_spent_uncounted_is_reread_once_it_has_a_budget(
     database: Database, tmp_path: Path
 ):
