@@ -8,23 +8,32 @@ that created it (``Principal.key_id``; None for an anonymous caller): a lookup n
 and a record of another owner is treated as missing, so that no caller can learn whether another
 key's response exists.
 
-Records expire ``ttl`` seconds after they are written and are bounded in number and bytes: when a
-write would pass either bound, the oldest records are evicted first. A record larger than the
-byte bound by itself is not stored (``put`` says so). The memory store is per process: with
-several workers a response is found only by the worker that stored it (the database store,
-which the embedded database makes possible, lifts that).
+Records expire ``ttl`` seconds after they are written and are bounded in number and bytes twice:
+per owner (``max_entries_per_owner``, ``max_bytes_per_owner``) and in all (``max_entries``,
+``max_bytes``), so that one key cannot push another's conversations out. A write first drops
+expired records; then, while the writer's own bound would be passed, the writer's oldest
+records; then, while the store's bound would be passed, the oldest record of the *heaviest*
+owner (:func:`heaviest`: the most entries, or bytes when only the byte bound is passed; the
+writer counted with its new record and chosen on a tie). So a key at its own bound evicts only
+its own records, and a full store never takes a record from an owner holding less than the
+writer will. Records without an owner (no ``auth`` plugin: every caller is the same anonymous
+one, so there are no tenants to keep apart) have only the store's bound. A record larger than a
+byte bound it is subject to by itself is not stored (``put`` says so). The memory store is per
+process: with several workers a response is found only by the worker that stored it (the
+database store, which the embedded database makes possible, lifts that).
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from msgspec import Struct
 
 Clock = Callable[[], float]
+Owner = str | None
 
 
 class StoredResponse(Struct, frozen=True):
@@ -48,7 +57,8 @@ class ResponseStore(Protocol):
     not be stored is still answered)."""
 
     async def put(self, response_id: str, record: StoredResponse) -> bool:
-        """Store ``record`` (replacing one of the same id); False if it is too large to keep."""
+        """Store ``record`` (replacing one of the same id), evicting as the module docstring
+        says; False if it is too large to keep."""
         ...
 
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
@@ -60,9 +70,38 @@ class ResponseStore(Protocol):
         ...
 
 
+def heaviest(
+    holdings: Iterable[tuple[Owner, int, int]], writer: Owner, size: int, by_bytes: bool
+) -> Owner:
+    """The owner whose oldest record goes when the whole store is full, among ``holdings``
+    (``(owner, entries, bytes)`` of every owner holding a record): the one with the most
+    entries, or bytes when ``by_bytes``, ``writer`` counted with the record of ``size`` bytes it
+    writes and chosen on a tie — so no owner loses a record to a writer that will hold less."""
+
+    def weight(holding: tuple[Owner, int, int]) -> tuple[int, bool]:
+        owner, entries, held = holding
+        mine = owner == writer
+        if by_bytes:
+            return held + size * mine, mine
+        return entries + mine, mine
+
+    return max(holdings, key=weight)[0]
+
+
+class _Holding:
+    """One owner's records in the memory store: their ids, oldest first, and their bytes."""
+
+    __slots__ = ("bytes", "ids")
+
+    def __init__(self) -> None:
+        self.ids: dict[str, None] = {}
+        self.bytes = 0
+
+
 class MemoryResponseStore:
     """The in-process :class:`ResponseStore`: insertion-ordered, expired lazily on reads and
-    from the oldest end on writes. Not thread-safe: use it from one event loop."""
+    from the oldest end on writes. Not thread-safe: use it from one event loop. A per-owner
+    bound left None is the store's."""
 
     def __init__(
         self,
@@ -70,15 +109,19 @@ class MemoryResponseStore:
         ttl: float,
         max_entries: int,
         max_bytes: int,
+        max_entries_per_owner: int | None = None,
+        max_bytes_per_owner: int | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
-        if ttl <= 0 or max_entries < 1 or max_bytes < 1:
-            raise ValueError("ttl, max_entries and max_bytes must be positive")
         self._ttl = ttl
         self._max_entries = max_entries
         self._max_bytes = max_bytes
+        self._owner_entries, self._owner_bytes = owner_bounds(
+            ttl, max_entries, max_bytes, max_entries_per_owner, max_bytes_per_owner
+        )
         self._clock = clock
         self._records: OrderedDict[str, tuple[StoredResponse, float]] = OrderedDict()
+        self._owners: dict[Owner, _Holding] = {}
         self._bytes = 0
 
     @property
@@ -93,17 +136,22 @@ class MemoryResponseStore:
     async def put(self, response_id: str, record: StoredResponse) -> bool:
         """See :meth:`ResponseStore.put`."""
         size = record.size
-        if size > self._max_bytes:
+        owner = record.owner
+        if size > self._max_bytes or (owner is not None and size > self._owner_bytes):
             return False
         self._drop(response_id)
         now = self._clock()
         self._expire(now)
-        while self._records and (
-            len(self._records) >= self._max_entries or self._bytes + size > self._max_bytes
-        ):
-            self._drop(next(iter(self._records)))
+        if owner is not None:
+            self._within_owner(owner, size)
+        self._within_store(owner, size)
         self._records[response_id] = (record, now + self._ttl)
         self._bytes += size
+        holding = self._owners.get(owner)
+        if holding is None:
+            holding = self._owners[owner] = _Holding()
+        holding.ids[response_id] = None
+        holding.bytes += size
         return True
 
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
@@ -124,10 +172,35 @@ class MemoryResponseStore:
         self._drop(response_id)
         return True
 
+    def _within_owner(self, owner: str, size: int) -> None:
+        """Drop ``owner``'s oldest records until one more of ``size`` bytes fits its bound."""
+        holding = self._owners.get(owner)
+        while holding is not None and holding.ids:
+            if len(holding.ids) < self._owner_entries and holding.bytes + size <= self._owner_bytes:
+                return
+            self._drop(next(iter(holding.ids)))
+
+    def _within_store(self, owner: Owner, size: int) -> None:
+        """Drop the heaviest owners' oldest records until one more of ``size`` bytes, written
+        by ``owner``, fits the store's bound (O(owners) per record dropped)."""
+        while self._records:
+            by_bytes = len(self._records) < self._max_entries
+            if by_bytes and self._bytes + size <= self._max_bytes:
+                return
+            holdings = ((o, len(h.ids), h.bytes) for o, h in self._owners.items())
+            self._drop(next(iter(self._owners[heaviest(holdings, owner, size, by_bytes)].ids)))
+
     def _drop(self, response_id: str) -> None:
         entry = self._records.pop(response_id, None)
-        if entry is not None:
-            self._bytes -= entry[0].size
+        if entry is None:
+            return
+        record = entry[0]
+        self._bytes -= record.size
+        holding = self._owners[record.owner]
+        del holding.ids[response_id]
+        holding.bytes -= record.size
+        if not holding.ids:
+            del self._owners[record.owner]
 
     def _expire(self, now: float) -> None:
         """Drop expired records from the oldest end (they expire in insertion order)."""
@@ -137,3 +210,19 @@ class MemoryResponseStore:
             if expires > now:
                 return
             self._drop(response_id)
+
+
+def owner_bounds(
+    ttl: float,
+    max_entries: int,
+    max_bytes: int,
+    max_entries_per_owner: int | None,
+    max_bytes_per_owner: int | None,
+) -> tuple[int, int]:
+    """The per-owner entry and byte bounds (None: the store's). Raises :class:`ValueError`
+    unless ``ttl`` and every bound are positive."""
+    entries = max_entries if max_entries_per_owner is None else max_entries_per_owner
+    held = max_bytes if max_bytes_per_owner is None else max_bytes_per_owner
+    if ttl <= 0 or min(max_entries, max_bytes, entries, held) < 1:
+        raise ValueError("ttl, max_entries and max_bytes (per owner too) must be positive")
+    return entries, held
