@@ -86,15 +86,17 @@ class CounterSync:
 
     async def rebuild(self) -> None:
         """Seed the counters from the ledger (only those the store does not hold yet), its
-        journal replayed first."""
+        journal replayed first. A replay that fails or takes longer than
+        :data:`REBUILD_TIMEOUT` is logged and the counters are rebuilt from what the database
+        holds (the rest is replayed in the background, uncounted)."""
         if self._database is None:
             return
+        if self._ledger is not None:
+            await self._catch_up(self._ledger)
         now = self._counters.clock()
         since = datetime.fromtimestamp(now, UTC) - timedelta(days=REBUILD_DAYS)
         try:
             async with asyncio.timeout(REBUILD_TIMEOUT):
-                if self._ledger is not None:
-                    await self._ledger.catch_up()
                 repository = SpendRepository(self._database)
                 days = await repository.day_sums(since, REBUILD_USERS)
                 totals = await repository.lifetime_sums()
@@ -110,6 +112,16 @@ class CounterSync:
             self._unavailable()
             return
         self._logger.info("budget_counters_rebuilt", counters=written)
+
+    async def _catch_up(self, ledger: LedgerWriter) -> None:
+        """Replay the journal an earlier run left, within :data:`REBUILD_TIMEOUT`."""
+        try:
+            async with asyncio.timeout(REBUILD_TIMEOUT):
+                await ledger.catch_up()
+        except Exception as exc:
+            self._logger.warning(
+                "budget_rebuild_before_journal_replayed", reason=f"{type(exc).__name__}: {exc}"
+            )
 
     def close(self) -> None:
         """Stop the re-reads in progress."""

@@ -78,6 +78,26 @@ async def test_the_rebuild_counts_what_an_earlier_run_left_in_the_journal(
     assert list((tmp_path / "j").glob("ledger-*.jsonl")) == []
 
 
+async def test_a_journal_that_cannot_be_replayed_leaves_the_rebuild_to_the_database(
+    database: Database, tmp_path: Path
+):
+    class Unreadable:
+        async def catch_up(self) -> None:
+            raise PermissionError("the journal directory cannot be read")
+
+    await SpendRepository(database).write([spent("k1", None, 300)])
+    store = MemoryStore(time.time)
+    counters = SpendCounters(store)
+    logger = structlog.get_logger()
+    ledger: Any = Unreadable()
+    counter_sync = CounterSync(counters, ledger, database, logger, lambda s, i: 0, list)
+    with structlog.testing.capture_logs() as logs:
+        await counter_sync.rebuild()
+    assert await store.get("crossway:spend:key:k1:all") == b"300"
+    events = [entry["event"] for entry in logs]
+    assert events == ["budget_rebuild_before_journal_replayed", "budget_counters_rebuilt"]
+
+
 async def test_a_scope_that_spent_uncounted_is_reread_once_it_has_a_budget(
     database: Database, tmp_path: Path
 ):
