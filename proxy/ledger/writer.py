@@ -243,7 +243,7 @@ class LedgerWriter:
         try:
             stored = await self._store(batch)
         except BaseException:
-            self._hold(batch)
+            self._put_back(batch)
             raise
         if not stored:
             self._hold(batch)
@@ -278,11 +278,15 @@ class LedgerWriter:
         self._catch_up = True
         return True
 
-    def _hold(self, batch: list[SpendRecord]) -> None:
-        """Put ``batch``, which nothing took, back at the front of the queue (one warning per
-        outage)."""
+    def _put_back(self, batch: list[SpendRecord]) -> None:
+        """Put ``batch`` back at the front of the queue."""
         self._queue[:0] = batch
         self._pending.inc(len(batch))
+
+    def _hold(self, batch: list[SpendRecord]) -> None:
+        """Put ``batch``, which nothing took, back at the front of the queue; the task pauses
+        an ``interval`` before each retry (one warning per outage)."""
+        self._put_back(batch)
         if not self._holding:
             self._holding = True
             self.logger.warning(
