@@ -13,7 +13,7 @@ per owner (``max_entries_per_owner``, ``max_bytes_per_owner``) and in all (``max
 ``max_bytes``), so that one key cannot push another's conversations out. A write first drops
 expired records; then, while the writer's own bound would be passed, the writer's oldest
 records; then, while the store's bound would be passed, the oldest record of the *heaviest*
-owner (:func:`heaviest`: the most entries, or bytes when only the byte bound is passed; the
+owner (:func:`victim`: the most entries, or bytes when only the byte bound is passed; the
 writer counted with its new record and chosen on a tie). So a key at its own bound evicts only
 its own records, and a full store never takes a record from an owner holding less than the
 writer will. Records without an owner (no ``auth`` plugin: every caller is the same anonymous
@@ -25,9 +25,11 @@ database store, which the embedded database makes possible, lifts that).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 from msgspec import Struct
@@ -70,22 +72,50 @@ class ResponseStore(Protocol):
         ...
 
 
-def heaviest(
-    holdings: Iterable[tuple[Owner, int, int]], writer: Owner, size: int, by_bytes: bool
-) -> Owner:
-    """The owner whose oldest record goes when the whole store is full, among ``holdings``
-    (``(owner, entries, bytes)`` of every owner holding a record): the one with the most
-    entries, or bytes when ``by_bytes``, ``writer`` counted with the record of ``size`` bytes it
-    writes and chosen on a tie — so no owner loses a record to a writer that will hold less."""
+def victim(heaviest: tuple[Owner, int], writer: Owner, mine: int, adding: int) -> Owner:
+    """The owner whose oldest record goes when the whole store is full: ``heaviest`` (an owner
+    holding the most entries, or bytes, and that weight), unless ``writer``, which holds
+    ``mine`` and adds ``adding``, would then weigh as much (it goes first on a tie) — so no
+    owner loses a record to a writer that will hold less."""
+    if mine and mine + adding >= heaviest[1]:
+        return writer
+    return heaviest[0]
 
-    def weight(holding: tuple[Owner, int, int]) -> tuple[int, bool]:
-        owner, entries, held = holding
-        mine = owner == writer
-        if by_bytes:
-            return held + size * mine, mine
-        return entries + mine, mine
 
-    return max(holdings, key=weight)[0]
+class _Ranking:
+    """Owners by one weight (entries or bytes), the heaviest found in amortised O(log owners):
+    a max-heap gets an entry on every change, entries no longer true are skipped when met, and
+    the heap is rebuilt once they outnumber the true ones."""
+
+    __slots__ = ("_heap", "_order", "_weights")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Owner]] = []
+        self._weights: dict[Owner, int] = {}
+        self._order = itertools.count()  # ties never compare owners (None among them)
+
+    def weight(self, owner: Owner) -> int:
+        """``owner``'s weight (0 when it holds nothing)."""
+        return self._weights.get(owner, 0)
+
+    def set(self, owner: Owner, weight: int) -> None:
+        """``owner`` now weighs ``weight`` (0: it holds nothing)."""
+        if not weight:
+            self._weights.pop(owner, None)
+            return
+        self._weights[owner] = weight
+        heapq.heappush(self._heap, (-weight, next(self._order), owner))
+        if len(self._heap) > 2 * len(self._weights) + 64:
+            self._heap = [(-w, next(self._order), o) for o, w in self._weights.items()]
+            heapq.heapify(self._heap)
+
+    def heaviest(self) -> tuple[Owner, int]:
+        """An owner of the greatest weight, and that weight; raises :class:`IndexError` when
+        no owner holds anything."""
+        heap, weights = self._heap, self._weights
+        while weights.get(heap[0][2]) != -heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][2], -heap[0][0]
 
 
 class _Holding:
@@ -122,6 +152,8 @@ class MemoryResponseStore:
         self._clock = clock
         self._records: OrderedDict[str, tuple[StoredResponse, float]] = OrderedDict()
         self._owners: dict[Owner, _Holding] = {}
+        self._by_entries = _Ranking()
+        self._by_bytes = _Ranking()
         self._bytes = 0
 
     @property
@@ -152,6 +184,7 @@ class MemoryResponseStore:
             holding = self._owners[owner] = _Holding()
         holding.ids[response_id] = None
         holding.bytes += size
+        self._rank(owner, holding)
         return True
 
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
@@ -182,13 +215,20 @@ class MemoryResponseStore:
 
     def _within_store(self, owner: Owner, size: int) -> None:
         """Drop the heaviest owners' oldest records until one more of ``size`` bytes, written
-        by ``owner``, fits the store's bound (O(owners) per record dropped)."""
+        by ``owner``, fits the store's bound (O(log owners) per record dropped)."""
         while self._records:
-            by_bytes = len(self._records) < self._max_entries
-            if by_bytes and self._bytes + size <= self._max_bytes:
+            if len(self._records) >= self._max_entries:
+                ranking, adding = self._by_entries, 1
+            elif self._bytes + size > self._max_bytes:
+                ranking, adding = self._by_bytes, size
+            else:
                 return
-            holdings = ((o, len(h.ids), h.bytes) for o, h in self._owners.items())
-            self._drop(next(iter(self._owners[heaviest(holdings, owner, size, by_bytes)].ids)))
+            chosen = victim(ranking.heaviest(), owner, ranking.weight(owner), adding)
+            self._drop(next(iter(self._owners[chosen].ids)))
+
+    def _rank(self, owner: Owner, holding: _Holding) -> None:
+        self._by_entries.set(owner, len(holding.ids))
+        self._by_bytes.set(owner, holding.bytes)
 
     def _drop(self, response_id: str) -> None:
         entry = self._records.pop(response_id, None)
@@ -199,6 +239,7 @@ class MemoryResponseStore:
         holding = self._owners[record.owner]
         del holding.ids[response_id]
         holding.bytes -= record.size
+        self._rank(record.owner, holding)
         if not holding.ids:
             del self._owners[record.owner]
 

@@ -14,7 +14,6 @@ cannot be stored).
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.db import Database
 from proxy.db.schema import responses
-from proxy.response_store import Owner, StoredResponse, heaviest, owner_bounds
+from proxy.response_store import Owner, StoredResponse, owner_bounds, victim
 
 Clock = Callable[[], float]
 
@@ -121,30 +120,32 @@ class DatabaseResponseStore:
         await _delete(connection, doomed)
 
     async def _within_store(self, connection: AsyncConnection, owner: Owner, size: int) -> None:
-        """Delete the heaviest owners' oldest records until one more of ``size`` bytes, written
-        by ``owner``, fits the store's bounds."""
+        """Delete the heaviest owners' oldest records, one at a time, until one more of
+        ``size`` bytes, written by ``owner``, fits the store's bounds (the heaviest owner is
+        found by the database: one grouped query per record deleted)."""
         count, total = await _totals(connection, sa.true())
-        if count < self._max_entries and total + size <= self._max_bytes:
-            return
-        per_owner = sa.select(
-            responses.c.owner, sa.func.count(), sa.func.coalesce(sa.func.sum(responses.c.size), 0)
-        ).group_by(responses.c.owner)
-        holdings = {o: [n, int(b)] for o, n, b in await connection.execute(per_owner)}
-        oldest: dict[Owner, deque[Any]] = {}
-        doomed: list[str] = []
         while count >= self._max_entries or total + size > self._max_bytes:
-            by_bytes = count < self._max_entries
-            candidates = ((o, n, b) for o, (n, b) in holdings.items() if n)
-            victim = heaviest(candidates, owner, size, by_bytes)
-            if victim not in oldest:
-                oldest[victim] = deque(await _oldest(connection, _owned_by(victim)))
-            response_id, record_size = oldest[victim].popleft()
-            doomed.append(response_id)
+            by_entries = count >= self._max_entries
+            mine = await _totals(connection, _owned_by(owner))
+            weight = sa.func.count() if by_entries else sa.func.sum(responses.c.size)
+            heaviest = (
+                await connection.execute(
+                    sa.select(responses.c.owner, weight)
+                    .group_by(responses.c.owner)
+                    .order_by(weight.desc())
+                    .limit(1)
+                )
+            ).one()
+            chosen = victim(
+                (heaviest[0], int(heaviest[1])),
+                owner,
+                mine[0] if by_entries else mine[1],
+                1 if by_entries else size,
+            )
+            ((response_id, record_size),) = await _oldest(connection, _owned_by(chosen), 1)
+            await _delete(connection, [response_id])
             count -= 1
             total -= record_size
-            holdings[victim][0] -= 1
-            holdings[victim][1] -= record_size
-        await _delete(connection, doomed)
 
 
 def _owned_by(owner: Owner) -> sa.ColumnElement[bool]:
@@ -158,11 +159,13 @@ async def _totals(connection: AsyncConnection, where: sa.ColumnElement[bool]) ->
     return int(count), int(total)
 
 
-async def _oldest(connection: AsyncConnection, where: sa.ColumnElement[bool]) -> list[Any]:
-    """``(id, size)`` of the records ``where`` covers, oldest first."""
+async def _oldest(
+    connection: AsyncConnection, where: sa.ColumnElement[bool], limit: int | None = None
+) -> list[Any]:
+    """``(id, size)`` of the records ``where`` covers, oldest first (at most ``limit``)."""
     query = sa.select(responses.c.id, responses.c.size).where(where)
-    rows = await connection.execute(query.order_by(responses.c.created_at, responses.c.id))
-    return list(rows)
+    query = query.order_by(responses.c.created_at, responses.c.id).limit(limit)
+    return list(await connection.execute(query))
 
 
 async def _delete(connection: AsyncConnection, ids: list[str]) -> None:

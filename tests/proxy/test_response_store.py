@@ -4,6 +4,7 @@ a real SQLite file)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -232,6 +233,47 @@ async def test_a_full_store_takes_from_the_heaviest_owner_by_bytes(make: Make) -
     assert await responses.get("resp_b0", "key-b") is None
     assert await responses.get("resp_a0", "key-a") is not None
     assert await responses.get("resp_c0", "key-c") is not None
+
+
+async def test_no_write_takes_from_an_owner_lighter_than_the_writer(make: Make) -> None:
+    # 300 seeded writes of eight keys into a store smaller than their sum: after each, every
+    # bound holds, and a key other than the writer lost records only if it held at least as
+    # many entries, or bytes, as the writer then does.
+    clock = Clock()
+    responses = make(
+        clock,
+        ttl=10_000,  # nothing expires: every loss is an eviction
+        max_entries=40,
+        max_bytes=4000,
+        max_entries_per_owner=12,
+        max_bytes_per_owner=1500,
+    )
+    rng = random.Random(36)
+    live: dict[str, tuple[str, int]] = {}
+    for step in range(300):
+        owner, size = f"key-{rng.randrange(8)}", rng.randrange(20, 200)
+        before = holdings(live)
+        assert await responses.put(f"resp_{step}", record(owner=owner, size=size))
+        clock.now += 1
+        live[f"resp_{step}"] = (owner, size)
+        live = {rid: held for rid, held in live.items() if await responses.get(rid, held[0])}
+        after = holdings(live)
+        assert len(live) <= 40
+        assert sum(size for _, size in live.values()) <= 4000
+        assert all(n <= 12 and held <= 1500 for n, held in after.values())
+        mine = after.get(owner, (0, 0))
+        for other, (n, held) in before.items():
+            if other != owner and after.get(other, (0, 0))[0] < n:
+                assert n >= mine[0] or held >= mine[1], (step, other, before[other], mine)
+
+
+def holdings(live: dict[str, tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """Entries and bytes per owner of ``live`` (id -> (owner, size))."""
+    per_owner: dict[str, tuple[int, int]] = {}
+    for owner, size in live.values():
+        n, held = per_owner.get(owner, (0, 0))
+        per_owner[owner] = (n + 1, held + size)
+    return per_owner
 
 
 async def test_anonymous_records_have_only_the_stores_bound(make: Make) -> None:
