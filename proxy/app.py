@@ -190,10 +190,19 @@ def _response_store(
     """Where stored responses go (``responses.store``; ``auto`` follows ``uses_database``)."""
     if config.store == "database" or (config.store == "auto" and uses_database):
         return DatabaseResponseStore(
-            database, ttl=config.ttl, max_entries=config.max_entries, max_bytes=config.max_bytes
+            database,
+            ttl=config.ttl,
+            max_entries=config.max_entries,
+            max_bytes=config.max_bytes,
+            max_entries_per_owner=config.max_entries_per_owner,
+            max_bytes_per_owner=config.max_bytes_per_owner,
         )
     return MemoryResponseStore(
-        ttl=config.ttl, max_entries=config.max_entries, max_bytes=config.max_bytes
+        ttl=config.ttl,
+        max_entries=config.max_entries,
+        max_bytes=config.max_bytes,
+        max_entries_per_owner=config.max_entries_per_owner,
+        max_bytes_per_owner=config.max_bytes_per_owner,
     )
 
 

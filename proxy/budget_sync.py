@@ -3,7 +3,9 @@ that starts to have a budget.
 
 The live counters (:mod:`proxy.budgets`) count only the spend of scopes that have a budget. On
 start they are rebuilt from the ledger (keys and teams, and the :data:`REBUILD_USERS` most
-recent end users, over the last :data:`REBUILD_DAYS` days and ever). A scope seen spending
+recent end users, over the last :data:`REBUILD_DAYS` days and ever), once the journal an earlier
+run left is replayed into the database (:meth:`~proxy.ledger.writer.LedgerWriter.catch_up`), so
+that what clients were charged while the database was down counts too. A scope seen spending
 without a budget is remembered (:meth:`CounterSync.uncounted`); when it is later seen with one,
 its counters are re-read from the ledger in the background (:meth:`CounterSync.check`) — what
 it spent meanwhile was not counted — while requests go on against what the counters held.
@@ -83,9 +85,14 @@ class CounterSync:
                 task.add_done_callback(self._tasks.discard)
 
     async def rebuild(self) -> None:
-        """Seed the counters from the ledger (only those the store does not hold yet)."""
+        """Seed the counters from the ledger (only those the store does not hold yet), its
+        journal replayed first. A replay that fails or takes longer than
+        :data:`REBUILD_TIMEOUT` is logged and the counters are rebuilt from what the database
+        holds (the rest is replayed in the background, uncounted)."""
         if self._database is None:
             return
+        if self._ledger is not None:
+            await self._catch_up(self._ledger)
         now = self._counters.clock()
         since = datetime.fromtimestamp(now, UTC) - timedelta(days=REBUILD_DAYS)
         try:
@@ -105,6 +112,16 @@ class CounterSync:
             self._unavailable()
             return
         self._logger.info("budget_counters_rebuilt", counters=written)
+
+    async def _catch_up(self, ledger: LedgerWriter) -> None:
+        """Replay the journal an earlier run left, within :data:`REBUILD_TIMEOUT`."""
+        try:
+            async with asyncio.timeout(REBUILD_TIMEOUT):
+                await ledger.catch_up()
+        except Exception as exc:
+            self._logger.warning(
+                "budget_rebuild_before_journal_replayed", reason=f"{type(exc).__name__}: {exc}"
+            )
 
     def close(self) -> None:
         """Stop the re-reads in progress."""

@@ -101,15 +101,19 @@ class MetricsConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 class ResponsesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """Stored Responses-API responses (``store: true``): kept ``ttl`` seconds (30 days), at most
-    ``max_entries`` of them and ``max_bytes`` in all (the oldest go first). ``store`` says where:
-    ``database`` (the gateway's database: durable, shared by workers and instances),
-    ``memory`` (per process, lost on restart), or ``auto``: the database when the gateway uses
-    it anyway (the ``auth`` plugin is on, or a master key is set), else memory."""
+    ``max_entries`` of them and ``max_bytes`` in all, and at most ``max_entries_per_owner``
+    and ``max_bytes_per_owner`` of one key (a tenth of the store's entries, an eighth of its
+    bytes), so that one key cannot push another's out (eviction: :mod:`proxy.response_store`).
+    ``store`` says where: ``database`` (the gateway's database: durable, shared by workers and
+    instances), ``memory`` (per process, lost on restart), or ``auto``: the database when the
+    gateway uses it anyway (the ``auth`` plugin is on, or a master key is set), else memory."""
 
     store: Literal["auto", "memory", "database"] = "auto"
     ttl: PositiveSeconds = 30 * 24 * 3600.0
     max_entries: Annotated[int, Meta(ge=1)] = 10_000
     max_bytes: Annotated[int, Meta(ge=1024)] = 64 * 1024 * 1024
+    max_entries_per_owner: Annotated[int, Meta(ge=1)] = 1_000
+    max_bytes_per_owner: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
 
 
 class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):

@@ -454,8 +454,8 @@ class Metrics:
         )
         self.ledger_dropped = self._counter(
             "crossway_ledger_dropped",
-            "Spend records lost: the queue was full with the journal failing, or unreadable"
-            " journal lines.",
+            "Spend records lost: arriving at a full queue (max_queue records waiting), unreadable"
+            " journal lines, or at shutdown neither the database nor the journal taking them.",
             [],
         )
         # Series that alerts watch with increase() exist from the start, at 0.

@@ -8,8 +8,13 @@ migrate once: a file lock beside a SQLite file, an advisory lock on PostgreSQL.
 
 SQLite files are created with mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the same
 mode), in WAL mode so that readers never wait for the writer, with a 5 s busy timeout so that
-the CLI writing beside a running gateway waits instead of failing. SQL is SQLAlchemy Core with
-bound parameters only; the repositories (``keys``, ``teams``, …) each own one table group.
+the CLI writing beside a running gateway waits instead of failing. A SQLite file deleted or
+replaced under the running process is noticed (connections opened earlier would go on writing to
+the old file, and what they wrote would be lost): while the path has no file, :meth:`Database.
+connect` fails instead of creating an empty one; once a file is there again, the connections to
+the old one are closed and new ones open it; a transaction during which the file changed is
+reported failed. SQL is SQLAlchemy Core with bound parameters only; the repositories (``keys``,
+``teams``, …) each own one table group.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class Database:
             self._path = Path(parsed.database)
         self._engine: AsyncEngine | None = None
         self._opening = asyncio.Lock()
+        self._file: tuple[int, int] | None = None  # the SQLite file the pool has open
 
     @property
     def description(self) -> str:
@@ -112,6 +118,7 @@ class Database:
                     f"cannot open the database {self.description}: {type(exc).__name__}: {exc}"
                 ) from None
             self._engine = engine
+            self._file = _identity(self._path)
 
     async def close(self) -> None:
         """Close every pooled connection (idempotent)."""
@@ -121,9 +128,34 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
-        """A connection in a transaction, committed when the block ends without an error."""
-        async with self.engine.begin() as connection:
+        """A connection in a transaction, committed when the block ends without an error.
+
+        For SQLite, raises :class:`DatabaseError` when the file is missing (creating none), and
+        after the block when the file was deleted or replaced while it ran (what it wrote may
+        be in the old file only); connections to a file no longer at the path are closed first.
+        """
+        engine = self.engine
+        if self._path is None:
+            async with engine.begin() as connection:
+                yield connection
+            return
+        await self._follow_file(engine)
+        async with engine.begin() as connection:
             yield connection
+        if _identity(self._path) != self._file:
+            raise DatabaseError(
+                f"the database file {self._path} was deleted or replaced during a transaction"
+            )
+
+    async def _follow_file(self, engine: AsyncEngine) -> None:
+        """Close the pool's connections when the file at the path is not the one they have
+        open; raise :class:`DatabaseError` while there is none."""
+        current = _identity(self._path)
+        if current != self._file:
+            self._file = current
+            await engine.dispose()
+        if current is None:
+            raise DatabaseError(f"the database file {self._path} is missing")
 
     def _create_engine(self) -> AsyncEngine:
         if self._path is None:
@@ -161,6 +193,18 @@ class Database:
             yield
         finally:
             os.close(descriptor)  # releases the lock
+
+
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """The device and inode of the file at ``path``; None when there is none (or it cannot be
+    looked at)."""
+    if path is None:
+        return None
+    try:
+        status = os.stat(path)
+    except OSError:  # gone, or its directory is
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _create_private_file(path: Path) -> None:

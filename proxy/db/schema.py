@@ -178,4 +178,5 @@ responses = sa.Table(
     sa.Column("size", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False, index=True),
     sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
+    sa.Index("ix_responses_owner", "owner", "created_at"),
 )

@@ -51,16 +51,26 @@ class Journal:
         self._path: Path | None = None
 
     def append(self, records: Sequence[SpendRecord]) -> None:
-        """Append ``records`` durably. Raises :class:`OSError` when the file cannot be written."""
+        """Append ``records`` durably. Raises :class:`OSError` when the file cannot be written
+        (or synced): then what this append wrote is cut off again where the truncation
+        succeeds, and the file is released, so that the caller's retry starts a new file
+        instead of continuing a torn line."""
         if not records:
             return
         data = b"".join(_ENCODER.encode(record) + b"\n" for record in records)
         fd = self._open()
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            self.release()
+            raise
 
     def release(self) -> None:
         """Stop appending to the current file (the next append starts a new one)."""

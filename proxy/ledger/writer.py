@@ -10,15 +10,25 @@ seconds every batch goes straight to the journal; then the next batch tries the 
 again. Once a batch reaches the database, journal files are replayed — one batch per round,
 interleaved with new records so that catching up never starves them — and deleted.
 
-Nothing is dropped silently. The queue holds at most ``max_queue`` records; beyond that (the
-database and the disk both failing) records are dropped, logged and counted in
-``crossway_ledger_dropped_total``, as are journal lines that cannot be read back.
-``crossway_ledger_pending`` is what this process has not yet written to the database: queued,
-journaled since its last replay, and the lines of the journal files it is replaying (counted
-anew each time it claims files, since a file one worker journaled may be replayed by
-another); ``crossway_ledger_journaled_total`` counts records that went to the journal.
-:meth:`close` (on SIGTERM, after in-flight requests finished) writes what is queued: to the
-database if it answers in time, else to the journal.
+A batch that neither takes (the database failing and the journal's directory unwritable, or
+its disk full) is not dropped: it goes back to the front of the queue and waits in memory.
+Every ``interval`` the journal is tried again, and the database once ``retry_after`` has
+passed, until one of them takes it; so is a batch whose write was interrupted (a flush
+cancelled with its request). The queue holds at most ``max_queue`` records (a batch put back
+may pass that by at most ``batch_size``): a record that finds it full is dropped, logged and
+counted in ``crossway_ledger_dropped_total`` — the only loss while the process runs. Two more
+are counted there: journal lines that cannot be read back (the torn last line of a process
+killed mid-append), and what neither the database nor the journal takes at :meth:`close`, after
+one last attempt at each.
+
+``crossway_ledger_pending`` is what this process has not yet written to the database: queued
+(held records included), journaled since its last replay, and the lines of the journal files it
+is replaying (counted anew each time it claims files, since a file one worker journaled may be
+replayed by another); ``crossway_ledger_journaled_total`` counts records that went to the
+journal. :meth:`catch_up` replays the journal an earlier run left before the task starts, so
+that the budget counters rebuilt at start-up from the database count it. :meth:`close` (on
+SIGTERM, after in-flight requests finished) writes what is queued: to the database if it answers
+in time, else to the journal.
 """
 
 from __future__ import annotations
@@ -82,25 +92,29 @@ class LedgerWriter:
         self._replay_batches: Any = None
         self._catch_up = True  # journal files from earlier runs are replayed once it answers
         self._journaled_pending = 0
+        self._journal_error = ""  # why the journal last refused a batch
+        self._holding = False  # a batch nothing took waits in the queue
         self._pending = metrics.ledger_pending()
         self._journaled = metrics.ledger_journaled()
         self._dropped = metrics.ledger_dropped()
 
     @property
     def pending(self) -> int:
-        """Records not yet in the database: queued, and journaled but not replayed."""
+        """Records not yet in the database: queued (held ones included), and journaled but not
+        replayed."""
         return len(self._queue) + self._journaled_pending
 
     def record(self, record: SpendRecord) -> None:
         """Queue ``record`` for the database (never blocks, never raises; once closed, the
-        record goes to the journal at once)."""
+        record goes to the journal at once). Dropped, counted, only when ``max_queue`` records
+        wait already."""
         queue = self._queue
         queued = len(queue)
         if queued >= self._max_queue or self._closing:
             if self._closing:
                 self._late(record)
             else:
-                self._drop(1, "the ledger queue is full: the database and the journal are failing")
+                self._drop(1, f"the ledger queue is full: {queued} records wait for a place")
             return
         queue.append(record)
         self._pending.inc()
@@ -115,20 +129,40 @@ class LedgerWriter:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def flush(self) -> None:
-        """Write everything queued now (to the database, or the journal), then return."""
+        """Write everything queued now, each batch to the database or else the journal, then
+        return. A batch neither takes goes back to the queue (the task retries it) and ends the
+        flush early: a flush never waits for an outage to end."""
         while self._queue:
-            await self._write(self._take())
+            if not await self._write():
+                return
+
+    async def catch_up(self) -> None:
+        """Replay the journal files no live writer holds into the database now (at start-up,
+        before the task runs: the budget counters are rebuilt from the database next). Returns
+        once they are replayed, or at the first batch the database does not take (the task
+        replays the rest once it answers); interrupted, it leaves every file to replay again.
+        Does nothing once the task runs."""
+        if self._task is not None or self._closing:
+            return
+        try:
+            await self._replay_step()
+            while self._replaying:
+                await self._replay_step()
+        except BaseException:
+            self._stop_replay()
+            raise
 
     async def close(self) -> None:
         """Stop the task and write what is queued (database if it answers in time, else the
-        journal). Idempotent."""
+        journal; what neither takes then gets one last attempt at the database, and is dropped,
+        counted, if that fails too). Idempotent."""
         self._closing = True
         task, self._task = self._task, None
         if task is not None:
             self._wake.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.flush()
+        await self._drain()
         self._stop_replay()
         straggler = self._straggler
         if straggler is not None and not straggler.done():
@@ -139,8 +173,8 @@ class LedgerWriter:
         while not self._closing:
             try:
                 await self._wait()
-                if self._queue:
-                    await self._write(self._take())
+                if self._queue and not await self._write():
+                    continue
                 if self._usable() and (self._catch_up or self._replaying):
                     await self._replay_step()
             except Exception:  # a bug or an unexpected I/O error must not stop the ledger
@@ -151,7 +185,11 @@ class LedgerWriter:
     async def _wait(self) -> None:
         """Until a batch is full, ``interval`` has passed since the first record waiting (or
         since a catch-up became due), or closing; idle (nothing queued, nothing to replay)
-        until a record arrives; no wait while a replay has more to do."""
+        until a record arrives; no wait while a replay has more to do. While records are held
+        (nothing took the last batch), ``interval`` however many records arrive."""
+        if self._holding:
+            await self._pause()
+            return
         if self._ready() or (self._replaying and self._usable()):
             return
         wake = self._wake
@@ -167,17 +205,30 @@ class LedgerWriter:
             except TimeoutError:
                 return
 
+    async def _pause(self) -> None:
+        """Wait ``interval`` (however many records arrive meanwhile), or until closing."""
+        deadline = asyncio.get_running_loop().time() + self._interval
+        wake = self._wake
+        while not self._closing:
+            wake.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await wake.wait()
+            except TimeoutError:
+                return
+
     def _ready(self) -> bool:
         """Whether to write without waiting longer: a full batch, or closing."""
         return self._closing or len(self._queue) >= self._batch_size
 
-    def _take(self) -> list[SpendRecord]:
+    def _take(self, limit: int) -> list[SpendRecord]:
+        """At most ``limit`` records from the front of the queue."""
         queue = self._queue
-        if len(queue) <= self._batch_size:
+        if len(queue) <= limit:
             batch, self._queue = queue, []
         else:  # a backlog: a batch from its front (a memmove of the rest)
-            batch = queue[: self._batch_size]
-            del queue[: self._batch_size]
+            batch = queue[:limit]
+            del queue[:limit]
         self._pending.dec(len(batch))
         return batch
 
@@ -185,18 +236,82 @@ class LedgerWriter:
         straggler = self._straggler
         return self._clock() >= self._down_until and (straggler is None or straggler.done())
 
-    async def _write(self, batch: list[SpendRecord]) -> None:
+    async def _write(self) -> bool:
+        """Write a batch from the queue's front; whether the database or the journal took it.
+        A batch neither took, or whose write was interrupted, goes back to the front."""
+        batch = self._take(self._batch_size)
+        try:
+            stored = await self._store(batch)
+        except BaseException:
+            self._put_back(batch)
+            raise
+        if not stored:
+            self._hold(batch)
+        elif self._holding:
+            self._holding = False
+            self.logger.info("ledger_held_records_stored", waiting=len(self._queue))
+        return stored
+
+    async def _store(self, batch: list[SpendRecord]) -> bool:
+        """Whether the database (tried unless it failed within ``retry_after``) or else the
+        journal took ``batch``."""
         if self._usable() and await self._to_database(batch):
-            return
+            return True
+        return self._to_journal(batch)
+
+    def _append(self, batch: Sequence[SpendRecord]) -> bool:
+        """Whether the journal took ``batch`` (durably; counted as journaled)."""
         try:
             self._journal.append(batch)
         except OSError as exc:
-            self._drop(len(batch), f"the ledger journal cannot be written: {exc.strerror}")
-            return
+            self._journal_error = f"{type(exc).__name__}: {exc.strerror or exc}"
+            return False
         self._journaled.inc(len(batch))
+        return True
+
+    def _to_journal(self, batch: Sequence[SpendRecord]) -> bool:
+        """Whether the journal took ``batch``, now pending replay."""
+        if not self._append(batch):
+            return False
         self._journaled_pending += len(batch)
         self._pending.inc(len(batch))
         self._catch_up = True
+        return True
+
+    def _put_back(self, batch: list[SpendRecord]) -> None:
+        """Put ``batch`` back at the front of the queue."""
+        self._queue[:0] = batch
+        self._pending.inc(len(batch))
+
+    def _hold(self, batch: list[SpendRecord]) -> None:
+        """Put ``batch``, which nothing took, back at the front of the queue; the task pauses
+        an ``interval`` before each retry (one warning per outage)."""
+        self._put_back(batch)
+        if not self._holding:
+            self._holding = True
+            self.logger.warning(
+                "ledger_records_held",
+                reason=f"the journal cannot be written: {self._journal_error}",
+                journal=str(self._journal.directory),
+                waiting=len(self._queue),
+                retry_in_s=self._interval,
+            )
+
+    async def _drain(self) -> None:
+        """At close: write the queue a batch at a time (database if usable, else journal); at
+        the first batch neither takes, the rest get one last attempt at the database together
+        and are dropped, counted, if it fails too."""
+        while self._queue:
+            if await self._write():
+                continue
+            rest = self._take(len(self._queue))
+            if not await self._to_database(rest):
+                self._drop(
+                    len(rest),
+                    f"closing, and neither the database nor the journal takes records"
+                    f" (journal: {self._journal_error})",
+                )
+            return
 
     async def _to_database(self, batch: Sequence[SpendRecord]) -> bool:
         """Whether ``batch`` reached the database within ``write_timeout``."""
@@ -268,12 +383,12 @@ class LedgerWriter:
         self._catch_up = True
 
     def _late(self, record: SpendRecord) -> None:
-        try:
-            self._journal.append([record])
-        except OSError as exc:
-            self._drop(1, f"the ledger journal cannot be written: {exc.strerror}")
-            return
-        self._journaled.inc()
+        """A record after :meth:`close` (a request that finished late): the journal, else
+        dropped, counted (nothing would retry it)."""
+        if not self._append([record]):
+            self._drop(
+                1, f"closed, and the ledger journal cannot be written: {self._journal_error}"
+            )
 
     def _drop(self, count: int, reason: str) -> None:
         self._dropped.inc(count)

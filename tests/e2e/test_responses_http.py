@@ -247,3 +247,50 @@ async def test_auto_stores_in_the_database_when_the_gateway_demands_keys(
     with sqlite3.connect(database) as connection:
         rows = connection.execute("SELECT id, owner FROM responses").fetchall()
     assert rows == [(created.json()["id"], "key-a")]
+
+
+def bounded_config(upstream_url: str, database: Path, store: str) -> str:
+    return f"""\
+server: {{access_log: false}}
+database: {{url: "sqlite:///{database}"}}
+responses: {{store: {store}, ttl: 3600, max_entries: 4, max_entries_per_owner: 3}}
+providers:
+  up:
+    type: openai
+    base_url: "{upstream_url}/v1"
+    api_key: "{UPSTREAM_KEY}"
+plugins:
+  - plugin: tests.e2e.key_plugin:HeaderKey
+"""
+
+
+@pytest.mark.parametrize("store", ["memory", "database"])
+async def test_one_key_filling_the_store_does_not_evict_another_keys_conversation(
+    store: str, tmp_path: Path, upstream: tuple[FakeOpenAI, str]
+) -> None:
+    # Issue 36, item 11: the store's bounds were global only, so one key's writes pushed
+    # another's conversations out. key-b writes six responses (its bound is 3), key-c one more
+    # into the full store (4): key-b's oldest go, never key-a's.
+    fake, upstream_url = upstream
+    config = bounded_config(upstream_url, tmp_path / "crossway.db", store)
+    async with serve(tmp_path, config) as url:
+        gateway = Gateway(url, fake)
+        first = await gateway.create(key="key-a", input="Weather in Paris?")
+        assert first.status == 200, first.body
+        flood = [await gateway.create(key="key-b", input=f"Noise {i}") for i in range(6)]
+        assert [answer.status for answer in flood] == [200] * 6
+        assert (await gateway.create(key="key-c", input="Hello")).status == 200
+        chained = await gateway.create(
+            key="key-a", input="And Rome?", previous_response_id=first.json()["id"]
+        )
+        assert chained.status == 200, chained.body
+        assert [m["content"] for m in fake.requests[-1]["messages"]] == [
+            "Weather in Paris?",
+            ANSWER,
+            "And Rome?",
+        ]
+        kept = [
+            (await gateway.stored("GET", answer.json()["id"], key="key-b")).status
+            for answer in flood
+        ]
+        assert kept == [404] * 4 + [200] * 2  # its bound of 3, less one for key-c

@@ -61,6 +61,43 @@ async def test_the_counters_are_rebuilt_from_the_ledger_once(database: Database,
     assert await store.get(f"crossway:spend:team:t:{today}") == b"7"
 
 
+async def test_the_rebuild_counts_what_an_earlier_run_left_in_the_journal(
+    database: Database, tmp_path: Path
+):
+    # Charged while the database was down, journaled, the process restarted: the journal is
+    # replayed before the counters are read back, so the rebuilt budget is what was charged.
+    await SpendRepository(database).write([spent("k1", None, 300)])
+    earlier = Journal(tmp_path / "j")
+    earlier.append([spent("k1", None, 200), spent("k1", None, 50)])
+    earlier.release()
+    store = MemoryStore(time.time)
+    await sync(database, tmp_path, store, []).rebuild()
+    today = f"d{int(time.time() // 86_400)}"
+    assert await store.get(f"crossway:spend:key:k1:{today}") == b"550"
+    assert await store.get("crossway:spend:key:k1:all") == b"550"
+    assert list((tmp_path / "j").glob("ledger-*.jsonl")) == []
+
+
+async def test_a_journal_that_cannot_be_replayed_leaves_the_rebuild_to_the_database(
+    database: Database, tmp_path: Path
+):
+    class Unreadable:
+        async def catch_up(self) -> None:
+            raise PermissionError("the journal directory cannot be read")
+
+    await SpendRepository(database).write([spent("k1", None, 300)])
+    store = MemoryStore(time.time)
+    counters = SpendCounters(store)
+    logger = structlog.get_logger()
+    ledger: Any = Unreadable()
+    counter_sync = CounterSync(counters, ledger, database, logger, lambda s, i: 0, list)
+    with structlog.testing.capture_logs() as logs:
+        await counter_sync.rebuild()
+    assert await store.get("crossway:spend:key:k1:all") == b"300"
+    events = [entry["event"] for entry in logs]
+    assert events == ["budget_rebuild_before_journal_replayed", "budget_counters_rebuilt"]
+
+
 async def test_a_scope_that_spent_uncounted_is_reread_once_it_has_a_budget(
     database: Database, tmp_path: Path
 ):

@@ -91,13 +91,21 @@ def test_empty_file_is_the_default_config():
 
 def test_the_responses_section_defaults_and_bounds():
     assert parse_config("", {}).responses == ResponsesConfig(
-        ttl=30 * 24 * 3600, max_entries=10_000, max_bytes=64 * 1024 * 1024
+        ttl=30 * 24 * 3600,
+        max_entries=10_000,
+        max_bytes=64 * 1024 * 1024,
+        max_entries_per_owner=1_000,
+        max_bytes_per_owner=8 * 1024 * 1024,
     )
     config = parse_config("responses: {ttl: 60, max_entries: 5, max_bytes: 4096}", {})
     assert config.responses == ResponsesConfig(ttl=60, max_entries=5, max_bytes=4096)
     assert errors_of("responses: {ttl: 0}")[0].startswith("$.responses.ttl: ")
     assert errors_of("responses: {max_entries: 0}")[0].startswith("$.responses.max_entries: ")
     assert errors_of("responses: {max_bytes: 10}")[0].startswith("$.responses.max_bytes: ")
+    per_owner = "responses: {max_entries_per_owner: 0}"
+    assert errors_of(per_owner)[0].startswith("$.responses.max_entries_per_owner: ")
+    per_owner = "responses: {max_bytes_per_owner: 10}"
+    assert errors_of(per_owner)[0].startswith("$.responses.max_bytes_per_owner: ")
     assert "tll" in errors_of("responses: {tll: 5}")[0]
 
 

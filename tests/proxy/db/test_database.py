@@ -6,7 +6,9 @@ advisory lock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sqlite3
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,7 +79,7 @@ async def test_a_new_file_is_private_in_wal_mode_and_migrated(tmp_path: Path):
             ).scalar()
             await connection.execute(sa.text("SELECT id FROM keys"))  # the table exists
         assert journal == "wal"
-        assert version == "0004"  # the newest migration
+        assert version == "0005"  # the newest migration
         for name in os.listdir(tmp_path / "data"):  # -wal, -shm, .lock: all private
             assert mode(tmp_path / "data" / name) == 0o600, name
     finally:
@@ -138,6 +140,65 @@ async def test_a_file_that_cannot_be_created_is_a_clear_error(tmp_path: Path):
     db = Database(f"sqlite:///{tmp_path}/file/crossway.db")
     with pytest.raises(DatabaseError, match="cannot create the database file"):
         await db.open()
+
+
+def backup(source: Path, target: Path) -> None:
+    """A consistent copy of the SQLite database ``source`` (as an operator's backup is)."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as original,
+        contextlib.closing(sqlite3.connect(target)) as copy,
+    ):
+        original.backup(copy)
+
+
+def key_ids(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return [row[0] for row in connection.execute("SELECT id FROM keys ORDER BY id")]
+
+
+async def test_a_deleted_file_fails_writes_until_it_is_restored(tmp_path: Path):
+    # Connections opened earlier would write on into the deleted file (in WAL mode SQLite lets
+    # them): every such write would be lost. Instead they fail, and nothing creates an empty
+    # database in its place; once a file is back, writes go to it.
+    path = tmp_path / "data" / "crossway.db"
+    db = Database(f"sqlite:///{path}")
+    await db.open()
+    repository = KeyRepository(db)
+    try:
+        await repository.insert(key("key_1"), "a" * 64)
+        backup(path, tmp_path / "backup.db")
+        for name in ("crossway.db", "crossway.db-wal", "crossway.db-shm"):
+            (path.parent / name).unlink(missing_ok=True)
+        with pytest.raises(DatabaseError, match="is missing"):
+            await repository.insert(key("key_2"), "b" * 64)
+        assert not path.exists()
+        (tmp_path / "backup.db").rename(path)  # restored
+        await repository.insert(key("key_3"), "c" * 64)
+    finally:
+        await db.close()
+    assert key_ids(path) == ["key_1", "key_3"]
+
+
+async def test_a_transaction_the_file_was_replaced_under_is_reported_failed(tmp_path: Path):
+    path = tmp_path / "data" / "crossway.db"
+    db = Database(f"sqlite:///{path}")
+    await db.open()
+    repository = KeyRepository(db)
+    try:
+        await repository.insert(key("key_1"), "a" * 64)
+        backup(path, tmp_path / "backup.db")
+
+        async def read_while_replaced() -> None:
+            async with db.connect() as connection:
+                await connection.execute(sa.text("SELECT count(*) FROM keys"))
+                os.replace(tmp_path / "backup.db", path)  # meanwhile
+
+        with pytest.raises(DatabaseError, match="deleted or replaced during a transaction"):
+            await read_while_replaced()
+        await repository.insert(key("key_2"), "b" * 64)  # into the file now at the path
+    finally:
+        await db.close()
+    assert key_ids(path) == ["key_1", "key_2"]
 
 
 async def test_keys_round_trip_with_their_team(database: Database):

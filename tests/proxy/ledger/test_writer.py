@@ -4,13 +4,16 @@ its replay without duplicates, close, and every loss counted."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 import structlog
+import structlog.testing
 
 from proxy.ledger.journal import Journal
 from proxy.ledger.records import RecordIds, SpendRecord
@@ -318,17 +321,181 @@ async def test_a_full_queue_drops_loudly_never_silently(tmp_path: Path) -> None:
     assert len(h.database.rows) == 5
 
 
-async def test_a_journal_that_cannot_be_written_drops_loudly(tmp_path: Path) -> None:
-    blocked = tmp_path / "not-a-dir"
-    blocked.write_text("")
+def block(directory: Path) -> None:
+    """Make ``directory`` impossible to create or write, as root too: a file takes its path."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    directory.write_text("")
+
+
+def unblock(directory: Path) -> None:
+    directory.unlink()
+
+
+async def test_records_neither_the_database_nor_the_journal_takes_wait_in_memory(
+    tmp_path: Path,
+) -> None:
+    # Item 4 of issue 36: a failed journal write dropped the batch, though the queue was far
+    # below its bound. The records wait, and the journal takes them once it can.
     h = Harness(tmp_path)
-    h.writer = LedgerWriter(
-        h.database, Journal(blocked / "journal"), h.metrics, structlog.get_logger(), clock=h.clock
-    )
     h.database.mode = "down"
-    h.writer.record(record())
+    block(h.journal_dir)
+    sent = [record(i) for i in range(700)]
+    with structlog.testing.capture_logs() as logs:
+        for r in sent:
+            h.writer.record(r)
+        await until(lambda: h.database.attempts >= 1 and h.writer._holding)
+        await h.writer.flush()  # an admin read flushing meanwhile returns, keeping them
+    assert h.metric("crossway_ledger_dropped_total") == 0
+    assert h.writer.pending == 700
+    assert h.metric("crossway_ledger_pending") == 700
+    (held,) = [entry for entry in logs if entry["event"] == "ledger_records_held"]
+    assert "NotADirectoryError" in held["reason"] or "FileExistsError" in held["reason"]
+    unblock(h.journal_dir)  # the disk is writable again: the next retry journals them
+    await until(lambda: h.metric("crossway_ledger_journaled_total") == 700)
+    h.database.mode = "ok"
+    h.clock.advance(5.0)
+    await until(lambda: len(h.database.rows) == 700 and h.journal_files() == [])
+    assert set(h.database.rows) == {r.id for r in sent}
+    assert h.writer.pending == 0
     await h.writer.close()
-    assert h.metric("crossway_ledger_dropped_total") == 1
+    assert h.metric("crossway_ledger_dropped_total") == 0
+
+
+async def test_held_records_go_to_the_database_when_it_is_back_first(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.database.mode = "down"
+    block(h.journal_dir)
+    first = [record(i) for i in range(30)]
+    for r in first:
+        h.writer.record(r)
+    await until(lambda: h.writer._holding)
+    h.database.mode = "ok"
+    h.writer.record(late := record(99))
+    h.clock.advance(5.0)  # retry_after passed: the database is tried before the journal
+    await until(lambda: len(h.database.rows) == 31)
+    assert set(h.database.rows) == {r.id for r in [*first, late]}
+    assert h.metric("crossway_ledger_journaled_total") == 0
+    assert h.writer.pending == 0
+    await h.writer.close()
+    assert h.metric("crossway_ledger_dropped_total") == 0
+
+
+async def test_only_records_past_max_queue_are_dropped(tmp_path: Path) -> None:
+    h = Harness(tmp_path, max_queue=10, batch_size=4)
+    h.database.mode = "down"
+    block(h.journal_dir)
+    sent = [record(i) for i in range(10)]
+    for r in sent:
+        h.writer.record(r)
+    await until(lambda: h.writer._holding)
+    assert h.metric("crossway_ledger_dropped_total") == 0
+    for i in range(3):  # the queue is full: these are the overflow
+        h.writer.record(record(100 + i))
+    assert h.metric("crossway_ledger_dropped_total") == 3
+    unblock(h.journal_dir)
+    h.database.mode = "ok"
+    h.clock.advance(5.0)
+    await until(lambda: len(h.database.rows) == 10 and h.journal_files() == [])
+    assert set(h.database.rows) == {r.id for r in sent}
+    await h.writer.close()
+    assert h.metric("crossway_ledger_dropped_total") == 3
+
+
+async def test_a_journal_write_that_fails_halfway_leaves_no_torn_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness(tmp_path)
+    h.database.mode = "down"
+    h.writer.record(first := record(1))
+    await until(lambda: h.metric("crossway_ledger_journaled_total") == 1)
+    real_write = os.write
+    full = [True]
+
+    def write(fd: int, data: bytes) -> int:
+        """Half a journal append reaches the file, then the disk is full (once)."""
+        if full[0] and bytes(data[:6]) == b'{"id":':
+            full[0] = False
+            real_write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    h.writer.record(second := record(2))
+    await until(lambda: h.metric("crossway_ledger_journaled_total") == 2)
+    files = h.journal_files()
+    assert len(files) == 2, "the retry starts a new file"
+    assert sorted(path.read_bytes().count(b"\n") for path in files) == [1, 1]
+    assert all(path.read_bytes().endswith(b"\n") for path in files)  # the half line cut off
+    h.database.mode = "ok"
+    h.clock.advance(5.0)
+    await until(lambda: len(h.database.rows) == 2 and h.journal_files() == [])
+    assert set(h.database.rows) == {first.id, second.id}
+    assert h.metric("crossway_ledger_dropped_total") == 0  # no unreadable line
+    await h.writer.close()
+
+
+async def test_a_flush_interrupted_mid_write_keeps_its_batch(tmp_path: Path) -> None:
+    h = Harness(tmp_path, interval=60.0, write_timeout=30.0)
+    h.database.mode = "slow"
+    h.writer.record(kept := record(1))
+    flush = asyncio.ensure_future(h.writer.flush())
+    await until(lambda: h.database.attempts == 1)
+    flush.cancel()  # the admin request that flushed went away
+    with pytest.raises(asyncio.CancelledError):
+        await flush
+    assert h.writer.pending == 1
+    h.database.mode = "ok"
+    h.database.slow.set()
+    await h.writer.close()
+    assert kept.id in h.database.rows
+    assert h.metric("crossway_ledger_dropped_total") == 0
+
+
+async def test_catch_up_replays_an_earlier_runs_journal_before_the_task_starts(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    earlier = Journal(h.journal_dir)
+    left = [record(i) for i in range(1200)]
+    earlier.append(left)
+    earlier.release()
+    await h.writer.catch_up()
+    assert set(h.database.rows) == {r.id for r in left}
+    assert h.journal_files() == []
+    assert h.writer.pending == 0
+    await h.writer.close()
+
+
+async def test_catch_up_leaves_the_journal_when_the_database_is_down(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    earlier = Journal(h.journal_dir)
+    earlier.append(left := [record(i) for i in range(3)])
+    earlier.release()
+    h.database.mode = "down"
+    await h.writer.catch_up()
+    assert h.database.rows == {}
+    (path,) = h.journal_files()
+    assert claimable(path)  # given up, for the task to replay later
+    h.database.mode = "ok"
+    h.clock.advance(5.0)
+    h.writer.start()
+    await until(lambda: len(h.database.rows) == 3 and h.journal_files() == [])
+    assert set(h.database.rows) == {r.id for r in left}
+    await h.writer.close()
+
+
+async def test_at_close_what_nothing_takes_is_dropped_loudly(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.database.mode = "down"
+    block(h.journal_dir)
+    h.writer.record(record(1))
+    h.writer.record(record(2))
+    with structlog.testing.capture_logs() as logs:
+        await h.writer.close()
+    assert h.metric("crossway_ledger_dropped_total") == 2
+    (dropped,) = [entry for entry in logs if entry["event"] == "ledger_records_dropped"]
+    assert dropped["records"] == 2
+    assert "closing" in dropped["reason"]
 
 
 def test_ledger_ids_are_unique_across_writers() -> None:
