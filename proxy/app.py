@@ -44,7 +44,7 @@ from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.middleware import HttpEdges, error_response, is_anthropic_request
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore, ResponseStore
-from proxy.runtime import Loader, Runtime, Snapshot
+from proxy.runtime import WEAKENINGS, Loader, ReloadRefused, Runtime, Snapshot
 from proxy.side_routes import SideRoutes
 from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState
@@ -65,6 +65,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     except DatabaseError as exc:
         raise ConfigError([str(exc)]) from None
     metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
+    for reason in WEAKENINGS:  # watched by alerts: every series exists from the start, at 0
+        metrics.config_reload_refused(reason)
     state = SharedState(config.state, metrics)  # like `database`, as the process started
     journal = config.database.journal_dir
     ledger = LedgerWriter(
@@ -192,11 +194,24 @@ def _response_store(
 
 
 def reload_runtime(app: web.Application) -> bool:
-    """Reload the config file; on error keep serving the old one. Returns whether it worked."""
+    """Reload the config file; on error keep serving the old one. Returns whether it worked.
+
+    A config weaker than the serving one (:func:`proxy.runtime.weakenings`) is refused unless
+    the serving one allows it: logged (``config_reload_refused``, with its reasons), counted as
+    an error and by reason. One it allows is logged as a warning naming what it dropped.
+    """
     runtime, metrics = app[RUNTIME], app[METRICS]
     path = str(runtime.loader.config_path)
     try:
         snapshot = runtime.reload()
+    except ReloadRefused as refused:
+        metrics.config_reloads("error").inc()
+        for reason in refused.reasons:
+            metrics.config_reload_refused(reason).inc()
+        runtime.snapshot.logger.error(
+            "config_reload_refused", path=path, reasons=list(refused.reasons), errors=refused.errors
+        )
+        return False
     except ConfigError as exc:
         metrics.config_reloads("error").inc()
         runtime.snapshot.logger.error("config_reload_failed", path=path, errors=exc.errors)
@@ -207,7 +222,10 @@ def reload_runtime(app: web.Application) -> bool:
         return False
     metrics.config_reloads("ok").inc()
     _export_readiness(metrics, snapshot)
-    snapshot.logger.info("config_reloaded", path=path)
+    if snapshot.weakened:
+        snapshot.logger.warning("config_reloaded", path=path, weakened=list(snapshot.weakened))
+    else:
+        snapshot.logger.info("config_reloaded", path=path)
     runtime.starting = asyncio.ensure_future(snapshot.start())  # plugins' start() hooks
     return True
 
