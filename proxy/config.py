@@ -74,8 +74,9 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     body (a slow client gets 408). ``client_idle_timeout`` seconds a client connection may go
     without a whole request head: idle between keep-alive requests, or trickling a head (a
     slow-header client is disconnected). ``shutdown_timeout`` seconds in-flight requests get to
-    finish on SIGTERM. ``access_log`` one JSON line per request on stdout. ``cors`` lets
-    browser pages of the listed origins call the gateway (off when absent).
+    finish on SIGTERM; those still running then end with 503 ``server_shutting_down``, in-band
+    in a stream (:mod:`proxy.drain`). ``access_log`` one JSON line per request on stdout.
+    ``cors`` lets browser pages of the listed origins call the gateway (off when absent).
     ``require_auth_for_metrics`` makes ``/metrics`` demand the master key (Bearer).
     ``allow_weaker_reload`` lets a reload swap in a config weaker than this one (one that demands
     no key, or has no master key, no providers or no model aliases where this one has them); it
