@@ -85,15 +85,16 @@ async def _open_stream(
     return response, await response.content.readany()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 async def test_sigterm_ends_the_streams_in_flight_within_the_timeout(
-    tmp_path: Path, upstream: tuple[FakeOpenAI, str]
+    tmp_path: Path, upstream: tuple[FakeOpenAI, str], workers: int
 ) -> None:
+    # With two workers the supervisor forwards the signal; each worker drains its own requests.
     fake, upstream_url = upstream
     port = free_port()
     config = tmp_path / "gateway.yaml"
-    config.write_text(
-        full_chain_config(tmp_path, upstream_url, f"port: {port}, shutdown_timeout: {TIMEOUT}")
-    )
+    server = f"port: {port}, workers: {workers}, shutdown_timeout: {TIMEOUT}"
+    config.write_text(full_chain_config(tmp_path, upstream_url, server))
     bearer = {"Authorization": f"Bearer {CLIENT_KEY}"}
     # Different texts: the cache would otherwise join identical requests into one upstream call.
     chat = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": "one"}]}
@@ -104,7 +105,7 @@ async def test_sigterm_ends_the_streams_in_flight_within_the_timeout(
         "messages": [{"role": "user", "content": "two"}],
     }
     whole = {"model": "hang", "messages": [{"role": "user", "content": "three"}]}
-    with serve(config, port, 1, tmp_path / "gateway.log") as served:
+    with serve(config, port, workers, tmp_path / "gateway.log") as served:
         async with aiohttp.ClientSession() as session:
             openai_stream, openai_first = await _open_stream(
                 session, served.url, "/v1/chat/completions", chat, bearer
@@ -170,6 +171,7 @@ async def test_sigterm_ends_the_streams_in_flight_within_the_timeout(
             (ids[2], 503, "server_shutting_down", "openai"),
         ]
     )
-    (line,) = served.log_lines("shutdown_deadline")
-    assert (line["ended"], line["timeout"]) == (3, TIMEOUT)
+    ended = served.log_lines("shutdown_deadline")
+    assert sum(line["ended"] for line in ended) == 3
+    assert {line["timeout"] for line in ended} == {TIMEOUT}
     assert json.dumps(served.log_lines("unhandled_error")) == "[]"
