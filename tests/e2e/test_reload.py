@@ -218,6 +218,21 @@ async def test_a_file_cut_before_auth_is_refused(guarded: Guarded) -> None:
     assert any("allow_weaker_reload" in error for error in line["errors"])
 
 
+async def test_a_weaker_file_is_refused_through_the_admin_api_too(guarded: Guarded) -> None:
+    guarded.path.write_text(_cut_before(guarded.original, "auth:"))
+    headers = {"Authorization": f"Bearer {MASTER_KEY}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{guarded.url}/admin/reload", headers=headers) as reply,
+    ):
+        assert reply.status == 400
+        error = (await reply.json())["error"]
+    assert error["code"] == "config_invalid"
+    assert "weaker than the serving config" in error["message"]
+    assert await guarded.status() == 401
+    assert guarded.counts()["auth_removed"] == 1
+
+
 @pytest.mark.parametrize("text", ["", "\n", "# nothing but a comment\n", "---\n"])
 async def test_an_empty_file_is_always_an_error(guarded: Guarded, text: str) -> None:
     # Even when the serving config allows a weaker reload: an empty document is never a config.
