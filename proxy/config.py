@@ -79,9 +79,9 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     ``cors`` lets browser pages of the listed origins call the gateway (off when absent).
     ``require_auth_for_metrics`` makes ``/metrics`` demand the master key (Bearer).
     ``allow_weaker_reload`` lets a reload swap in a config weaker than this one (one that demands
-    no key, or has no master key, no providers or no model aliases where this one has them); it
-    is read from the config that serves, never from the file being loaded, so that a truncated
-    file cannot grant it (see :func:`proxy.runtime.weakenings`).
+    no key, or has no master key, an open ``/metrics``, no providers or no model aliases where
+    this one has them); it is read from the config that serves, never from the file being
+    loaded, so that a truncated file cannot grant it (see :func:`proxy.runtime.weakenings`).
     """
 
     host: str = "127.0.0.1"

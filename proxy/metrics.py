@@ -331,8 +331,8 @@ class Metrics:
         self.config_reload_refused = self._counter(
             "crossway_config_reload_refused",
             "Reloads refused (also counted as errors) because the new config is weaker than the"
-            " serving one, by reason (auth_removed, master_key_removed, no_providers,"
-            " no_models).",
+            " serving one, by reason (auth_removed, master_key_removed, metrics_opened,"
+            " no_providers, no_models).",
             ["reason"],
         )
         self.retries = self._counter(

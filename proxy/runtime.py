@@ -52,6 +52,8 @@ ErrorHook = Callable[[str, GatewayError], None]
 WEAKENINGS: dict[str, str] = {
     "auth_removed": "it demands no key (no plugin authenticates), where the serving config does",
     "master_key_removed": "it has no auth.master_key (the admin API would be off)",
+    "metrics_opened": "it serves /metrics without the master key, where the serving config"
+    " demands it (server.require_auth_for_metrics)",
     "no_providers": "it has no providers",
     "no_models": "it has no model aliases",
 }
@@ -319,13 +321,16 @@ def weakenings(serving: Snapshot, fresh: Blueprint) -> tuple[str, ...]:
     the reasons of :data:`WEAKENINGS`, in that order (empty when nothing).
 
     A key is demanded when a plugin authenticates (:attr:`Snapshot.gate`), whatever its name or
-    place in the chain: the app runs it before any plugin. Providers and aliases count as dropped
-    only when ``fresh`` has none at all, where ``serving`` had some.
+    place in the chain: the app runs it before any plugin. ``/metrics`` is opened when
+    ``server.require_auth_for_metrics`` is dropped. Providers and aliases count as dropped only
+    when ``fresh`` has none at all, where ``serving`` had some.
     """
     now, then = fresh.config, serving.config
     dropped = {
         "auth_removed": serving.gate is not None and authenticator(fresh.plugins) is anonymous,
         "master_key_removed": bool(then.auth.master_key) and not now.auth.master_key,
+        "metrics_opened": then.server.require_auth_for_metrics
+        and not now.server.require_auth_for_metrics,
         "no_providers": bool(then.providers) and not now.providers,
         "no_models": bool(then.models) and not now.models,
     }

@@ -4,9 +4,10 @@ file, or any failure while building the new snapshot, keeps the old one serving,
 
 A reload never weakens security silently: with the full chain serving, no file whatever (cut at
 any line or byte, empty, its plugins dropped or reordered, its master key gone, garbage) lets a
-request without a key through; a weaker valid file is refused, logged (``config_reload_refused``)
-and counted by reason (``crossway_config_reload_refused_total{reason}``) unless the serving
-config allows it (``server.allow_weaker_reload``). The generated files are applied in-process
+request without a key through (to a dialect route, or to a /metrics that demands the master
+key); a weaker valid file is refused, logged (``config_reload_refused``) and counted by reason
+(``crossway_config_reload_refused_total{reason}``) unless the serving config allows it
+(``server.allow_weaker_reload``). The generated files are applied in-process
 through the function SIGHUP runs; one test sends real SIGHUPs to ``crossway serve``."""
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ async def test_a_failure_that_is_not_a_config_error_keeps_the_old_config(
 # -- A reload never weakens security silently -------------------------------------------------
 
 CHAT = {"model": "backup", "messages": [{"role": "user", "content": "hi"}]}
-REFUSED = ("auth_removed", "master_key_removed", "no_providers", "no_models")
+REFUSED = ("auth_removed", "master_key_removed", "metrics_opened", "no_providers", "no_models")
 
 
 class Guarded:
@@ -147,6 +148,15 @@ class Guarded:
         async with (
             aiohttp.ClientSession() as session,
             session.post(f"{self.url}/v1/chat/completions", json=CHAT, headers=headers) as reply,
+        ):
+            await reply.read()
+            return reply.status
+
+    async def metrics_status(self) -> int:
+        """The status of ``GET /metrics`` without a key (the config demands the master key)."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{self.url}/metrics") as reply,
         ):
             await reply.read()
             return reply.status
@@ -185,7 +195,8 @@ class Guarded:
 async def guarded(tmp_path: Path) -> AsyncIterator[Guarded]:
     path = tmp_path / "gateway.yaml"
     # The upstream is never reached: the requests go to the mock through the whole chain.
-    path.write_text(full_chain_config(tmp_path, "http://127.0.0.1:9", "access_log: false"))
+    server = "access_log: false, require_auth_for_metrics: true"
+    path.write_text(full_chain_config(tmp_path, "http://127.0.0.1:9", server))
     logs = io.StringIO()
     app = create_app(path, log_stream=logs)
     runner, url = await start_site(app)
@@ -211,7 +222,7 @@ async def test_a_file_cut_before_auth_is_refused(guarded: Guarded) -> None:
     assert await guarded.status(CLIENT_KEY) == 200
     counts = guarded.counts()
     assert (counts["ok"], counts["error"]) == (0, 1)
-    assert [counts[reason] for reason in REFUSED] == [1, 1, 0, 0]
+    assert [counts[reason] for reason in REFUSED] == [1, 1, 0, 0, 0]
     (line,) = [x for x in guarded.new_lines() if x["event"] == "config_reload_refused"]
     assert line["level"] == "error"
     assert line["reasons"] == ["auth_removed", "master_key_removed"]
@@ -248,7 +259,7 @@ async def test_an_empty_file_is_always_an_error(guarded: Guarded, text: str) -> 
 
 async def test_an_empty_mapping_is_refused_for_every_reason(guarded: Guarded) -> None:
     assert await guarded.reload("{}\n") is False
-    assert [guarded.counts()[reason] for reason in REFUSED] == [1, 1, 1, 1]
+    assert [guarded.counts()[reason] for reason in REFUSED] == [1, 1, 1, 1, 1]
     assert await guarded.status() == 401
 
 
@@ -332,16 +343,17 @@ def _plugin_line(text: str, name: str) -> str:
 
 
 async def _check_invariant(guarded: Guarded, text: str) -> tuple[bool, list[str]]:
-    """Reload ``text``: a request without a key is still refused (401); a reload that did not
-    take is counted as an error and logged, a refused one counted by reason too. Then the
-    real config serves again. Returns whether ``text`` was swapped in, and the reasons it was
-    refused for (none when it was invalid)."""
+    """Reload ``text``: a request without a key, to a dialect route or ``/metrics``, is still
+    refused (401); a reload that did not take is counted as an error and logged, a refused one
+    counted by reason too. Then the real config serves again. Returns whether ``text`` was
+    swapped in, and the reasons it was refused for (none when it was invalid)."""
     before = guarded.counts()
     guarded.new_lines()
     swapped = await guarded.reload(text)
     refused: list[str] = []
     try:
         assert await guarded.status() == 401, text
+        assert await guarded.metrics_status() == 401, text
         after = guarded.counts()
         lines = guarded.new_lines()
         events = [line["event"] for line in lines]
@@ -436,7 +448,7 @@ def test_sighup_to_a_real_gateway_never_switches_auth_off(tmp_path: Path) -> Non
         eventually(lambda: _served_counts(served.url)["error"] == 2, what="the empty file")
         assert (_post(served.url), _post(served.url, CLIENT_KEY)) == (401, 200)
         counts = _served_counts(served.url)
-        assert [counts[reason] for reason in REFUSED] == [1, 1, 0, 0]
+        assert [counts[reason] for reason in REFUSED] == [1, 1, 0, 0, 0]
         # The operator's consent, in the serving config; then the cut file is swapped in.
         config.write_text(
             original.replace(f"port: {port}", f"port: {port}, allow_weaker_reload: true")

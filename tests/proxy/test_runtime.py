@@ -137,7 +137,7 @@ class Gatekeeper:
 
 
 GUARDED = {
-    "server": "server: {access_log: false}\n",
+    "server": "server: {access_log: false, require_auth_for_metrics: true}\n",
     "auth": f"auth: {{master_key: '{MASTER}', keys: [{{key: '{KEY}', alias: k}}]}}\n",
     "providers": "providers:\n  mock: {type: mock}\n",
     "models": "models:\n  chat: [{target: mock/echo}]\n",
@@ -158,11 +158,12 @@ def write(path: Path, **sections: str) -> Path:
         ({"plugins": ""}, ("auth_removed",)),
         ({"auth": f"auth: {{keys: [{{key: '{KEY}', alias: k}}]}}\n"}, ("master_key_removed",)),
         ({"auth": "auth: {master_key: ''}\n"}, ("master_key_removed",)),
+        ({"server": "server: {access_log: false}\n"}, ("metrics_opened",)),
         ({"models": ""}, ("no_models",)),
         ({"providers": "providers: {}\n", "models": ""}, ("no_providers", "no_models")),
         (
-            {"auth": "", "plugins": "", "providers": "", "models": ""},
-            ("auth_removed", "master_key_removed", "no_providers", "no_models"),
+            {"server": "server: {}\n", "auth": "", "plugins": "", "providers": "", "models": ""},
+            ("auth_removed", "master_key_removed", "metrics_opened", "no_providers", "no_models"),
         ),
     ],
 )
@@ -187,7 +188,7 @@ async def test_a_weaker_config_is_refused_and_the_old_one_keeps_serving(
         {"plugins": f"plugins: [{{plugin: '{__name__}:Gatekeeper'}}]\n"},  # another authenticator
         {"auth": f"auth: {{master_key: '{'n' * 40}'}}\n"},  # another master key, no declared key
         {"models": "models:\n  other: [{target: mock/echo}]\n"},  # other aliases
-        {"server": "server: {access_log: true}\n"},
+        {"server": "server: {access_log: true, require_auth_for_metrics: true}\n"},
     ],
 )
 async def test_a_config_that_keeps_every_protection_is_swapped_in(
@@ -213,7 +214,7 @@ async def test_an_open_gateway_may_stay_open(tmp_path: Path) -> None:
 async def test_only_the_serving_config_can_allow_a_weaker_one(tmp_path: Path) -> None:
     path = tmp_path / "gateway.yaml"
     rt = runtime(write(path))
-    allowing = "server: {allow_weaker_reload: true}\n"
+    allowing = "server: {allow_weaker_reload: true, require_auth_for_metrics: true}\n"
     write(path, server=allowing, plugins="")  # the new file's own flag counts for nothing
     with pytest.raises(ReloadRefused):
         rt.reload()
