@@ -4,10 +4,11 @@ It opens what the process shares (database, shared state, spend ledger, metrics)
 config into a snapshot and swaps it on SIGHUP (:func:`reload_runtime`), routes every dialect's
 paths to the request pipeline (:mod:`proxy.dialect_route`), and adds the other routes: models,
 metrics and health here; stored responses, model lookup and token counts
-(:mod:`proxy.side_routes`); admin and UI. Request ids, CORS and the metrics of the other routes
-are :mod:`proxy.middleware`'s. The keys the parts are kept under (:data:`RUNTIME`,
-:data:`METRICS`, :data:`SERVER`, :data:`RESPONSES`) are :mod:`proxy.app_keys`'s, re-exported
-here. This is the only module that knows every piece.
+(:mod:`proxy.side_routes`); admin and UI. On stop, the requests in flight get
+``server.shutdown_timeout`` and no more (:mod:`proxy.drain`). Request ids, CORS and the metrics
+of the other routes are :mod:`proxy.middleware`'s. The keys the parts are kept under
+(:data:`RUNTIME`, :data:`METRICS`, :data:`SERVER`, :data:`RESPONSES`, :data:`DRAIN`) are
+:mod:`proxy.app_keys`'s, re-exported here. This is the only module that knows every piece.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from proxy.admin.guard import AdminContext
 from proxy.admin.litellm import LiteLLMRoutes, add_litellm_routes
 from proxy.admin.overview import Overview
 from proxy.admin.readings import Sampler, read
-from proxy.app_keys import METRICS, RESPONSES, RUNTIME, SERVER  # re-exported: tests, server
+from proxy.app_keys import DRAIN, METRICS, RESPONSES, RUNTIME, SERVER  # re-exported
 from proxy.canonical import ANONYMOUS
 from proxy.chain import anonymous, authenticator
 from proxy.config import ConfigError, ResponsesConfig, load_config
@@ -38,6 +39,7 @@ from proxy.db.rollup import SpendRollup, warm_in_background
 from proxy.db.spend import SpendRepository
 from proxy.dialect_route import dialect_handler, read_body, with_response_state
 from proxy.dialects import all_dialects, other_dialects
+from proxy.drain import Drain
 from proxy.errors import AuthenticationFailed, GatewayError
 from proxy.ledger.journal import Journal, default_directory
 from proxy.ledger.writer import LedgerWriter
@@ -46,7 +48,7 @@ from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.middleware import HttpEdges, error_response, is_anthropic_request
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore, ResponseStore
-from proxy.runtime import Loader, Runtime, Snapshot
+from proxy.runtime import WEAKENINGS, Loader, ReloadRefused, Runtime, Snapshot
 from proxy.side_routes import SideRoutes
 from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState
@@ -67,6 +69,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     except DatabaseError as exc:
         raise ConfigError([str(exc)]) from None
     metrics = Metrics(max_model_labels=config.metrics.max_model_labels)
+    for reason in WEAKENINGS:  # watched by alerts: every series exists from the start, at 0
+        metrics.config_reload_refused(reason)
     state = SharedState(config.state, metrics)  # like `database`, as the process started
     journal = config.database.journal_dir
     ledger = LedgerWriter(
@@ -95,6 +99,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app = web.Application(client_max_size=config.server.max_body_bytes)
     app[METRICS] = metrics
     app[SERVER] = config.server
+    app[DRAIN] = Drain()
     uses_database = authenticator(blueprint.plugins) is not anonymous or config.auth.master_key
     store = _response_store(config.responses, database, bool(uses_database))
     app[RESPONSES] = ResponseState(store, lambda: app[RUNTIME].snapshot.logger)
@@ -138,6 +143,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             undo()
 
     app.on_startup.append(start)
+    app.on_shutdown.append(_drain)
     app.on_cleanup.append(stop)
     edges = HttpEdges(metrics, config.server.cors)
     side = SideRoutes(
@@ -207,11 +213,24 @@ def _response_store(
 
 
 def reload_runtime(app: web.Application) -> bool:
-    """Reload the config file; on error keep serving the old one. Returns whether it worked."""
+    """Reload the config file; on error keep serving the old one. Returns whether it worked.
+
+    A config weaker than the serving one (:func:`proxy.runtime.weakenings`) is refused unless
+    the serving one allows it: logged (``config_reload_refused``, with its reasons), counted as
+    an error and by reason. One it allows is logged as a warning naming what it dropped.
+    """
     runtime, metrics = app[RUNTIME], app[METRICS]
     path = str(runtime.loader.config_path)
     try:
         snapshot = runtime.reload()
+    except ReloadRefused as refused:
+        metrics.config_reloads("error").inc()
+        for reason in refused.reasons:
+            metrics.config_reload_refused(reason).inc()
+        runtime.snapshot.logger.error(
+            "config_reload_refused", path=path, reasons=list(refused.reasons), errors=refused.errors
+        )
+        return False
     except ConfigError as exc:
         metrics.config_reloads("error").inc()
         runtime.snapshot.logger.error("config_reload_failed", path=path, errors=exc.errors)
@@ -222,9 +241,22 @@ def reload_runtime(app: web.Application) -> bool:
         return False
     metrics.config_reloads("ok").inc()
     _export_readiness(metrics, snapshot)
-    snapshot.logger.info("config_reloaded", path=path)
+    if snapshot.weakened:
+        snapshot.logger.warning("config_reloaded", path=path, weakened=list(snapshot.weakened))
+    else:
+        snapshot.logger.info("config_reloaded", path=path)
     runtime.starting = asyncio.ensure_future(snapshot.start())  # plugins' start() hooks
     return True
+
+
+async def _drain(app: web.Application) -> None:
+    """On stop, once the server listens no more: the requests in flight get
+    ``server.shutdown_timeout`` seconds, then those still running are ended
+    (:meth:`proxy.drain.Drain.stop`) and the count logged."""
+    timeout = app[SERVER].shutdown_timeout
+    ended = await app[DRAIN].stop(timeout)
+    if ended:
+        app[RUNTIME].snapshot.logger.warning("shutdown_deadline", ended=ended, timeout=timeout)
 
 
 def _install_reload_signal(app: web.Application) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.config import ServerConfig
+from proxy.drain import Drain
 from proxy.metrics import Metrics
 from proxy.response_state import ResponseState
 from proxy.runtime import Runtime
@@ -17,3 +18,4 @@ RUNTIME = web.AppKey("runtime", Runtime)
 METRICS = web.AppKey("metrics", Metrics)
 SERVER = web.AppKey("server", ServerConfig)
 RESPONSES = web.AppKey("responses", ResponseState)
+DRAIN = web.AppKey("drain", Drain)

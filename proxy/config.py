@@ -74,9 +74,14 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     body (a slow client gets 408). ``client_idle_timeout`` seconds a client connection may go
     without a whole request head: idle between keep-alive requests, or trickling a head (a
     slow-header client is disconnected). ``shutdown_timeout`` seconds in-flight requests get to
-    finish on SIGTERM. ``access_log`` one JSON line per request on stdout. ``cors`` lets
-    browser pages of the listed origins call the gateway (off when absent).
+    finish on SIGTERM; those still running then end with 503 ``server_shutting_down``, in-band
+    in a stream (:mod:`proxy.drain`). ``access_log`` one JSON line per request on stdout.
+    ``cors`` lets browser pages of the listed origins call the gateway (off when absent).
     ``require_auth_for_metrics`` makes ``/metrics`` demand the master key (Bearer).
+    ``allow_weaker_reload`` lets a reload swap in a config weaker than this one (one that demands
+    no key, or has no master key, an open ``/metrics``, no providers or no model aliases where
+    this one has them); it is read from the config that serves, never from the file being
+    loaded, so that a truncated file cannot grant it (see :func:`proxy.runtime.weakenings`).
     """
 
     host: str = "127.0.0.1"
@@ -90,6 +95,7 @@ class ServerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     cors: CorsConfig | None = None
     require_auth_for_metrics: bool = False
+    allow_weaker_reload: bool = False
 
 
 class MetricsConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -200,21 +206,28 @@ _TOP_LEVEL = frozenset(
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Read, expand and validate the YAML file at ``path``. Raises :class:`ConfigError`."""
+    """Read, expand and validate the YAML file at ``path``. Raises :class:`ConfigError`, also
+    for a file that holds no YAML document (empty, or only comments): that is what an
+    interrupted or truncated write leaves, never a config."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"cannot read {path}: {exc.strerror}"]) from None
-    return parse_config(text, environ)
+    return parse_config(text, environ, empty=False)
 
 
-def parse_config(text: str, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Validate YAML ``text`` as a gateway config. Raises :class:`ConfigError`."""
+def parse_config(
+    text: str, environ: Mapping[str, str] | None = None, *, empty: bool = True
+) -> GatewayConfig:
+    """Validate YAML ``text`` as a gateway config. Raises :class:`ConfigError`. A text with no
+    YAML document is the default config when ``empty``, else an error."""
     try:
         tree = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"not valid YAML: {exc}"]) from None
     if tree is None:
+        if not empty:
+            raise ConfigError(["$: the config is empty (no YAML document)"])
         tree = {}
     if not isinstance(tree, dict):
         raise ConfigError(["$: the config must be a mapping"])

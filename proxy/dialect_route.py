@@ -15,9 +15,11 @@ A failure before the first byte is an error response in the dialect's shape; aft
 in-band error frame and no end marker (see :mod:`proxy.sse_answer`). Either way the request's
 :class:`~proxy.answer.Outcome` keeps the error's code and message and drops its tracebacks, so
 that nothing the request read outlives it in a reference cycle. A client that went away
-counts as :data:`~proxy.answer.CLIENT_CLOSED`. :func:`dialect_handler` is the entry
-(:mod:`proxy.app` routes each dialect's paths to one); :func:`read_body` also reads the side
-routes' bodies, and :func:`with_response_state` is the Responses dialect's ``around``.
+counts as :data:`~proxy.answer.CLIENT_CLOSED`. A request still running when a stop's deadline
+passes (:mod:`proxy.drain`) is answered as failed with 503 ``server_shutting_down``.
+:func:`dialect_handler` is the entry (:mod:`proxy.app` routes each dialect's paths to one);
+:func:`read_body` also reads the side routes' bodies, and :func:`with_response_state` is the
+Responses dialect's ``around``.
 """
 
 from __future__ import annotations
@@ -30,13 +32,19 @@ from typing import Any
 from aiohttp import web
 
 from proxy.answer import CLIENT_CLOSED, Outcome, reply_headers
-from proxy.app_keys import METRICS, RUNTIME, SERVER
+from proxy.app_keys import DRAIN, METRICS, RUNTIME, SERVER
 from proxy.canonical import ANONYMOUS, Call, Reply
 from proxy.chain import FinishedRequest
 from proxy.compat_headers import add_litellm_headers
 from proxy.config import ServerConfig
 from proxy.dialects.base import Dialect, check_json_depth
-from proxy.errors import GatewayError, InternalError, NoReadyDeployment, drop_tracebacks
+from proxy.drain import shutting_down
+from proxy.errors import (
+    GatewayError,
+    InternalError,
+    NoReadyDeployment,
+    drop_tracebacks,
+)
 from proxy.logs import AccessLog
 from proxy.metrics import Metrics
 from proxy.middleware import REQUEST_ID, SERVER_HEADER, RequestIds
@@ -80,6 +88,7 @@ def dialect_handler(
     runs the chain in its place (it calls the snapshot's chain itself)."""
     metrics = app[METRICS]
     server = app[SERVER]  # limits apply as the process started (aiohttp enforces them too)
+    drain = app[DRAIN]
     in_flight = metrics.in_flight(dialect.name)
     name = dialect.name
 
@@ -121,13 +130,17 @@ def dialect_handler(
                     return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
                 return _error_response(dialect, error, request_id, outcome)
+            except asyncio.CancelledError:
+                if not drain.claim():  # the client went away
+                    raise
+                return _error_response(dialect, shutting_down(), request_id, outcome)
             except Exception as unexpected:
                 snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
                 drop_tracebacks(unexpected)  # logged: now nothing needs its frames
                 return _error_response(
                     dialect, InternalError("internal gateway error"), request_id, outcome
                 )
-            return await stream_answer(request, dialect, call, reply, request_id, outcome)
+            return await stream_answer(request, dialect, call, reply, request_id, outcome, drain)
         except asyncio.CancelledError:
             outcome.status = CLIENT_CLOSED
             raise

@@ -235,6 +235,16 @@ class NoReadyDeployment(GatewayError):
     kind = "not_ready"
 
 
+class ShuttingDown(GatewayError):
+    """The process stopped before the request finished: ``server.shutdown_timeout`` passed
+    (503; another instance, or this one restarted, can serve a retry)."""
+
+    status = 503
+    type = "api_error"
+    default_code = "server_shutting_down"
+    kind = "not_ready"
+
+
 class UpstreamError(GatewayError):
     """An upstream answered with an error. ``status`` is what the client sees.
 

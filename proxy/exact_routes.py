@@ -18,6 +18,9 @@ path the router would have matched to that route, so no request is answered diff
 
 It leans on one aiohttp internal, the request's ``_match_info`` attribute, which ``_handle``
 sets the same way; ``tests/proxy/test_exact_routes.py`` pins the behaviour.
+
+Every request, whichever path it takes, is tracked in the app's :class:`~proxy.drain.Drain`
+until its answer is written, so that a stop can end the ones still running at its deadline.
 """
 
 from __future__ import annotations
@@ -27,17 +30,21 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 from aiohttp.web_urldispatcher import PlainResource, UrlMappingMatchInfo
 
+from proxy.drain import Drain
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ExactRoutes:
     """The request handler for ``app``: its fixed-path ``POST`` routes directly, the rest
-    through ``fallback`` (the application's own handler). Build it once the app's routes are
-    all added (its router frozen)."""
+    through ``fallback`` (the application's own handler), each request tracked in ``drain``
+    (one of its own when None). Build it once the app's routes are all added (its router
+    frozen)."""
 
-    __slots__ = ("_fallback", "_routes")
+    __slots__ = ("_drain", "_fallback", "_routes")
 
-    def __init__(self, app: web.Application, fallback: Handler) -> None:
+    def __init__(self, app: web.Application, fallback: Handler, drain: Drain | None = None) -> None:
+        self._drain = Drain() if drain is None else drain
         self._fallback = fallback
         self._routes: dict[str, tuple[Handler, UrlMappingMatchInfo]] = {}
         for resource in app.router.resources():
@@ -57,6 +64,7 @@ class ExactRoutes:
         return frozenset(self._routes)
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self._drain.enter()
         if request.method == hdrs.METH_POST:
             found = self._routes.get(request.raw_path)
             if found is not None and hdrs.EXPECT not in request.headers:

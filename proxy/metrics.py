@@ -328,6 +328,13 @@ class Metrics:
         self.config_reloads = self._counter(
             "crossway_config_reloads", "Configuration reloads, by result (ok, error).", ["result"]
         )
+        self.config_reload_refused = self._counter(
+            "crossway_config_reload_refused",
+            "Reloads refused (also counted as errors) because the new config is weaker than the"
+            " serving one, by reason (auth_removed, master_key_removed, metrics_opened,"
+            " no_providers, no_models).",
+            ["reason"],
+        )
         self.retries = self._counter(
             "crossway_retries",
             "Upstream calls retried, by the reason (error kind) of the failed attempt.",

@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from proxy.app_keys import DRAIN
 from proxy.dialects.openai_chat import error_json
 from proxy.errors import BadRequest, GatewayError, InternalError
 from proxy.exact_routes import ExactRoutes
@@ -121,7 +122,8 @@ class GatewayRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         plain = await super()._make_server()  # the app's start-up runs here
         return GatewayServer(
-            ExactRoutes(self.app, plain.request_handler),  # the dialect routes without a walk
+            # the dialect routes without a walk; every request tracked for the stop's deadline
+            ExactRoutes(self.app, plain.request_handler, self.app.get(DRAIN)),
             request_factory=plain.request_factory,
             handler_cancellation=plain.handler_cancellation,
             loop=plain._loop,

@@ -3,8 +3,10 @@
 A :class:`Snapshot` holds the providers, router, plugin chain, transport and redactor of one
 config. Requests take the current snapshot when they start and keep it to the end, so a reload
 never changes a request midway. :class:`Runtime` owns the current snapshot; :meth:`Runtime.reload`
-builds a new one and swaps one reference, or keeps the old one serving if anything fails. A
-retired snapshot closes its sessions and plugins once its last request has finished.
+builds a new one and swaps one reference, or keeps the old one serving if anything fails — or if
+the new config is weaker than the serving one (:func:`weakenings`) and the serving one does not
+allow that (``server.allow_weaker_reload``). A retired snapshot closes its sessions and plugins
+once its last request has finished.
 """
 
 from __future__ import annotations
@@ -46,6 +48,33 @@ from proxy.transport import HttpTransport
 from proxy.upstream import Upstream
 
 ErrorHook = Callable[[str, GatewayError], None]
+
+WEAKENINGS: dict[str, str] = {
+    "auth_removed": "it demands no key (no plugin authenticates), where the serving config does",
+    "master_key_removed": "it has no auth.master_key (the admin API would be off)",
+    "metrics_opened": "it serves /metrics without the master key, where the serving config"
+    " demands it (server.require_auth_for_metrics)",
+    "no_providers": "it has no providers",
+    "no_models": "it has no model aliases",
+}
+"""What a reload may not drop without the operator's consent (:func:`weakenings`), by reason."""
+
+
+class ReloadRefused(ConfigError):
+    """A valid config that is weaker than the serving one, which does not allow that.
+
+    ``reasons`` are keys of :data:`WEAKENINGS`; ``errors`` say each in words, and how to consent.
+    """
+
+    def __init__(self, reasons: tuple[str, ...]) -> None:
+        super().__init__(
+            [f"refused: {WEAKENINGS[reason]}" for reason in reasons]
+            + [
+                "to swap in a weaker config, first reload one with server.allow_weaker_reload:"
+                " true, or restart the gateway with the new config"
+            ]
+        )
+        self.reasons = reasons
 
 
 class Blueprint:
@@ -172,6 +201,8 @@ class Snapshot:
     ``gate`` is that same function when a plugin demands a key (the ``auth`` plugin), which
     every client request must then pass before its body is read; None when the gateway is open.
     ``finishers`` are the plugins' ``finished`` hooks, which the app calls once per request.
+    ``weakened`` is what this snapshot dropped from the one it replaced (reasons of
+    :data:`WEAKENINGS`), which only a serving config with ``allow_weaker_reload`` lets through.
     """
 
     def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
@@ -215,6 +246,7 @@ class Snapshot:
             for plugin in self.plugins
             if callable(getattr(plugin, "finished", None))
         ]
+        self.weakened: tuple[str, ...] = ()
         self._active = 0
         self._retired = False
         self._closed: asyncio.Future[None] | None = None
@@ -284,6 +316,27 @@ class Snapshot:
                 self.logger.exception("plugin_close_failed", plugin=type(plugin).__qualname__)
 
 
+def weakenings(serving: Snapshot, fresh: Blueprint) -> tuple[str, ...]:
+    """What ``fresh`` would drop from ``serving`` that protects the gateway or keeps it serving:
+    the reasons of :data:`WEAKENINGS`, in that order (empty when nothing).
+
+    A key is demanded when a plugin authenticates (:attr:`Snapshot.gate`), whatever its name or
+    place in the chain: the app runs it before any plugin. ``/metrics`` is opened when
+    ``server.require_auth_for_metrics`` is dropped. Providers and aliases count as dropped only
+    when ``fresh`` has none at all, where ``serving`` had some.
+    """
+    now, then = fresh.config, serving.config
+    dropped = {
+        "auth_removed": serving.gate is not None and authenticator(fresh.plugins) is anonymous,
+        "master_key_removed": bool(then.auth.master_key) and not now.auth.master_key,
+        "metrics_opened": then.server.require_auth_for_metrics
+        and not now.server.require_auth_for_metrics,
+        "no_providers": bool(then.providers) and not now.providers,
+        "no_models": bool(then.models) and not now.models,
+    }
+    return tuple(reason for reason in WEAKENINGS if dropped[reason])
+
+
 class Runtime:
     """Owns the current snapshot of a config file and swaps it on reload."""
 
@@ -297,9 +350,18 @@ class Runtime:
     def reload(self) -> Snapshot:
         """Load the config file again and swap in its snapshot.
 
-        Raises :class:`ConfigError` (the current snapshot stays) if the file is invalid.
+        Raises :class:`ConfigError` (the current snapshot stays) if the file is invalid, and
+        :class:`ReloadRefused` (a ConfigError; the current snapshot stays) if it is weaker than
+        the serving config (:func:`weakenings`) and that does not set
+        ``server.allow_weaker_reload``; when it does, the new snapshot's ``weakened`` says what
+        was dropped.
         """
-        fresh = Snapshot(self.loader.load(), self._on_upstream_error)
+        blueprint = self.loader.load()
+        weakened = weakenings(self.snapshot, blueprint)
+        if weakened and not self.snapshot.config.server.allow_weaker_reload:
+            raise ReloadRefused(weakened)
+        fresh = Snapshot(blueprint, self._on_upstream_error)
+        fresh.weakened = weakened
         previous, self.snapshot = self.snapshot, fresh
         previous.retire()
         self._retired = [s for s in self._retired if not s.closed]

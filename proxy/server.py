@@ -41,6 +41,10 @@ MAX_HEADER_FIELD_BYTES = 16 * 1024
 _RESTART_PAUSE = 1.0
 _MAX_RESTART_PAUSE = 30.0
 _STABLE_AFTER = 10.0  # seconds a worker must live for its next restart to be quick again
+# What aiohttp's own graceful stop may add once the app's drain (proxy.drain) has waited
+# server.shutdown_timeout and ended the requests still running: it waits this long for handlers
+# still busy, cancels them, and waits this long again (its timeout counts twice).
+_AFTER_DRAIN = 0.1
 
 
 class ServeOptions:
@@ -113,7 +117,8 @@ def run_worker(
         app,
         on_rejected=reporter(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
         handle_signals=True,  # SIGTERM/SIGINT raise GracefulExit in the loop
-        shutdown_timeout=server.shutdown_timeout,
+        # The app's on_shutdown gives requests server.shutdown_timeout (proxy.drain)
+        shutdown_timeout=_AFTER_DRAIN,
         # aiohttp closes a connection that has no whole request once this passes, from its
         # start or its last answer: idle keep-alive connections and slow-header clients alike.
         keepalive_timeout=server.client_idle_timeout,

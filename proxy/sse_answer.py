@@ -15,9 +15,11 @@ by a ping.
 Failures: the headers have gone out before the first item, so a failure while the stream is
 read (a :class:`~proxy.errors.GatewayError`) is an in-band error frame in the dialect's shape,
 and no end marker follows; the outcome gets the error and its status. A client that went away
-(a write reset) counts as :data:`~proxy.answer.CLIENT_CLOSED` and nothing more is written. In
-every case the upstream stream is closed (``aclose``) before the answer returns, which frees
-its connection, and a read still pending for the pinger is cancelled.
+(a write reset) counts as :data:`~proxy.answer.CLIENT_CLOSED` and nothing more is written. A
+stream still running when a stop's deadline passes (:mod:`proxy.drain`) ends with the in-band
+error frame of :func:`~proxy.drain.shutting_down` (503 ``server_shutting_down``). In every case
+the upstream stream is closed (``aclose``) before the answer returns, which frees its
+connection, and a read still pending for the pinger is cancelled.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from aiohttp import web
 from proxy.answer import CLIENT_CLOSED, Outcome, reply_headers
 from proxy.canonical import BatchedStream, Call, Chunk, RawFrames, Reply, Timings, batched
 from proxy.dialects.base import Dialect, StreamEncoder
+from proxy.drain import Drain, shutting_down
 from proxy.errors import GatewayError
 from proxy.whole_response import WholeResponse
 
@@ -48,9 +51,11 @@ async def stream_answer(
     reply: Reply,
     request_id: str,
     outcome: Outcome,
+    drain: Drain,
 ) -> web.StreamResponse:
     """Write ``reply``'s stream to the client as SSE (see the module docstring), keeping its
-    status, usage and any error in ``outcome``."""
+    status, usage and any error in ``outcome``; ``drain`` says whether a cancellation is a
+    stop's deadline (else it propagates: the client went away)."""
     stream = reply.stream
     assert stream is not None
     encoder = dialect.stream_encoder(call, reply)
@@ -82,12 +87,16 @@ async def stream_answer(
             if pending and not source.ended:
                 if timings.first_token is None:
                     timings.first_token = time.perf_counter() - timings.start
-                await response.write(b"".join(pending) if len(pending) > 1 else pending[0])
-                pending.clear()
+                data = b"".join(pending) if len(pending) > 1 else pending[0]
+                pending.clear()  # before the write: what an interrupted one took is not resent
+                await response.write(data)
         pending.append(encoder.end())
     except GatewayError as error:
-        outcome.failed(error, error.status)
-        pending.append(encoder.error(error))
+        _failed(error, encoder, pending, outcome)
+    except asyncio.CancelledError:
+        if not drain.claim():  # the client went away
+            raise
+        _failed(shutting_down(), encoder, pending, outcome)
     except ConnectionResetError:
         outcome.status = CLIENT_CLOSED
         return response
@@ -130,8 +139,7 @@ async def _stream_at_once(
                 pending.append(encoder.chunk(item))  # type: ignore[arg-type]
         pending.append(encoder.end())
     except GatewayError as error:
-        outcome.failed(error, error.status)
-        pending.append(encoder.error(error))
+        _failed(error, encoder, pending, outcome)
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
@@ -139,6 +147,14 @@ async def _stream_at_once(
     if timings.first_token is None:
         timings.first_token = time.perf_counter() - timings.start
     return WholeResponse(b"".join(pending), headers)
+
+
+def _failed(
+    error: GatewayError, encoder: StreamEncoder, pending: list[bytes], outcome: Outcome
+) -> None:
+    """The stream failed with ``error``: its in-band error frame is the last thing to write."""
+    outcome.failed(error, error.status)
+    pending.append(encoder.error(error))
 
 
 class _Pinger:

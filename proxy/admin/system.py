@@ -1,7 +1,9 @@
 """``POST /admin/reload``: re-read the config file, as SIGHUP does.
 
 200 ``{"status": "reloaded"}`` when the new config serves; 400 ``config_invalid`` when it does
-not, and the old one keeps serving (the errors are in the log, as for SIGHUP).
+not — it is invalid, or weaker than the serving one without its consent
+(:func:`proxy.runtime.weakenings`) — and the old one keeps serving (the errors are in the log, as
+for SIGHUP).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ async def reload(request: web.Request) -> web.Response:
     """``POST /admin/reload``."""
     if not request.app[ADMIN].reload():
         raise BadRequest(
-            "the config file is invalid: the old config keeps serving (see the log)",
+            "the config file was not loaded (invalid, or weaker than the serving config):"
+            " the old config keeps serving (see the log)",
             code="config_invalid",
         )
     return json_response({"status": "reloaded"})

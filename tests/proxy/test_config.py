@@ -84,9 +84,20 @@ def test_good_config_decodes_every_section():
     assert [p.ref for p in config.plugins] == ["headers", "headers", "mymod:MyPlugin"]
 
 
-def test_empty_file_is_the_default_config():
+def test_empty_text_is_the_default_config():
     assert parse_config("", {}) == GatewayConfig()
     assert parse_config("# only a comment\n", {}) == GatewayConfig()
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n", "---\n"])
+def test_an_empty_file_is_an_error(tmp_path: Path, text: str):
+    # What an interrupted or truncated write leaves is never a config: loaded at start or on a
+    # reload, it would wipe every provider, alias, plugin and the admin API.
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    assert info.value.errors == ["$: the config is empty (no YAML document)"]
 
 
 def test_the_responses_section_defaults_and_bounds():

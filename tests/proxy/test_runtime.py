@@ -1,4 +1,5 @@
-"""proxy/runtime.py: snapshots are swapped on reload and closed once, even at shutdown."""
+"""proxy/runtime.py: snapshots are swapped on reload and closed once, even at shutdown; a reload
+that would weaken the gateway is refused unless the serving config allows it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from plugins import BUILTINS
 from proxy.canonical import Call, Reply
 from proxy.config import ConfigError
 from proxy.metrics import Metrics
-from proxy.runtime import Loader, Runtime, Snapshot
+from proxy.runtime import Loader, ReloadRefused, Runtime, Snapshot
 
 CLOSED: list[str] = []
 
@@ -119,3 +120,107 @@ def test_plugin_errors_never_show_environment_values(
     assert plugin_errors, info.value.errors
     assert all(secret not in error for error in info.value.errors)
     assert any("[REDACTED]" in error for error in plugin_errors)
+
+
+MASTER = "master-" + "m" * 32
+KEY = "sk-cw-" + "k" * 40
+
+
+class Gatekeeper:
+    """A plugin of the project's own that demands a key, under another name than ``auth``."""
+
+    async def __call__(self, call: Call, next) -> Reply:
+        return await next(call)
+
+    async def authenticate(self, headers):
+        raise AssertionError("not called in these tests")
+
+
+GUARDED = {
+    "server": "server: {access_log: false, require_auth_for_metrics: true}\n",
+    "auth": f"auth: {{master_key: '{MASTER}', keys: [{{key: '{KEY}', alias: k}}]}}\n",
+    "providers": "providers:\n  mock: {type: mock}\n",
+    "models": "models:\n  chat: [{target: mock/echo}]\n",
+    "plugins": "plugins: [{auth: {}}, {retry: {}}]\n",
+}
+
+
+def write(path: Path, **sections: str) -> Path:
+    """``GUARDED`` with some sections replaced (an empty string drops one)."""
+    path.write_text("".join({**GUARDED, **sections}.values()))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sections", "reasons"),
+    [
+        ({"plugins": "plugins: [{retry: {}}]\n"}, ("auth_removed",)),
+        ({"plugins": ""}, ("auth_removed",)),
+        ({"auth": f"auth: {{keys: [{{key: '{KEY}', alias: k}}]}}\n"}, ("master_key_removed",)),
+        ({"auth": "auth: {master_key: ''}\n"}, ("master_key_removed",)),
+        ({"server": "server: {access_log: false}\n"}, ("metrics_opened",)),
+        ({"models": ""}, ("no_models",)),
+        ({"providers": "providers: {}\n", "models": ""}, ("no_providers", "no_models")),
+        (
+            {"server": "server: {}\n", "auth": "", "plugins": "", "providers": "", "models": ""},
+            ("auth_removed", "master_key_removed", "metrics_opened", "no_providers", "no_models"),
+        ),
+    ],
+)
+async def test_a_weaker_config_is_refused_and_the_old_one_keeps_serving(
+    tmp_path: Path, sections: dict[str, str], reasons: tuple[str, ...]
+) -> None:
+    rt = runtime(write(tmp_path / "gateway.yaml"))
+    serving = rt.snapshot
+    write(tmp_path / "gateway.yaml", **sections)
+    with pytest.raises(ReloadRefused) as info:
+        rt.reload()
+    assert info.value.reasons == reasons
+    assert len(info.value.errors) == len(reasons) + 1  # each reason, then how to consent
+    assert rt.snapshot is serving
+    await rt.close()
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"plugins": "plugins: [{retry: {}}, {auth: {}}]\n"},  # reordered: still demands a key
+        {"plugins": f"plugins: [{{plugin: '{__name__}:Gatekeeper'}}]\n"},  # another authenticator
+        {"auth": f"auth: {{master_key: '{'n' * 40}'}}\n"},  # another master key, no declared key
+        {"models": "models:\n  other: [{target: mock/echo}]\n"},  # other aliases
+        {"server": "server: {access_log: true, require_auth_for_metrics: true}\n"},
+    ],
+)
+async def test_a_config_that_keeps_every_protection_is_swapped_in(
+    tmp_path: Path, sections: dict[str, str]
+) -> None:
+    rt = runtime(write(tmp_path / "gateway.yaml"))
+    write(tmp_path / "gateway.yaml", **sections)
+    fresh = rt.reload()
+    assert rt.snapshot is fresh
+    assert fresh.gate is not None
+    assert fresh.weakened == ()
+    await rt.close()
+
+
+async def test_an_open_gateway_may_stay_open(tmp_path: Path) -> None:
+    # Nothing is weakened that the serving config did not have.
+    rt = runtime(write(tmp_path / "gateway.yaml", plugins="", auth="", models=""))
+    write(tmp_path / "gateway.yaml", plugins="plugins: [{retry: {}}]\n", auth="", models="")
+    assert rt.reload().weakened == ()
+    await rt.close()
+
+
+async def test_only_the_serving_config_can_allow_a_weaker_one(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    rt = runtime(write(path))
+    allowing = "server: {allow_weaker_reload: true, require_auth_for_metrics: true}\n"
+    write(path, server=allowing, plugins="")  # the new file's own flag counts for nothing
+    with pytest.raises(ReloadRefused):
+        rt.reload()
+    write(path, server=allowing)
+    assert rt.reload().weakened == ()
+    write(path, plugins="")  # weaker, and no longer allowing the next one
+    assert rt.reload().weakened == ("auth_removed",)
+    assert rt.snapshot.gate is None
+    await rt.close()
