@@ -31,6 +31,7 @@ def _raw_deflate(data: bytes) -> bytes:
         ("deflate", zlib.compress(TEXT)),  # deflate as RFC 9110 means it: zlib-wrapped
         ("deflate", _raw_deflate(TEXT)),  # and as some clients send it
     ],
+    ids=["gzip", "x-gzip", "deflate-zlib", "deflate-raw"],  # stable across xdist workers
 )
 def test_a_compressed_body_is_inflated(coding: str, data: bytes) -> None:
     assert inflate(data, coding, LIMIT) == TEXT
@@ -76,6 +77,7 @@ def test_members_together_past_the_limit_are_a_413() -> None:
         ("gzip", gzip.compress(TEXT) + b"trailing junk"),
         ("deflate", b"\x78\x9c not zlib"),
     ],
+    ids=["not-compressed", "cut-short", "trailing-junk", "deflate-not-zlib"],
 )
 def test_data_that_does_not_inflate_is_a_400(coding: str, data: bytes) -> None:
     with pytest.raises(BadRequest) as refused:
