@@ -1,4 +1,5 @@
-"""The error contract as README.md and the dialects' schemas state it, through the HTTP server."""
+"""The error contract as docs/errors.md and the dialects' schemas state it, through the HTTP
+server."""
 
 from __future__ import annotations
 

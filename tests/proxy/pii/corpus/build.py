@@ -546,7 +546,7 @@ def fullwidth(text: str) -> str:
 
 # Known weaknesses, kept in the corpus so that the printed table shows them: values written in
 # ways the detectors do not recognise (misses), and look-alikes they cannot tell apart (false
-# alarms). See the PII section of README.md.
+# alarms). See docs/masking.md ("Quality").
 KNOWN_MISSES: dict[str, list[Snippet]] = {
     "email": [
         (
