@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from bench.cache_lookup import CONVERSATION_BYTES, CacheLookup
 from bench.matrix import BASELINE_CONCURRENCY, DIRECT, CellResult, mode_name
+from bench.micro.cache_lookup import CONVERSATION_BYTES, CacheLookup
 from bench.procstat import Memory
 
 MIN_THROUGHPUT_RATIO = 0.75

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bench import aio, cache_lookup, procstat, redis_stats
+from bench import aio, procstat, redis_stats
 from bench.analysis import checks, overheads
 from bench.litellm import start_litellm
 from bench.matrix import DIRECT, TARGETS, Cell, CellResult, Settings, plan, run_matrix
+from bench.micro import cache_lookup
 from bench.report import BenchReport, table_header, table_row
 from bench.targets import (
     GATEWAY_VARIANTS,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.analysis import Check, Overhead
-from bench.cache_lookup import CacheLookup
 from bench.matrix import CellResult, Settings
+from bench.micro.cache_lookup import CacheLookup
 from bench.procstat import Memory
 
 _COLUMNS = (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import aio, cache_lookup, masking_cpu
+from bench import aio
 from bench.matrix import DIRECT, CellResult, Settings, _comparable_groups, plan, run_matrix
 from bench.targets import (
     AUTH_KEY,
@@ -17,7 +17,6 @@ from bench.targets import (
     start_upstream,
 )
 from plugins import BUILTINS
-from proxy.canonical import Call, Message
 from proxy.config import load_config
 from proxy.metrics import Metrics
 from proxy.runtime import Loader
@@ -151,33 +150,6 @@ def test_the_cache_variants_run_the_cache_plugin_alone(tmp_path: Path) -> None:
         blueprint = Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
         assert [spec.ref for spec in blueprint.config.plugins] == ["cache"]
         assert blueprint.config.server.access_log is False  # the plugin alone is measured
-
-
-async def test_the_miss_lookup_measurement_measures_a_2kb_miss() -> None:
-    figures = await cache_lookup.measure()
-    assert figures.request_bytes >= cache_lookup.CONVERSATION_BYTES
-    assert figures.lookup_us > 0
-    assert figures.store_us > 0
-
-
-async def test_the_masking_cpu_bench_measures_a_masked_and_restored_round_trip() -> None:
-    prompt = masking_cpu.PROMPTS["2 values"]
-    for relay in (False, True):
-        chain = masking_cpu.chains(relay)["masking"]
-        call = Call(
-            request_id="r",
-            dialect="openai",
-            model="m",
-            messages=[Message(role="user", content=prompt)],
-            stream=True,
-        )
-        reply = await chain(call)
-        assert call.messages[-1].content != prompt  # the upstream got placeholders
-        assert reply.stream is not None
-        texts = [c.choices[0].delta.content async for c in reply.stream if c.choices]
-        assert "".join(t or "" for t in texts) == prompt
-    results = await masking_cpu.measure(requests=2, rounds=1)
-    assert set(results) == {(p, m) for p in masking_cpu.PROMPTS for m in masking_cpu.MODES}
 
 
 def test_the_governance_variants_run_issue_16s_chain_with_redis_or_without(tmp_path: Path) -> None:

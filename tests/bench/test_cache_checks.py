@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench.analysis import checks
-from bench.cache_lookup import CacheLookup
 from bench.matrix import Cell, CellResult
+from bench.micro.cache_lookup import CacheLookup
 
 
 def cell(target: str, stream: bool, cpu_ms: float) -> CellResult:

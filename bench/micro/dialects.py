@@ -1,11 +1,13 @@
-"""``python -m bench.dialect_cpu``: what a dialect's translation costs per request, in-process.
+"""``python -m bench.micro dialects``: what a dialect's translation costs per request,
+in-process.
 
 For each dialect measured — OpenAI chat, Anthropic Messages, the Responses API, and the
 Responses API with its conversation state (``store: true`` into the memory store, around a chain
 that answers at once) — one request is: decode the client's body, then encode a whole reply
-(``whole``) or a 20-chunk stream of canonical chunks and its end (``stream``). The dialects run
-in interleaved rounds, each timing process CPU (``time.process_time``) over a batch of requests;
-the median per request and its ratio to OpenAI chat are printed per mode.
+(``non-stream``) or a 20-chunk stream of canonical chunks and its end (``stream``). The dialects
+run in interleaved rounds, each timing process CPU (``time.process_time``) over a batch of
+requests (:mod:`bench.micro.harness`); the median per request and its ratio to OpenAI chat are
+printed per mode.
 
 Canonical chunks are encoded for every dialect (what an OpenAI client of a non-OpenAI upstream
 costs); the chat dialect's verbatim relay of an OpenAI upstream's frames is cheaper still.
@@ -19,10 +21,12 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
 
 import structlog
 
+from bench.micro.harness import USAGE, Request, cpu_per_request, interleaved
 from proxy.canonical import (
     Call,
     Choice,
@@ -32,7 +36,6 @@ from proxy.canonical import (
     Message,
     Reply,
     Response,
-    Usage,
     batched,
 )
 from proxy.dialects.anthropic import AnthropicDialect
@@ -42,7 +45,6 @@ from proxy.dialects.responses import ResponsesDialect
 from proxy.response_state import ResponseState
 from proxy.response_store import MemoryResponseStore
 
-USAGE = Usage(input=40, cache_read=10, output=30)
 WORDS = 20
 PROMPT = "Summarise the plot of a short novel in three sentences, please."
 BODIES = {
@@ -54,7 +56,7 @@ BODIES = {
     },
     "responses": {"model": "m", "input": PROMPT},
 }
-Request = Callable[[bool], Awaitable[None]]
+MODES = ("non-stream", "stream")
 
 
 def _response() -> Response:
@@ -130,15 +132,8 @@ def stateful(dialect: ResponsesDialect, body: bytes) -> Request:
     return request
 
 
-async def _cpu_per_request(request: Request, stream: bool, count: int) -> float:
-    started = time.process_time()
-    for _ in range(count):
-        await request(stream)
-    return (time.process_time() - started) / count
-
-
 async def measure(rounds: int, count: int) -> dict[str, dict[str, float]]:
-    """Median CPU seconds per request, by mode then dialect."""
+    """Median CPU µs per request, by mode then dialect."""
     encoded = {name: json.dumps(body).encode() for name, body in BODIES.items()}
     responses = ResponsesDialect()
     requests: dict[str, Request] = {
@@ -148,34 +143,31 @@ async def measure(rounds: int, count: int) -> dict[str, dict[str, float]]:
         "responses+store": stateful(responses, encoded["responses"]),
     }
     results: dict[str, dict[str, float]] = {}
-    for mode in ("whole", "stream"):
-        samples: dict[str, list[float]] = {name: [] for name in requests}
-        for request in requests.values():  # warm up every path once
-            await _cpu_per_request(request, mode == "stream", count // 10 or 1)
-        for _ in range(rounds):
-            for name, request in requests.items():
-                samples[name].append(await _cpu_per_request(request, mode == "stream", count))
+    for mode in MODES:
+        timers = {
+            name: partial(cpu_per_request, request, mode == "stream")
+            for name, request in requests.items()
+        }
+        samples = await interleaved(timers, count, rounds)
         results[mode] = {name: statistics.median(values) for name, values in samples.items()}
     return results
 
 
 def report(results: dict[str, dict[str, float]]) -> str:
     """The table: µs per request and the ratio to OpenAI chat, per mode."""
-    lines = ["mode    dialect           cpu_us/req  x openai"]
+    lines = ["mode       dialect           cpu_us/req  x openai"]
     for mode, by_dialect in results.items():
         base = by_dialect["openai"]
-        for name, seconds in by_dialect.items():
-            lines.append(f"{mode:<7} {name:<17} {seconds * 1e6:>10.1f}  {seconds / base:>8.2f}")
+        for name, micros in by_dialect.items():
+            lines.append(f"{mode:<10} {name:<17} {micros:>10.1f}  {micros / base:>8.2f}")
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure and print the table."""
+    parser = argparse.ArgumentParser(prog="python -m bench.micro dialects", description=__doc__)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
     parser.add_argument("--requests", type=int, default=2000, help="requests per round")
-    arguments = parser.parse_args()
+    arguments = parser.parse_args(argv)
     print(report(asyncio.run(measure(arguments.rounds, arguments.requests))))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

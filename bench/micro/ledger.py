@@ -1,4 +1,4 @@
-"""``python -m bench.ledger_rate``: how many spend records per second the ledger writes to its
+"""``python -m bench.micro ledger``: how many spend records per second the ledger writes to its
 database (SQLite, or PostgreSQL with ``--database postgresql://…``).
 
 The records go the way the gateway sends them: :meth:`LedgerWriter.record` (the request path's
@@ -109,7 +109,7 @@ async def measure(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the rounds and print the rate."""
-    parser = argparse.ArgumentParser(prog="python -m bench.ledger_rate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.micro ledger", description=__doc__)
     parser.add_argument("--records", type=int, default=50_000, help="records per round")
     parser.add_argument(
         "--offered", type=float, default=0.0, help="records per second offered (0: at once)"
@@ -134,7 +134,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{statistics.median(cpu):.2f} µs CPU per record; journaled {journaled}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the PII masking pieces: ``python -m bench.pii [--repeat N]``.
+"""``python -m bench.micro pii [--repeat N]``: the PII masking pieces, measured in-process.
 
 Measures, in this process, with every built-in entity enabled:
 
@@ -12,8 +12,9 @@ Measures, in this process, with every built-in entity enabled:
 Each figure is the median of ``--repeat`` timed runs (and the best one) of this process's CPU
 time, so time spent waiting for a core on a loaded machine is not counted; the report says
 which targets are met. The plugin's CPU per request against the empty chain is measured by
-``python -m bench.masking_cpu`` (in-process) and by the HTTP benchmark (``python -m bench
---targets passthrough,gateway,gateway-masking``; its config is in ``bench/targets.py``).
+``python -m bench.micro plugins --plugins masking`` (in-process) and by the HTTP benchmark
+(``python -m bench --targets passthrough,gateway,gateway-masking``; its config is in
+``bench/targets.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from proxy.canonical import Chunk, ChunkChoice, Delta, Message, RawFrames
 from proxy.pii.detectors import BUILTIN_FINDERS
@@ -121,10 +122,11 @@ def stream_figures(repeat: int) -> tuple[tuple[float, float], tuple[float, float
     return decoded, raw, per_batch
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure and print every figure; exit 1 when a target is missed."""
+    parser = argparse.ArgumentParser(prog="python -m bench.micro pii", description=__doc__)
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per figure (median)")
-    repeat = parser.parse_args().repeat
+    repeat = parser.parse_args(argv).repeat
     rows: list[tuple[str, float, float, str, bool | None]] = []
     scan = timed(lambda: SCANNER.scan(PROMPT_1KB), repeat, 2_000)
     rows.append(("scan 1 KB prompt, no PII", *scan, "20 us", scan[0] <= 20e-6))
@@ -157,7 +159,3 @@ def main() -> int:
 
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

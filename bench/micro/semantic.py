@@ -1,4 +1,4 @@
-"""``python -m bench.semantic``: what the semantic cache costs, in its parts.
+"""``python -m bench.micro semantic``: what the semantic cache costs, in its parts.
 
 - **search** — :meth:`~proxy.cache.vector_index.VectorIndex.nearest` over 10,000 cached
   vectors of 256, 768, 1,024 and 1,536 dimensions, as CPU time per lookup
@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,9 +136,9 @@ async def measure_embedding(dimensions: int = 1536, calls: int = 200) -> Embeddi
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Print the figures; exit 1 when a search misses the 2 ms target."""
-    parser = argparse.ArgumentParser(prog="python -m bench.semantic", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.micro semantic", description=__doc__)
     parser.add_argument("--entries", type=int, default=ENTRIES)
     parser.add_argument("--embedding-calls", type=int, default=200)
     options = parser.parse_args(argv)
@@ -158,7 +158,3 @@ def main(argv: list[str] | None = None) -> int:
         f"fake): p50 {embedding.p50_ms:.3f} ms, p99 {embedding.p99_ms:.3f} ms wall"
     )
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
