@@ -108,8 +108,14 @@ class Served:
     examples: Iterator[int]
 
     def in_flight(self) -> float:
-        metrics = self.app[METRICS]
-        return sum(sample(metrics, "crossway_requests_in_flight", dialect=d) for d in DIALECTS)
+        """Requests in flight, read on the gateway's loop: its metrics are not safe to read from
+        another thread while requests change them."""
+
+        async def read() -> float:
+            metrics = self.app[METRICS]
+            return sum(sample(metrics, "crossway_requests_in_flight", dialect=d) for d in DIALECTS)
+
+        return asyncio.run_coroutine_threadsafe(read(), self.loop).result(30)
 
     def counter(self, key_id: str) -> int:
         """The key's live lifetime spend counter, read on the gateway's loop."""
