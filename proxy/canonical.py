@@ -180,6 +180,10 @@ MAX_TOKENS_LIMIT = 2**31 - 1
 """The largest token limit (``max_tokens`` …) a client may ask for: no model comes near it, and
 upstreams keep the number in 32 bits (a larger one would reach them only to be refused)."""
 
+Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+"""A sampling seed: OpenAI's schema makes it an int64 and no upstream takes a wider one, so a
+seed beyond 64 bits is refused where it is decoded (a 400 naming ``seed``)."""
+
 
 class Params(Struct, omit_defaults=True):
     """Generation parameters understood by the gateway; each is absent (UNSET) unless given.
@@ -196,7 +200,7 @@ class Params(Struct, omit_defaults=True):
     )
     n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
     stop: str | list[str] | UnsetType | None = UNSET
-    seed: int | UnsetType | None = UNSET
+    seed: Seed | UnsetType | None = UNSET
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
     logit_bias: dict[str, float] | UnsetType | None = UNSET
