@@ -293,6 +293,9 @@ class RateLimits(Struct, frozen=True):
 
 
 BudgetPeriod = Literal["1d", "7d", "30d", "1mo", "lifetime"]
+BudgetUSD = Annotated[float, Meta(gt=0, le=1e9)]
+"""A budget's dollars: at most a billion, so that its nano-dollars (at most 10¹⁸) stay exact
+64-bit integers in every counter and column."""
 
 
 class Budget(Struct, frozen=True, forbid_unknown_fields=True):
@@ -300,9 +303,9 @@ class Budget(Struct, frozen=True, forbid_unknown_fields=True):
     (``1d``, ``7d``, ``30d``, ``1mo``, ``lifetime``; see :mod:`proxy.budgets` for when each
     resets); spending past ``soft_usd`` raises an alert."""
 
-    max_usd: Annotated[float, Meta(gt=0)]
+    max_usd: BudgetUSD
     period: BudgetPeriod = "1mo"
-    soft_usd: Annotated[float, Meta(gt=0)] | None = None
+    soft_usd: BudgetUSD | None = None
 
 
 class Principal(Struct, frozen=True):
