@@ -39,6 +39,7 @@ from proxy.errors import (
     NoReadyDeployment,
     PayloadTooLarge,
     RequestTimeout,
+    UndecodableBody,
 )
 from proxy.logs import AccessLog
 from proxy.metrics import Metrics
@@ -81,6 +82,8 @@ async def _read_bounded(request: web.Request, server: ServerConfig) -> bytes:
             raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit") from None
         except TimeoutError:
             raise RequestTimeout("the request body was not received in time") from None
+        except web.RequestPayloadError:  # a gzip or deflate body that does not inflate
+            raise UndecodableBody from None
     if len(body) > limit:  # a chunked body has no content-length to check first
         raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     return body

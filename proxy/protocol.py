@@ -59,6 +59,30 @@ class GatewayRequestHandler(ResumeWhenPaused, RequestHandler):
         super().__init__(manager, **kwargs)
         self._on_rejected = on_rejected
 
+    def data_received(self, data: bytes) -> None:
+        """As aiohttp's; and when the parser rejects the rest of a body that a handler is
+        already reading, that read fails at once with ``RequestPayloadError`` (the route's 400)
+        rather than waiting out its timeout for bytes that never come. aiohttp reports such a
+        body — a ``deflate`` one that ends unfinished — only as a new, malformed message
+        queued behind the request; a whole request in one read never reaches a handler."""
+        request = self._current_request
+        if request is None:
+            super().data_received(data)
+            return
+        queued = len(self._messages)
+        super().data_received(data)
+        body = request.content
+        if len(self._messages) > queued and not body.is_eof() and body.exception() is None:
+            body.set_exception(web.RequestPayloadError("the request body is malformed"))
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """As aiohttp's, but silent for a body that nobody read and that turns out malformed
+        when aiohttp discards it after the answer (a 401 sent before the body was read): the
+        client has its answer, and the connection closes; no traceback for the client's bytes."""
+        if isinstance(kwargs.get("exc_info"), web.RequestPayloadError):
+            return
+        super().log_exception(*args, **kwargs)
+
     def handle_error(
         self,
         request: web.BaseRequest,
