@@ -9,7 +9,9 @@ migrate once: a file lock beside a SQLite file, an advisory lock on PostgreSQL.
 SQLite files are created with mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the same
 mode), in WAL mode so that readers never wait for the writer, with a 5 s busy timeout so that
 the CLI writing beside a running gateway waits instead of failing. SQL is SQLAlchemy Core with
-bound parameters only; the repositories (``keys``, ``teams``, …) each own one table group.
+bound parameters only; the repositories (``keys``, ``teams``, …) each own one table group. On
+PostgreSQL, whose text cannot hold a NUL character, every NUL in a bound string is stored (and
+looked up) as U+FFFD, so no client's string fails a statement.
 """
 
 from __future__ import annotations
@@ -127,7 +129,9 @@ class Database:
 
     def _create_engine(self) -> AsyncEngine:
         if self._path is None:
-            return create_async_engine(self._url, pool_pre_ping=True)
+            engine = create_async_engine(self._url, pool_pre_ping=True)
+            sa.event.listen(engine.sync_engine, "before_cursor_execute", _bind, retval=True)
+            return engine
         _create_private_file(self._path)
         engine = create_async_engine(self._url)
 
@@ -161,6 +165,30 @@ class Database:
             yield
         finally:
             os.close(descriptor)  # releases the lock
+
+
+def _bind(
+    connection: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+) -> tuple[str, Any]:
+    """PostgreSQL's parameters with every NUL character replaced (U+FFFD): its text cannot
+    hold one, and a client's string may carry one (an end user, a model name, a filter), which
+    would fail the statement — a ledger batch with the record of every other request in it."""
+    return statement, _without_nul(parameters)
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` (a parameter, or a tuple, list or dict of them) with NUL in its strings
+    replaced; the same object when it has none."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, (list, tuple)):
+        cleaned = [_without_nul(item) for item in value]
+        if all(new is old for new, old in zip(cleaned, value, strict=True)):
+            return value
+        return type(value)(cleaned)
+    if isinstance(value, dict):
+        return {name: _without_nul(item) for name, item in value.items()}
+    return value
 
 
 def _create_private_file(path: Path) -> None:
