@@ -185,7 +185,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     add_ui_routes(app, edges.plain)
     if config.compat.litellm:
         add_litellm_routes(app, LiteLLMRoutes(lambda: app[RUNTIME].snapshot), edges.plain)
-    app.router.add_route("*", "/{tail:.*}", edges.unmatched)
+    app.router.add_route("*", "/{tail:(?s:.*)}", edges.unmatched)  # newlines too
     edges.install(app)
     return app
 

@@ -180,6 +180,10 @@ MAX_TOKENS_LIMIT = 2**31 - 1
 """The largest token limit (``max_tokens`` …) a client may ask for: no model comes near it, and
 upstreams keep the number in 32 bits (a larger one would reach them only to be refused)."""
 
+Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+"""A sampling seed: OpenAI's schema makes it an int64 and no upstream takes a wider one, so a
+seed beyond 64 bits is refused where it is decoded (a 400 naming ``seed``)."""
+
 
 class Params(Struct, omit_defaults=True):
     """Generation parameters understood by the gateway; each is absent (UNSET) unless given.
@@ -196,7 +200,7 @@ class Params(Struct, omit_defaults=True):
     )
     n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
     stop: str | list[str] | UnsetType | None = UNSET
-    seed: int | UnsetType | None = UNSET
+    seed: Seed | UnsetType | None = UNSET
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
     logit_bias: dict[str, float] | UnsetType | None = UNSET
@@ -289,6 +293,9 @@ class RateLimits(Struct, frozen=True):
 
 
 BudgetPeriod = Literal["1d", "7d", "30d", "1mo", "lifetime"]
+BudgetUSD = Annotated[float, Meta(gt=0, le=1e9)]
+"""A budget's dollars: at most a billion, so that its nano-dollars (at most 10¹⁸) stay exact
+64-bit integers in every counter and column."""
 
 
 class Budget(Struct, frozen=True, forbid_unknown_fields=True):
@@ -296,9 +303,9 @@ class Budget(Struct, frozen=True, forbid_unknown_fields=True):
     (``1d``, ``7d``, ``30d``, ``1mo``, ``lifetime``; see :mod:`proxy.budgets` for when each
     resets); spending past ``soft_usd`` raises an alert."""
 
-    max_usd: Annotated[float, Meta(gt=0)]
+    max_usd: BudgetUSD
     period: BudgetPeriod = "1mo"
-    soft_usd: Annotated[float, Meta(gt=0)] | None = None
+    soft_usd: BudgetUSD | None = None
 
 
 class Principal(Struct, frozen=True):

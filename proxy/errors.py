@@ -178,6 +178,16 @@ class RequestTimeout(GatewayError):
     kind = "bad_request"
 
 
+class UndecodableBody(BadRequest):
+    """The request body does not decode as its ``Content-Encoding`` says (400): the message
+    is fixed, for the body is never quoted."""
+
+    default_code = "invalid_content_encoding"
+
+    def __init__(self) -> None:
+        super().__init__("the request body does not decode as its Content-Encoding says")
+
+
 class PayloadTooLarge(GatewayError):
     """The request body exceeds the configured limit (413)."""
 

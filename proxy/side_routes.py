@@ -11,7 +11,10 @@
   body — exact from the provider when it can count (Anthropic's own counting endpoint, the
   mock's), else :func:`proxy.token_estimate.estimate_input_tokens`; errors in Anthropic's shape.
 
-The caller is identified by the snapshot's ``authenticate`` (the auth plugin's, or anonymous).
+The caller is identified by the snapshot's ``authenticate`` (the auth plugin's, or anonymous)
+before anything else is read: a request without a valid key is a 401 whatever its body, which
+is never read (so an unauthenticated client learns no field names and cannot make the gateway
+read or inflate a body).
 """
 
 from __future__ import annotations
@@ -92,9 +95,9 @@ class SideRoutes:
         request_id = self._request_id(request)
         snapshot = self._snapshot()
         try:
+            principal = await snapshot.authenticate(request.headers)  # before the body is read
             body = await self._read_body(request)
             call = anthropic.decode_count_tokens(body, request.headers, request_id, start)
-            principal = await snapshot.authenticate(request.headers)
             if not principal.allows(call.model):
                 raise PermissionDenied(
                     f"this key may not use model {call.model!r}", code="model_not_allowed"

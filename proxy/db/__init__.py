@@ -14,7 +14,9 @@ the old file, and what they wrote would be lost): while the path has no file, :m
 connect` fails instead of creating an empty one; once a file is there again, the connections to
 the old one are closed and new ones open it; a transaction during which the file changed is
 reported failed. SQL is SQLAlchemy Core with bound parameters only; the repositories (``keys``,
-``teams``, …) each own one table group.
+``teams``, …) each own one table group. On PostgreSQL, whose text cannot hold a NUL character,
+every NUL in a bound string is stored (and looked up) as U+FFFD, so no client's string fails a
+statement.
 """
 
 from __future__ import annotations
@@ -159,7 +161,9 @@ class Database:
 
     def _create_engine(self) -> AsyncEngine:
         if self._path is None:
-            return create_async_engine(self._url, pool_pre_ping=True)
+            engine = create_async_engine(self._url, pool_pre_ping=True)
+            sa.event.listen(engine.sync_engine, "before_cursor_execute", _bind, retval=True)
+            return engine
         _create_private_file(self._path)
         engine = create_async_engine(self._url)
 
@@ -205,6 +209,30 @@ def _identity(path: Path | None) -> tuple[int, int] | None:
     except OSError:  # gone, or its directory is
         return None
     return status.st_dev, status.st_ino
+
+
+def _bind(
+    connection: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+) -> tuple[str, Any]:
+    """PostgreSQL's parameters with every NUL character replaced (U+FFFD): its text cannot
+    hold one, and a client's string may carry one (an end user, a model name, a filter), which
+    would fail the statement — a ledger batch with the record of every other request in it."""
+    return statement, _without_nul(parameters)
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` (a parameter, or a tuple, list or dict of them) with NUL in its strings
+    replaced; the same object when it has none."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, (list, tuple)):
+        cleaned = [_without_nul(item) for item in value]
+        if all(new is old for new, old in zip(cleaned, value, strict=True)):
+            return value
+        return type(value)(cleaned)
+    if isinstance(value, dict):
+        return {name: _without_nul(item) for name, item in value.items()}
+    return value
 
 
 def _create_private_file(path: Path) -> None:

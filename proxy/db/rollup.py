@@ -104,16 +104,18 @@ class SpendRollup:
         """Grouped sums over [``start``, ``end``) (None: from the first record, until now) with
         the ``equal`` filters (``team``, ``key_id``), largest cost first: the whole days that
         are over from a rollup (rolled up first where needed), the rest from
-        ``raw(connection, start, end)``, the caller's grouped query over the records."""
+        ``raw(connection, start, end)``, the caller's grouped query over the records. A range
+        that starts before the first record starts at its day: however early a client's
+        ``start``, no empty day before the ledger began is rolled up."""
         labels = {_LABELS[g] for g in group_by if g != "day"} | set(equal)
         table = _rollup_for(labels)
         assert table is not None, "totals() of what serves() refused"
         today = self.today()
-        if start is None:
-            first = await self._first_record()
-            if first is None:
-                return []
-            start = _floor_day(first)  # nothing is earlier: the first day is whole
+        first = await self._first_record()
+        if first is None:
+            return []
+        if start is None or start < _floor_day(first):
+            start = _floor_day(first)  # nothing is earlier: the days before are never rolled up
         end = today + _DAY if end is None else end
         whole_from, whole_to = _ceil_day(start), min(_floor_day(end), today)
         async with self._database.connect() as connection:

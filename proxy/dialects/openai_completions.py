@@ -21,7 +21,16 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.canonical import MAX_TOKENS_LIMIT, Call, Chunk, Message, Params, Reply, Timings
+from proxy.canonical import (
+    MAX_TOKENS_LIMIT,
+    Call,
+    Chunk,
+    Message,
+    Params,
+    Reply,
+    Seed,
+    Timings,
+)
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import (
     DONE_FRAME,
@@ -63,7 +72,7 @@ class LegacyParams(Struct, omit_defaults=True):
     max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | UnsetType | None = UNSET
     n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
     stop: str | Annotated[list[str], Meta(max_length=4)] | UnsetType | None = UNSET
-    seed: int | UnsetType | None = UNSET
+    seed: Seed | UnsetType | None = UNSET
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
     logit_bias: dict[str, float] | UnsetType | None = UNSET

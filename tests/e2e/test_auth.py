@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 
 from proxy.app import create_app
+from proxy.dialects import all_dialects, other_dialects
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI
 
@@ -179,6 +180,47 @@ async def test_every_route_demands_a_key(gateway: Gateway):
         async with session.get(gateway.url + "/v1/models") as response:
             assert response.status == 401
     assert gateway.upstream.requests == []
+
+
+def client_body_routes() -> list[str]:
+    """Every route a client posts a body to: the dialects' and the token count."""
+    paths = [path for d in (*all_dialects(), *other_dialects()) for path in d.paths]
+    return [*paths, "/v1/messages/count_tokens"]
+
+
+async def status_before_the_body(url: str, path: str) -> int:
+    """The status answered to a request whose 1 MB body never comes (a few bytes of it do)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000000\r\n\r\n".encode()
+            + b'{"model": 1, "messages": ['
+        )
+        await writer.drain()
+        async with asyncio.timeout(60):  # a handler waiting for the body would answer 408 at 30 s
+            status_line = await reader.readline()
+    finally:
+        writer.close()
+    return int(status_line.split()[1])
+
+
+async def test_every_body_route_checks_the_key_before_reading_the_body(gateway: Gateway):
+    """An unauthenticated client learns no field name and costs no body read (or inflation)."""
+    routes = client_body_routes()
+    assert {"/v1/messages", "/v1/embeddings", "/v1/messages/count_tokens"} <= set(routes)
+    for path in routes:
+        assert await status_before_the_body(gateway.url, path) == 401, path
+    async with aiohttp.ClientSession() as session:
+        for body in (b"{", b'{"model": 1}', b'{"model": "chat", "messages": "x"}'):
+            async with session.post(
+                gateway.url + "/v1/messages/count_tokens", data=body
+            ) as response:
+                answer = await response.json()
+                assert response.status == 401, answer
+                assert answer["error"]["type"] == "authentication_error"
+                assert "messages" not in json.dumps(answer)
 
 
 async def test_a_key_minted_over_the_api_works_then_is_revoked(gateway: Gateway):

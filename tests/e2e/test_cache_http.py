@@ -520,3 +520,55 @@ async def test_the_first_clients_disconnect_does_not_cut_a_stream_another_client
     assert upstream.closed_streams == 0, "the shared upstream stream ran to its end"
     await gateway.settle()
     assert (await gateway.chat("up/gated-stream"))[1]["x-crossway-cache"] == "hit"
+
+
+HI_BODY = b'{"model": "chat", "messages": [{"role": "user", "content": "Hi"}], '
+
+
+async def post_raw(gateway: Gateway, body: bytes) -> tuple[int, Any, Any]:
+    """``body`` as written (a number no Python float holds survives only as JSON text)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{gateway.url}/v1/chat/completions",
+            data=body,
+            headers={"content-type": "application/json"},
+        ) as response,
+    ):
+        return response.status, response.headers, await response.json()
+
+
+@pytest.mark.parametrize(
+    ("fields", "passed"),
+    [
+        (b'"top_k": 1180591620717411303424', {"top_k": 2**70}),
+        (b'"top_k": -1180591620717411303424', {"top_k": -(2**70)}),
+        (b'"top_k": 1e400', {"top_k": float("inf")}),  # what Python's json reads it as
+        (b'"vendor": [1e400, 1e-400]', {"vendor": [float("inf"), 0.0]}),
+        (
+            b'"response_format": {"type": "json_schema", "json_schema": {"name": "n", '
+            b'"schema": {"type": "integer", "maximum": 1180591620717411303424}}}',
+            {},
+        ),
+    ],
+)
+async def test_numbers_beyond_64_bits_or_a_double_pass_through_and_are_cached(
+    launch: Launch, fields: bytes, passed: dict[str, Any]
+) -> None:
+    """Before, the cache key's encoder raised on them: a 500 for every such request."""
+    gateway = await launch()
+    for expected in ("miss", "hit"):
+        status, headers, answer = await post_raw(gateway, HI_BODY + fields + b"}")
+        assert status == 200, answer
+        assert headers["x-crossway-cache"] == expected
+        await gateway.settle()
+    [sent] = gateway.upstream.requests
+    assert {name: sent[name] for name in passed} == passed
+
+
+@pytest.mark.parametrize("seed", [b"9223372036854775808", b"1180591620717411303424"])
+async def test_a_seed_beyond_int64_is_a_400_naming_it(launch: Launch, seed: bytes) -> None:
+    gateway = await launch()
+    status, _, answer = await post_raw(gateway, HI_BODY + b'"seed": ' + seed + b"}")
+    assert (status, answer["error"]["param"]) == (400, "seed"), answer
+    assert gateway.upstream.requests == []

@@ -5,6 +5,7 @@ rules; and ``compat: {litellm: false}`` turning all of it off."""
 from __future__ import annotations
 
 import io
+import json
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -194,8 +195,13 @@ async def test_a_key_lives_through_litellm_routes(gateway: Gateway) -> None:
 async def test_key_info_is_a_keys_own_unless_master(gateway: Gateway) -> None:
     _, first, _ = await gateway.call("POST", "/key/generate", json={"key_alias": "one"})
     _, second, _ = await gateway.call("POST", "/key/generate", json={"key_alias": "two"})
-    status, error, _ = await gateway.call("GET", f"/key/info?key={second['key']}", key=first["key"])
-    assert status == 403, error
+    for named in (first["key"], first["token"]):  # itself, by its value or its id
+        status, own, _ = await gateway.call("GET", f"/key/info?key={named}", key=first["key"])
+        assert status == 200, own
+        assert (own["key"], own["info"]["key_alias"]) == (named, "one")
+    status, own, _ = await gateway.call("GET", "/key/info", key=first["key"])
+    assert (status, own["key"], own["info"]["key_alias"]) == (200, first["token"], "one")
+    assert first["key"] not in json.dumps(own), "a key it did not name is not echoed"
     status, info, _ = await gateway.call("GET", f"/key/info?key={second['key']}")
     assert status == 200
     assert info["info"]["key_alias"] == "two"
@@ -203,6 +209,58 @@ async def test_key_info_is_a_keys_own_unless_master(gateway: Gateway) -> None:
     assert status == 404
     status, _, _ = await gateway.call("GET", "/key/info", key=None)
     assert status == 401
+
+
+async def test_a_key_holder_cannot_tell_another_key_from_no_key(gateway: Gateway) -> None:
+    """Another key's info and a key that does not exist get the same answer, named by value or
+    by id; so do the master-key routes that name keys (401 before anything is looked up)."""
+    _, mine, _ = await gateway.call("POST", "/key/generate", json={})
+    _, other, _ = await gateway.call("POST", "/key/generate", json={"key_alias": "other"})
+    pairs = [
+        (other["key"], "sk-cw-" + "N" * 43),
+        (other["token"], "key_0000000000000000"),
+        ("config:other", "config:nosuchkey"),
+    ]
+    for exists, missing in pairs:
+        answers = [
+            (await gateway.call("GET", "/key/info", key=mine["key"], params={"key": named}))[:2]
+            for named in (exists, missing)
+        ]
+        assert answers[0] == answers[1], answers
+        assert answers[0][0] == 404
+        assert answers[0][1]["error"]["code"] == "key_not_found"
+        for path, body in [
+            ("/key/update", {"key": exists, "rpm_limit": 1}),
+            ("/key/delete", {"keys": [exists]}),
+            ("/key/block", {"key": exists}),
+            ("/key/regenerate", {"key": exists}),
+        ]:
+            seen = [
+                (await gateway.call("POST", path, key=mine["key"], json={**body, "key": named}))[:2]
+                for named in (exists, missing)
+            ]
+            assert seen[0] == seen[1], (path, seen)
+            assert seen[0][0] in (401, 404), (path, seen)
+
+
+@pytest.mark.parametrize("named", ["ключ", "sk-cw-\u00e9", "sk cw", "k" * 513, "sk-\x7f"])
+async def test_a_key_that_cannot_be_one_is_never_hashed(gateway: Gateway, named: str) -> None:
+    _, mine, _ = await gateway.call("POST", "/key/generate", json={})
+    status, error, _ = await gateway.call("GET", "/key/info", params={"key": named})
+    assert (status, error["error"]["param"]) == (400, "key"), error
+    status, error, _ = await gateway.call(
+        "GET", "/key/info", key=mine["key"], params={"key": named}
+    )
+    assert (status, error["error"]["code"]) == (404, "key_not_found"), error
+    for path, body, param in [
+        ("/key/update", {"key": named, "rpm_limit": 1}, "key"),
+        ("/key/block", {"key": named}, "key"),
+        ("/key/delete", {"keys": [named]}, "keys[0]"),
+    ]:
+        status, error, _ = await gateway.call("POST", path, json=body)
+        assert (status, error["error"]["param"]) == (400, param), (path, error)
+    status, error, _ = await gateway.call("GET", "/spend/logs", params={"api_key": named})
+    assert (status, error["error"]["param"]) == (400, "api_key"), error
 
 
 async def test_key_delete_by_alias(gateway: Gateway) -> None:
@@ -223,6 +281,10 @@ async def test_key_delete_by_alias(gateway: Gateway) -> None:
         ({"duration": "forever"}, "duration"),
         ({"rpm_limit": 0}, "rpm_limit"),
         ({"team_id": "nosuchteam"}, "team"),
+        ({"duration": "99999999999999d"}, "duration"),  # ends after year 9998
+        ({"rpm_limit": 2**70}, "rpm_limit"),
+        ({"tpm_limit": 2**63}, "tpm_limit"),
+        ({"max_budget": 1e300}, "max_budget"),
     ],
 )
 async def test_generate_refuses_what_it_cannot_honour(

@@ -111,3 +111,22 @@ async def test_rejections_are_counted_and_routed_answers_carry_no_version_banner
         assert response.headers["Server"] == "crossway"
     count = f'crossway_http_rejected_total{{status="400"}} {float(len(BAD_REQUESTS))}'
     assert count in metrics
+
+
+@pytest.mark.parametrize(
+    "path", ["/%0A", "/v1/models/%0A", "/admin/keys/%0A%7B", "/ui/%0A", "/x%0D%0Ay", "/%00"]
+)
+async def test_a_path_with_a_control_character_is_the_gateways_404(
+    served: Served, path: str
+) -> None:
+    """A newline in a decoded path escaped every route pattern, the catch-all's too: aiohttp's
+    own 404, text/plain, with its version banner."""
+    answer = await served.send(
+        f"GET {path} HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n".encode()
+    )
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    assert status_line.split()[1] == "404"
+    assert headers["server"] == "crossway"
+    assert json.loads(body)["error"]["code"] == "not_found"

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import openai
@@ -306,6 +307,44 @@ async def test_bad_spend_queries_are_400_naming_the_field(gateway: Gateway) -> N
     assert (status, body["error"]["param"]) == (400, "limit")
     status, body = await gateway.get("/admin/spend/logs?cursor=bogus")
     assert (status, body["error"]["param"]) == (400, "cursor")
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "9999-12-31T23:59:59-14:00",  # past year 9999 in UTC: a 500 before
+        "0001-01-01T00:00:00+14:00",  # before year 1 in UTC
+        "9999-12-31",
+        "1969-12-31",
+        "2026-12-01T00:00:00\u00e9",
+    ],
+)
+async def test_dates_out_of_range_are_400_naming_the_parameter(
+    gateway: Gateway, moment: str
+) -> None:
+    _, key = await gateway.mint(alias="dates")
+    for path, param, caller in [
+        ("/v1/spend", "from", key),
+        ("/v1/spend", "to", key),
+        ("/admin/spend", "from", MASTER),
+        ("/admin/spend/logs", "to", MASTER),
+        ("/spend/logs", "start_date", MASTER),
+        ("/spend/logs", "end_date", MASTER),
+    ]:
+        status, body = await gateway.get(f"{path}?{urlencode({param: moment})}", caller)
+        assert (status, body["error"]["param"]) == (400, param), (path, body)
+
+
+async def test_a_range_from_1970_is_answered_from_the_ledgers_days(gateway: Gateway) -> None:
+    """Before, a range from long ago rolled up every empty day since (20,000 transactions)."""
+    _, key = await gateway.mint(alias="old")
+    await chat(gateway.openai(key))
+    status, own = await gateway.get("/v1/spend?from=1970-01-01", key)
+    assert status == 200, own
+    assert own["total"]["requests"] == 1
+    status, totals = await gateway.get("/admin/spend?from=1970-01-01T00:00:00Z&group_by=day")
+    assert status == 200, totals
+    assert totals["total"]["requests"] == 1
 
 
 async def test_logs_are_paginated_newest_first(gateway: Gateway) -> None:

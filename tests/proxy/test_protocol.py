@@ -91,3 +91,57 @@ async def test_requests_pipelined_past_the_message_queue_are_all_answered_in_ord
     assert [status for status, _ in answers] == [200] * count
     echoed = [json.loads(body)["choices"][0]["message"]["content"] for _, body in answers]
     assert all(f"request {index}" in text for index, text in enumerate(echoed)), echoed[:3]
+
+
+UNFINISHED = b'{"a":1}'  # as raw deflate: a valid start that never ends
+INVALID = b"null"  # as raw deflate: an error at once
+
+
+async def _head_then_body(
+    port: int, path: str, body: bytes = UNFINISHED
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A ``deflate`` request whose body is sent once the route asked for it (``100-continue``),
+    so that a handler is reading it when it arrives, unfinished."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Content-Encoding: deflate\r\nExpect: 100-continue\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+    )
+    await writer.drain()
+    interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+    assert interim.startswith(b"HTTP/1.1 100"), interim
+    writer.write(body)
+    await writer.drain()
+    return reader, writer
+
+
+@pytest.mark.parametrize("body", [UNFINISHED, INVALID])
+async def test_a_body_that_ends_malformed_fails_its_read_at_once(port: int, body: bytes) -> None:
+    """The body is read as sent and inflated by the gateway (:mod:`proxy.request_body`): an
+    unfinished or invalid deflate stream is a 400 at once, never a wait for the body timeout
+    (with aiohttp inflating it, the read waited 30 s for bytes that never came: a 408)."""
+    reader, writer = await _head_then_body(port, CHAT, body)
+    try:
+        [(status, answer)] = await asyncio.wait_for(_answers(reader, 1), timeout=60)
+    finally:
+        writer.close()
+    assert status == 400, answer
+    assert json.loads(answer)["error"]["code"] == "invalid_content_encoding"
+
+
+@pytest.mark.parametrize("body", [UNFINISHED, INVALID])
+async def test_a_malformed_body_nobody_read_logs_no_traceback(
+    port: int, caplog: pytest.LogCaptureFixture, body: bytes
+) -> None:
+    """A route that answers without reading the body (no route: 404): the gateway's
+    connections never inflate a body themselves (``auto_decompress`` is off; the routes that
+    read one inflate it, bounded, in :mod:`proxy.request_body`), so a malformed one left unread
+    is plain bytes to discard: no 'Unhandled exception' with a traceback."""
+    reader, writer = await _head_then_body(port, "/v1/nowhere", body)
+    try:
+        [(status, _)] = await asyncio.wait_for(_answers(reader, 1), timeout=60)
+    finally:
+        writer.close()
+    assert status == 404
+    assert not [r for r in caplog.records if r.exc_info], caplog.text

@@ -123,6 +123,12 @@ async def test_keys_lifecycle(admin):
         (b'{"expires_at": "2099-01-31T00:00:00"}', "expires_at"),  # no zone
         (b'{"team": "no such team"}', "team"),
         (b'{"models": ["ok", ""]}', "models[1]"),
+        (b'{"expires_at": "9999-12-31T23:59:59-14:00"}', "expires_at"),  # past 9999 in UTC
+        (b'{"rpm": 2147483648}', "rpm"),  # beyond an SQL INTEGER
+        (b'{"max_parallel": 1180591620717411303424}', "max_parallel"),
+        (b'{"tpm": 9223372036854775808}', "tpm"),  # beyond an SQL BIGINT
+        (b'{"budget": {"max_usd": 1e300}}', "budget.max_usd"),  # nano-dollars beyond 64 bits
+        (b'{"budget": {"max_usd": 1e400}}', "budget.max_usd"),
     ],
 )
 async def test_bad_bodies_are_400_naming_the_field(admin, body: bytes, param: str | None):

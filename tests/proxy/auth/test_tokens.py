@@ -7,7 +7,15 @@ import hashlib
 import pytest
 from multidict import CIMultiDict
 
-from proxy.auth.tokens import MalformedKey, hash_key, key_from_headers, mint_key, shown_prefix
+from proxy.auth.tokens import (
+    MalformedKey,
+    checked_key,
+    hash_key,
+    is_key_text,
+    key_from_headers,
+    mint_key,
+    shown_prefix,
+)
 from proxy.redact import Redactor
 
 
@@ -63,3 +71,30 @@ def test_the_key_comes_from_the_first_key_header(headers: dict[str, str], key: s
 def test_unusable_values_are_malformed(value: str):
     with pytest.raises(MalformedKey):
         key_from_headers(CIMultiDict({"Authorization": value}))
+
+
+@pytest.mark.parametrize(
+    ("value", "usable"),
+    [
+        ("sk-cw-abc", True),
+        ("k" * 512, True),
+        ("k" * 513, False),
+        ("", False),
+        ("ключ", False),
+        ("sk-cw-\udcff", False),
+        ("sk cw", False),
+        ("sk-\x7f", False),
+        ("sk-\x00", False),
+    ],
+)
+def test_one_validation_for_every_key_a_client_names(value: str, usable: bool):
+    """The headers' check and checked_key (the LiteLLM routes' key names) are the same."""
+    assert is_key_text(value) is usable
+    if usable:
+        assert checked_key(value, "key") == value
+        assert key_from_headers(CIMultiDict({"x-api-key": value})) == value
+        return
+    with pytest.raises(MalformedKey) as raised:
+        checked_key(value, "key query parameter")
+    assert str(raised.value) == "the key query parameter does not hold a key"
+    assert value not in str(raised.value) or not value

@@ -165,3 +165,42 @@ def test_the_key_does_not_change_the_call() -> None:
     before = msgspec.json.encode(call.params)
     cache_key(call, "team")
     assert msgspec.json.encode(call.params) == before
+
+
+def raw_chat_call(body: bytes) -> Call:
+    return CHAT.decode(body, {}, "req-1", 0.0)
+
+
+HEAD = b'{"model": "chat", "messages": [{"role": "user", "content": "Hi"}]'
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        b'"top_k": 1180591620717411303424',  # 2**70, passed through
+        b'"top_k": -1180591620717411303424',
+        b'"top_k": 1e400',  # beyond a double, passed through as written
+        b'"top_k": [1e400, -1e400, 1e-400]',
+        b'"tool_choice": {"type": "function", "n": 1180591620717411303424}',
+        b'"response_format": {"type": "json_schema", "json_schema": {"schema": '
+        b'{"type": "integer", "maximum": 1180591620717411303424}}}',
+        b'"tools": [{"type": "function", "function": {"name": "f", "parameters": '
+        b'{"type": "integer", "minimum": -1180591620717411303424}}}]',
+        b'"seed": 9223372036854775807',  # int64's largest: a seed
+        b'"seed": -9223372036854775808',
+    ],
+)
+def test_numbers_beyond_64_bits_or_a_double_have_a_key(fields: bytes) -> None:
+    key = cache_key(raw_chat_call(HEAD + b", " + fields + b"}"), "team")
+    assert key.startswith(PREFIX)
+    assert key != cache_key(raw_chat_call(HEAD + b"}"), "team")
+
+
+def test_huge_numbers_are_told_apart_and_from_the_strings_that_spell_them() -> None:
+    def key(value: bytes) -> str:
+        return cache_key(raw_chat_call(HEAD + b', "top_k": ' + value + b"}"), "team")
+
+    assert key(b"1e400") == key(b"1E+400"), "the same number, spelled alike"
+    spelled = [b"1e400", b"-1e400", b"2e400", b'"1E+400"', b"1180591620717411303424"]
+    assert len({key(value) for value in spelled}) == len(spelled)
+    assert key(b"1180591620717411303424") != key(b"1180591620717411303425")

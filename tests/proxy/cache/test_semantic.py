@@ -155,3 +155,26 @@ def test_another_dialect_asking_the_same_shares_the_scope() -> None:
     assert semantic_scope(anthropic, config, "team") == semantic_scope(
         call_of(BASE), config, "team"
     )
+
+
+def test_numbers_beyond_64_bits_or_a_double_have_a_scope() -> None:
+    body = (
+        json.dumps(
+            with_(
+                tools=[
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"maximum": 2**70}},
+                    }
+                ]
+            )
+        ).encode()[:-1]
+        + b', "top_k": 1e400, "vendor": [-1180591620717411303424]}'
+    )
+    call = CHAT.decode(body, {}, "req-1", 0.0)
+    everything = SemanticConfig(
+        embedding_model="embed", scope_by=("model", "system", "tools", "params", "history")
+    )
+    scope = semantic_scope(call, everything, "team")
+    assert len(scope) == 64
+    assert scope != scope_of(BASE, everything)

@@ -119,3 +119,17 @@ async def test_warming_rolls_up_every_finished_day(ledger):
         days = sorted((await connection.execute(sa.select(spend_rolled_days.c.day))).scalars())
     assert days[-1] == (NOW - timedelta(days=1)).strftime("%Y-%m-%d")  # not today
     assert len(days) == 6
+
+
+async def test_a_range_from_long_before_the_ledger_rolls_up_only_the_ledgers_days(ledger):
+    rolled, plain, database, rng = ledger
+    since_1970 = SpendFilter(start=datetime(1970, 1, 1, tzinfo=UTC))
+    rows, total = await rolled.totals(since_1970, ["day"])
+    assert (rows, total) == await plain.totals(since_1970, ["day"])
+    async with database.connect() as connection:
+        days = sorted((await connection.execute(sa.select(spend_rolled_days.c.day))).scalars())
+    assert len(days) == 6, "only days that have records were rolled up, not 20,000 empty ones"
+    earlier = record(rng, 10_001, NOW - timedelta(days=40))  # a journal replayed late
+    await rolled.write([earlier])
+    _, after = await rolled.totals(since_1970, [])
+    assert after["requests"] == total["requests"] + 1

@@ -155,3 +155,16 @@ async def test_batches_of_whole_groups_and_a_rest_all_arrive(
     await repository.write(written)
     stored, _ = await repository.logs(SpendFilter(), limit=count + 1)
     assert sorted(stored, key=lambda r: r.id) == sorted(written, key=lambda r: r.id)
+
+
+async def test_a_nul_in_a_clients_string_fails_no_batch(repository: SpendRepository) -> None:
+    """PostgreSQL's text cannot hold NUL: a record naming such an end user or model failed its
+    whole batch (every other request's record with it). It is stored as U+FFFD, and a filter
+    naming it finds it."""
+    written = [record(1, user="ann\x00", model="fa\x00st"), record(2)]
+    await repository.write(written)
+    stored, _ = await repository.logs(SpendFilter(user="ann\x00"), limit=100)
+    assert [r.request_id for r in stored] == ["req-1"]
+    assert stored[0].user in ("ann\x00", "ann\ufffd")  # SQLite keeps it; PostgreSQL cannot
+    _, total = await repository.totals(SpendFilter(), [])
+    assert total["requests"] == 2

@@ -198,6 +198,9 @@ def test_wrong_type_names_the_field(fields, param):
         ({"n": 0}, "n"),
         ({"presence_penalty": 3}, "presence_penalty"),
         ({"top_logprobs": 21}, "top_logprobs"),
+        ({"seed": 2**63}, "seed"),  # OpenAI's schema: an int64
+        ({"seed": -(2**63) - 1}, "seed"),
+        ({"seed": 2**70}, "seed"),
     ],
 )
 def test_out_of_range_names_the_field(fields, param):
@@ -208,6 +211,8 @@ def test_boundaries_are_accepted():
     call = decode(body(temperature=0, top_p=1, max_tokens=1, n=128, frequency_penalty=-2))
     assert call.params.temperature == 0
     assert call.params.n == 128
+    assert decode(body(seed=2**63 - 1)).params.seed == 2**63 - 1
+    assert decode(body(seed=-(2**63))).params.seed == -(2**63)
 
 
 def test_nulls_are_accepted():

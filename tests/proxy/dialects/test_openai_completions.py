@@ -177,6 +177,8 @@ def test_wrong_type_names_the_field(fields, param):
         ({"top_p": 1.5}, "top_p"),
         ({"presence_penalty": 3}, "presence_penalty"),
         ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"seed": 2**63}, "seed"),
+        ({"seed": 2**70}, "seed"),
     ],
 )
 def test_out_of_range_names_the_field(fields, param):

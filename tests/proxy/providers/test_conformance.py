@@ -350,3 +350,52 @@ async def test_stream_cut_midway_is_an_in_band_error(gateway: Gateway) -> None:
     assert text != full
     assert not isinstance(caught.value, openai.APIStatusError), "in-band, after a 200"
     assert await gateway.metric("crossway_upstream_errors_total", reason="connection") == 1
+
+
+ODD_NUMBERS = (
+    json.dumps(
+        {
+            "model": "up/text",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "top_k": 2**70,
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {
+                                "n": {"type": "integer", "maximum": 2**70, "minimum": -(2**70)}
+                            },
+                        },
+                    },
+                }
+            ],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "s", "schema": {"type": "number", "maximum": 2**70}},
+            },
+            "vendor_option": ["HUGE", "-HUGE", 1e-300, 2**70],
+        }
+    )
+    .replace('"-HUGE"', "-1e400")
+    .replace('"HUGE"', "1e400")
+)  # beyond a double, as written
+
+
+async def test_numbers_beyond_64_bits_or_a_double_never_make_a_5xx(gateway: Gateway) -> None:
+    """Each provider builds its request from such a call and answers: integers
+    of any size in tool schemas, the response format and pass-through fields, 1e400 written in
+    the JSON text of a pass-through field (kept as written; in a field the gateway decodes, such
+    as a tool schema, it is a 400 naming the field)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{gateway.url}/v1/chat/completions",
+            data=ODD_NUMBERS.encode(),
+            headers={"content-type": "application/json"},
+        ) as response,
+    ):
+        body = await response.json()
+    assert response.status == 200, body
