@@ -196,20 +196,18 @@ class LedgerWriter:
         if not self._queue and not self._catch_up:
             wake.clear()
             await wake.wait()  # record() wakes on the first record, close() on closing
-        deadline = asyncio.get_running_loop().time() + self._interval
-        while not self._ready():
-            wake.clear()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await wake.wait()
-            except TimeoutError:
-                return
+        await self._wait_for(self._ready)
 
     async def _pause(self) -> None:
         """Wait ``interval`` (however many records arrive meanwhile), or until closing."""
+        await self._wait_for(lambda: self._closing)
+
+    async def _wait_for(self, done: Callable[[], bool]) -> None:
+        """Wait until ``done()`` holds, checked each time a record or ``close`` wakes the
+        writer, for at most ``interval`` seconds."""
         deadline = asyncio.get_running_loop().time() + self._interval
         wake = self._wake
-        while not self._closing:
+        while not done():
             wake.clear()
             try:
                 async with asyncio.timeout_at(deadline):
