@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _START_TIMEOUT = 30.0
@@ -51,6 +52,25 @@ def _wait(what: str, ready: object, process: subprocess.Popen, log: Path) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not start in {_START_TIMEOUT:.0f} s")
         time.sleep(0.05)
+    if process.poll() is not None:  # what answered on the port was another engine
+        raise AssertionError(f"{what} exited at start:\n{log.read_text(errors='replace')}")
+
+
+_BIND_ATTEMPTS = 5
+"""Starts on fresh ports when a port picked free was taken before the engine bound it (another
+xdist worker's engine, or a client's ephemeral port: :func:`free_port` cannot reserve it)."""
+
+
+def _start_on_free_ports(start: Callable[[], None], repick: Callable[[], None]) -> None:
+    """``start()``; while it fails because a port is already in use, ``repick()`` and retry."""
+    for attempt in range(_BIND_ATTEMPTS):
+        try:
+            start()
+            return
+        except AssertionError as error:
+            if "Address already in use" not in str(error) or attempt == _BIND_ATTEMPTS - 1:
+                raise
+            repick()
 
 
 def _stop(process: subprocess.Popen | None, sig: int) -> None:
@@ -95,10 +115,15 @@ class RedisServer:
         self.tls = tls
         self.certificate = self.directory / "cert.pem"
         self.socket = self.directory / "redis.sock" if unix_socket else None
-        self._listen = ["--port", str(self.port)]
+        self.bus_port = free_port() if cluster else None
         if tls:
             self._make_certificate()
-            self._listen = [
+
+    def _listen(self) -> list[str]:
+        """The listening arguments for :attr:`port` (and the cluster bus's)."""
+        listen = ["--port", str(self.port)]
+        if self.tls:
+            listen = [
                 "--port",
                 "0",
                 "--tls-port",
@@ -113,10 +138,9 @@ class RedisServer:
                 "no",
             ]
         if self.socket is not None:
-            self._listen += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
-        self.bus_port = free_port() if cluster else None
-        if cluster:
-            self._listen += [
+            listen += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
+        if self.bus_port is not None:
+            listen += [
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -124,6 +148,7 @@ class RedisServer:
                 "--cluster-port",
                 str(self.bus_port),
             ]
+        return listen
 
     @property
     def url(self) -> str:
@@ -157,13 +182,26 @@ class RedisServer:
         )
 
     def start(self) -> RedisServer:
-        """Start (or restart, on the same port) and wait until it accepts connections."""
+        """Start (or restart, on the same port) and wait until it accepts connections; a first
+        start whose port was taken meanwhile moves to fresh ports."""
+        if self.process is not None:
+            self._launch()
+        else:
+            _start_on_free_ports(self._launch, self._repick)
+        return self
+
+    def _repick(self) -> None:
+        self.port = free_port()
+        if self.bus_port is not None:
+            self.bus_port = free_port()
+
+    def _launch(self) -> None:
         log = self.directory / "redis.log"
         with log.open("ab") as sink:
             self.process = subprocess.Popen(
                 [
                     self._binary,
-                    *self._listen,
+                    *self._listen(),
                     "--bind",
                     "127.0.0.1",
                     "--save",
@@ -179,7 +217,6 @@ class RedisServer:
                 stderr=subprocess.STDOUT,
             )
         _wait("redis-server", lambda: _accepts(self.port), self.process, log)
-        return self
 
     def kill(self) -> None:
         """Stop it at once (SIGKILL: an outage, not a shutdown)."""
@@ -304,7 +341,18 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         """Start (or restart, on the same port and data) and wait until it accepts connections;
-        the first start creates the ``crossway`` database."""
+        the first start creates the ``crossway`` database (and moves to a fresh port if its port
+        was taken meanwhile)."""
+        if self.process is not None:
+            self._launch()
+        else:
+            _start_on_free_ports(self._launch, self._repick)
+        return self
+
+    def _repick(self) -> None:
+        self.port = free_port()
+
+    def _launch(self) -> None:
         log = self.directory / "postgres.log"
         with log.open("ab") as sink:
             if self._user is not None:
@@ -331,7 +379,6 @@ class PostgresServer:
                 **self._run_as(),
             )
         _wait("postgres", self._ready, self.process, log)
-        return self
 
     def _ready(self) -> bool:
         if not _accepts(self.port):
