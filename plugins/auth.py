@@ -2,7 +2,7 @@
 
 With this plugin in the chain (``- auth: {}``, first), the gateway demands a key on every
 dialect route: the app authenticates each request with the plugin's ``authenticate`` before it
-reads the body (:attr:`proxy.runtime.Snapshot.gate`), so an unauthenticated client costs no
+reads the body (:attr:`proxy.runtime.snapshot.Snapshot.gate`), so an unauthenticated client costs no
 decoding and learns nothing about models; the principal is then on ``call.principal``. Called
 on a call that carries no principal yet (a chain run without the app), the plugin
 authenticates it itself, from ``call.client_headers``.
@@ -13,20 +13,20 @@ allowed is a 403 ``model_not_allowed`` naming it (counted as
 ``crossway_auth_failures_total{reason="model_not_allowed"}``). Models that the config adds
 (fallback chains) are skipped by the fallback plugin when not allowed, never served.
 
-Keys, teams and failures are :mod:`proxy.auth.authenticator`'s; without this plugin every call
-is :data:`~proxy.canonical.ANONYMOUS` and the gateway is open.
+Keys, teams and failures are :mod:`proxy.governance.auth.authenticator`'s; without this plugin every
+call is :data:`~proxy.core.canonical.ANONYMOUS` and the gateway is open.
 """
 
 from __future__ import annotations
 
-from proxy.canonical import ANONYMOUS, Call, Principal, Reply
-from proxy.chain import Next, PluginContext
-from proxy.errors import PermissionDenied
+from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply
+from proxy.core.errors import PermissionDenied
+from proxy.core.plugin import Next, PluginContext
 
 
 class AuthPlugin:
     """See the module docstring. ``authenticate(headers)`` is the runtime's gate
-    (:func:`proxy.chain.authenticator`)."""
+    (:func:`proxy.core.plugin.authenticator`)."""
 
     def __init__(self, *, context: PluginContext) -> None:
         self.authenticate = context.authenticator.authenticate

@@ -19,8 +19,8 @@ are not ejected (see :mod:`plugins.health`) and not at their ``limits``, ``strat
   measured costs ``default_rtt``.
 - ``cost``: the cheapest candidate for the request's expected token mix — its estimated prompt
   and its ``max_tokens`` (``expected_output_tokens`` when it sets none) — at the config's prices
-  (:mod:`proxy.pricing`); equal prices go to the lower latency estimate (as ``latency`` rates
-  them), then by weight at random. A candidate without a price is chosen only when none has
+  (:mod:`proxy.governance.pricing`); equal prices go to the lower latency estimate (as ``latency``
+  rates them), then by weight at random. A candidate without a price is chosen only when none has
   one.
 
 ``limits`` maps ``provider/model`` to ``rpm`` (requests) and ``tpm`` (tokens, counted from
@@ -53,13 +53,13 @@ import msgspec
 from msgspec import Meta
 
 from plugins.health import Health, HealthConfig
-from proxy.canonical import Call, Deployment, Reply, Usage
-from proxy.chain import Next, PluginContext
-from proxy.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
-from proxy.observed import observe
-from proxy.pricing import expected_nanos
-from proxy.store import Store, StoreUnavailable
-from proxy.token_estimate import expected_tokens
+from proxy.core.canonical import Call, Deployment, Reply, Usage
+from proxy.core.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
+from proxy.core.observed import observe
+from proxy.core.plugin import Next, PluginContext
+from proxy.core.token_estimate import expected_tokens
+from proxy.governance.pricing import expected_nanos
+from proxy.state.store import Store, StoreUnavailable
 
 Clock = Callable[[], float]
 Strategy = Literal["weighted", "least-busy", "latency", "cost"]

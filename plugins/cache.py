@@ -22,7 +22,7 @@ may do is read from its headers and gateway options (:mod:`proxy.cache.control`)
   part.
 
 Replies carry ``x-crossway-cache: hit | miss | bypass`` (coalesced requests say ``hit``). The
-request's :class:`~proxy.canonical.Accounting` gets the verdict; a hit costs 0 and records what
+request's :class:`~proxy.core.canonical.Accounting` gets the verdict; a hit costs 0 and records what
 the stored answer cost as ``saved_nanos`` (the ``cost`` plugin, inside this one, prices misses).
 
 Failure policy: the cache never fails a request. A backend that cannot answer is a miss, and a
@@ -75,10 +75,10 @@ from proxy.cache.lru import ByteLRU
 from proxy.cache.replay import CACHE_HEADER, OPENAI, hit_reply
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
-from proxy.canonical import Accounting, Call, Reply, Response
-from proxy.chain import Next, PluginContext
-from proxy.errors import GatewayError, NoReadyDeployment
-from proxy.store import StoreUnavailable
+from proxy.core.canonical import Accounting, Call, Reply, Response
+from proxy.core.errors import GatewayError, NoReadyDeployment
+from proxy.core.plugin import Next, PluginContext
+from proxy.state.store import StoreUnavailable
 
 if TYPE_CHECKING:  # imported when configured: numpy is not loaded for the exact cache alone
     from proxy.cache.semantic_cache import Probe, SemanticCache
@@ -144,7 +144,7 @@ class CachePlugin:
 
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Answer ``call`` from the cache, a call in flight, or ``next`` (see the module
-        docstring). Raises :class:`~proxy.errors.BadRequest` for a malformed
+        docstring). Raises :class:`~proxy.core.errors.BadRequest` for a malformed
         ``x-crossway-cache-ttl``; otherwise only what ``next`` raises."""
         if call.embedding is not None:  # embeddings calls pass by (see the module docstring)
             return await next(call)
@@ -304,7 +304,7 @@ class CachePlugin:
         """:meth:`_read` from the memory backend, which answers at once: each entry is decoded
         on its first read only and kept decoded (:meth:`ByteLRU.get_decoded`), so hits share
         one :class:`Entry` and its answer, which nothing changes in place (see
-        :class:`~proxy.canonical.Reply`)."""
+        :class:`~proxy.core.canonical.Reply`)."""
         lru = self._lru
         assert lru is not None
         try:

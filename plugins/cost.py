@@ -5,9 +5,9 @@ it) and before ``fallback`` / ``retry`` / ``balance``, so that a request is char
 the deployment that finally served it.
 
 **Cost.** A reply is priced from its usage with the config's
-:class:`~proxy.pricing.PriceBook` (exact integer nano-dollars): the provider's own billed
+:class:`~proxy.governance.pricing.PriceBook` (exact integer nano-dollars): the provider's own billed
 amount when it reports one (``authoritative``), else the price of the usage buckets
-(``estimated``). It goes to the call's :class:`~proxy.canonical.Accounting`, to
+(``estimated``). It goes to the call's :class:`~proxy.core.canonical.Accounting`, to
 ``crossway_cost_usd_total{provider,model}`` (model = the alias asked for, bounded) and, on whole
 responses, to ``x-crossway-cost-usd`` (``0.000245``). A model with no price has an unknown
 cost (None, never 0), counted in ``crossway_cost_unknown_total{provider}``. Streams are charged
@@ -18,10 +18,10 @@ than the call's output limit, ``n`` times ``max_tokens``, when it set one), ``es
 in ``accounting.usage``. A whole response without usage is estimated the same way; a failed call
 costs 0.
 
-**Budgets** (:mod:`proxy.budgets`). A request's scopes are its key, its key's team and, when
-``auth.user_budget`` is set, the end user it names; each may have a budget on the principal.
-Before the call, each budgeted scope reserves the request's worst case
-(:func:`~proxy.token_estimate.expected_tokens`) — its estimated input (tool definitions and
+**Budgets** (:mod:`proxy.governance.budgets.counters`). A request's scopes are its key, its key's
+team and, when ``auth.user_budget`` is set, the end user it names; each may have a budget on the
+principal. Before the call, each budgeted scope reserves the request's worst case
+(:func:`~proxy.core.token_estimate.expected_tokens`) — its estimated input (tool definitions and
 images included) and its output limit for every answer it asks for (``n`` times
 ``max_completion_tokens`` / ``max_tokens``, the larger when both are set; else ``n`` times
 ``reserve_output_tokens``), priced at the dearest deployment of its model, each input token at
@@ -39,8 +39,8 @@ price book's, or a fallback or load-balancer target dearer than every deployment
 asked for — and, beside the rule, by what ``on_unavailable`` lets through unchecked (below),
 and per worker with the in-process store. Scopes without
 a budget touch no counter; when one starts to have a budget, its counters are re-read from the
-ledger in the background (:mod:`proxy.budget_sync`; meanwhile it is checked against what they
-held). A request whose models have no price reserves nothing. When the shared state store
+ledger in the background (:mod:`proxy.governance.budgets.sync`; meanwhile it is checked against what
+they held). A request whose models have no price reserves nothing. When the shared state store
 cannot be reached, ``state.on_unavailable.budgets`` decides (:mod:`proxy.state.policy`): a
 budgeted request is refused with 503 ``state_unavailable`` (``closed``, the default), served
 unchecked (``open``) or checked against this process's own counters meanwhile (``local``); each
@@ -50,9 +50,9 @@ and, with ``alerts.webhook_url``, POSTs a JSON alert (retried, never holding up 
 
 **Ledger** (``ledger: true``, the default). Every request that ran on this config — served,
 failed, refused, cancelled, answered from the cache — becomes one record
-(:mod:`proxy.ledger.records`) queued for the database (:mod:`proxy.ledger.writer`). On start
-the budget counters are rebuilt from the ledger (keys and teams; the 10,000 most recent end
-users).
+(:mod:`proxy.governance.ledger.records`) queued for the database
+(:mod:`proxy.governance.ledger.writer`). On start the budget counters are rebuilt from the ledger
+(keys and teams; the 10,000 most recent end users).
 """
 
 from __future__ import annotations
@@ -64,19 +64,19 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.budget_alerts import AlertsConfig, SoftLimitAlerts, rfc3339
-from proxy.budget_plans import Refusal, Reservation, Scope, max_nanos, resets_at
-from proxy.budget_sync import CounterSync
-from proxy.budgets import SpendCounters
-from proxy.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
-from proxy.chain import FinishedRequest, Next, PluginContext
-from proxy.errors import BudgetExceeded, BudgetUnavailable
-from proxy.ledger.records import RecordIds, end_user, spend_record
-from proxy.metered import message_tokens
-from proxy.observed import observe
-from proxy.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd
-from proxy.store import StoreUnavailable
-from proxy.token_estimate import estimate_prompt_tokens, expected_tokens, output_limit
+from proxy.core.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
+from proxy.core.errors import BudgetExceeded, BudgetUnavailable
+from proxy.core.metered import message_tokens
+from proxy.core.observed import observe
+from proxy.core.plugin import FinishedRequest, Next, PluginContext
+from proxy.core.token_estimate import estimate_prompt_tokens, expected_tokens, output_limit
+from proxy.governance.budgets.alerts import AlertsConfig, SoftLimitAlerts, rfc3339
+from proxy.governance.budgets.counters import SpendCounters
+from proxy.governance.budgets.plans import Refusal, Reservation, Scope, max_nanos, resets_at
+from proxy.governance.budgets.sync import CounterSync
+from proxy.governance.ledger.records import RecordIds, end_user, spend_record
+from proxy.governance.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd
+from proxy.state.store import StoreUnavailable
 
 COST_HEADER = "x-crossway-cost-usd"
 _MAX_PRINCIPALS = 10_000
@@ -255,9 +255,9 @@ class CostPlugin:
 
     def _worst_case(self, call: Call) -> int:
         """Nano-dollars the call may cost at most: its estimated input and output limit
-        (:func:`~proxy.token_estimate.expected_tokens`) at the dearest price among its
-        deployments (:meth:`~proxy.pricing.ModelPrice.worst_nanos`; 0, and no estimate, when
-        none has a price)."""
+        (:func:`~proxy.core.token_estimate.expected_tokens`) at the dearest price among its
+        deployments (:meth:`~proxy.governance.pricing.ModelPrice.worst_nanos`; 0, and no estimate,
+        when none has a price)."""
         price_of = self._prices.price
         worst = 0
         prompt = -1  # not estimated yet
@@ -361,7 +361,7 @@ class _Priced:
 def _estimated(call: Call, generated: int) -> Usage:
     """The usage charged for a reply that reported none (kept in ``call.accounting``): the
     prompt's estimate and the ``generated`` output, never more output than the call's limit
-    allows (:func:`~proxy.token_estimate.output_limit`)."""
+    allows (:func:`~proxy.core.token_estimate.output_limit`)."""
     limit = output_limit(call)
     if limit is not None and generated > limit:
         generated = limit

@@ -10,14 +10,14 @@ credential failures). Two failures have their own one-step routes, as LiteLLM's
 ``on_context_window[model]`` (a larger-context model) and a content-policy refusal to
 ``on_content_policy[model]``; without such an entry these errors reach the client. Any other
 error (a bad request, the client's own auth) is final. A passed deadline
-(:class:`~proxy.errors.DeadlineExceeded`) is final too: the retry plugin's deadline covers
+(:class:`~proxy.core.errors.DeadlineExceeded`) is final too: the retry plugin's deadline covers
 every model. A failure after a stream's first chunk never falls back (the stream is the reply).
 
 ``order`` is the order a chain is tried in: ``config`` (as written, the default) or ``cost``:
 cheapest first for the request's expected token mix (its estimated prompt and ``max_tokens``,
 ``expected_output_tokens`` when it sets none), a model costing what its cheapest ready
-deployment charges at the config's prices (:mod:`proxy.pricing`); equal prices keep the written
-order, and models without a price come last.
+deployment charges at the config's prices (:mod:`proxy.governance.pricing`); equal prices keep the
+written order, and models without a price come last.
 
 A fallback call is a copy of the call with the next model and its deployments (resolved like a
 client's model, ignoring a client's provider pin and per-request load-balancer targets, which
@@ -41,17 +41,17 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from proxy.canonical import Call, Deployment, Reply
-from proxy.chain import Next, PluginContext
-from proxy.errors import (
+from proxy.core.canonical import Call, Deployment, Reply
+from proxy.core.errors import (
     DeadlineExceeded,
     ErrorKind,
     GatewayError,
     ModelNotFound,
     NoReadyDeployment,
 )
-from proxy.pricing import expected_nanos
-from proxy.token_estimate import expected_tokens
+from proxy.core.plugin import Next, PluginContext
+from proxy.core.token_estimate import expected_tokens
+from proxy.governance.pricing import expected_nanos
 
 ATTEMPTS_HEADER = "x-crossway-attempts"
 FALLBACK_HEADER = "x-crossway-fallback"

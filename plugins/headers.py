@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import msgspec
 
-from proxy.canonical import Call, Reply
-from proxy.chain import Next
+from proxy.core.canonical import Call, Reply
+from proxy.core.plugin import Next
 
 _NEVER_FORWARDED = frozenset(
     {

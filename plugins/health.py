@@ -30,7 +30,7 @@ it never does): while it is ejected, calls fail fast with 503 ``no_ready_deploym
 fallback plugin acts on. The balancer routes to ejected deployments only when every one of
 several candidates is ejected (panic mode: better a failing deployment than none).
 
-State lives in a :class:`~proxy.store.Store` under ``crossway:health:`` keys, so that a shared
+State lives in a :class:`~proxy.state.store.Store` under ``crossway:health:`` keys, so that a shared
 backend shares it across workers and instances; times are the injected clock's (wall time by
 default, so that workers agree). ``failures: 0`` disables ejection.
 
@@ -52,10 +52,10 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.canonical import Deployment
-from proxy.errors import ErrorKind
-from proxy.metrics import Metrics
-from proxy.store import Store
+from proxy.core.canonical import Deployment
+from proxy.core.errors import ErrorKind
+from proxy.core.metrics import Metrics
+from proxy.state.store import Store
 
 _PREFIX = "crossway:health:"
 _MAX_CACHED_GAUGES = 1024  # targets may be addressed directly (provider/<anything>)
@@ -63,7 +63,7 @@ _MAX_CACHED_GAUGES = 1024  # targets may be addressed directly (provider/<anythi
 
 async def cooldown_left(store: Store, deployment: Deployment) -> float | None:
     """Seconds left of ``deployment``'s cooldown in ``store`` (the health view of the shared
-    state), or None when it is not ejected; raises :class:`~proxy.store.StoreUnavailable`."""
+    state), or None when it is not ejected; raises :class:`~proxy.state.store.StoreUnavailable`."""
     return await store.ttl(_PREFIX + "ejected:" + deployment.target)
 
 
@@ -90,8 +90,8 @@ class HealthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class Health:
     """Failure counting and ejection of deployments, kept in ``store``, timed by ``clock``.
 
-    Every method may raise :class:`~proxy.store.StoreUnavailable`; the caller decides what to do
-    without the store (the balancer then treats every deployment as healthy).
+    Every method may raise :class:`~proxy.state.store.StoreUnavailable`; the caller decides what to
+    do without the store (the balancer then treats every deployment as healthy).
     """
 
     def __init__(

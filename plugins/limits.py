@@ -6,10 +6,10 @@ its team, whose counters every key of the team shares):
 
 - ``max_parallel``: requests in flight, counted in the state store, released when the reply
   is over (a stream when it ends, fails or is closed).
-- ``rpm`` and ``tpm``: GCRA buckets in the state store (:mod:`proxy.store`'s docstring states
+- ``rpm`` and ``tpm``: GCRA buckets in the state store (:mod:`proxy.state.store`'s docstring states
   the algorithm and its accuracy), taken all or nothing across scopes.
   ``tpm`` counts input + output tokens: a call reserves its worst case when it starts
-  (:func:`~proxy.token_estimate.expected_tokens`: its estimated input, plus its output limit
+  (:func:`~proxy.core.token_estimate.expected_tokens`: its estimated input, plus its output limit
   for every answer it asks for — ``n`` times ``max_completion_tokens`` / ``max_tokens`` — or
   else ``n`` times ``output_reserve``), and the reservation is corrected with the real usage
   when the reply ends (given back in full when the call failed; kept when a stream ends
@@ -27,9 +27,9 @@ When the shared store is unavailable, ``state.on_unavailable.limits`` decides
 such decision counts in ``crossway_state_degraded_total{use="limits"}``.
 Deployment limits (per upstream) stay in ``balance``.
 
-Each principal's counters become a :class:`~proxy.store.LimitPlan` once (cached per key), so a
-call costs one :meth:`~proxy.store.Store.admit` (slots and buckets together, one round trip on
-Redis) and, when it holds slots or reserves tokens, one :meth:`~proxy.store.Store.settle`
+Each principal's counters become a :class:`~proxy.state.store.LimitPlan` once (cached per key), so a
+call costs one :meth:`~proxy.state.store.Store.admit` (slots and buckets together, one round trip on
+Redis) and, when it holds slots or reserves tokens, one :meth:`~proxy.state.store.Store.settle`
 (which Redis carries in the next admission).
 """
 
@@ -42,13 +42,13 @@ from typing import Annotated, NoReturn
 import msgspec
 from msgspec import Meta
 
-from proxy.canonical import Call, Principal, Reply, Usage
-from proxy.chain import Next, PluginContext
-from proxy.errors import RateLimited
-from proxy.observed import observe
+from proxy.core.canonical import Call, Principal, Reply, Usage
+from proxy.core.errors import RateLimited
+from proxy.core.observed import observe
+from proxy.core.plugin import Next, PluginContext
+from proxy.core.token_estimate import expected_tokens
 from proxy.state.policy import SharedState, StateUnavailable
-from proxy.store import Admission, LimitPlan, Store, StoreUnavailable
-from proxy.token_estimate import expected_tokens
+from proxy.state.store import Admission, LimitPlan, Store, StoreUnavailable
 
 _PREFIX = "crossway:limits:"
 _PARALLEL_RETRY_AFTER = 1.0
@@ -251,7 +251,7 @@ class LimitsPlugin:
 
     def _estimate(self, call: Call) -> int:
         """This call's token reservation: its worst case, input and output
-        (:func:`~proxy.token_estimate.expected_tokens`; an embeddings call: its inputs'
+        (:func:`~proxy.core.token_estimate.expected_tokens`; an embeddings call: its inputs'
         tokens), at least 1."""
         prompt, output = expected_tokens(call, self._reserve)
         return max(1, prompt + output)

@@ -49,9 +49,9 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from proxy.canonical import Call, Reply, RetryOptions
-from proxy.chain import Next, PluginContext
-from proxy.errors import DeadlineExceeded, GatewayError, UpstreamError
+from proxy.core.canonical import Call, Reply, RetryOptions
+from proxy.core.errors import DeadlineExceeded, GatewayError, UpstreamError
+from proxy.core.plugin import Next, PluginContext
 
 Sleep = Callable[[float], Awaitable[None]]
 

@@ -1,5 +1,5 @@
 """``python -m proxy``: the same as the ``crossway`` command."""
 
-from proxy.cli import main
+from proxy.server.cli import main
 
 raise SystemExit(main())

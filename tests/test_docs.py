@@ -31,9 +31,9 @@ import pytest
 import yaml
 
 from plugins import BUILTINS
-from proxy.config import _TOP_LEVEL, GatewayConfig
-from proxy.price_catalog import PriceSpec
+from proxy.governance.price_catalog import PriceSpec
 from proxy.providers import PROVIDER_TYPES
+from proxy.runtime.config import _TOP_LEVEL, GatewayConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 400

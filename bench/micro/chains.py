@@ -38,9 +38,7 @@ from plugins.auth import AuthPlugin
 from plugins.cost import CostConfig, CostPlugin
 from plugins.limits import LimitsOptions, LimitsPlugin
 from plugins.masking import MaskingConfig, MaskingPlugin
-from proxy.auth.authenticator import Authenticator
-from proxy.auth.config import AuthConfig, DeclaredKey, TeamConfig
-from proxy.canonical import (
+from proxy.core.canonical import (
     Budget,
     Call,
     Choice,
@@ -55,18 +53,20 @@ from proxy.canonical import (
     Response,
     Timings,
 )
-from proxy.chain import Next, Plugin, PluginContext, compose
-from proxy.errors import GatewayError
-from proxy.ledger.journal import Journal
-from proxy.ledger.writer import LedgerWriter
-from proxy.logs import make_logger
-from proxy.metrics import Metrics
-from proxy.price_catalog import SHIPPED_CATALOG, load_catalog
-from proxy.pricing import PriceBook, ProviderPricing
+from proxy.core.errors import GatewayError
+from proxy.core.logs import make_logger
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import Next, Plugin, PluginContext, compose
+from proxy.core.redact import Redactor
+from proxy.governance.auth.authenticator import Authenticator
+from proxy.governance.auth.config import AuthConfig, DeclaredKey, TeamConfig
+from proxy.governance.ledger.journal import Journal
+from proxy.governance.ledger.writer import LedgerWriter
+from proxy.governance.price_catalog import SHIPPED_CATALOG, load_catalog
+from proxy.governance.pricing import PriceBook, ProviderPricing
 from proxy.providers.base import Timeouts
-from proxy.redact import Redactor
-from proxy.router import Router
-from proxy.upstream_stream import UpstreamClocks, UpstreamStream
+from proxy.upstream.router import Router
+from proxy.upstream.stream import UpstreamClocks, UpstreamStream
 
 CHUNKS = 20
 """The chunks of a stream request, unless told otherwise (``--chunks``)."""

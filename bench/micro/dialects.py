@@ -27,7 +27,7 @@ from functools import partial
 import structlog
 
 from bench.micro.harness import USAGE, Request, cpu_per_request, interleaved
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -42,8 +42,8 @@ from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Dialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.dialects.responses import ResponsesDialect
-from proxy.response_state import ResponseState
-from proxy.response_store import MemoryResponseStore
+from proxy.stored.response_state import ResponseState
+from proxy.stored.response_store import MemoryResponseStore
 
 WORDS = 20
 PROMPT = "Summarise the plot of a short novel in three sentences, please."

@@ -12,9 +12,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from proxy.canonical import Call, Principal, Usage, batched
-from proxy.chain import FinishedRequest, Next
-from proxy.ledger.writer import LedgerWriter
+from proxy.core.canonical import Call, Principal, Usage, batched
+from proxy.core.plugin import FinishedRequest, Next
+from proxy.governance.ledger.writer import LedgerWriter
 
 MODES = {"non-stream": (False, False), "stream": (True, False), "relay": (True, True)}
 """A request's modes, as ``(stream, relay)``: a whole reply; a stream of decoded chunks, one per

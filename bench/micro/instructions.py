@@ -8,8 +8,8 @@ asked for), the chain runs under callgrind twice, with a small and a large numbe
 after the same warm-up; the difference of the two totals, divided by the difference of the
 counts, is the instructions per request, start-up and warm-up cancelled out. The plugins' share
 is the plugins chain's figure less the empty chain's. Each run's process sets its garbage
-collector up as a worker does (:func:`proxy.server.tune_gc`: what start-up made is frozen out of
-collections), so that no full collection of the bench's own modules lands in one run and not
+collector up as a worker does (:func:`proxy.server.supervisor.tune_gc`: what start-up made is frozen
+out of collections), so that no full collection of the bench's own modules lands in one run and not
 the other; windows of a few hundred requests are still lumpy (the store's sweeps, the loop's
 turns), so keep the runs' difference at a thousand requests or more. Every run has the same
 string hashes (``PYTHONHASHSEED=0``): with random ones, the dicts and sets of two runs of the
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from bench.micro.chains import CHUNKS, PLUGINS, PROMPTS, Case, cases, chains
 from bench.micro.harness import MODES, cpu_per_request
-from proxy.server import tune_gc
+from proxy.server.supervisor import tune_gc
 
 CHAINS = ("empty", "plugins")
 COUNTS = (500, 1500)
@@ -61,8 +61,8 @@ def run_chain(
 ) -> None:
     """Run ``requests`` requests of ``chain`` for ``plugins`` in ``mode`` (with ``prompt``, for
     ``masking``), after the warm-up (what a callgrind run executes). ``tune``: first set the
-    garbage collector up as a worker does once it is built (:func:`proxy.server.tune_gc`, which
-    freezes what is alive: for a process of its own, as the callgrind child is)."""
+    garbage collector up as a worker does once it is built (:func:`proxy.server.supervisor.tune_gc`,
+    which freezes what is alive: for a process of its own, as the callgrind child is)."""
     stream, relay = MODES[mode]
 
     async def run() -> None:

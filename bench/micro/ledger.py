@@ -3,9 +3,9 @@ database (SQLite, or PostgreSQL with ``--database postgresql://…``).
 
 The records go the way the gateway sends them: :meth:`LedgerWriter.record` (the request path's
 only step) for every record, the writer's background task batching them (500 at most, every
-second at least) through :class:`~proxy.db.spend.SpendRepository` into a fresh SQLite file, or
-into the ``--database`` given — a database of the bench's own: each round empties its
-``spend`` table first.
+second at least) through :class:`~proxy.governance.ledger.spend_db.SpendRepository` into a fresh
+SQLite file, or into the ``--database`` given — a database of the bench's own: each round empties
+its ``spend`` table first.
 It reports the sustained rate — records in the database over the wall time from the first
 record queued to the writer's close, which returns once the last is committed — and the
 request path's CPU per record, over
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import structlog
 
+from proxy.core.metrics import Metrics
 from proxy.db import Database
 from proxy.db.schema import spend
-from proxy.db.spend import SpendRepository
-from proxy.ledger.journal import Journal
-from proxy.ledger.records import RecordIds, SpendRecord
-from proxy.ledger.writer import LedgerWriter
-from proxy.metrics import Metrics
+from proxy.governance.ledger.journal import Journal
+from proxy.governance.ledger.records import RecordIds, SpendRecord
+from proxy.governance.ledger.spend_db import SpendRepository
+from proxy.governance.ledger.writer import LedgerWriter
 
 
 def _record(ids: RecordIds, i: int) -> SpendRecord:

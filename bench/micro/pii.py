@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from proxy.canonical import Chunk, ChunkChoice, Delta, Message, RawFrames
+from proxy.core.canonical import Chunk, ChunkChoice, Delta, Message, RawFrames
 from proxy.pii.detectors import BUILTIN_FINDERS
 from proxy.pii.request import Rule, mask_messages
 from proxy.pii.restore import Rewriter

@@ -31,11 +31,11 @@ from aiohttp import web
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_cache import SemanticCache
 from proxy.cache.vector_index import VectorIndex
-from proxy.canonical import Call, Deployment, Message
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
-from proxy.redact import Redactor
-from proxy.transport import HttpTransport
-from proxy.upstream import Upstream
+from proxy.core.canonical import Call, Deployment, Message
+from proxy.core.redact import Redactor
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
+from proxy.upstream.call import Upstream
+from proxy.upstream.transport import HttpTransport
 
 DIMENSIONS = (256, 768, 1024, 1536)
 ENTRIES = 10_000

@@ -27,11 +27,11 @@ from typing import Any, TextIO
 
 import msgspec
 
-from proxy.auth.authenticator import Authenticator
-from proxy.auth.registry import NewKey, NewTeam, Registry
+from proxy.core.errors import GatewayError
+from proxy.core.metrics import Metrics
 from proxy.db import Database, DatabaseError
-from proxy.errors import GatewayError
-from proxy.metrics import Metrics
+from proxy.governance.auth.authenticator import Authenticator
+from proxy.governance.auth.registry import NewKey, NewTeam, Registry
 from proxy.state.events import announce_changes
 from proxy.state.redis import RedisStore
 
@@ -66,7 +66,7 @@ def add_commands(commands: Any, default_config: Path) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run a ``keys`` or ``teams`` command; returns the exit status."""
-    from proxy.config import load_config
+    from proxy.runtime.config import load_config
 
     config = load_config(args.config)  # a ConfigError is the caller's to print
     try:

@@ -2,7 +2,7 @@
 
 An admin handler is ``async (request) -> web.Response`` wrapped by :func:`admin_route`, which
 refuses any request without ``Authorization: Bearer <master key>`` (401; the admin API is off
-while ``auth.master_key`` is empty), turns a :class:`~proxy.errors.GatewayError` into OpenAI's
+while ``auth.master_key`` is empty), turns a :class:`~proxy.core.errors.GatewayError` into OpenAI's
 error JSON with its status, and a database that cannot answer (or answers later than
 :data:`DATABASE_TIMEOUT`) into 503 ``database_unavailable``.
 """
@@ -18,18 +18,18 @@ import msgspec
 import sqlalchemy as sa
 from aiohttp import web
 
-from proxy.auth.authenticator import Authenticator
-from proxy.auth.registry import Registry
+from proxy.core.errors import AuthenticationFailed, BadRequest, GatewayError, UndecodableBody
 from proxy.db import Database, DatabaseError
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import error_json
-from proxy.errors import AuthenticationFailed, BadRequest, GatewayError, UndecodableBody
-from proxy.ledger.writer import LedgerWriter
-from proxy.store import Store
+from proxy.governance.auth.authenticator import Authenticator
+from proxy.governance.auth.registry import Registry
+from proxy.governance.ledger.writer import LedgerWriter
+from proxy.state.store import Store
 
 if TYPE_CHECKING:
     from proxy.admin.overview import Overview
-    from proxy.runtime import Snapshot
+    from proxy.runtime.snapshot import Snapshot
 
 DATABASE_TIMEOUT = 10.0
 _JSON = "application/json"
@@ -94,7 +94,7 @@ def admin_route(handler: Handler) -> Handler:
 
 def json_errors(handler: Handler) -> Handler:
     """``handler`` with its errors as JSON and without a guard (a route that authenticates its
-    caller itself): a :class:`~proxy.errors.GatewayError` with its status, a body that does not
+    caller itself): a :class:`~proxy.core.errors.GatewayError` with its status, a body that does not
     decode as its ``Content-Encoding`` says as 400, a database that cannot answer within
     :data:`DATABASE_TIMEOUT` as 503 ``database_unavailable``."""
 

@@ -1,6 +1,7 @@
 """``/admin/keys``: mint, list, read, change and revoke virtual keys.
 
-- ``POST /admin/keys`` (:class:`~proxy.auth.registry.NewKey`) → 201, the record and ``key``,
+- ``POST /admin/keys`` (:class:`~proxy.governance.auth.registry.NewKey`) → 201, the record and
+``key``,
   the key itself, shown this once.
 - ``GET /admin/keys[?team=]`` → ``{"data": [records]}`` (config keys first, then the
   database's, oldest first).
@@ -10,7 +11,8 @@
   ``expired``. The matching config keys lead the first page (beyond ``limit``; ``total``
   counts them). Each record also has ``spend_usd`` (ever charged, from the ledger) and
   ``last_used_at`` (its newest ledger record; null when none).
-- ``GET /admin/keys/{id}`` → the record; ``PATCH`` (:class:`~proxy.auth.registry.KeyChanges`)
+- ``GET /admin/keys/{id}`` → the record; ``PATCH``
+(:class:`~proxy.governance.auth.registry.KeyChanges`)
   → the changed record; ``DELETE`` → 204, the key is revoked. Config keys are read-only (409).
 """
 
@@ -23,12 +25,12 @@ import msgspec
 from aiohttp import web
 
 from proxy.admin.guard import ADMIN, admin_route, json_response, read_body
-from proxy.auth.records import KeyRecord
-from proxy.auth.registry import KeyChanges, NewKey
-from proxy.db.keys import KeyFilter
-from proxy.db.spend import SpendRepository
-from proxy.errors import BadRequest
-from proxy.pricing import nanos_to_usd
+from proxy.core.errors import BadRequest
+from proxy.governance.auth.keys_db import KeyFilter
+from proxy.governance.auth.records import KeyRecord
+from proxy.governance.auth.registry import KeyChanges, NewKey
+from proxy.governance.ledger.spend_db import SpendRepository
+from proxy.governance.pricing import nanos_to_usd
 
 _MAX_LIMIT = 1000
 _STATUSES = ("active", "blocked", "expired")

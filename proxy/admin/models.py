@@ -22,10 +22,10 @@ from msgspec import structs
 
 from plugins.health import cooldown_left
 from proxy.admin.guard import ADMIN, admin_route, json_response
-from proxy.canonical import Deployment
-from proxy.errors import NotFound
-from proxy.pricing import ModelPrice, PriceBook, Rates
-from proxy.store import Store, StoreUnavailable
+from proxy.core.canonical import Deployment
+from proxy.core.errors import NotFound
+from proxy.governance.pricing import ModelPrice, PriceBook, Rates
+from proxy.state.store import Store, StoreUnavailable
 
 _PICOS_PER_MICRO = 1_000_000  # rates are pico-dollars per token = micro-USD per million
 

@@ -32,11 +32,11 @@ from aiohttp import web
 
 from proxy.admin.guard import ADMIN, admin_route, json_response
 from proxy.admin.readings import Reading, Sampler, rates
+from proxy.core.errors import NotFound
 from proxy.db import DatabaseError
-from proxy.db.spend import TOKEN_FIELDS, SpendFilter, SpendRepository
-from proxy.errors import NotFound
-from proxy.ledger.writer import LedgerWriter
-from proxy.pricing import nanos_to_usd
+from proxy.governance.ledger.spend_db import TOKEN_FIELDS, SpendFilter, SpendRepository
+from proxy.governance.ledger.writer import LedgerWriter
+from proxy.governance.pricing import nanos_to_usd
 
 WINDOW = 60.0
 TODAY_TTL = 10.0

@@ -1,6 +1,6 @@
 """Readings of the gateway's own counters, and the last hour of them, for the admin overview.
 
-A :class:`Reading` is what the process's :class:`~proxy.metrics.Metrics` hold at one moment,
+A :class:`Reading` is what the process's :class:`~proxy.core.metrics.Metrics` hold at one moment,
 folded over their labels: requests and errors, the latency and overhead histograms' bucket
 counts, tokens, cost, cache hits and lookups, rate-limit, budget and auth refusals, requests in
 flight. It is read from the metric families as structured samples (:meth:`Metrics.collect`:
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client.core import Metric
 
-from proxy.metrics import Metrics
+from proxy.core.metrics import Metrics
 
 Histogram = tuple[tuple[float, float], ...]  # (upper bound, cumulative count), +Inf last
 

@@ -13,9 +13,9 @@
   totals: ``{"key_id", "total": {…}, "data": [records], "next"}``; nothing of other keys.
 
 ``from`` (inclusive) and ``to`` (exclusive) are RFC 3339 times (``2026-12-01T00:00:00Z``) or
-UTC dates (``2026-12-01``) from 1970 to 9998 (:mod:`proxy.moments`; else a 400 naming them).
-Records are those of :class:`~proxy.ledger.records.SpendRecord` with ``time`` in RFC 3339 and
-money in USD (``cost_usd``, ``saved_usd``; null when unknown).
+UTC dates (``2026-12-01``) from 1970 to 9998 (:mod:`proxy.core.moments`; else a 400 naming them).
+Records are those of :class:`~proxy.governance.ledger.records.SpendRecord` with ``time`` in RFC 3339
+and money in USD (``cost_usd``, ``saved_usd``; null when unknown).
 Before reading, this process's queued records are written (a response a client just got is
 counted); other instances' queues are at most ``interval`` (1 s) behind.
 """
@@ -29,11 +29,11 @@ from typing import Any
 from aiohttp import web
 
 from proxy.admin.guard import ADMIN, admin_route, json_errors, json_response
-from proxy.db.spend import GROUPS, SpendFilter, SpendRepository
-from proxy.errors import BadRequest
-from proxy.ledger.records import SpendRecord
-from proxy.moments import parse_moment
-from proxy.pricing import nanos_to_usd
+from proxy.core.errors import BadRequest
+from proxy.core.moments import parse_moment
+from proxy.governance.ledger.records import SpendRecord
+from proxy.governance.ledger.spend_db import GROUPS, SpendFilter, SpendRepository
+from proxy.governance.pricing import nanos_to_usd
 
 _DEFAULT_LIMIT = 100
 _MAX_LIMIT = 1000

@@ -2,8 +2,8 @@
 
 200 ``{"status": "reloaded"}`` when the new config serves; 400 ``config_invalid`` when it does
 not — it is invalid, or weaker than the serving one without its consent
-(:func:`proxy.runtime.weakenings`) — and the old one keeps serving (the errors are in the log, as
-for SIGHUP).
+(:func:`proxy.runtime.snapshot.weakenings`) — and the old one keeps serving (the errors are in the
+log, as for SIGHUP).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.admin.guard import ADMIN, admin_route, json_response
-from proxy.errors import BadRequest
+from proxy.core.errors import BadRequest
 
 
 @admin_route

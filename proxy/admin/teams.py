@@ -1,8 +1,8 @@
 """``/admin/teams``: teams, whose keys share the team's model list and limits.
 
-- ``POST /admin/teams`` (:class:`~proxy.auth.registry.NewTeam`) → 201, the record.
+- ``POST /admin/teams`` (:class:`~proxy.governance.auth.registry.NewTeam`) → 201, the record.
 - ``GET /admin/teams`` → ``{"data": [records]}`` (config teams first).
-- ``GET /admin/teams/{id}``; ``PATCH`` (:class:`~proxy.auth.registry.TeamChanges`);
+- ``GET /admin/teams/{id}``; ``PATCH`` (:class:`~proxy.governance.auth.registry.TeamChanges`);
   ``DELETE`` → 204 (409 while the team has keys). Config teams are read-only (409).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.admin.guard import ADMIN, admin_route, json_response, read_body
-from proxy.auth.registry import NewTeam, TeamChanges
+from proxy.governance.auth.registry import NewTeam, TeamChanges
 
 
 @admin_route

@@ -18,7 +18,7 @@ from typing import Any
 
 from msgspec import UNSET, UnsetType
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Choice,
     Chunk,
     FinishReason,

@@ -1,14 +1,14 @@
 """Where cache entries live: the process's memory, or the shared state store.
 
 A :class:`Backend` is three coroutines over opaque bytes. It may raise anything when it cannot
-answer (the store raises :class:`~proxy.store.StoreUnavailable` during an outage); the cache
+answer (the store raises :class:`~proxy.state.store.StoreUnavailable` during an outage); the cache
 plugin owns the failure policy — any error is a miss, counted — so a backend never needs to hide
 its errors.
 
 - :class:`MemoryBackend`: a :class:`~proxy.cache.lru.ByteLRU` in this process (the cache
   plugin keeps one per process, across config reloads); not shared between worker processes;
   it never raises.
-- :class:`StoreBackend`: the process's :class:`~proxy.store.Store` (shared by every worker and
+- :class:`StoreBackend`: the process's :class:`~proxy.state.store.Store` (shared by every worker and
   instance once that store is Redis), with the store's own expiry and memory policy.
 """
 
@@ -18,7 +18,7 @@ import math
 from typing import Protocol
 
 from proxy.cache.lru import ByteLRU
-from proxy.store import Store
+from proxy.state.store import Store
 
 
 class Backend(Protocol):

@@ -23,8 +23,8 @@ from typing import Literal
 
 import msgspec
 
-from proxy.canonical import GatewayOptions
-from proxy.errors import BadRequest
+from proxy.core.canonical import GatewayOptions
+from proxy.core.errors import BadRequest
 
 Mode = Literal["always", "opt_in"]
 TTL_HEADER = "x-crossway-cache-ttl"

@@ -36,7 +36,7 @@ from typing import Literal
 import msgspec
 from msgspec import UNSET
 
-from proxy.canonical import Call, Principal
+from proxy.core.canonical import Call, Principal
 
 Scope = Literal["key", "team", "global"]
 

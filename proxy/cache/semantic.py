@@ -31,7 +31,7 @@ import msgspec
 from msgspec import UNSET, Meta
 
 from proxy.cache.key import Scope, encode_material, plain_fields, scope_of
-from proxy.canonical import Call, Message, TextPart
+from proxy.core.canonical import Call, Message, TextPart
 
 ScopeField = Literal["model", "system", "tools", "params", "history"]
 

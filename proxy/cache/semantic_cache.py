@@ -36,8 +36,8 @@ from proxy.cache.key import Scope
 from proxy.cache.semantic import SemanticConfig, query_text, semantic_scope
 from proxy.cache.semantic_feed import Record, SemanticFeed
 from proxy.cache.vector_index import Match, VectorIndex
-from proxy.canonical import Call, Deployment, EmbeddingRequest, Timings
-from proxy.chain import FinishedRequest, Next
+from proxy.core.canonical import Call, Deployment, EmbeddingRequest, Timings
+from proxy.core.plugin import FinishedRequest, Next
 
 Clock = Callable[[], float]
 Resolve = Callable[[str], list[Deployment]]

@@ -14,7 +14,7 @@ yet (the writer is between its two commands) is looked for again at the next sea
 counter that expired (it lives ``ttl`` seconds from its first entry) starts again from 1; a
 reader that sees it go back starts again from 0.
 
-The store raises :class:`~proxy.store.StoreUnavailable` during an outage; the caller owns the
+The store raises :class:`~proxy.state.store.StoreUnavailable` during an outage; the caller owns the
 policy (the semantic cache treats it as a miss).
 """
 
@@ -24,7 +24,7 @@ import asyncio
 
 import msgspec
 
-from proxy.store import Store
+from proxy.state.store import Store
 
 PREFIX = "crossway:semantic:v1:"
 MAX_FETCH = 512

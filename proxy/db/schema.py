@@ -15,7 +15,7 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from proxy.canonical import Budget
+from proxy.core.canonical import Budget
 
 METADATA = sa.MetaData()
 VERSION_TABLE = "crossway_schema_version"  # Alembic's record of the migrations applied
@@ -47,7 +47,7 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
 
 
 class BudgetJSON(sa.types.TypeDecorator[Budget]):
-    """A :class:`~proxy.canonical.Budget` kept as a JSON object."""
+    """A :class:`~proxy.core.canonical.Budget` kept as a JSON object."""
 
     impl = sa.JSON
     cache_ok = True
@@ -96,8 +96,9 @@ keys = sa.Table(
     sa.Column("budget", BudgetJSON, nullable=True),
 )
 
-# The spend ledger: one row per request (proxy/db/spend.py). Money in integer nano-dollars;
-# ``day`` (UTC, YYYY-MM-DD) is stored so that grouping by day is the same on every engine.
+# The spend ledger: one row per request (proxy/governance/ledger/spend_db.py). Money in integer
+# nano-dollars; ``day`` (UTC, YYYY-MM-DD) is stored so that grouping by day is the same on every
+# engine.
 spend = sa.Table(
     "spend",
     METADATA,
@@ -134,8 +135,8 @@ spend = sa.Table(
 )
 
 
-# Daily sums of ``spend`` (proxy/db/rollup.py): per day, team, model and provider; per day, key
-# and team; and the days rolled up. A NULL group value is kept as ''.
+# Daily sums of ``spend`` (proxy/governance/ledger/rollup.py): per day, team, model and provider;
+# per day, key and team; and the days rolled up. A NULL group value is kept as ''.
 def _sum_columns() -> list[sa.Column[Any]]:
     names = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
     names += ("output_tokens", "reasoning_tokens", "cost_nanos", "saved_nanos")

@@ -46,7 +46,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     MAX_TOKENS_LIMIT,
     Call,
     ContentPart,
@@ -62,6 +62,7 @@ from proxy.canonical import (
     Tool,
     ToolCall,
 )
+from proxy.core.errors import GatewayError
 from proxy.dialects.anthropic_replies import (
     AnthropicStreamEncoder,
     encode_message,
@@ -69,7 +70,6 @@ from proxy.dialects.anthropic_replies import (
     message_id,
 )
 from proxy.dialects.base import REASONING_EFFORT, bad_request, invalid
-from proxy.errors import GatewayError
 
 
 class _Text(Struct, tag="text", tag_field="type"):

@@ -13,10 +13,10 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from proxy.canonical import Call, Chunk, Message, Reply, Usage
+from proxy.core.canonical import Call, Chunk, Message, Reply, Usage
+from proxy.core.errors import GatewayError
+from proxy.core.sse import encode_named_frame
 from proxy.dialects.blocks import Block, Change, StreamBlocks
-from proxy.errors import GatewayError
-from proxy.sse import encode_named_frame
 
 KEEPALIVE_SECONDS = 15.0
 _ENCODER = msgspec.json.Encoder()

@@ -1,6 +1,6 @@
 """The dialect interface: how one client wire format maps to and from the canonical types.
 
-A dialect only translates. It decodes request bytes into a :class:`~proxy.canonical.Call`
+A dialect only translates. It decodes request bytes into a :class:`~proxy.core.canonical.Call`
 (gateway options it carries in the body go to ``Call.options``), encodes a whole reply, encodes a
 stream chunk by chunk in its own SSE framing, and encodes errors in its own error JSON. It never
 retries, caches, counts or does I/O, and it imports only the canonical types and the errors.
@@ -15,8 +15,8 @@ from typing import Protocol
 
 import msgspec
 
-from proxy.canonical import Call, Chunk, Reply
-from proxy.errors import BadRequest, GatewayError
+from proxy.core.canonical import Call, Chunk, Reply
+from proxy.core.errors import BadRequest, GatewayError
 
 MAX_JSON_DEPTH = 128
 """The deepest nesting of arrays and objects a request body may have (real ones stay near 10)."""
@@ -35,7 +35,7 @@ class StreamEncoder(Protocol):
     ``keepalive`` is the idle interval in seconds after which the app sends :meth:`ping`
     (None: the dialect has no keep-alive frames). An encoder whose frames are OpenAI chat chunks
     may also define ``relay(frames: RawFrames) -> bytes``, the bytes for a run of ordinary
-    upstream chunks kept verbatim (:class:`~proxy.canonical.RawFrames`); without it the app
+    upstream chunks kept verbatim (:class:`~proxy.core.canonical.RawFrames`); without it the app
     hands it decoded chunks only.
     """
 
@@ -69,7 +69,7 @@ class Dialect(Protocol):
     ) -> Call:
         """The canonical call for a request body; ``start`` is its ``perf_counter`` arrival time.
 
-        Raises :class:`~proxy.errors.BadRequest` naming the offending field.
+        Raises :class:`~proxy.core.errors.BadRequest` naming the offending field.
         """
         ...
 

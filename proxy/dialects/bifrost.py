@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Chunk,
     Delta,
@@ -51,10 +51,10 @@ from proxy.canonical import (
     ToolCall,
     ToolCallDelta,
 )
+from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.sse import encode_data_frame
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import DONE_FRAME, OpenAIUsage, decode_extra
-from proxy.errors import BadRequest, GatewayError
-from proxy.sse import encode_data_frame
 
 MODEL_REQUIRED = "Model is required"
 MODEL_FORMAT = "Model must be in the format of 'provider/model'"

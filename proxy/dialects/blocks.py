@@ -20,7 +20,7 @@ from typing import Literal, NamedTuple
 
 from msgspec import UNSET
 
-from proxy.canonical import ToolCallDelta
+from proxy.core.canonical import ToolCallDelta
 
 Kind = Literal["text", "reasoning", "tool_call"]
 

@@ -8,8 +8,8 @@ Requests carry messages whose content is a list of ``{kind, data}`` parts (``tex
   value); a ``thinking`` part becomes the assistant's ``reasoning_content``; each ``tool_result``
   part becomes its own ``tool`` message (its ``content``, as text or JSON text).
 - ``model`` may be omitted: the call's model stays ``""`` and the app gives it the router's
-  default (:meth:`proxy.router.Router.default_model`: the ``default_model`` of the first ready
-  provider, else the first alias with a ready deployment; on the pinned ``provider`` if set).
+  default (:meth:`proxy.upstream.router.Router.default_model`: the ``default_model`` of the first
+  ready provider, else the first alias with a ready deployment; on the pinned ``provider`` if set).
 - ``stream`` defaults to **true**. ``schema`` asks the upstream for a JSON-schema response format,
   turns streaming off, and the answer's text, parsed as JSON, is returned in ``output`` (absent
   when the text is not JSON — the text itself is still in ``message``).
@@ -24,7 +24,7 @@ Requests carry messages whose content is a list of ``{kind, data}`` parts (``tex
 Replies are ``CompletionResponse`` objects: the message as parts, ``stop_reason`` (``end_turn``,
 ``max_tokens``, ``tool_calls``), the five disjoint usage buckets, and ``cost_usd`` with
 ``cost_source`` when the cost is known: what the ``cost`` plugin charged (``authoritative`` or
-``estimated``, see :class:`~proxy.canonical.Accounting`), else, without that plugin, the amount
+``estimated``, see :class:`~proxy.core.canonical.Accounting`), else, without that plugin, the amount
 the provider reported (``authoritative``). Streams frame every
 event as ``event: stream_event`` (stream_start, text_*, reasoning_*, tool_call_*, then ``finish``
 carrying the whole response, or ``error``), with ``event: ping`` keep-alives every 15 s and no
@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     MAX_TOKENS_LIMIT,
     Call,
     ContentPart,
@@ -56,6 +56,7 @@ from proxy.canonical import (
     Tool,
     ToolCall,
 )
+from proxy.core.errors import GatewayError
 from proxy.dialects.base import REASONING_EFFORT, bad_request, invalid
 from proxy.dialects.fabro_replies import (
     FabroStreamEncoder,
@@ -64,7 +65,6 @@ from proxy.dialects.fabro_replies import (
     fabro_status,
 )
 from proxy.dialects.openai_chat import NEVER_FORWARDED
-from proxy.errors import GatewayError
 
 SCHEMA_NAME = "output"
 

@@ -14,10 +14,10 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.canonical import Accounting, Call, Chunk, Message, Reply, Usage
+from proxy.core.canonical import Accounting, Call, Chunk, Message, Reply, Usage
+from proxy.core.errors import GatewayError
+from proxy.core.sse import encode_named_frame
 from proxy.dialects.blocks import Block, Change, StreamBlocks
-from proxy.errors import GatewayError
-from proxy.sse import encode_named_frame
 
 KEEPALIVE_SECONDS = 15.0
 _ENCODER = msgspec.json.Encoder()
@@ -34,7 +34,7 @@ class _MessageOut(Struct):
 
 
 class FabroUsage(Struct):
-    """The five disjoint token buckets, 1:1 with :class:`proxy.canonical.Usage`."""
+    """The five disjoint token buckets, 1:1 with :class:`proxy.core.canonical.Usage`."""
 
     input_tokens: int
     output_tokens: int

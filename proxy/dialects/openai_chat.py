@@ -26,7 +26,7 @@ from typing import Annotated, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -39,10 +39,10 @@ from proxy.canonical import (
     Timings,
     Usage,
 )
+from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.sse import encode_data_frame
 from proxy.dialects.base import bad_request
 from proxy.dialects.passthrough import merged, without_usage
-from proxy.errors import BadRequest, GatewayError
-from proxy.sse import encode_data_frame
 
 NEVER_FORWARDED = frozenset({"api_key", "api_base", "base_url"})
 
@@ -61,7 +61,7 @@ class _Envelope(Struct):
 
 class _Body(Params, kw_only=True, forbid_unknown_fields=True):
     """A whole request without unmodelled fields, in one pass: :class:`_Envelope`'s fields
-    (same types and defaults) and :class:`~proxy.canonical.Params`'s."""
+    (same types and defaults) and :class:`~proxy.core.canonical.Params`'s."""
 
     model: str
     messages: Annotated[list[Message], Meta(min_length=1)]

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     MAX_TOKENS_LIMIT,
     Call,
     Chunk,
@@ -31,6 +31,8 @@ from proxy.canonical import (
     Seed,
     Timings,
 )
+from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.sse import encode_data_frame
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import (
     DONE_FRAME,
@@ -39,8 +41,6 @@ from proxy.dialects.openai_chat import (
     decode_extra,
     error_json,
 )
-from proxy.errors import BadRequest, GatewayError
-from proxy.sse import encode_data_frame
 
 DEFAULT_MAX_TOKENS = 16
 

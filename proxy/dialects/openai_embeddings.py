@@ -5,8 +5,8 @@ token list or a list of token lists (at most 2,048 inputs, none empty); ``encodi
 ``float`` (the default) or ``base64`` (little-endian float32 bytes, as OpenAI sends them and
 its SDK asks for by default); ``dimensions`` shortens the vectors on models that support it;
 ``user`` names the end user. Other fields pass through to OpenAI-compatible upstreams
-(``Call.extra``). The call is canonical with :attr:`~proxy.canonical.Call.embedding` set and no
-messages; the reply's :class:`~proxy.canonical.Embeddings` become ``CreateEmbeddingResponse``.
+(``Call.extra``). The call is canonical with :attr:`~proxy.core.canonical.Call.embedding` set and no
+messages; the reply's :class:`~proxy.core.canonical.Embeddings` become ``CreateEmbeddingResponse``.
 Errors are OpenAI's error JSON. Embeddings are never streamed.
 """
 
@@ -21,10 +21,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.canonical import Call, EmbeddingRequest, Params, Reply, Timings
+from proxy.core.canonical import Call, EmbeddingRequest, Params, Reply, Timings
+from proxy.core.errors import BadRequest
 from proxy.dialects.base import StreamEncoder, bad_request
 from proxy.dialects.openai_chat import OpenAIErrors, decode_extra
-from proxy.errors import BadRequest
 
 MAX_INPUTS = 2048
 """OpenAI's bound on the inputs of one request."""

@@ -45,7 +45,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     CacheOptions,
     Call,
     GatewayOptions,
@@ -55,6 +55,7 @@ from proxy.canonical import (
     Timings,
     WeightedTarget,
 )
+from proxy.core.errors import BadRequest, GatewayError
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import decode_extra
 from proxy.dialects.openai_completions import (
@@ -66,7 +67,6 @@ from proxy.dialects.openai_completions import (
     legacy_params,
     legacy_prompt,
 )
-from proxy.errors import BadRequest, GatewayError
 
 DOC_URL = "https://docs.orq.ai/reference/completions/create-completion"
 MAX_CACHE_TTL = 259_200

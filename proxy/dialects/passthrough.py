@@ -1,15 +1,15 @@
 """What an OpenAI-compatible upstream sent beyond the canonical types, for OpenAI clients.
 
-An OpenAI chat answer is normally encoded from the canonical :class:`~proxy.canonical.Response`,
-which models what the gateway understands. An OpenAI-compatible upstream may send more: a
-vendor's top-level fields (Perplexity's ``citations``, Azure's ``prompt_filter_results``), choice
-fields (Azure's ``content_filter_results``, vLLM's ``stop_reason``), message fields (``audio``,
-``function_call``, tomorrow's), usage fields and details (``audio_tokens``,
-``accepted_prediction_tokens``, OpenRouter's ``cost``). The provider keeps its body
-(``Response.raw``), and the OpenAI chat dialect answers with it:
+An OpenAI chat answer is normally encoded from the canonical
+:class:`~proxy.core.canonical.Response`, which models what the gateway understands. An
+OpenAI-compatible upstream may send more: a vendor's top-level fields (Perplexity's ``citations``,
+Azure's ``prompt_filter_results``), choice fields (Azure's ``content_filter_results``, vLLM's
+``stop_reason``), message fields (``audio``, ``function_call``, tomorrow's), usage fields and
+details (``audio_tokens``, ``accepted_prediction_tokens``, OpenRouter's ``cost``). The provider
+keeps its body (``Response.raw``), and the OpenAI chat dialect answers with it:
 
 - verbatim, while nothing changed the answer since it was parsed
-  (:meth:`~proxy.canonical.Response.unchanged`) — the common case, which costs one encode;
+  (:meth:`~proxy.core.canonical.Response.unchanged`) — the common case, which costs one encode;
 - else (a plugin rewrote it) :func:`merged`: the canonical fields as the dialect encodes them,
   which win, plus every member of the upstream's body they do not model, at the level it came
   from (top, choice, message, usage and its details).
@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from proxy.canonical import Message
+from proxy.core.canonical import Message
 
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ENCODER = msgspec.json.Encoder()

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from proxy.canonical import ContentPart, FunctionCall, Message, RefusalPart, TextPart, ToolCall
+from proxy.core.canonical import ContentPart, FunctionCall, Message, RefusalPart, TextPart, ToolCall
 from proxy.pii.scanner import Scanner
 from proxy.pii.vault import PLACEHOLDER, Action, Replacer, Vault
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     ContentPart,
     FunctionCall,
     Message,

@@ -2,7 +2,7 @@
 
 Three kinds of evidence, each validated so that ordinary words and ids are not taken for keys:
 
-- a vendor's key shape — those the log redactor knows (:data:`proxy.redact.KEY_SHAPES`: OpenAI
+- a vendor's key shape — those the log redactor knows (:data:`proxy.core.redact.KEY_SHAPES`: OpenAI
   and Anthropic ``sk-…``, Google ``AIza…``, Groq ``gsk_…``, xAI ``xai-…``, AWS ``AKIA…``) and
   GitHub ``ghp_…``/``github_pat_…``, Slack ``xoxb-…``, Stripe ``sk_live_…``, JSON Web Tokens
   — that also looks generated (:func:`proxy.pii.checks.looks_random`: letters and digits, high
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 
+from proxy.core.redact import KEY_SHAPES
 from proxy.pii.checks import looks_random
 from proxy.pii.text import LONG_TOKEN, Span, TextView
-from proxy.redact import KEY_SHAPES
 
 # (needle, pattern): every match of a pattern contains its needle, so a pattern runs only where
 # its needle is; one alternation of them all would try every branch at every character.

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from proxy.providers.anthropic import AnthropicConfig, AnthropicProvider
+from proxy.providers.anthropic.provider import AnthropicConfig, AnthropicProvider
 from proxy.providers.azure import AzureConfig, AzureProvider
 from proxy.providers.base import Provider, ProviderConfig
-from proxy.providers.bedrock import BedrockConfig, BedrockProvider
-from proxy.providers.gemini import GeminiConfig, GeminiProvider
-from proxy.providers.mock import MockConfig, MockProvider
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.providers.bedrock.provider import BedrockConfig, BedrockProvider
+from proxy.providers.gemini.provider import GeminiConfig, GeminiProvider
+from proxy.providers.mock.provider import MockConfig, MockProvider
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 
 class ProviderType(NamedTuple):

@@ -13,7 +13,7 @@ module composes one). What differs:
   choices (no delta). Such events carry nothing for the client and are skipped, so the first
   chunk the gateway sees is the first real one;
 - errors: a request refused by Azure's content filter (``code: content_filter``) is a
-  :class:`~proxy.errors.ContentPolicyViolation`, as OpenAI's own policy errors are.
+  :class:`~proxy.core.errors.ContentPolicyViolation`, as OpenAI's own policy errors are.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from urllib.parse import quote
 
 import msgspec
 
-from proxy.canonical import Call, Chunk, Delta, Embeddings, Response
-from proxy.errors import UpstreamError
+from proxy.core.canonical import Call, Chunk, Delta, Embeddings, Response
+from proxy.core.errors import UpstreamError
 from proxy.providers.base import HttpRequest, ProviderConfig, path_segment
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 DEFAULT_API_VERSION = "2024-10-21"
 """The latest generally available data-plane inference version (it supports ``stream_options``)."""

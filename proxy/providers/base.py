@@ -18,8 +18,8 @@ from urllib.parse import quote
 import msgspec
 from msgspec import Meta, Struct
 
-from proxy.canonical import Call, Chunk, Response
-from proxy.errors import BadRequest, UpstreamError
+from proxy.core.canonical import Call, Chunk, Response
+from proxy.core.errors import BadRequest, UpstreamError
 
 Seconds = Annotated[float, Meta(gt=0)]
 _Block = TypeVar("_Block")
@@ -85,7 +85,7 @@ class HttpProvider(Protocol):
     events are OpenAI chat chunks may define
     ``relay_frames(data: bytes) -> tuple[RawFrames | None, bytes]``: offered each network read
     that starts on an SSE frame boundary, it returns the run of ordinary chunks the read starts
-    with, undecoded (see :class:`~proxy.canonical.RawFrames`), so that OpenAI clients get them
+    with, undecoded (see :class:`~proxy.core.canonical.RawFrames`), so that OpenAI clients get them
     verbatim, and the rest of the read, which goes through :meth:`parse_event` as usual. A
     provider whose API counts tokens defines ``count_tokens_request(call, model) -> HttpRequest``
     and ``parse_token_count(body) -> int`` (its errors go through :meth:`parse_error`): the
@@ -104,7 +104,8 @@ class HttpProvider(Protocol):
     def build_request(self, call: Call, model: str) -> HttpRequest:
         """The upstream request for ``call`` sent to upstream ``model``.
 
-        Raises :class:`proxy.errors.BadRequest` if the call cannot be expressed for this provider.
+        Raises :class:`proxy.core.errors.BadRequest` if the call cannot be expressed for this
+        provider.
         """
         ...
 
@@ -171,7 +172,7 @@ class StreamParser(Protocol):
     def end(self) -> Chunk | None:
         """The upstream body ended without :class:`StreamEnd`: a last chunk to yield, or None.
 
-        Raises :class:`UpstreamError` (typically :class:`~proxy.errors.UpstreamUnavailable`) if
+        Raises :class:`UpstreamError` (typically :class:`~proxy.core.errors.UpstreamUnavailable`) if
         the events so far show the stream was cut short.
         """
         ...
@@ -243,7 +244,7 @@ def path_segment(value: str, *, safe: str = "", param: str = "model") -> str:
 
     For client-chosen names (``provider/<model>``) that a provider puts in its URL path: ``/``,
     ``?`` and ``#`` are escaped, and an empty, ``.`` or ``..`` segment is a
-    :class:`~proxy.errors.BadRequest` naming ``param``, because HTTP clients resolve dot
+    :class:`~proxy.core.errors.BadRequest` naming ``param``, because HTTP clients resolve dot
     segments (even escaped ones) and the request, credentials included, would reach another
     path of the upstream host.
     """

@@ -25,7 +25,7 @@ from typing import Literal, NamedTuple
 import msgspec
 from msgspec import UNSET
 
-from proxy.canonical import Call, Message, Params
+from proxy.core.canonical import Call, Message, Params
 
 PresetName = Literal[
     "openai",

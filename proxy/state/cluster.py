@@ -11,7 +11,7 @@ Resharding and failover: a ``MOVED`` reply updates that slot and resends the com
 the node named (the whole map is re-read before the next command); an ``ASK`` reply resends it
 once to the importing node, after ``ASKING``, on a connection of its own (``ASKING`` applies to
 the next command of a connection, which a shared pipelined one cannot promise). A node that
-cannot be reached raises :class:`~proxy.store.StoreUnavailable` as a lost connection does, and
+cannot be reached raises :class:`~proxy.state.store.StoreUnavailable` as a lost connection does, and
 the map is re-read — from any node that answers — before the next command.
 
 Multi-key commands must name keys of one slot (Redis refuses others with ``CROSSSLOT``):
@@ -27,7 +27,7 @@ from typing import Any
 
 from proxy.state.config import RedisAddress
 from proxy.state.resp import ReplyError, RespConnection
-from proxy.store import StoreUnavailable
+from proxy.state.store import StoreUnavailable
 
 SLOTS = 16384
 Node = tuple[str, int]

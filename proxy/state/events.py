@@ -1,7 +1,7 @@
 """Key changes between instances: Redis pub/sub on top of each instance's key lookup cache.
 
 A change of a key or team made on one process (the admin API, the CLI) drops that key from the
-process's lookup cache at once (:class:`~proxy.auth.authenticator.Authenticator`) and is
+process's lookup cache at once (:class:`~proxy.governance.auth.authenticator.Authenticator`) and is
 announced on the channel ``crossway:keys``: the message is the key's hash, or ``*`` for "every
 key" (a team changed). Every gateway process subscribes and drops what it is told, so a revoked
 key is refused everywhere within the time a message takes — milliseconds — instead of
@@ -23,7 +23,7 @@ from typing import Any
 
 from proxy.state.redis import RedisStore
 from proxy.state.resp import RespConnection
-from proxy.store import StoreUnavailable
+from proxy.state.store import StoreUnavailable
 
 CHANNEL = "crossway:keys"
 EVERY_KEY = "*"

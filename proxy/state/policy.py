@@ -1,16 +1,17 @@
 """What each use of shared state does when the shared store cannot answer.
 
-:class:`SharedState` is the process's state: the shared :class:`~proxy.store.Store` (a
+:class:`SharedState` is the process's state: the shared :class:`~proxy.state.store.Store` (a
 :class:`~proxy.state.redis.RedisStore` with ``state.backend: redis``, else one
-:class:`~proxy.memory_store.MemoryStore`), built once and kept across config reloads, and one
+:class:`~proxy.state.memory_store.MemoryStore`), built once and kept across config reloads, and one
 view of it per use (:meth:`SharedState.store_for`). Each use declares its policy in
 ``state.on_unavailable`` (:mod:`proxy.state.config`):
 
-- ``local``: the view answers from a :class:`~proxy.memory_store.MemoryStore` of this process while
+- ``local``: the view answers from a :class:`~proxy.state.memory_store.MemoryStore` of this process
+while
   the shared store is unavailable (rate limits count per process, health ejects per process);
   once the shared store answers again, the shared counters are used again (what was counted
   locally meanwhile is not carried over).
-- ``open``: the view raises :class:`~proxy.store.StoreUnavailable` and the caller goes on
+- ``open``: the view raises :class:`~proxy.state.store.StoreUnavailable` and the caller goes on
   without the state (admits the request uncounted; the cache misses).
 - ``closed``: the view raises and the caller refuses the request: 503 ``state_unavailable``
   (:class:`StateUnavailable`).
@@ -31,13 +32,13 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from proxy.errors import GatewayError
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
+from proxy.core.errors import GatewayError
+from proxy.core.metrics import Metrics
 from proxy.state.config import USES, StateConfig, Use
+from proxy.state.memory_store import MemoryStore
 from proxy.state.redis import RedisStore
 from proxy.state.settlements import Detached
-from proxy.store import Admission, LimitPlan, RateBucket, RateState, Store, StoreUnavailable
+from proxy.state.store import Admission, LimitPlan, RateBucket, RateState, Store, StoreUnavailable
 
 Decision = Literal["local", "open", "closed", "miss"]
 T = TypeVar("T")
@@ -155,70 +156,70 @@ class UseStore:
         return self._local
 
     async def get(self, key: str) -> bytes | None:
-        """See :meth:`proxy.store.Store.get`."""
+        """See :meth:`proxy.state.store.Store.get`."""
         try:
             return await self._shared.get(key)
         except StoreUnavailable as error:
             return await self._fallback(error).get(key)
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
-        """See :meth:`proxy.store.Store.set`."""
+        """See :meth:`proxy.state.store.Store.set`."""
         try:
             await self._shared.set(key, value, ttl=ttl)
         except StoreUnavailable as error:
             await self._fallback(error).set(key, value, ttl=ttl)
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
-        """See :meth:`proxy.store.Store.incr`."""
+        """See :meth:`proxy.state.store.Store.incr`."""
         try:
             return await self._shared.incr(key, amount, ttl=ttl)
         except StoreUnavailable as error:
             return await self._fallback(error).incr(key, amount, ttl=ttl)
 
     async def delete(self, key: str) -> None:
-        """See :meth:`proxy.store.Store.delete`."""
+        """See :meth:`proxy.state.store.Store.delete`."""
         try:
             await self._shared.delete(key)
         except StoreUnavailable as error:
             await self._fallback(error).delete(key)
 
     async def ttl(self, key: str) -> float | None:
-        """See :meth:`proxy.store.Store.ttl`."""
+        """See :meth:`proxy.state.store.Store.ttl`."""
         try:
             return await self._shared.ttl(key)
         except StoreUnavailable as error:
             return await self._fallback(error).ttl(key)
 
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
-        """See :meth:`proxy.store.Store.rate_take`."""
+        """See :meth:`proxy.state.store.Store.rate_take`."""
         try:
             return await self._shared.rate_take(buckets)
         except StoreUnavailable as error:
             return await self._fallback(error).rate_take(buckets)
 
     async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
-        """See :meth:`proxy.store.Store.rate_adjust`."""
+        """See :meth:`proxy.state.store.Store.rate_adjust`."""
         try:
             await self._shared.rate_adjust(buckets)
         except StoreUnavailable as error:
             await self._fallback(error).rate_adjust(buckets)
 
     async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
-        """See :meth:`proxy.store.Store.hold`."""
+        """See :meth:`proxy.state.store.Store.hold`."""
         try:
             return await self._shared.hold(keys, limits)
         except StoreUnavailable as error:
             return await self._fallback(error).hold(keys, limits)
 
     async def release(self, keys: Sequence[str]) -> None:
-        """See :meth:`proxy.store.Store.release`."""
+        """See :meth:`proxy.state.store.Store.release`."""
         try:
             await self._shared.release(keys)
         except StoreUnavailable as error:
             await self._fallback(error).release(keys)
 
     async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
-        """See :meth:`proxy.store.Store.admit`. An admission answered by the local store is
+        """See :meth:`proxy.state.store.Store.admit`. An admission answered by the local store is
         marked ``local``, so that it is settled there."""
         try:
             return await self._shared.admit(plan, tokens)
@@ -227,7 +228,7 @@ class UseStore:
             return msgspec.structs.replace(admission, local=True)
 
     def settle(self, admission: Admission, used: int) -> None:
-        """See :meth:`proxy.store.Store.settle`: where the admission was answered."""
+        """See :meth:`proxy.state.store.Store.settle`: where the admission was answered."""
         if admission.local and self._local is not None:
             self._local.settle(admission, used)
         else:
@@ -240,14 +241,14 @@ class UseStore:
         limits: Sequence[int] | None,
         ttls: Sequence[float | None],
     ) -> tuple[int | None, list[int]]:
-        """See :meth:`proxy.store.Store.incr_within`."""
+        """See :meth:`proxy.state.store.Store.incr_within`."""
         try:
             return await self._shared.incr_within(keys, amount, limits, ttls)
         except StoreUnavailable as error:
             return await self._fallback(error).incr_within(keys, amount, limits, ttls)
 
     def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
-        """See :meth:`proxy.store.Store.incr_later`: :meth:`incr_within` (which falls back as
+        """See :meth:`proxy.state.store.Store.incr_later`: :meth:`incr_within` (which falls back as
         the other operations do), started now and not waited for."""
         self._later.start(self.incr_within(keys, amount, None, ttls))
 

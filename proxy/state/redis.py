@@ -1,4 +1,4 @@
-"""``RedisStore``: the :class:`~proxy.store.Store` shared by every worker and instance.
+"""``RedisStore``: the :class:`~proxy.state.store.Store` shared by every worker and instance.
 
 Every operation is one round trip: a plain command (``GET``, ``SET … PX``, ``UNLINK``,
 ``PTTL``) or one Lua script (:mod:`proxy.state.scripts`) for the multi-step ones — counters
@@ -19,12 +19,13 @@ Keys are namespaced: a key that does not start with ``crossway:`` gets that pref
 has a TTL, so that nothing grows without bound: a write that gives none (a lifetime budget
 counter, an in-flight counter) sets ``max_idle`` (in-flight counters: :data:`HOLD_IDLE`), renewed
 by every later write, so such a key outlives its last write by that much. :meth:`ttl`
-therefore reports that idle expiry where :class:`~proxy.memory_store.MemoryStore` would say None.
+therefore reports that idle expiry where :class:`~proxy.state.memory_store.MemoryStore` would say
+None.
 
 Failures: every operation is bounded by ``timeout_ms``. A refused or lost connection, a
 timeout or a server that cannot serve (loading, read-only) raises
-:class:`~proxy.store.StoreUnavailable`; after ``breaker.failures`` of them in a row the circuit
-breaker (:mod:`proxy.state.breaker`) opens and operations raise at once, while a probe
+:class:`~proxy.state.store.StoreUnavailable`; after ``breaker.failures`` of them in a row the
+circuit breaker (:mod:`proxy.state.breaker`) opens and operations raise at once, while a probe
 (loading the scripts) every ``breaker.cooldown_ms`` reconnects and closes it once Redis
 answers. The store never fails to start: with Redis down it starts with the breaker open.
 ``on_up(bool)`` reports each change of the connection (the ``crossway_state_up`` gauge). A
@@ -57,7 +58,14 @@ from proxy.state.scripts import (
     Script,
 )
 from proxy.state.settlements import Detached, PendingSettlements
-from proxy.store import Admission, LimitPlan, RateBucket, RateState, StoreUnavailable, summarise
+from proxy.state.store import (
+    Admission,
+    LimitPlan,
+    RateBucket,
+    RateState,
+    StoreUnavailable,
+    summarise,
+)
 
 PREFIX = "crossway:"
 SAME_SLOT = "crossway:limits:"
@@ -135,38 +143,38 @@ class RedisStore:
         await self._connection.close()
 
     async def get(self, key: str) -> bytes | None:
-        """See :meth:`proxy.store.Store.get`."""
+        """See :meth:`proxy.state.store.Store.get`."""
         reply = await self._call("GET", self._name(key))
         if type(reply) is ReplyError:
             raise ValueError(f"key {key!r} does not hold a value")
         return reply  # type: ignore[no-any-return]
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
-        """See :meth:`proxy.store.Store.set`."""
+        """See :meth:`proxy.state.store.Store.set`."""
         reply = await self._call("SET", self._name(key), value, "PX", self._ms(ttl))
         if type(reply) is ReplyError:
             raise ValueError(f"SET {key!r}: {str(reply)[:200]}")
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
-        """See :meth:`proxy.store.Store.incr`."""
+        """See :meth:`proxy.state.store.Store.incr`."""
         created_ttl = 0 if ttl is None else self._ms(ttl)
         return int(
             await self._script(INCR, (self._name(key),), (amount, created_ttl, self._idle_ms))
         )
 
     async def delete(self, key: str) -> None:
-        """See :meth:`proxy.store.Store.delete`."""
+        """See :meth:`proxy.state.store.Store.delete`."""
         reply = await self._call("UNLINK", self._name(key))
         if type(reply) is ReplyError:
             raise ValueError(f"UNLINK {key!r}: {str(reply)[:200]}")
 
     async def ttl(self, key: str) -> float | None:
-        """See :meth:`proxy.store.Store.ttl` (and the module docstring on idle expiry)."""
+        """See :meth:`proxy.state.store.Store.ttl` (and the module docstring on idle expiry)."""
         reply = await self._call("PTTL", self._name(key))
         return None if reply < 0 else reply / 1000
 
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
-        """See :meth:`proxy.store.Store.rate_take`."""
+        """See :meth:`proxy.state.store.Store.rate_take`."""
         await self.flush()  # pending settlements first: the same order as settled
         reply = await self._script(
             RATE_TAKE, [self._name(b.key) for b in buckets], _bucket_args(buckets)
@@ -174,7 +182,7 @@ class RedisStore:
         return _states(reply, 0)
 
     async def rate_adjust(self, buckets: Sequence[RateBucket]) -> None:
-        """See :meth:`proxy.store.Store.rate_adjust`."""
+        """See :meth:`proxy.state.store.Store.rate_adjust`."""
         await self.flush()  # pending settlements first: the same order as settled
         if buckets:
             await self._script(
@@ -182,7 +190,7 @@ class RedisStore:
             )
 
     async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
-        """See :meth:`proxy.store.Store.hold`."""
+        """See :meth:`proxy.state.store.Store.hold`."""
         await self.flush()  # pending settlements first: the same order as settled
         if len(keys) != len(limits):
             raise ValueError("hold needs one limit per key")
@@ -192,13 +200,13 @@ class RedisStore:
         return None if reply < 0 else int(reply)
 
     async def release(self, keys: Sequence[str]) -> None:
-        """See :meth:`proxy.store.Store.release`."""
+        """See :meth:`proxy.state.store.Store.release`."""
         await self.flush()  # pending settlements first: the same order as settled
         if keys:
             await self._script(RELEASE, [self._name(k) for k in keys], (self._hold_idle_ms,))
 
     async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
-        """See :meth:`proxy.store.Store.admit`. The settlements pending here
+        """See :meth:`proxy.state.store.Store.admit`. The settlements pending here
         (:mod:`proxy.state.settlements`) go in the same script, applied first."""
         buckets = plan.buckets(tokens)
         releases, adjusts = self._pending.take()
@@ -226,7 +234,7 @@ class RedisStore:
         return summarise(plan, tokens, _states(reply, 1))
 
     def settle(self, admission: Admission, used: int) -> None:
-        """See :meth:`proxy.store.Store.settle`: kept to ride on this process's next
+        """See :meth:`proxy.state.store.Store.settle`: kept to ride on this process's next
         admission, or sent on its own a few loop turns later (:mod:`proxy.state.settlements`). A
         settlement that cannot be sent is lost; its slots then expire after
         :data:`HOLD_IDLE`."""
@@ -323,7 +331,7 @@ class RedisStore:
         limits: Sequence[int] | None,
         ttls: Sequence[float | None],
     ) -> tuple[int | None, list[int]]:
-        """See :meth:`proxy.store.Store.incr_within` (one script, one round trip)."""
+        """See :meth:`proxy.state.store.Store.incr_within` (one script, one round trip)."""
         if len(keys) != len(ttls) or (limits is not None and len(limits) != len(keys)):
             raise ValueError("incr_within needs one ttl (and limit) per key")
         args: list[Any] = [amount, 0 if limits is None else 1, self._idle_ms]
@@ -333,7 +341,7 @@ class RedisStore:
         return None if reply[0] < 0 else int(reply[0]), [int(value) for value in reply[1:]]
 
     def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
-        """See :meth:`proxy.store.Store.incr_later`: one :meth:`incr_within` without limits,
+        """See :meth:`proxy.state.store.Store.incr_later`: one :meth:`incr_within` without limits,
         started now and not waited for (the RESP connection sends it with the loop turn's other
         commands)."""
         self._later.start(self.incr_within(keys, amount, None, ttls))

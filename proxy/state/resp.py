@@ -13,7 +13,7 @@ and replies are matched to callers in order. :meth:`RespConnection.call` connect
 use (and again after a failure), bounded by ``timeout``; every command is bounded by
 ``timeout`` too. Any failure — refused or lost connection, timeout, a server that is loading
 or read-only — raises
-:class:`~proxy.store.StoreUnavailable` and drops the connection, failing every command still
+:class:`~proxy.state.store.StoreUnavailable` and drops the connection, failing every command still
 waiting on it, so that no reply can ever be matched to the wrong caller. A Redis error reply
 (a script error, ``WRONGTYPE``) is returned to the caller as a :class:`ReplyError`, which the
 caller interprets. Use it from one event loop.
@@ -30,7 +30,7 @@ from typing import Any
 import hiredis
 
 from proxy.state.config import RedisAddress
-from proxy.store import StoreUnavailable
+from proxy.state.store import StoreUnavailable
 
 ReplyError = hiredis.ReplyError
 _UNAVAILABLE_REPLIES = (

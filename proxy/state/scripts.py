@@ -3,7 +3,7 @@
 Each runs atomically on the server (one round trip), on the server's clock (``TIME``) so that
 instances with skewed clocks agree. Times inside are milliseconds (floats); replies are
 integers, so durations come back in microseconds. They mirror
-:class:`~proxy.memory_store.MemoryStore` line for line: the store's tests run against both.
+:class:`~proxy.state.memory_store.MemoryStore` line for line: the store's tests run against both.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ end
 _WRONG = "return redis.error_reply('WRONGTYPE not a counter or rate bucket: ' .. tostring(bad))"
 
 # KEYS: buckets; ARGV: per bucket cost, limit, period ms. Reply: per bucket allowed (0/1),
-# remaining, reset_after µs, retry_after µs. All or nothing (module docstring of proxy.store).
+# remaining, reset_after µs, retry_after µs. All or nothing (module docstring of proxy.state.store).
 RATE_TAKE = Script(
     "rate_take",
     _NOW

@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
-from proxy.store import RateBucket
+from proxy.state.store import RateBucket
 
 WAIT_TURNS = 4  # loop turns a settlement waits for an admission before it leaves on its own
 MAX_PENDING = 256  # keys; past it the pending settlements are flushed at once
@@ -98,7 +98,7 @@ class PendingSettlements:
 
 
 class Detached:
-    """Corrections sent without waiting for them (:meth:`~proxy.store.Store.incr_later`): each
+    """Corrections sent without waiting for them (:meth:`~proxy.state.store.Store.incr_later`): each
     task is kept until it is done, and its failure is retrieved and dropped (the store's breaker
     counted it; the correction is lost, as a settlement that cannot be sent is). Use from one
     loop."""

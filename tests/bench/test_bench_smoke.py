@@ -17,9 +17,9 @@ from bench.targets import (
     start_upstream,
 )
 from plugins import BUILTINS
-from proxy.config import load_config
-from proxy.metrics import Metrics
-from proxy.runtime import Loader
+from proxy.core.metrics import Metrics
+from proxy.runtime.config import load_config
+from proxy.runtime.snapshot import Loader
 
 _SETTINGS = Settings(
     duration_s=0.6, warmup_s=0.1, max_requests=20_000, request_timeout_s=5.0, rounds=2

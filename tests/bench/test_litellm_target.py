@@ -11,7 +11,7 @@ from bench import aio
 from bench import litellm as litellm_target
 from bench.processes import HarnessError
 from bench.targets import Server
-from proxy.migrate.litellm import translate
+from proxy.admin.migrate.litellm import translate
 
 
 def test_the_litellm_config_routes_the_bench_model_to_the_mock() -> None:

@@ -7,7 +7,7 @@ import asyncio
 from bench.redis_stats import CommandCounter, _Commands
 from proxy.state.config import RedisConfig
 from proxy.state.redis import RedisStore
-from proxy.store import RateBucket
+from proxy.state.store import RateBucket
 from tests.engines import RedisServer
 
 

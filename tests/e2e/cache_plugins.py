@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 from plugins.cache import CacheConfig, CachePlugin
-from proxy.canonical import Call, Principal, Reply
-from proxy.chain import Next, PluginContext
+from proxy.core.canonical import Call, Principal, Reply
+from proxy.core.plugin import Next, PluginContext
 from tests.faults import FakeClock
 
 

@@ -12,11 +12,11 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.app import METRICS, RUNTIME, create_app
-from proxy.protocol import GatewayRunner, reporter
+from proxy.aiohttp_ext.server import GatewayRunner, reporter
+from proxy.server.app import METRICS, RUNTIME, create_app
 from tests.e2e.fake_openai import FakeOpenAI
 
-# Matches no built-in key shape (proxy.redact), so only the configured-secret rule can hide it:
+# Matches no built-in key shape (proxy.core.redact), so only the configured-secret rule can hide it:
 # every leak check against it proves that the runtime gave the redactor its providers' keys.
 UPSTREAM_KEY = "prov-key-upstream-0123456789abcdefXYZ"
 
@@ -66,7 +66,8 @@ def gateway_config(upstream_url: str, extra: str = "") -> str:
 
 async def start_site(app: web.Application) -> tuple[web.AppRunner, str]:
     """Serve ``app`` on a free port: a gateway app as ``crossway serve`` serves it (through
-    :class:`~proxy.protocol.GatewayRunner`), any other (a fake upstream) as aiohttp does."""
+    :class:`~proxy.aiohttp_ext.server.GatewayRunner`), any other (a fake upstream) as aiohttp
+    does."""
     if METRICS in app:
         runner: web.AppRunner = GatewayRunner(
             app,

@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from proxy.admin.litellm_bodies import LiteLLMKey
-from proxy.auth.registry import KeyChanges, NewKey, NewTeam, TeamChanges
+from proxy.admin.litellm.bodies import LiteLLMKey
+from proxy.governance.auth.registry import KeyChanges, NewKey, NewTeam, TeamChanges
 
 _TEXT = {"type": "string"}
 _TIME = {"type": "string", "format": "date-time"}

@@ -1,13 +1,13 @@
 """A stand-in for the ``auth`` plugin in end-to-end tests: the caller's key id is whatever the
 ``x-test-key`` header says (no header: anonymous). It sets ``call.principal`` in the chain and
-offers ``authenticate`` for the routes outside it, as :mod:`proxy.chain` describes."""
+offers ``authenticate`` for the routes outside it, as :mod:`proxy.core.plugin` describes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.canonical import ANONYMOUS, Call, Principal, Reply
-from proxy.chain import Next
+from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply
+from proxy.core.plugin import Next
 
 
 class HeaderKey:

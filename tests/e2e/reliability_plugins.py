@@ -12,8 +12,8 @@ import random
 
 from plugins.balance import BalanceConfig, BalancePlugin
 from plugins.retry import RetryConfig, RetryPlugin
-from proxy.chain import PluginContext
-from proxy.memory_store import MemoryStore
+from proxy.core.plugin import PluginContext
+from proxy.state.memory_store import MemoryStore
 from tests.faults import FakeClock
 
 

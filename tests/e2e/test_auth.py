@@ -20,8 +20,8 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.app import create_app
 from proxy.dialects import all_dialects, other_dialects
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI
 

@@ -19,8 +19,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.app import create_app
-from proxy.server import MAX_HEADER_FIELD_BYTES
+from proxy.server.app import create_app
+from proxy.server.supervisor import MAX_HEADER_FIELD_BYTES
 
 KEY = "sk-cw-fuzz-" + "0123456789" * 4
 HEADERS = ("Authorization", "x-api-key", "api-key", "x-bf-vk")

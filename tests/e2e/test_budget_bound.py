@@ -33,7 +33,7 @@ import pytest
 from hypothesis import example, given, settings, target
 from hypothesis import strategies as st
 
-from proxy.app import METRICS, RUNTIME, create_app
+from proxy.server.app import METRICS, RUNTIME, create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.worst_case_upstream import BARE, HOLD, WorstCaseUpstream, prompt_tokens
 from tests.plugins.scripted import sample

@@ -22,7 +22,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.app import RUNTIME, create_app, reload_runtime
+from proxy.server.app import RUNTIME, create_app, reload_runtime
 from tests.e2e.cache_plugins import ClockedCache
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI

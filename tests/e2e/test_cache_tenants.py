@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from plugins.cache import CachePlugin
-from proxy.app import RUNTIME, create_app
+from proxy.server.app import RUNTIME, create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI
 

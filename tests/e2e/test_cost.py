@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import Running, gateway_config, start_site
 from tests.e2e.fake_openai import FakeOpenAI
 

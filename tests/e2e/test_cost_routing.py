@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, Running, start_site
 from tests.e2e.fake_openai import FakeOpenAI
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.proxy.dialects.adapters import load_adapters
 from tests.proxy.dialects.adapters.gateway import post

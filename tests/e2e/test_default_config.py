@@ -11,7 +11,7 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "gateway.yaml"

@@ -20,8 +20,8 @@ import openai
 import pytest
 from langchain_openai import OpenAIEmbeddings
 
-from proxy.app import create_app
-from proxy.providers.mock_vectors import text_vector, token_vector
+from proxy.providers.mock.vectors import text_vector, token_vector
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_embeddings import FakeEmbeddings, vector_for
 from tests.schemas import validate

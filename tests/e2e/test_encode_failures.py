@@ -7,9 +7,9 @@ from pathlib import Path
 
 import aiohttp
 
-from proxy.app import create_app
-from proxy.canonical import Call, Reply, Response
-from proxy.chain import Next
+from proxy.core.canonical import Call, Reply, Response
+from proxy.core.plugin import Next
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 
 CONFIG = """

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, Running, start_site
 from tests.e2e.fake_openai import RICH_ANNOTATIONS, burst_frames
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.proxy.dialects.adapters import load_adapters
 from tests.proxy.dialects.adapters.gateway import MOCK_PROVIDERS, post

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.hostile_upstream import HostileUpstream
 from tests.proxy.dialects.adapters import load_adapters

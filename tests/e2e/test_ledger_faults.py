@@ -36,10 +36,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.app import METRICS, RUNTIME, create_app
-from proxy.db.spend import SpendRepository
-from proxy.ledger.journal import Journal
-from proxy.ledger.records import SpendRecord
+from proxy.governance.ledger.journal import Journal
+from proxy.governance.ledger.records import SpendRecord
+from proxy.governance.ledger.spend_db import SpendRepository
+from proxy.server.app import METRICS, RUNTIME, create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import FakeOpenAI
 from tests.waiting import until

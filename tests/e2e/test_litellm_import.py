@@ -17,8 +17,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from proxy.app import create_app
-from proxy.cli import main
+from proxy.server.app import create_app
+from proxy.server.cli import main
 from tests.e2e.conftest import start_site
 from tests.proxy.providers.fakes import FAKES, ProviderFake
 

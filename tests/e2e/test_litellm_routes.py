@@ -15,7 +15,7 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import FakeOpenAI
 

@@ -1,7 +1,8 @@
-"""Requests aiohttp's parser rejects, answered by the gateway (proxy/protocol.py), end to end.
+"""Requests aiohttp's parser rejects, answered by the gateway (proxy/aiohttp_ext/server.py), end to
+end.
 
-The gateway runs as ``crossway serve`` does, through :class:`proxy.protocol.GatewayRunner`;
-raw sockets send what no HTTP client library would.
+The gateway runs as ``crossway serve`` does, through
+:class:`proxy.aiohttp_ext.server.GatewayRunner`; raw sockets send what no HTTP client library would.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.app import METRICS, RUNTIME, create_app
-from proxy.protocol import GatewayRunner, reporter
+from proxy.aiohttp_ext.server import GatewayRunner, reporter
+from proxy.server.app import METRICS, RUNTIME, create_app
 from tests.proxy.dialects.adapters.gateway import MOCK_PROVIDERS
 
 SECRET = "sk-client-secret-0123456789abcdefXYZ"

@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from plugins.masking import MaskingConfig, MaskingPlugin
-from proxy.app import create_app
-from proxy.chain import PluginContext
+from proxy.core.plugin import PluginContext
 from proxy.pii.text import TextView
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.masking_upstream import EchoUpstream
 from tests.proxy.dialects.adapters import load_adapters

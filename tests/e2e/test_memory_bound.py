@@ -42,7 +42,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.hostile_upstream import HostileUpstream
 from tests.e2e.processes import REPO, Served, free_port, proc_file, serve

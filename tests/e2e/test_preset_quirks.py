@@ -8,7 +8,7 @@ from pathlib import Path
 
 import openai
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.fake_openai import ANSWER, FakeOpenAI
 

@@ -269,7 +269,7 @@ _STOP_WHEN_ANNOUNCED = """
 import os, signal, sys
 from pathlib import Path
 
-import proxy.server as server
+import proxy.server.supervisor as server
 
 announce = server.log_listening
 

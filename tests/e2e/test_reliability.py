@@ -21,7 +21,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.app import RUNTIME, create_app
+from proxy.server.app import RUNTIME, create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.reliability_plugins import ClockedBalance, RecordingRetry
 from tests.faults import FaultUpstream, answer_text, burst, cut, hang, held, reset, status

@@ -28,7 +28,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.app import METRICS, RUNTIME, create_app, reload_runtime
+from proxy.server.app import METRICS, RUNTIME, create_app, reload_runtime
 from tests.e2e.conftest import UPSTREAM_KEY, Running, gateway_config, start_site
 from tests.e2e.full_chain import CLIENT_KEY, MASTER_KEY, full_chain_config
 from tests.e2e.processes import eventually, free_port, serve
@@ -108,7 +108,7 @@ async def test_a_failure_that_is_not_a_config_error_keeps_the_old_config(
     def exhausted(providers):
         raise OSError(24, f"Too many open files (while connecting with {UPSTREAM_KEY})")
 
-    monkeypatch.setattr("proxy.runtime.HttpTransport", exhausted)
+    monkeypatch.setattr("proxy.runtime.snapshot.HttpTransport", exhausted)
     assert reload_runtime(gateway.app) is False
     assert gateway.app[RUNTIME].snapshot is before
     assert await _chat(gateway, "chat") == 200

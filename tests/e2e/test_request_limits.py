@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 
 CHAT = "/v1/chat/completions"

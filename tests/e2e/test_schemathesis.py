@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e import odd_inputs as odd
 from tests.e2e.gateway_openapi import ROUTES, document, route_templates, template
 from tests.e2e.processes import Served, free_port, serve

@@ -19,8 +19,8 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.config import ConfigError
+from proxy.runtime.config import ConfigError
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 
 MASTER = "master-key-" + "0123456789abcdef" * 2

@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.app import DRAIN, create_app
+from proxy.server.app import DRAIN, create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.fake_openai import FakeOpenAI
 from tests.e2e.full_chain import CLIENT_KEY, full_chain_config

@@ -20,7 +20,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import FakeOpenAI
 

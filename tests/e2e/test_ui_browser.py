@@ -18,7 +18,7 @@ import openai
 import pytest
 from playwright.async_api import ConsoleMessage, Dialog, Page, expect
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.browser import PHONE, browser
 from tests.e2e.conftest import UPSTREAM_KEY, start_site
 from tests.e2e.fake_openai import FakeOpenAI

@@ -1,7 +1,7 @@
 """An OpenAI-compatible upstream on 127.0.0.1 that answers every request with the most usage
 its worst case allows, for the budget-bound tests.
 
-The worst case is the gateway's documented one (:func:`proxy.token_estimate.expected_tokens`),
+The worst case is the gateway's documented one (:func:`proxy.core.token_estimate.expected_tokens`),
 computed here from the body the upstream receives: ``prompt_tokens`` is its messages' text at
 four UTF-8 bytes a token (rounded up) plus four a message, ``completion_tokens`` is ``n`` times
 the larger of ``max_tokens`` and ``max_completion_tokens`` (``default_output`` when neither is

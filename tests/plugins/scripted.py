@@ -1,8 +1,8 @@
 """An in-process innermost link for plugin tests: per-deployment scripts of answers and errors.
 
-``ScriptedUpstream`` stands where :class:`proxy.upstream.Upstream` stands in the chain: it serves
-``call.deployment`` (or the first of ``call.deployments``), records every call, and answers with
-the next outcome scripted for that deployment's ``provider/model`` — an error factory (raised),
+``ScriptedUpstream`` stands where :class:`proxy.upstream.call.Upstream` stands in the chain: it
+serves ``call.deployment`` (or the first of ``call.deployments``), records every call, and answers
+with the next outcome scripted for that deployment's ``provider/model`` — an error factory (raised),
 ``"ok"`` (a whole response, or a primed stream for a streaming call) or ``cut(n)`` (a stream
 that fails after ``n`` chunks). ``latency[target]`` advances ``clock`` per call, so
 latency-aware code is tested without sleeping.
@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -28,12 +28,12 @@ from proxy.canonical import (
     Response,
     Usage,
 )
-from proxy.chain import PluginContext
-from proxy.config import DeploymentConfig
-from proxy.errors import GatewayError, UpstreamUnavailable, upstream_error_for_status
-from proxy.metrics import Metrics
-from proxy.pricing import PriceBook
-from proxy.router import Router
+from proxy.core.errors import GatewayError, UpstreamUnavailable, upstream_error_for_status
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginContext
+from proxy.governance.pricing import PriceBook
+from proxy.runtime.config import DeploymentConfig
+from proxy.upstream.router import Router
 from tests.faults import FakeClock
 
 ErrorFactory = Callable[[], GatewayError]

@@ -6,12 +6,12 @@ import pytest
 import structlog
 
 from plugins.auth import AuthPlugin
-from proxy.auth.authenticator import Authenticator
-from proxy.auth.config import AuthConfig, DeclaredKey
-from proxy.canonical import Call, GatewayOptions, Message, Principal, WeightedTarget
-from proxy.chain import PluginContext, compose
-from proxy.errors import AuthenticationFailed, PermissionDenied
-from proxy.metrics import Metrics
+from proxy.core.canonical import Call, GatewayOptions, Message, Principal, WeightedTarget
+from proxy.core.errors import AuthenticationFailed, PermissionDenied
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginContext, compose
+from proxy.governance.auth.authenticator import Authenticator
+from proxy.governance.auth.config import AuthConfig, DeclaredKey
 from tests.plugins.scripted import ScriptedUpstream, router, sample
 
 KEY = "sk-cw-" + "k" * 40

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from plugins.balance import BalanceConfig, BalancePlugin
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Chunk,
     Deployment,
@@ -22,14 +22,14 @@ from proxy.canonical import (
     Usage,
     WeightedTarget,
 )
-from proxy.chain import PluginLoadError, compose, load_plugins
-from proxy.config import PluginSpec
-from proxy.errors import GatewayError, NoReadyDeployment, RateLimited
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
-from proxy.price_catalog import parse_price
-from proxy.pricing import Catalog, PriceBook
-from proxy.store import StoreUnavailable
+from proxy.core.errors import GatewayError, NoReadyDeployment, RateLimited
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginLoadError, compose, load_plugins
+from proxy.governance.price_catalog import parse_price
+from proxy.governance.pricing import Catalog, PriceBook
+from proxy.runtime.config import PluginSpec
+from proxy.state.memory_store import MemoryStore
+from proxy.state.store import StoreUnavailable
 from tests.faults import FakeClock
 from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, router, sample
 

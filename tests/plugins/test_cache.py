@@ -13,7 +13,7 @@ from plugins.cache import CacheConfig, CachePlugin
 from proxy.cache.entry import MAGIC, decode_entry
 from proxy.cache.key import cache_key
 from proxy.cache.replay import replay_frames
-from proxy.canonical import (
+from proxy.core.canonical import (
     CacheOptions,
     Call,
     Choice,
@@ -29,11 +29,11 @@ from proxy.canonical import (
     Response,
     Usage,
 )
-from proxy.chain import PluginContext
-from proxy.errors import BadRequest, UpstreamError, UpstreamUnavailable
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
-from proxy.store import StoreUnavailable
+from proxy.core.errors import BadRequest, UpstreamError, UpstreamUnavailable
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginContext
+from proxy.state.memory_store import MemoryStore
+from proxy.state.store import StoreUnavailable
 from tests.faults import FakeClock
 from tests.plugins.scripted import context, sample
 from tests.waiting import until

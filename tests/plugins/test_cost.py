@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from plugins.cost import CostConfig, CostPlugin
-from proxy.canonical import (
+from proxy.core.canonical import (
     Budget,
     Call,
     Choice,
@@ -28,15 +28,15 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.chain import FinishedRequest, compose
-from proxy.errors import BudgetExceeded, BudgetUnavailable, GatewayError
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
-from proxy.price_catalog import parse_price
-from proxy.pricing import Catalog, PriceBook, ProviderPricing
+from proxy.core.errors import BudgetExceeded, BudgetUnavailable, GatewayError
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import FinishedRequest, compose
+from proxy.governance.price_catalog import parse_price
+from proxy.governance.pricing import Catalog, PriceBook, ProviderPricing
 from proxy.state.config import OnUnavailable, StateConfig
+from proxy.state.memory_store import MemoryStore
 from proxy.state.policy import SharedState
-from proxy.store import StoreUnavailable
+from proxy.state.store import StoreUnavailable
 from tests.plugins.scripted import USAGE, ScriptedUpstream, context, cut, fail, router, sample
 from tests.waiting import until
 

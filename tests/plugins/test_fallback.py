@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from plugins.fallback import FallbackConfig, FallbackPlugin
-from proxy.canonical import Call, GatewayOptions, Message, Principal, WeightedTarget
-from proxy.chain import PluginLoadError, compose, load_plugins
-from proxy.config import PluginSpec
-from proxy.errors import (
+from proxy.core.canonical import Call, GatewayOptions, Message, Principal, WeightedTarget
+from proxy.core.errors import (
     BadRequest,
     ContentPolicyViolation,
     ContextWindowExceeded,
@@ -17,9 +15,11 @@ from proxy.errors import (
     NoReadyDeployment,
     UpstreamUnavailable,
 )
-from proxy.metrics import Metrics
-from proxy.price_catalog import parse_price
-from proxy.pricing import Catalog, PriceBook
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginLoadError, compose, load_plugins
+from proxy.governance.price_catalog import parse_price
+from proxy.governance.pricing import Catalog, PriceBook
+from proxy.runtime.config import PluginSpec
 from tests.plugins.scripted import ScriptedUpstream, context, fail, router, sample
 
 MODELS: dict = {

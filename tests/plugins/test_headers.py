@@ -6,9 +6,9 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from plugins.headers import HeadersOptions, HeadersPlugin
-from proxy.canonical import Call, Choice, Message, Reply, Response
-from proxy.chain import compose
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.core.canonical import Call, Choice, Message, Reply, Response
+from proxy.core.plugin import compose
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 PROVIDER_KEY = "sk-provider-real-0123456789abcdef"
 

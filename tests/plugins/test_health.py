@@ -8,9 +8,9 @@ import pytest
 import structlog.testing
 
 from plugins.health import Health, HealthConfig
-from proxy.canonical import Deployment
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
+from proxy.core.canonical import Deployment
+from proxy.core.metrics import Metrics
+from proxy.state.memory_store import MemoryStore
 from tests.faults import FakeClock
 from tests.plugins.scripted import sample
 

@@ -6,12 +6,12 @@ import pytest
 import structlog
 
 from plugins.limits import LimitExceeded, LimitsOptions, LimitsPlugin, duration
-from proxy.canonical import Call, Message, Params, Principal, RateLimits
-from proxy.chain import PluginContext, compose
-from proxy.errors import UpstreamUnavailable
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
-from proxy.store import StoreUnavailable
+from proxy.core.canonical import Call, Message, Params, Principal, RateLimits
+from proxy.core.errors import UpstreamUnavailable
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginContext, compose
+from proxy.state.memory_store import MemoryStore
+from proxy.state.store import StoreUnavailable
 from tests.faults import FakeClock
 from tests.plugins.scripted import USAGE, ScriptedUpstream, drain, fail, router, sample
 

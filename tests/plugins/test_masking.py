@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from plugins.masking import MaskingConfig, MaskingPlugin
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -25,9 +25,9 @@ from proxy.canonical import (
     TextPart,
     ToolCall,
 )
-from proxy.chain import PluginContext
-from proxy.errors import BadRequest, GatewayError, InternalError, UpstreamClientError
-from proxy.metrics import Metrics
+from proxy.core.errors import BadRequest, GatewayError, InternalError, UpstreamClientError
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginContext
 from proxy.pii.text import TextView
 
 EMAIL = "jane.doe@example.com"

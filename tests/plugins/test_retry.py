@@ -9,10 +9,8 @@ import time
 import pytest
 
 from plugins.retry import RetryBudget, RetryConfig, RetryPlugin
-from proxy.canonical import Call, Deployment, GatewayOptions, Message, RetryOptions, Timings
-from proxy.chain import PluginLoadError, compose, load_plugins
-from proxy.config import PluginSpec
-from proxy.errors import (
+from proxy.core.canonical import Call, Deployment, GatewayOptions, Message, RetryOptions, Timings
+from proxy.core.errors import (
     ContentPolicyViolation,
     ContextWindowExceeded,
     DeadlineExceeded,
@@ -22,7 +20,9 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from proxy.metrics import Metrics
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginLoadError, compose, load_plugins
+from proxy.runtime.config import PluginSpec
 from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, sample
 
 TARGET = "p/m"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from proxy.canonical import Call, Reply
-from proxy.chain import Next, PluginContext
+from proxy.core.canonical import Call, Reply
+from proxy.core.plugin import Next, PluginContext
 
 MODULE = __name__
 

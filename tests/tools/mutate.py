@@ -58,14 +58,14 @@ GROUPS: dict[str, Group] = {
     # layer that cleans error messages before clients see them.
     "redaction": Group(
         targets=(
-            Target("proxy/redact.py"),
-            Target("proxy/logs.py"),
-            Target("proxy/runtime.py", scope=("Blueprint.__init__",)),
-            Target("proxy/upstream.py", scope=("Upstream._fail",)),
+            Target("proxy/core/redact.py"),
+            Target("proxy/core/logs.py"),
+            Target("proxy/runtime/snapshot.py", scope=("Blueprint.__init__",)),
+            Target("proxy/upstream/call.py", scope=("Upstream._fail",)),
         ),
         tests=(
-            "tests/proxy/test_redact.py",
-            "tests/proxy/test_config.py",
+            "tests/proxy/core/test_redact.py",
+            "tests/proxy/runtime/test_config.py",
             "tests/e2e/test_openai_sdk.py",
             "tests/e2e/test_gateway_http.py",
             "tests/e2e/test_reload.py",
@@ -75,13 +75,13 @@ GROUPS: dict[str, Group] = {
     # model allow-list, and the master-key guard of the admin API.
     "auth": Group(
         targets=(
-            Target("proxy/auth/tokens.py"),
-            Target("proxy/auth/authenticator.py"),
+            Target("proxy/governance/auth/tokens.py"),
+            Target("proxy/governance/auth/authenticator.py"),
             Target("plugins/auth.py"),
             Target("proxy/admin/guard.py", scope=("_check_master_key", "admin_route.guarded")),
         ),
         tests=(
-            "tests/proxy/auth",
+            "tests/proxy/governance/auth",
             "tests/proxy/admin",
             "tests/e2e/test_auth.py",
             "tests/e2e/test_auth_headers.py",

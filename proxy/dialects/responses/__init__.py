@@ -9,7 +9,7 @@ dialect, so it reaches every provider through the whole plugin chain.
 - Errors: OpenAI's ``{"error": {message, type, param, code}}`` with the error's status.
 
 The conversation state (``store``, ``previous_response_id``) is not translation and lives
-outside the dialect (:mod:`proxy.response_state`); the dialect leaves what it needs in the
+outside the dialect (:mod:`proxy.stored.response_state`); the dialect leaves what it needs in the
 call's :class:`~proxy.dialects.responses.objects.Envelope`.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.canonical import Call, Reply
+from proxy.core.canonical import Call, Reply
+from proxy.core.errors import GatewayError
 from proxy.dialects.openai_chat import error_json
 from proxy.dialects.responses.decode import decode_request
 from proxy.dialects.responses.objects import (
@@ -30,7 +31,6 @@ from proxy.dialects.responses.objects import (
 )
 from proxy.dialects.responses.output import whole_output
 from proxy.dialects.responses.stream import ResponsesStreamEncoder
-from proxy.errors import GatewayError
 
 __all__ = ["ResponsesDialect", "envelope_of", "whole_response"]
 

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     MAX_TOKENS_LIMIT,
     Call,
     ContentPart,
@@ -52,9 +52,9 @@ from proxy.canonical import (
     Tool,
     ToolCall,
 )
+from proxy.core.errors import BadRequest
 from proxy.dialects.base import bad_request, invalid
 from proxy.dialects.responses.objects import Envelope, FunctionTool, ReasoningConfig
-from proxy.errors import BadRequest
 
 MAX_METADATA_PAIRS = 16
 

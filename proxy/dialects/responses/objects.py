@@ -15,8 +15,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct
 
-from proxy.canonical import FinishReason, Tool, Usage
-from proxy.errors import GatewayError
+from proxy.core.canonical import FinishReason, Tool, Usage
+from proxy.core.errors import GatewayError
 
 ENCODER = msgspec.json.Encoder()
 

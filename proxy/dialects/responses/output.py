@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from msgspec import UNSET, Struct
 
-from proxy.canonical import Chunk, FinishReason, FunctionCall, Message, ToolCall, Usage
+from proxy.core.canonical import Chunk, FinishReason, FunctionCall, Message, ToolCall, Usage
 from proxy.dialects.blocks import Block, Change, StreamBlocks
 from proxy.dialects.responses.objects import (
     FunctionCallItem,

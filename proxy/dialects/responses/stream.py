@@ -17,7 +17,9 @@ from typing import get_args
 
 from msgspec import Struct
 
-from proxy.canonical import Chunk
+from proxy.core.canonical import Chunk
+from proxy.core.errors import GatewayError
+from proxy.core.sse import encode_named_frame
 from proxy.dialects.responses.objects import (
     ENCODER,
     Envelope,
@@ -27,8 +29,6 @@ from proxy.dialects.responses.objects import (
     status_of,
 )
 from proxy.dialects.responses.output import ItemEvent, OutputBuilder
-from proxy.errors import GatewayError
-from proxy.sse import encode_named_frame
 
 KEEPALIVE_SECONDS = 15.0
 KEEPALIVE_FRAME = b": keep-alive\n\n"

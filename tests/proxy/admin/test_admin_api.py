@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aiohttp import ClientSession
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 
 MASTER = "master-" + "m" * 32

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
+from proxy.server.cli import main
 
 
 @pytest.fixture

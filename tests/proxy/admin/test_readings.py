@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from proxy.admin.readings import Sampler, fold, quantile, rates, read
-from proxy.canonical import Usage
-from proxy.metrics import Metrics
+from proxy.core.canonical import Usage
+from proxy.core.metrics import Metrics
 from tests.waiting import until
 
 

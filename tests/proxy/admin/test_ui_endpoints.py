@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import ClientSession
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.proxy.admin.test_admin_api import ADMIN, write_config
 

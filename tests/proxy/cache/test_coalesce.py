@@ -5,7 +5,7 @@ is exercised through the cache plugin in tests/plugins/test_cache.py.)"""
 from __future__ import annotations
 
 from proxy.cache.coalesce import Coalescer
-from proxy.canonical import Accounting
+from proxy.core.canonical import Accounting
 
 
 def coalescer(saved: list[tuple[Accounting, int | None]]) -> Coalescer:

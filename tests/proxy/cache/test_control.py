@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from proxy.cache.control import Directives, directives, plain_directives
-from proxy.canonical import CacheOptions, GatewayOptions
-from proxy.errors import BadRequest
+from proxy.core.canonical import CacheOptions, GatewayOptions
+from proxy.core.errors import BadRequest
 
 PLAIN = GatewayOptions()
 

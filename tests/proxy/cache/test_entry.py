@@ -14,7 +14,7 @@ from proxy.cache.entry import (
     with_frames,
 )
 from proxy.cache.replay import replay_frames, usage_json
-from proxy.canonical import Choice, FunctionCall, Message, Response, ToolCall, Usage
+from proxy.core.canonical import Choice, FunctionCall, Message, Response, ToolCall, Usage
 
 
 def entry() -> Entry:

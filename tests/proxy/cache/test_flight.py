@@ -11,7 +11,7 @@ import pytest
 
 from proxy.cache.entry import Entry, encode_entry
 from proxy.cache.flight import Flight
-from proxy.canonical import (
+from proxy.core.canonical import (
     Chunk,
     ChunkChoice,
     Delta,
@@ -21,7 +21,7 @@ from proxy.canonical import (
     Timings,
     Usage,
 )
-from proxy.errors import UpstreamError
+from proxy.core.errors import UpstreamError
 from tests.waiting import until
 
 USAGE = Usage(input=2, output=3)

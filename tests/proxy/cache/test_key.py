@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from proxy.cache.key import PREFIX, cache_key, scope_of
-from proxy.canonical import ANONYMOUS, Call, GatewayOptions, Principal, WeightedTarget
+from proxy.core.canonical import ANONYMOUS, Call, GatewayOptions, Principal, WeightedTarget
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
 

@@ -8,7 +8,7 @@ from msgspec import UNSET
 
 from proxy.cache.assemble import assemble
 from proxy.cache.replay import ReplayStream, replay_chunks, replay_frames, usage_json
-from proxy.canonical import (
+from proxy.core.canonical import (
     Choice,
     Chunk,
     ChunkChoice,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.cache.semantic import SemanticConfig, query_text, semantic_scope
-from proxy.canonical import Call, Principal
+from proxy.core.canonical import Call, Principal
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
 

@@ -6,7 +6,7 @@ import pytest
 from msgspec import msgpack
 
 from proxy.cache.semantic_feed import PREFIX, Record, SemanticFeed
-from proxy.memory_store import MemoryStore
+from proxy.state.memory_store import MemoryStore
 
 
 class Clock:

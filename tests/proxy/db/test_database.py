@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from proxy.auth.records import KeyRecord, TeamRecord
 from proxy.db import Database, DatabaseError
-from proxy.db.keys import KeyRepository
 from proxy.db.schema import VERSION_TABLE
-from proxy.db.teams import TeamRepository
+from proxy.governance.auth.keys_db import KeyRepository
+from proxy.governance.auth.records import KeyRecord, TeamRecord
+from proxy.governance.auth.teams_db import TeamRepository
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -27,9 +27,7 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.anthropic import AnthropicDialect, decode_count_tokens, token_count_json
-from proxy.dialects.anthropic_replies import PING_FRAME, message_id, tool_use_id
-from proxy.errors import (
+from proxy.core.errors import (
     AuthenticationFailed,
     BadRequest,
     GatewayError,
@@ -44,6 +42,8 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from proxy.dialects.anthropic import AnthropicDialect, decode_count_tokens, token_count_json
+from proxy.dialects.anthropic_replies import PING_FRAME, message_id, tool_use_id
 from tests.schemas import validate_in
 
 SPEC = "anthropic-messages.openapi.json"

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.core.errors import BadRequest
 from proxy.dialects.base import (
     MAX_JSON_DEPTH,
     REASONING_EFFORT,
@@ -18,7 +19,6 @@ from proxy.dialects.base import (
     check_json_depth,
     invalid,
 )
-from proxy.errors import BadRequest
 
 _TEXT = st.text(alphabet='ab[]{}"\\\n', max_size=8)
 _JSON = st.recursive(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -27,11 +27,11 @@ from proxy.canonical import (
     ToolCall,
     Usage,
 )
+from proxy.core.errors import BadRequest, UpstreamUnavailable
 from proxy.dialects import bifrost as bifrost_module
 from proxy.dialects.bifrost import BifrostDialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
-from proxy.errors import BadRequest, UpstreamUnavailable
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 from tests.e2e.conftest import start_site
 from tests.e2e.fake_openai import FakeOpenAI
 from tests.proxy.dialects.adapters import data_payloads

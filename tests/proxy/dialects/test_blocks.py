@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.canonical import FunctionCallDelta, ToolCallDelta
+from proxy.core.canonical import FunctionCallDelta, ToolCallDelta
 from proxy.dialects.blocks import Change, StreamBlocks
 
 

@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Choice,
     Chunk,
     ChunkChoice,

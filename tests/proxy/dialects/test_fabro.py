@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Accounting,
     Call,
     Choice,
@@ -26,15 +26,15 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.fabro import FabroDialect
-from proxy.dialects.fabro_replies import PING_FRAME, FabroStreamEncoder
-from proxy.errors import (
+from proxy.core.errors import (
     BadRequest,
     GatewayError,
     NoReadyDeployment,
     UpstreamError,
     UpstreamUnavailable,
 )
+from proxy.dialects.fabro import FabroDialect
+from proxy.dialects.fabro_replies import PING_FRAME, FabroStreamEncoder
 from tests.schemas import validate_in
 
 SPEC = "fabro-completions.openapi.json"

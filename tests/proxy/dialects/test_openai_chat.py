@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -30,8 +30,7 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
-from proxy.dialects.openai_chat import DONE_FRAME, OpenAIChatDialect
-from proxy.errors import (
+from proxy.core.errors import (
     BadRequest,
     ContextWindowExceeded,
     GatewayError,
@@ -39,7 +38,8 @@ from proxy.errors import (
     UpstreamRateLimited,
     UpstreamUnavailable,
 )
-from proxy.providers.mock import MockConfig, MockProvider
+from proxy.dialects.openai_chat import DONE_FRAME, OpenAIChatDialect
+from proxy.providers.mock.provider import MockConfig, MockProvider
 from tests.schemas import validate
 
 DIALECT = OpenAIChatDialect()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     Choice,
     Chunk,
@@ -23,11 +23,11 @@ from proxy.canonical import (
     ToolCall,
     Usage,
 )
+from proxy.core.errors import BadRequest, GatewayError, UpstreamRateLimited
 from proxy.dialects.openai_chat import DONE_FRAME
 from proxy.dialects.openai_completions import OpenAICompletionsDialect
-from proxy.errors import BadRequest, GatewayError, UpstreamRateLimited
-from proxy.providers.mock import MockConfig, MockProvider
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.providers.mock.provider import MockConfig, MockProvider
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 from tests.schemas import validate
 
 DIALECT = OpenAICompletionsDialect()

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import Embeddings, Reply, Usage
+from proxy.core.canonical import Embeddings, Reply, Usage
+from proxy.core.errors import BadRequest, UpstreamUnavailable
 from proxy.dialects import all_dialects, other_dialects
 from proxy.dialects.openai_embeddings import MAX_INPUTS, OpenAIEmbeddingsDialect
-from proxy.errors import BadRequest, UpstreamUnavailable
 from tests.schemas import validate
 
 DIALECT = OpenAIEmbeddingsDialect()

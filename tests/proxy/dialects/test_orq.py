@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     CacheOptions,
     Call,
     Choice,
@@ -28,8 +28,8 @@ from proxy.canonical import (
     Usage,
     WeightedTarget,
 )
+from proxy.core.errors import BadRequest, RateLimited, UpstreamUnavailable
 from proxy.dialects.orq import DOC_URL, OrqDialect
-from proxy.errors import BadRequest, RateLimited, UpstreamUnavailable
 from tests.proxy.dialects.adapters.gateway import MOCK_PROVIDERS, post, serve
 from tests.proxy.dialects.adapters.orq import ADAPTER, ERROR_SCHEMA
 from tests.schemas import validate

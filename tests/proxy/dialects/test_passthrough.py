@@ -9,10 +9,10 @@ import time
 import msgspec
 import pytest
 
-from proxy.canonical import Reply, Response
+from proxy.core.canonical import Reply, Response
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.dialects.passthrough import merged, without_usage
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 DIALECT = OpenAIChatDialect()
 BODY = {

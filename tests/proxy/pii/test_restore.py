@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import Message
+from proxy.core.canonical import Message
 from proxy.pii.detectors import BUILTIN_FINDERS
 from proxy.pii.request import Rule, mask_messages
 from proxy.pii.restore import OutputRedactor, Pipeline, Restorer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Choice,
     Chunk,
     ChunkChoice,

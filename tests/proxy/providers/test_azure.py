@@ -16,8 +16,8 @@ import msgspec
 import pytest
 from multidict import CIMultiDict
 
-from proxy import errors
-from proxy.canonical import Call, Message, Params
+from proxy.core import errors
+from proxy.core.canonical import Call, Message, Params
 from proxy.providers.azure import DEFAULT_API_VERSION, AzureConfig, AzureProvider
 from proxy.providers.base import HttpProvider
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.canonical import Call, Message
-from proxy.errors import BadRequest
-from proxy.providers.anthropic import AnthropicConfig, AnthropicProvider
+from proxy.core.canonical import Call, Message
+from proxy.core.errors import BadRequest
+from proxy.providers.anthropic.provider import AnthropicConfig, AnthropicProvider
 from proxy.providers.base import HttpProvider, path_segment, with_plugin_headers
-from proxy.providers.gemini import GeminiConfig, GeminiProvider
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.providers.gemini.provider import GeminiConfig, GeminiProvider
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 KEY = "provider-secret-key"
 

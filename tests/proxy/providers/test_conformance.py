@@ -23,8 +23,8 @@ import openai
 import pytest
 import yaml
 
-from proxy.app import create_app
-from proxy.canonical import Usage
+from proxy.core.canonical import Usage
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.proxy.providers.fakes import FAKES, ProviderFake, RequestView
 from tests.proxy.providers.fakes.base import TOOL_ARGUMENTS, answer

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import Call, EmbeddingRequest, Params
-from proxy.errors import BadRequest, UpstreamError
-from proxy.providers.anthropic import AnthropicConfig, AnthropicProvider
+from proxy.core.canonical import Call, EmbeddingRequest, Params
+from proxy.core.errors import BadRequest, UpstreamError
+from proxy.providers.anthropic.provider import AnthropicConfig, AnthropicProvider
 from proxy.providers.azure import AzureConfig, AzureProvider
-from proxy.providers.bedrock import BedrockConfig, BedrockProvider
-from proxy.providers.bedrock_embeddings import COHERE_BATCH
-from proxy.providers.gemini import GeminiConfig, GeminiProvider
-from proxy.providers.mock import MockConfig, MockProvider
-from proxy.providers.mock_vectors import text_vector
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.providers.bedrock.embeddings import COHERE_BATCH
+from proxy.providers.bedrock.provider import BedrockConfig, BedrockProvider
+from proxy.providers.gemini.provider import GeminiConfig, GeminiProvider
+from proxy.providers.mock.provider import MockConfig, MockProvider
+from proxy.providers.mock.vectors import text_vector
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 OPENAI = OpenAIProvider("up", OpenAIConfig(base_url="https://api.example/v1", api_key="sk-up"))
 GEMINI = GeminiProvider("gem", GeminiConfig(api_key="g-key"))

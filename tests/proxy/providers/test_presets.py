@@ -18,10 +18,10 @@ import openai
 import pytest
 import yaml
 
-from proxy.app import create_app
-from proxy.canonical import Call, Message, Params
-from proxy.providers.openai import OpenAIConfig, OpenAIProvider
+from proxy.core.canonical import Call, Message, Params
+from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.proxy.providers.fakes.base import answer
 from tests.proxy.providers.fakes.openai import OpenAIFake

@@ -23,10 +23,10 @@ import msgspec
 import pytest
 from multidict import CIMultiDict
 
-from proxy.canonical import Call, Message, Params
-from proxy.errors import GatewayError
+from proxy.core.canonical import Call, Message, Params
+from proxy.core.errors import GatewayError
+from proxy.core.sse import SSEDecoder, SSEEvent
 from proxy.providers.base import StreamEnd, StreamParser
-from proxy.sse import SSEDecoder, SSEEvent
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SPLITS = [None, 1, 2, 7, 64]

@@ -12,7 +12,7 @@ import pytest
 from proxy.state.cluster import key_slot
 from proxy.state.config import RedisConfig
 from proxy.state.redis import RedisStore
-from proxy.store import RateBucket
+from proxy.state.store import RateBucket
 from tests.engines import RedisCluster, RedisServer, redis_command
 
 

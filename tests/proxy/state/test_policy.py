@@ -9,13 +9,13 @@ import pytest
 import structlog
 
 from plugins.limits import LimitExceeded, LimitsOptions, LimitsPlugin
-from proxy.canonical import Call, Message, Principal, RateLimits
-from proxy.chain import PluginContext, compose
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
+from proxy.core.canonical import Call, Message, Principal, RateLimits
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import PluginContext, compose
 from proxy.state.config import BreakerConfig, OnUnavailable, RedisConfig, StateConfig
+from proxy.state.memory_store import MemoryStore
 from proxy.state.policy import SharedState, StateUnavailable
-from proxy.store import RateBucket, StoreUnavailable
+from proxy.state.store import RateBucket, StoreUnavailable
 from tests.engines import RedisServer
 from tests.faults import FakeClock
 from tests.plugins.scripted import ScriptedUpstream, router, sample

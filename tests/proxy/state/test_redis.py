@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.memory_store import MemoryStore
-from proxy.metrics import Metrics
+from proxy.core.metrics import Metrics
 from proxy.state.config import BreakerConfig, RedisConfig
+from proxy.state.memory_store import MemoryStore
 from proxy.state.redis import RedisStore
-from proxy.store import Admission, LimitPlan, RateBucket, StoreUnavailable
+from proxy.state.store import Admission, LimitPlan, RateBucket, StoreUnavailable
 from tests.engines import RedisServer
 from tests.engines.plugin import redis_command
 from tests.waiting import until

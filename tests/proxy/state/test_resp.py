@@ -8,7 +8,7 @@ import pytest
 
 from proxy.state.config import RedisAddress
 from proxy.state.resp import RespConnection
-from proxy.store import StoreUnavailable
+from proxy.state.store import StoreUnavailable
 
 
 async def _server(answer: bool) -> tuple[asyncio.Server, int, list[bytes]]:

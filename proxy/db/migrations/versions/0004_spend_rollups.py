@@ -1,4 +1,4 @@
-"""Daily sums of the spend ledger (proxy/db/rollup.py), filled as days end."""
+"""Daily sums of the spend ledger (proxy/governance/ledger/rollup.py), filled as days end."""
 
 import sqlalchemy as sa
 from alembic import op

@@ -43,7 +43,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.sse import SSEDecoder, SSEEvent
+from proxy.core.sse import SSEDecoder, SSEEvent
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 
 MOCK_PROVIDERS = """\

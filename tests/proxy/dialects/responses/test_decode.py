@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Call,
     FilePart,
     FunctionCall,
@@ -18,8 +18,8 @@ from proxy.canonical import (
     TextPart,
     ToolCall,
 )
+from proxy.core.errors import BadRequest
 from proxy.dialects.responses import ResponsesDialect, envelope_of
-from proxy.errors import BadRequest
 
 DIALECT = ResponsesDialect()
 WEATHER = {

@@ -14,7 +14,7 @@ from openai._models import construct_type
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from proxy.canonical import (
+from proxy.core.canonical import (
     Choice,
     Chunk,
     ChunkChoice,
@@ -28,9 +28,9 @@ from proxy.canonical import (
     ToolCallDelta,
     Usage,
 )
+from proxy.core.errors import RateLimited, UpstreamUnavailable
+from proxy.core.sse import SSEDecoder
 from proxy.dialects.responses import ResponsesDialect
-from proxy.errors import RateLimited, UpstreamUnavailable
-from proxy.sse import SSEDecoder
 from tests.proxy.dialects.adapters.responses import stream_payloads
 from tests.schemas import validate_in
 

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, Protocol
 
 from aiohttp import web
 
-from proxy.canonical import Usage
+from proxy.core.canonical import Usage
 
 TOOL_ARGUMENTS: dict[str, Any] = {"city": "Paris"}
 RETRY_AFTER = "3"

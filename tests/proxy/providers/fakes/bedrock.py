@@ -24,7 +24,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from proxy.canonical import Usage
+from proxy.core.canonical import Usage
 from tests.proxy.providers.fakes.base import (
     CUT_MODEL,
     RETRY_AFTER,

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.canonical import Usage
+from proxy.core.canonical import Usage
 from tests.proxy.providers.fakes.base import (
     CUT_MODEL,
     TOOL_ARGUMENTS,

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.canonical import Usage
+from proxy.core.canonical import Usage
 from tests.proxy.providers.fakes.base import (
     CUT_MODEL,
     RETRY_AFTER,

@@ -1,0 +1,720 @@
+"""Canonical request, reply and stream types: the one language every part of the gateway speaks.
+
+Dialects decode client bytes into a :class:`Call` and encode a :class:`Reply` back; providers turn a
+:class:`Call` into an upstream request and an upstream answer into a :class:`Response` or a stream
+of :class:`Chunk`; plugins read and wrap both. The shapes follow OpenAI chat completions (the
+lingua franca), so that an OpenAI-compatible round trip is a straight copy, except for token usage,
+which is normalised into disjoint buckets (:class:`Usage`) so that cost is exact whatever a
+provider reports.
+
+This module imports nothing else of the project.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Annotated, Any, Literal, Protocol
+
+import msgspec
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages and content
+# ---------------------------------------------------------------------------------------------
+
+
+class TextPart(Struct, tag="text", tag_field="type", omit_defaults=True):
+    """A text content part."""
+
+    text: str
+
+
+class ImageURL(Struct, omit_defaults=True):
+    """An image reference: an http(s) URL or a ``data:`` URL with base64 bytes."""
+
+    url: str
+    detail: str | UnsetType = UNSET
+
+
+class ImagePart(Struct, tag="image_url", tag_field="type", omit_defaults=True):
+    """An image content part."""
+
+    image_url: ImageURL
+
+
+class InputAudio(Struct):
+    """Base64 audio input."""
+
+    data: str
+    format: str
+
+
+class AudioPart(Struct, tag="input_audio", tag_field="type", omit_defaults=True):
+    """An audio content part."""
+
+    input_audio: InputAudio
+
+
+class FilePart(Struct, tag="file", tag_field="type", omit_defaults=True):
+    """A file content part (kept opaque: ``file_id`` / ``file_data`` / ``filename``)."""
+
+    file: dict[str, Any]
+
+
+class RefusalPart(Struct, tag="refusal", tag_field="type", omit_defaults=True):
+    """A refusal content part (assistant messages only)."""
+
+    refusal: str
+
+
+ContentPart = TextPart | ImagePart | AudioPart | FilePart | RefusalPart
+
+
+class FunctionCall(Struct):
+    """The function a tool call invokes; ``arguments`` is JSON text as the model produced it."""
+
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(Struct):
+    """A complete tool call made by the model."""
+
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+class Message(Struct):
+    """One conversation turn. ``content`` is text, a list of parts, or null (tool-call turns).
+
+    ``content`` is always encoded (as ``null`` when absent, as OpenAI does); every other optional
+    field only when set. ``annotations`` are what an answer cites, as OpenAI's objects
+    (``{"type": "url_citation", "url_citation": {start_index, end_index, url, title}}``), kept
+    whole whatever their type; they belong to answers, and providers do not send them upstream.
+    """
+
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | UnsetType = UNSET
+    tool_calls: list[ToolCall] | UnsetType = UNSET
+    tool_call_id: str | UnsetType = UNSET
+    refusal: str | UnsetType | None = UNSET
+    reasoning_content: str | UnsetType | None = UNSET
+    annotations: list[dict[str, Any]] | UnsetType | None = UNSET
+
+    def text(self) -> str:
+        """The message's text: the string content, or its text parts joined; ``""`` if none."""
+        content = self.content
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        return "".join(part.text for part in content if isinstance(part, TextPart))
+
+
+class FunctionDefinition(Struct, omit_defaults=True):
+    """A callable function offered to the model; ``parameters`` is a JSON Schema object."""
+
+    name: str
+    description: str | UnsetType = UNSET
+    parameters: dict[str, Any] | UnsetType = UNSET
+    strict: bool | UnsetType | None = UNSET
+
+
+class Tool(Struct):
+    """A tool offered to the model (only function tools are routed through the gateway)."""
+
+    function: FunctionDefinition
+    type: Literal["function"] = "function"
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage
+# ---------------------------------------------------------------------------------------------
+
+
+class Usage(Struct, omit_defaults=True):
+    """Token usage in disjoint buckets: their sum is everything the provider billed.
+
+    ``input`` excludes cache reads and writes; ``output`` excludes ``reasoning``. Providers fill
+    these from their own counts (e.g. OpenAI's ``prompt_tokens`` includes cached tokens, Anthropic's
+    ``input_tokens`` does not), so a price per bucket gives an exact cost whatever the provider.
+    ``cost_usd`` is set only when the provider itself reported the cost.
+    """
+
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Input tokens as OpenAI counts them (cache reads and writes included)."""
+        return self.input + self.cache_read + self.cache_write
+
+    @property
+    def completion_tokens(self) -> int:
+        """Output tokens as OpenAI counts them (reasoning included)."""
+        return self.output + self.reasoning
+
+    @property
+    def total_tokens(self) -> int:
+        """Every token billed (:attr:`prompt_tokens` + :attr:`completion_tokens`)."""
+        return self.input + self.cache_read + self.cache_write + self.output + self.reasoning
+
+
+# ---------------------------------------------------------------------------------------------
+# The call
+# ---------------------------------------------------------------------------------------------
+
+
+MAX_TOKENS_LIMIT = 2**31 - 1
+"""The largest token limit (``max_tokens`` …) a client may ask for: no model comes near it, and
+upstreams keep the number in 32 bits (a larger one would reach them only to be refused)."""
+
+Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+"""A sampling seed: OpenAI's schema makes it an int64 and no upstream takes a wider one, so a
+seed beyond 64 bits is refused where it is decoded (a 400 naming ``seed``)."""
+
+
+class Params(Struct, omit_defaults=True):
+    """Generation parameters understood by the gateway; each is absent (UNSET) unless given.
+
+    Bounds are checked when a dialect decodes them (a 400 naming the field). Fields a dialect
+    does not know are kept raw in :attr:`Call.extra` and passed to providers that accept them.
+    """
+
+    temperature: Annotated[float, Meta(ge=0, le=2)] | UnsetType | None = UNSET
+    top_p: Annotated[float, Meta(ge=0, le=1)] | UnsetType | None = UNSET
+    max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | UnsetType | None = UNSET
+    max_completion_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | UnsetType | None = (
+        UNSET
+    )
+    n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
+    stop: str | list[str] | UnsetType | None = UNSET
+    seed: Seed | UnsetType | None = UNSET
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | UnsetType | None = UNSET
+    logit_bias: dict[str, float] | UnsetType | None = UNSET
+    logprobs: bool | UnsetType | None = UNSET
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | UnsetType | None = UNSET
+    user: str | UnsetType = UNSET
+    tools: list[Tool] | UnsetType | None = UNSET
+    tool_choice: str | dict[str, Any] | UnsetType | None = UNSET
+    parallel_tool_calls: bool | UnsetType | None = UNSET
+    response_format: dict[str, Any] | UnsetType | None = UNSET
+    reasoning_effort: str | UnsetType | None = UNSET
+
+
+class Deployment(Struct, frozen=True):
+    """One place a model can be served: a provider instance and the model name it knows.
+
+    ``weight`` steers weighted load balancing among the deployments of one alias.
+    """
+
+    provider: str
+    model: str
+    weight: float = 1.0
+
+    @property
+    def target(self) -> str:
+        """``provider/model``: how clients address this deployment directly."""
+        return f"{self.provider}/{self.model}"
+
+
+class RetryOptions(Struct, frozen=True):
+    """Per-request retry control: up to ``count`` retries on these upstream statuses."""
+
+    count: int = 3
+    on_codes: tuple[int, ...] = (429, 500, 502, 503, 504)
+
+
+class CacheOptions(Struct, frozen=True):
+    """Per-request cache control: entry lifetime in seconds and the match type."""
+
+    ttl: int = 1800
+    type: str = "exact_match"
+
+
+class WeightedTarget(Struct, frozen=True):
+    """A model (alias or ``provider/model``) with a load-balancing weight."""
+
+    model: str
+    weight: float = 1.0
+
+
+class GatewayOptions(Struct):
+    """Gateway controls a client sent with its request, for the plugins that honour them.
+
+    Every field is None when the client did not set it; plugins apply their configured limits
+    on top (a client never exceeds what the operator allows).
+
+    - ``fallbacks``: models (alias or ``provider/model``) to try in order after the primary fails.
+    - ``retry``: per-request retry policy.
+    - ``cache``: per-request cache policy; ``no_cache`` skips the cache for this request.
+    - ``load_balancer``: weighted models to pick the primary from.
+    - ``timeout``: seconds the whole call (all attempts) may take.
+    - ``provider``: pin the call to this provider.
+    - ``mask``: parts to mask in stored traces and logs (input, output, system, all).
+    - ``pii``: PII redaction requests (plugin-specific dicts).
+    - ``metadata``: who and which conversation (identity, thread, tags) — for logs, never labels.
+    """
+
+    fallbacks: list[str] | None = None
+    retry: RetryOptions | None = None
+    cache: CacheOptions | None = None
+    no_cache: bool = False
+    load_balancer: list[WeightedTarget] | None = None
+    timeout: float | None = None
+    provider: str | None = None
+    mask: frozenset[str] | None = None
+    pii: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class RateLimits(Struct, frozen=True):
+    """Limits of one key or one team; None is unlimited.
+
+    ``rpm``: requests per minute; ``tpm``: input + output tokens per minute; ``max_parallel``:
+    requests in flight at once. A team's limits are shared by every key of the team.
+    """
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_parallel: int | None = None
+
+
+BudgetPeriod = Literal["1d", "7d", "30d", "1mo", "lifetime"]
+BudgetUSD = Annotated[float, Meta(gt=0, le=1e9)]
+"""A budget's dollars: at most a billion, so that its nano-dollars (at most 10¹⁸) stay exact
+64-bit integers in every counter and column."""
+
+
+class Budget(Struct, frozen=True, forbid_unknown_fields=True):
+    """A spending limit of a key, a team or an end user: at most ``max_usd`` per ``period``
+    (``1d``, ``7d``, ``30d``, ``1mo``, ``lifetime``; see :mod:`proxy.governance.budgets.counters`
+    for when each resets); spending past ``soft_usd`` raises an alert."""
+
+    max_usd: BudgetUSD
+    period: BudgetPeriod = "1mo"
+    soft_usd: BudgetUSD | None = None
+
+
+class Principal(Struct, frozen=True):
+    """Who is calling, as the ``auth`` plugin established it; every field None when anonymous.
+
+    Later plugins read it from :attr:`Call.principal`: ``limits`` counts per key and team,
+    ``cost`` charges and enforces budgets, ``cache`` scopes entries, the access log and the
+    ledger record it. ``key_id`` is the virtual key's stable id (never the key itself),
+    ``key_alias`` its human name, ``team`` its team's id, ``user`` the user the key belongs to.
+    ``models`` are the models (aliases or ``provider/model``; ``provider/*`` for all of a
+    provider's) it may use, the key's and its team's lists intersected; None means all.
+    ``limits`` are the key's own, ``team_limits`` its team's (counted for the whole team).
+    ``budget`` is the key's own budget, ``team_budget`` its team's (shared by all its keys),
+    ``user_budget`` the one each end user a request names gets (``auth.user_budget``).
+    Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
+    """
+
+    key_id: str | None = None
+    key_alias: str | None = None
+    team: str | None = None
+    user: str | None = None
+    models: frozenset[str] | None = None
+    limits: RateLimits | None = None
+    team_limits: RateLimits | None = None
+    budget: Budget | None = None
+    team_budget: Budget | None = None
+    user_budget: Budget | None = None
+
+    def allows(self, model: str) -> bool:
+        """Whether this principal may use ``model`` (an alias or ``provider/model``)."""
+        models = self.models
+        if models is None or model in models:
+            return True
+        provider, slash, _ = model.partition("/")
+        return bool(slash) and f"{provider}/*" in models
+
+
+ANONYMOUS = Principal()
+
+
+class Timings(Struct):
+    """Clocks of one request, in seconds (``time.perf_counter``).
+
+    ``upstream_wait`` accumulates the time spent waiting on upstreams (every attempt, and every
+    chunk of a stream), so the gateway's own overhead is ``total - upstream_wait``.
+    ``first_token`` is the delay from the request's start to the first streamed token, if any.
+    """
+
+    start: float
+    upstream_wait: float = 0.0
+    first_token: float | None = None
+
+
+CostSource = Literal["authoritative", "estimated"]
+CacheResult = Literal["hit", "miss", "bypass"]
+
+
+class Accounting(Struct):
+    """How one client request was served and what it cost: what the spend ledger records.
+
+    One object per client request, made with its :class:`Call` and shared by every copy that
+    plugins pass down the chain (``msgspec.structs.replace`` copies the reference), so that
+    what an inner link records is seen by the app when it finalises the request, whichever
+    link answered or failed. Every field is None until the plugin that knows it sets it:
+
+    - ``cost_nanos``: what the request is charged, in nano-dollars (10⁻⁹ USD, an exact
+      integer). Set by the ``cost`` plugin once the reply is whole, or when its stream ends,
+      fails or is closed (before the stream reports its end to outer links). None means
+      unknown: no ``cost`` plugin, a model without a price, or no upstream answer.
+    - ``cost_source``: ``"authoritative"`` when the provider billed the amount itself
+      (OpenRouter's ``usage.cost``), ``"estimated"`` when the gateway priced the usage.
+    - ``usage``: the usage charged when the reply did not report it (an estimate for a stream
+      the client abandoned); None when the reply's own usage was charged.
+    - ``cache``: the response cache's verdict, ``"hit"``, ``"miss"`` or ``"bypass"``. A cache
+      answering from an entry sets ``"hit"`` and ``saved_nanos``; the request then costs 0
+      (no upstream call was made), which the ledger records.
+    - ``saved_nanos``: on a cache hit, the cost of the original answer (stored with the
+      entry, from ``cost_nanos`` of the request that filled it): what the hit saved.
+    - ``fallback``: the model (alias or ``provider/model``) that served after a fallback.
+    """
+
+    cost_nanos: int | None = None
+    cost_source: CostSource | None = None
+    usage: Usage | None = None
+    cache: CacheResult | None = None
+    saved_nanos: int | None = None
+    fallback: str | None = None
+
+
+EncodingFormat = Literal["float", "base64"]
+
+
+class EmbeddingRequest(Struct):
+    """What an embeddings call asks for: vectors for ``texts``, or for ``tokens`` (token-id
+    lists), exactly one of which is set and non-empty (the dialect checks).
+
+    ``encoding_format`` is how the client wants the vectors written (the dialect's business:
+    providers always return floats); ``dimensions`` asks for shortened vectors, when the model
+    supports it (None: the model's own size).
+    """
+
+    texts: list[str] | None = None
+    tokens: list[list[int]] | None = None
+    encoding_format: EncodingFormat = "float"
+    dimensions: int | None = None
+
+    @property
+    def count(self) -> int:
+        """How many vectors are asked for."""
+        return len(self.texts if self.texts is not None else self.tokens or ())
+
+    def estimated_tokens(self) -> int:
+        """The input's tokens: exact for token lists, one per four characters of text (at
+        least one per text) otherwise."""
+        if self.tokens is not None:
+            return sum(len(tokens) for tokens in self.tokens)
+        return sum(max(1, -(-len(text) // 4)) for text in self.texts or ())
+
+
+class Call(Struct):
+    """One client request in canonical form, passed explicitly through the plugin chain.
+
+    A Call is owned by one request; plugins may change it in place or pass a
+    :func:`msgspec.structs.replace` copy to ``next``. ``model`` is what the client asked for (an
+    alias or ``provider/model``); ``deployments`` are the candidates the router resolved for it,
+    and ``deployment`` is the one a plugin chose (the upstream picks by weight if none did).
+    ``extra`` holds request fields the dialect did not model, as raw JSON, to pass through.
+    ``options`` holds gateway controls a dialect carried in the body (fallbacks, retry, …) for
+    the plugins that honour them. ``dialect_state`` is private to the dialect that decoded the
+    call (what it needs again to encode the reply); nothing else reads it. ``principal`` is who
+    is calling (:data:`ANONYMOUS` until the ``auth`` plugin says otherwise). ``accounting``
+    is the request's :class:`Accounting`, shared by every copy of the call. ``embedding`` is
+    set, and ``messages`` empty, for an embeddings call: its reply carries
+    :attr:`Reply.embeddings` instead of a chat response or stream.
+    """
+
+    request_id: str
+    dialect: str
+    model: str
+    messages: list[Message]
+    stream: bool = False
+    include_usage: bool = False
+    params: Params = msgspec.field(default_factory=Params)
+    extra: dict[str, Raw] = msgspec.field(default_factory=dict)
+    options: GatewayOptions = msgspec.field(default_factory=GatewayOptions)
+    dialect_state: dict[str, Any] = msgspec.field(default_factory=dict)
+    client_headers: Mapping[str, str] = msgspec.field(default_factory=dict)
+    upstream_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    deployments: list[Deployment] = msgspec.field(default_factory=list)
+    deployment: Deployment | None = None
+    principal: Principal = ANONYMOUS
+    timings: Timings = msgspec.field(default_factory=lambda: Timings(start=time.perf_counter()))
+    accounting: Accounting = msgspec.field(default_factory=Accounting)
+    embedding: EmbeddingRequest | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The reply
+# ---------------------------------------------------------------------------------------------
+
+_FINGERPRINTS = msgspec.json.Encoder()
+
+
+class Choice(Struct):
+    """One alternative of a whole response (``finish_reason``, ``logprobs`` always encoded).
+
+    ``stop_sequence`` is the stop sequence that ended it, when the upstream said which one
+    matched (Anthropic does; OpenAI does not); dialects without such a field leave it out.
+    """
+
+    index: int
+    message: Message
+    finish_reason: FinishReason | None = None
+    logprobs: dict[str, Any] | None = None
+    stop_sequence: str | UnsetType = UNSET
+
+
+class Response(Struct, omit_defaults=True):
+    """A whole (non-streamed) completion.
+
+    ``raw`` is the upstream's own JSON body when it is a complete OpenAI ``chat.completion``
+    (an OpenAI-compatible provider keeps it with :meth:`keep_raw`), so that OpenAI clients also
+    get what the canonical types do not model: a vendor's extra fields, ``message.audio``,
+    usage details. While the canonical fields are as they were parsed (:meth:`unchanged`) the
+    body is sent as it is; once a plugin changed them they win, and only the members they do
+    not model are taken from ``raw``. A plugin that must let nothing unmodelled through (it
+    rewrites the answer entirely) sets ``raw`` to None.
+    """
+
+    id: str
+    model: str
+    choices: list[Choice]
+    created: int = 0
+    usage: Usage | None = None
+    system_fingerprint: str | UnsetType | None = UNSET
+    service_tier: str | UnsetType | None = UNSET
+    raw: bytes | None = None
+    raw_fingerprint: int | None = None  # fingerprint() when raw was kept
+
+    def fingerprint(self) -> int:
+        """A hash of the canonical fields' encoding: equal to an earlier fingerprint only if
+        nothing changed them since (but for a 64-bit collision). It is per process: one read
+        back in another process does not match, which only costs the verbatim answer."""
+        return hash(
+            _FINGERPRINTS.encode(msgspec.structs.replace(self, raw=None, raw_fingerprint=None))
+        )
+
+    def keep_raw(self, body: bytes) -> None:
+        """Keep ``body``, the upstream JSON these canonical fields were just parsed from."""
+        self.raw = body
+        self.raw_fingerprint = self.fingerprint()
+
+    def unchanged(self) -> bool:
+        """Whether ``raw`` is kept and says exactly what the canonical fields say."""
+        return self.raw is not None and self.raw_fingerprint == self.fingerprint()
+
+
+class ToolCallDelta(Struct, omit_defaults=True):
+    """A fragment of a streamed tool call; ``id`` and the function name come in its first one."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    function: FunctionCallDelta | UnsetType = UNSET
+
+
+class FunctionCallDelta(Struct, omit_defaults=True):
+    """A fragment of a streamed function call: the name once, then ``arguments`` text pieces."""
+
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class Delta(Struct, omit_defaults=True):
+    """What one chunk adds to one choice."""
+
+    role: Role | UnsetType = UNSET
+    content: str | UnsetType | None = UNSET
+    reasoning_content: str | UnsetType | None = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
+    refusal: str | UnsetType | None = UNSET
+    annotations: list[dict[str, Any]] | UnsetType | None = UNSET  # as Message's
+
+
+class ChunkChoice(Struct):
+    """One choice's part of a chunk (``finish_reason``/``logprobs`` always encoded).
+
+    ``delta`` defaults to empty: some upstreams (Azure's content-filter annotations) send a
+    choice without one.
+    """
+
+    index: int
+    delta: Delta = msgspec.field(default_factory=Delta)
+    finish_reason: FinishReason | None = None
+    logprobs: dict[str, Any] | None = None
+    stop_sequence: str | UnsetType = UNSET  # as Choice's, with the finish reason
+
+
+class Chunk(Struct, omit_defaults=True):
+    """One event of a streamed completion; the last one usually carries ``usage``.
+
+    ``raw`` is the upstream's own JSON for this event when it already is an OpenAI
+    ``chat.completion.chunk`` (an OpenAI-compatible provider sets it), so that the OpenAI chat
+    dialect can send it on unchanged instead of encoding it again, with whatever fields the
+    canonical types do not model (the usage chunk's details included). It describes the chunk
+    as received: code that changes a chunk must set ``raw`` to None (a new Chunk has none).
+    ``input_usage`` is the usage an upstream announced before its first delta (Anthropic's
+    ``message_start``): the input buckets, and whatever output it counted by then. It only
+    informs dialects that say it early too; ``usage`` on a later chunk still carries the totals.
+    """
+
+    id: str
+    model: str
+    choices: list[ChunkChoice]
+    created: int = 0
+    usage: Usage | None = None
+    system_fingerprint: str | UnsetType | None = UNSET
+    raw: bytes | None = None
+    input_usage: Usage | None = None
+
+
+class RawFrames:
+    """Stream events of an OpenAI-compatible upstream, kept as the bytes it sent until needed.
+
+    ``data`` is one or more complete SSE frames, each ``data: {...}\\n\\n``, that the provider
+    vouched for as *ordinary* ``chat.completion.chunk`` events: valid JSON naming an id, a
+    creation time and a model, with no usage and no error: events the provider would decode
+    into chunks carrying :attr:`Chunk.raw`. The OpenAI chat dialect forwards ``data`` as it is;
+    whoever needs canonical chunks decodes each frame's JSON (:meth:`payloads`) with ``parse``,
+    which raises :class:`~proxy.core.errors.UpstreamError` for a frame it cannot read. ``count`` is
+    the number of frames (given by a provider that already knows it, else counted).
+    Verbatim frames spare the hot path a decode and an encode per event; they are only ever
+    produced by a provider that can tell them apart cheaply (see ``HttpProvider``).
+    """
+
+    __slots__ = ("count", "data", "parse")
+
+    usage: None = None
+    """Verbatim frames never carry usage (see above): a reader may ask any stream item for its
+    usage, as :class:`Chunk` answers it."""
+
+    def __init__(
+        self, data: bytes, parse: Callable[[bytes], Chunk | None], count: int | None = None
+    ) -> None:
+        self.data = data
+        self.parse = parse
+        self.count = data.count(b"\n\n") if count is None else count
+
+    def payloads(self) -> list[bytes]:
+        """The JSON of each frame, in order."""
+        return [frame[6:] for frame in self.data[:-2].split(b"\n\n")]
+
+
+class BatchedStream(Protocol):
+    """What a reply stream may offer besides async iteration: batches of what arrived together.
+
+    :meth:`next_batch` returns every item received so far, waiting for one if none is held, and
+    ``[]`` once the stream is over; errors are raised as iteration raises them. With ``raw``
+    False every item is a :class:`Chunk`; with ``raw`` True, :class:`RawFrames` may come as they
+    are (the caller can send them verbatim). :attr:`ended` is True once nothing can come beyond
+    what was already received. The app writes each batch in one go; a plugin that wraps a stream
+    only to observe it should offer this interface too, forwarding to the stream it wraps.
+    """
+
+    @property
+    def ended(self) -> bool:
+        """No item will come beyond those already received."""
+        ...
+
+    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+        """The items received so far (waiting for one); ``[]`` at the end."""
+        ...
+
+
+def batched(stream: AsyncIterator[Chunk]) -> BatchedStream:
+    """``stream`` itself if it offers :class:`BatchedStream`, else an adapter that hands over
+    its chunks one per batch (a plugin's own stream)."""
+    if hasattr(stream, "next_batch"):
+        return stream  # type: ignore[return-value]
+    return _OneByOne(stream)
+
+
+class _OneByOne:
+    """:class:`BatchedStream` over a plain chunk iterator: one chunk per batch."""
+
+    __slots__ = ("_chunks",)
+    ended = False
+
+    def __init__(self, chunks: AsyncIterator[Chunk]) -> None:
+        self._chunks = chunks
+
+    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+        """The next chunk, alone; ``[]`` at the end."""
+        try:
+            return [await anext(self._chunks)]
+        except StopAsyncIteration:
+            return []
+
+
+class Embeddings(Struct):
+    """The vectors of an embeddings call, one per input in input order; ``model`` is the
+    upstream model that made them; ``usage.input`` the tokens billed (None: not reported)."""
+
+    vectors: list[list[float]]
+    model: str
+    usage: Usage | None = None
+
+
+class Encoded(Struct, frozen=True):
+    """A whole answer's body made ahead for one dialect (a cache hit's stored answer): exactly
+    what ``dialect``'s encoder makes of ``response``."""
+
+    dialect: str
+    response: Response
+    body: bytes
+
+
+class Reply(Struct):
+    """What the chain returns: a whole :class:`Response`, a stream of :class:`Chunk`, or, for
+    an embeddings call (:attr:`Call.embedding`), :class:`Embeddings`.
+
+    Exactly one of ``response``, ``stream`` and ``embeddings`` is set: a plugin that wraps
+    streams or rewrites responses leaves a reply with neither alone. A stream returned by the
+    upstream is *primed*: its first chunk has already arrived, so any failure before the first
+    byte reaches the client surfaces as an exception from ``await next(call)`` (where retry and
+    fallback act), and a failure while iterating is a mid-stream failure. Whoever stops
+    iterating early must ``aclose()`` the stream to free the upstream connection.
+    ``provider`` / ``model`` name the deployment that served; ``headers`` are extra response
+    headers for the client; ``attempts`` counts the upstream calls made for this reply
+    (retries and fallbacks included). ``encoded``, when set, is the client's body already made
+    for ``response``: it is sent as it is while ``response`` is still ``encoded.response`` and
+    the client speaks ``encoded.dialect``. A plugin that changes an answer therefore replaces
+    ``response`` (never edits it in place), which leaves ``encoded`` behind.
+    """
+
+    provider: str
+    model: str
+    response: Response | None = None
+    stream: AsyncIterator[Chunk] | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    attempts: int = 1
+    embeddings: Embeddings | None = None
+    encoded: Encoded | None = None
+
+    def whole_usage(self) -> Usage | None:
+        """The usage a whole reply (a response or embeddings) reported; None for a stream,
+        whose usage comes with its last chunk."""
+        if self.response is not None:
+            return self.response.usage
+        if self.embeddings is not None:
+            return self.embeddings.usage
+        return None

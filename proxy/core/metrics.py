@@ -1,0 +1,515 @@
+"""Prometheus metrics: names prefixed ``crossway_``, units in the name, bounded label sets.
+
+A :class:`Metrics` object owns its registry (no global state) and caches label children so that
+the hot path does a dict lookup, not a locked registry lookup. Label values come only from the
+config (provider names, aliases), the dialect registry and fixed vocabularies — never from keys,
+users or free text — and the ``model`` label is capped (:class:`BoundedLabel`) because a client
+may address ``provider/<anything>``.
+
+In one process, metric values are plain floats updated without locks (the event loop is
+single-threaded) and rendered through prometheus-client at scrape time. With several worker
+processes, prometheus-client's own metrics in multiprocess mode are used instead: the parent sets
+``PROMETHEUS_MULTIPROC_DIR`` before the workers import this module, and :meth:`Metrics.render`
+aggregates every worker's samples, so a scrape that lands on any worker sees the whole server.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as prometheus_multiprocess
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
+
+from proxy.core.canonical import Usage
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_OVERHEAD_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+)
+OTHER = "other"
+
+
+class BoundedLabel:
+    """Admits up to ``limit`` distinct values; later new values map to ``other``."""
+
+    __slots__ = ("_limit", "_seen")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        """``value`` if admitted, else ``"other"``."""
+        if value in self._seen:
+            return value
+        if len(self._seen) < self._limit:
+            self._seen.add(value)
+            return value
+        return OTHER
+
+
+class _Children:
+    """A cache of one metric family's label children, keyed by the label tuple."""
+
+    __slots__ = ("_cache", "_family")
+
+    def __init__(self, family: Any) -> None:
+        self._family = family
+        self._cache: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *labels: str) -> Any:
+        child = self._cache.get(labels)
+        if child is None:
+            family = self._family
+            # prometheus-client's own metric without labels is its only child
+            unlabelled = not labels and not isinstance(family, _LocalFamily)
+            child = self._cache[labels] = family if unlabelled else family.labels(*labels)
+        return child
+
+
+_STATUS_CLASSES = tuple(f"{hundreds}xx" for hundreds in range(10))  # by status // 100
+
+
+_TOKEN_KINDS = ("input", "cache_read", "cache_write", "output", "reasoning")
+
+
+class RequestSeries:
+    """The series one request records into, for one (dialect, model, provider) label set.
+
+    Fetched once per request (:meth:`Metrics.request_series`) instead of one label lookup per
+    metric. A request counter or token counter child is created on its first use, so that no
+    series is exported before it has counted something.
+    """
+
+    __slots__ = (
+        "_labels",
+        "_metrics",
+        "_requests",
+        "_time_to_first_token",
+        "_tokens",
+        "_upstream",
+        "duration",
+        "overhead",
+    )
+
+    def __init__(self, metrics: Metrics, dialect: str, model: str, provider: str) -> None:
+        self._metrics = metrics
+        self._labels = (dialect, model, provider)
+        self._requests: list[Any] = [None] * len(_STATUS_CLASSES)
+        self._tokens: list[Any] = [None] * len(_TOKEN_KINDS)
+        self.duration = metrics.request_duration(dialect, model, provider)  # always observed
+        self.overhead = metrics.overhead(dialect)
+        self._upstream: Any = None
+        self._time_to_first_token: Any = None
+
+    def upstream(self, seconds: float) -> None:
+        """Observe the time spent waiting on the provider."""
+        if self._upstream is None:
+            self._upstream = self._metrics.upstream_duration(self._labels[2])
+        self._upstream.observe(seconds)
+
+    def time_to_first_token(self, seconds: float) -> None:
+        """Observe the time to the first streamed byte."""
+        if self._time_to_first_token is None:
+            self._time_to_first_token = self._metrics.time_to_first_token(*self._labels)
+        self._time_to_first_token.observe(seconds)
+
+    def count(self, status: int) -> None:
+        """Count one request answered with ``status`` (100 to 999)."""
+        index = status // 100
+        child = self._requests[index]
+        if child is None:
+            child = self._metrics.requests(*self._labels, _STATUS_CLASSES[index])
+            self._requests[index] = child
+        child.inc()
+
+    def record_tokens(self, usage: Usage) -> None:
+        """Count ``usage`` into the token counter, one kind per disjoint bucket."""
+        counts = (usage.input, usage.cache_read, usage.cache_write, usage.output, usage.reasoning)
+        for index, count in enumerate(counts):
+            if count:
+                child = self._tokens[index]
+                if child is None:
+                    _, model, provider = self._labels
+                    child = self._metrics.tokens(model, provider, _TOKEN_KINDS[index])
+                    self._tokens[index] = child
+                child.inc(count)
+
+
+class _LocalValue:
+    """A counter or gauge child kept in a plain float (the event loop is single-threaded)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+class _LocalHistogram:
+    """A histogram child: per-bucket counts (non-cumulative until exposition) and the sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, amount)] += 1
+        self.sum += amount
+
+
+class _LocalFamily:
+    """One metric family whose children live in this process only, without locks.
+
+    prometheus-client guards every update with a lock for threaded servers; the gateway updates
+    metrics from one event loop, so plain attributes are enough and several times cheaper.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        doc: str,
+        labels: list[str],
+        buckets: tuple[float, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.doc = doc
+        self.labelnames = labels
+        self.buckets = buckets
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        child = self.children.get(values)
+        if child is None:
+            child = _LocalHistogram(self.buckets) if self.kind == "histogram" else _LocalValue()
+            self.children[values] = child
+        return child
+
+    def sample(self) -> Metric:
+        """This family in prometheus-client's exposition form."""
+        if self.kind == "counter":
+            family: Any = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for values, child in self.children.items():
+                family.add_metric(values, child.value)
+        elif self.kind == "gauge":
+            family = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for values, child in self.children.items():
+                family.add_metric(values, child.value)
+        else:
+            family = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for values, child in self.children.items():
+                cumulative = list(itertools.accumulate(child.counts))
+                bounds = [*(floatToGoString(b) for b in child.bounds), "+Inf"]
+                family.add_metric(values, list(zip(bounds, cumulative, strict=True)), child.sum)
+        return family
+
+
+class _LocalCollector:
+    """Exposes the :class:`_LocalFamily` metrics through a prometheus-client registry."""
+
+    def __init__(self) -> None:
+        self._families: list[_LocalFamily] = []
+
+    def family(self, family: _LocalFamily) -> _LocalFamily:
+        self._families.append(family)
+        return family
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._families:
+            yield family.sample()
+
+
+class Metrics:
+    """Every metric the gateway exports, with helpers shaped after what the app records."""
+
+    def __init__(self, *, max_model_labels: int = 200) -> None:
+        self.multiprocess = bool(os.environ.get(MULTIPROC_ENV))
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.model_label: Callable[[str], str] = BoundedLabel(max_model_labels)
+        self._series: dict[tuple[str, str, str], RequestSeries] = {}
+        self._local = _LocalCollector()
+        if not self.multiprocess:
+            self.registry.register(self._local)
+        self.requests = self._counter(
+            "crossway_requests",
+            "Client requests answered, by dialect, model, provider and status class.",
+            ["dialect", "model", "provider", "status_class"],
+        )
+        self.request_duration = self._histogram(
+            "crossway_request_duration_seconds",
+            "Time from request received to the last byte of the answer.",
+            ["dialect", "model", "provider"],
+            _LATENCY_BUCKETS,
+        )
+        self.upstream_duration = self._histogram(
+            "crossway_upstream_duration_seconds",
+            "Time spent waiting on upstreams per request (all attempts, all stream chunks).",
+            ["provider"],
+            _LATENCY_BUCKETS,
+        )
+        self.time_to_first_token = self._histogram(
+            "crossway_time_to_first_token_seconds",
+            "Time from request received to the first streamed token sent to the client.",
+            ["dialect", "model", "provider"],
+            _LATENCY_BUCKETS,
+        )
+        self.overhead = self._histogram(
+            "crossway_gateway_overhead_seconds",
+            "The gateway's own time per request: total duration minus upstream wait.",
+            ["dialect"],
+            _OVERHEAD_BUCKETS,
+        )
+        self.tokens = self._counter(
+            "crossway_tokens",
+            "Tokens processed, by kind (input, cache_read, cache_write, output, reasoning).",
+            ["model", "provider", "kind"],
+        )
+        self.in_flight = self._gauge(
+            "crossway_requests_in_flight",
+            "Client requests being processed.",
+            ["dialect"],
+            "livesum",
+        )
+        self.upstream_errors = self._counter(
+            "crossway_upstream_errors",
+            "Failed upstream calls, by provider and reason (the error kind).",
+            ["provider", "reason"],
+        )
+        self.provider_ready = self._gauge(
+            "crossway_provider_ready",
+            "1 when a provider has what it needs to serve (credentials), else 0.",
+            ["provider"],
+            "max",
+        )
+        self.config_reloads = self._counter(
+            "crossway_config_reloads", "Configuration reloads, by result (ok, error).", ["result"]
+        )
+        self.config_reload_refused = self._counter(
+            "crossway_config_reload_refused",
+            "Reloads refused (also counted as errors) because the new config is weaker than the"
+            " serving one, by reason (auth_removed, master_key_removed, metrics_opened,"
+            " no_providers, no_models).",
+            ["reason"],
+        )
+        self.retries = self._counter(
+            "crossway_retries",
+            "Upstream calls retried, by the reason (error kind) of the failed attempt.",
+            ["reason"],
+        )
+        self.retries_denied = self._counter(
+            "crossway_retries_denied",
+            "Retries not made although the failure was retriable, by cause (budget, wait).",
+            ["cause"],
+        )
+        self.fallbacks = self._counter(
+            "crossway_fallbacks",
+            "Fallbacks from a failed model to the next one (labels through model_label).",
+            ["from_model", "to_model"],
+        )
+        self.deployment_healthy = self._gauge(
+            "crossway_deployment_healthy",
+            "0 from a deployment's ejection after failures until it next answers, else 1.",
+            ["provider", "model"],
+            "livemin",
+        )
+        self.deployment_ejections = self._counter(
+            "crossway_deployment_ejections",
+            "Times a deployment was ejected for a cooldown after consecutive failures.",
+            ["provider", "model"],
+        )
+        self.cost_usd = self._counter(
+            "crossway_cost_usd",
+            "What replies cost in USD (provider-billed or priced by the gateway), by provider and"
+            " model alias.",
+            ["provider", "model"],
+        )
+        self.cost_unknown = self._counter(
+            "crossway_cost_unknown",
+            "Replies whose cost is unknown (no price for the model that served), by provider.",
+            ["provider"],
+        )
+        self.http_requests = self._counter(
+            "crossway_http_requests",
+            "Requests outside the dialect routes (models, metrics, health; unknown routes as "
+            'route="unmatched"), by route and status class.',
+            ["route", "status_class"],
+        )
+        self.pii_detections = self._counter(
+            "crossway_pii_detections",
+            "PII values found by the masking plugin, by entity and action (mask, redact, hash,"
+            " block; redact_output for values the model wrote).",
+            ["entity", "action"],
+        )
+        self.state_degraded = self._counter(
+            "crossway_state_degraded",
+            "Decisions taken without the shared state store because it was unavailable, by use"
+            " (limits, budgets, cache, health) and decision (local, open, closed, miss).",
+            ["use", "decision"],
+        )
+        self.state_up = self._gauge(
+            "crossway_state_up",
+            "1 while the shared state store answers (always 1 for the memory backend), 0 while"
+            " its circuit breaker is open; the lowest of the workers.",
+            [],
+            "livemin",
+        )
+        self.cache_requests = self._counter(
+            "crossway_cache_requests",
+            "Requests seen by the response cache, by result (hit, miss, bypass, coalesced, "
+            "semantic).",
+            ["result"],
+        )
+        self.cache_saved_usd = self._counter(
+            "crossway_cache_saved_usd",
+            "What answers served by the response cache would have cost upstream, in USD.",
+            [],
+        )
+        self.cache_bytes = self._gauge(
+            "crossway_cache_bytes",
+            "Bytes of entries held by the in-process response cache (memory backend).",
+            [],
+            "livesum",
+        )
+        self.cache_errors = self._counter(
+            "crossway_cache_errors",
+            "Cache reads and writes that failed and were served as misses, by reason "
+            "(backend, corrupt, embedding).",
+            ["reason"],
+        )
+        self.auth_failures = self._counter(
+            "crossway_auth_failures",
+            "Requests refused by the auth plugin, by reason (missing, malformed, invalid, "
+            "blocked, expired, unavailable, model_not_allowed).",
+            ["reason"],
+        )
+        self.rate_limited = self._counter(
+            "crossway_rate_limited",
+            "Requests refused by the limits plugin, by scope (key, team) and limit (rpm, tpm, "
+            "max_parallel).",
+            ["scope", "limit"],
+        )
+        self.http_rejected = self._counter(
+            "crossway_http_rejected",
+            "Requests refused below the routes (malformed HTTP; the error handler), by status.",
+            ["status"],
+        )
+        self.budget_alerts = self._counter(
+            "crossway_budget_alerts",
+            "Budgets whose soft limit was crossed (once per period), by scope (key, team, user).",
+            ["scope"],
+        )
+        self.budget_rejected = self._counter(
+            "crossway_budget_rejected",
+            "Requests refused because a budget was spent (429 budget_exceeded), by scope (key,"
+            " team, user).",
+            ["scope"],
+        )
+        self.ledger_pending = self._gauge(
+            "crossway_ledger_pending",
+            "Spend records not yet in the database: queued, or journaled and not replayed.",
+            [],
+            "livesum",
+        )
+        self.ledger_journaled = self._counter(
+            "crossway_ledger_journaled",
+            "Spend records written to the local journal because the database failed or was slow.",
+            [],
+        )
+        self.ledger_dropped = self._counter(
+            "crossway_ledger_dropped",
+            "Spend records lost: arriving at a full queue (max_queue records waiting), unreadable"
+            " journal lines, or at shutdown neither the database nor the journal taking them.",
+            [],
+        )
+        # Series that alerts watch with increase() exist from the start, at 0.
+        for result in ("ok", "error"):
+            self.config_reloads(result)
+        self.ledger_dropped()
+
+    def _counter(self, name: str, doc: str, labels: list[str]) -> _Children:
+        if self.multiprocess:
+            return _Children(Counter(name, doc, labels, registry=self.registry))
+        return _Children(self._local.family(_LocalFamily("counter", name, doc, labels)))
+
+    def _gauge(self, name: str, doc: str, labels: list[str], mode: str) -> _Children:
+        if self.multiprocess:
+            return _Children(
+                Gauge(name, doc, labels, registry=self.registry, multiprocess_mode=mode)
+            )
+        return _Children(self._local.family(_LocalFamily("gauge", name, doc, labels)))
+
+    def _histogram(
+        self, name: str, doc: str, labels: list[str], buckets: tuple[float, ...]
+    ) -> _Children:
+        if self.multiprocess:
+            return _Children(Histogram(name, doc, labels, buckets=buckets, registry=self.registry))
+        return _Children(self._local.family(_LocalFamily("histogram", name, doc, labels, buckets)))
+
+    def request_series(self, dialect: str, model: str, provider: str) -> RequestSeries:
+        """The series a request with these labels records into (cached). ``model`` must
+        already be bounded (:attr:`model_label`)."""
+        key = (dialect, model, provider)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = RequestSeries(self, dialect, model, provider)
+        return series
+
+    def render(self) -> bytes:
+        """The exposition text for ``/metrics`` (every worker's samples in multiprocess mode)."""
+        return generate_latest(self._readable())
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family with its samples, as structured values (every worker's in
+        multiprocess mode): what in-process readers such as the admin overview use."""
+        return self._readable().collect()
+
+    def _readable(self) -> CollectorRegistry:
+        if not self.multiprocess:
+            return self.registry
+        registry = CollectorRegistry()
+        prometheus_multiprocess.MultiProcessCollector(registry)
+        return registry

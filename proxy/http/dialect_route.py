@@ -1,0 +1,289 @@
+"""The dialect routes' request pipeline: one handler per dialect, the same steps for each.
+
+Every dialect route runs the same pipeline: authenticate the request through the current
+snapshot's gate before the body is read (a client without a key costs no decoding), read the
+body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``; a
+``gzip`` or ``deflate`` body inflated within the same size, :mod:`proxy.http.request_body`) and
+checked for nesting, decode it with the dialect, resolve the model, run the plugin chain on the
+snapshot (a Responses call inside its conversation state), and answer in the dialect — as one
+JSON body, or as an SSE stream (:func:`proxy.http.sse_answer.stream_answer`, which flushes chunks as
+they arrive). Each request is counted in the metrics, logged as one access line (when
+``server.access_log`` is on, and always for a 5xx), and handed to the plugins' ``finished``
+hooks.
+
+A failure before the first byte is an error response in the dialect's shape; after it, an
+in-band error frame and no end marker (see :mod:`proxy.http.sse_answer`). Either way the request's
+:class:`~proxy.http.answer.Outcome` keeps the error's code and message and drops its tracebacks, so
+that nothing the request read outlives it in a reference cycle. A client that went away
+counts as :data:`~proxy.http.answer.CLIENT_CLOSED`. A request still running when a stop's deadline
+passes (:mod:`proxy.http.drain`) is answered as failed with 503 ``server_shutting_down``.
+:func:`dialect_handler` is the entry (:mod:`proxy.server.app` routes each dialect's paths to one);
+:func:`read_body` also reads the side routes' bodies, and :func:`with_response_state` is the
+Responses dialect's ``around``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from proxy.aiohttp_ext.server import SERVER_NAME
+from proxy.aiohttp_ext.whole_response import WholeResponse
+from proxy.core.canonical import ANONYMOUS, Call, Reply
+from proxy.core.errors import (
+    GatewayError,
+    InternalError,
+    NoReadyDeployment,
+    drop_tracebacks,
+)
+from proxy.core.logs import AccessLog
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import FinishedRequest
+from proxy.dialects.base import Dialect, check_json_depth
+from proxy.governance.pricing import nanos_to_usd
+from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
+from proxy.http.app_keys import DRAIN, METRICS, RUNTIME, SERVER
+from proxy.http.compat_headers import add_litellm_headers
+from proxy.http.drain import shutting_down
+from proxy.http.edges import REQUEST_ID, SERVER_HEADER, RequestIds
+from proxy.http.request_body import read_request_body
+from proxy.http.sse_answer import stream_answer
+from proxy.runtime.config import ServerConfig
+from proxy.runtime.snapshot import Snapshot
+from proxy.stored.response_state import ResponseState
+
+_MAX_LOGGED_MODEL = 256
+_JSON = "application/json"
+
+
+async def read_body(request: web.Request, server: ServerConfig) -> bytes:
+    """The request's JSON body, read and inflated within the server's size and time limits
+    (:func:`~proxy.http.request_body.read_request_body`) and checked for nesting
+    (:func:`~proxy.dialects.base.check_json_depth`) before any decoder sees it."""
+    body = await read_request_body(request, server.max_body_bytes, server.body_read_timeout)
+    check_json_depth(body)
+    return body
+
+
+Around = Callable[[Call, Snapshot], Awaitable[Reply]]
+
+
+def with_response_state(state: ResponseState) -> Around:
+    """Responses calls run their chain inside the conversation state (continue, store)."""
+
+    async def around(call: Call, snapshot: Snapshot) -> Reply:
+        return await state.run(call, snapshot.chain, snapshot.authenticate)
+
+    return around
+
+
+def dialect_handler(
+    dialect: Dialect, app: web.Application, request_ids: RequestIds, around: Around | None = None
+) -> Any:
+    """The request pipeline for one dialect (see the module docstring); ``around``, when given,
+    runs the chain in its place (it calls the snapshot's chain itself)."""
+    metrics = app[METRICS]
+    server = app[SERVER]  # limits apply as the process started (aiohttp enforces them too)
+    drain = app[DRAIN]
+    in_flight = metrics.in_flight(dialect.name)
+    name = dialect.name
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
+        request_id = request_ids(request)
+        snapshot = app[RUNTIME].snapshot
+        snapshot.enter()
+        in_flight.inc()
+        outcome = Outcome()
+        call: Call | None = None
+        gate = snapshot.gate
+        try:
+            try:
+                # Authenticated before the body is read: a client without a key costs no decoding
+                principal = ANONYMOUS if gate is None else await gate(request.headers)
+                outcome.principal = principal
+                body = await read_body(request, server)
+                call = dialect.decode(body, request.headers, request_id, start)
+                if not call.model:  # a dialect that lets the client omit it (Fabro)
+                    call.model = snapshot.router.default_model(call.options.provider)
+                if gate is not None:
+                    call.principal = principal
+                try:
+                    call.deployments = snapshot.router.resolve(call.model, call.options.provider)
+                except NoReadyDeployment:  # the upstream refuses, unless a plugin reroutes
+                    call.deployments = []
+                outcome.model = metrics.model_label(call.model)
+                if around is None:
+                    reply = await snapshot.chain(call)
+                else:
+                    reply = await around(call, snapshot)
+                if snapshot.litellm_headers:
+                    add_litellm_headers(reply)
+                outcome.provider = reply.provider
+                outcome.upstream_model = reply.model
+                outcome.attempts = reply.attempts
+                if reply.stream is None:
+                    return _whole(dialect, call, reply, request_id, outcome)
+            except GatewayError as error:
+                return _error_response(dialect, error, request_id, outcome)
+            except asyncio.CancelledError:
+                if not drain.claim():  # the client went away
+                    raise
+                return _error_response(dialect, shutting_down(), request_id, outcome)
+            except Exception as unexpected:
+                snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
+                drop_tracebacks(unexpected)  # logged: now nothing needs its frames
+                return _error_response(
+                    dialect, InternalError("internal gateway error"), request_id, outcome
+                )
+            return await stream_answer(request, dialect, call, reply, request_id, outcome, drain)
+        except asyncio.CancelledError:
+            outcome.status = CLIENT_CLOSED
+            raise
+        finally:
+            in_flight.dec()
+            _observe(metrics, name, call, outcome, start)
+            if snapshot.config.server.access_log or outcome.status >= 500:
+                _access_log(snapshot.access_log, name, call, outcome, start, request_id)
+            if snapshot.finishers:
+                _finished(snapshot, name, call, outcome, start, request_id)
+            snapshot.leave()
+
+    return handle
+
+
+def _whole(
+    dialect: Dialect, call: Call, reply: Reply, request_id: str, outcome: Outcome
+) -> web.Response:
+    outcome.usage = reply.whole_usage()
+    encoded = reply.encoded
+    if (
+        encoded is not None
+        and encoded.response is reply.response
+        and encoded.dialect == dialect.name
+    ):
+        body = encoded.body  # made ahead for this dialect, and the answer is still the same
+    else:
+        body = dialect.encode_response(call, reply)
+    outcome.status = 200
+    headers = reply_headers(dialect, call, reply, request_id)
+    headers["content-type"] = _JSON
+    return WholeResponse(body, headers)
+
+
+def _error_response(
+    dialect: Dialect, error: GatewayError, request_id: str, outcome: Outcome
+) -> web.Response:
+    status = dialect.error_status(error)
+    outcome.failed(error, status)
+    if error.provider is not None:
+        outcome.provider = error.provider
+        outcome.attempts = error.attempts
+    headers = error.response_headers()
+    headers.update(dialect.error_headers(error, request_id))
+    headers[REQUEST_ID] = request_id
+    headers[SERVER_HEADER] = SERVER_NAME
+    headers["content-type"] = _JSON
+    return WholeResponse(dialect.encode_error(error, request_id), headers, status)
+
+
+def _observe(
+    metrics: Metrics, dialect: str, call: Call | None, outcome: Outcome, start: float
+) -> None:
+    total = time.perf_counter() - start
+    provider = outcome.provider
+    series = metrics.request_series(dialect, outcome.model, provider)
+    series.count(outcome.status)
+    series.duration.observe(total)
+    if call is None:
+        series.overhead.observe(total)
+        return
+    timings = call.timings
+    series.overhead.observe(max(total - timings.upstream_wait, 0.0))
+    served_by_upstream = call.accounting.cache != "hit"  # a cache hit made no upstream call
+    if provider != "none" and served_by_upstream:
+        series.upstream(timings.upstream_wait)
+    if timings.first_token is not None:
+        series.time_to_first_token(timings.first_token)
+    if outcome.usage is not None and served_by_upstream:
+        series.record_tokens(outcome.usage)
+
+
+def _finished(
+    snapshot: Snapshot,
+    dialect: str,
+    call: Call | None,
+    outcome: Outcome,
+    start: float,
+    request_id: str,
+) -> None:
+    """Tell the plugins that record every request (``finished`` hooks) what this one did."""
+    provider = outcome.provider
+    finished = FinishedRequest(
+        request_id=request_id,
+        dialect=dialect,
+        call=call,
+        principal=outcome.principal if call is None else call.principal,
+        status=outcome.status,
+        provider=None if provider == "none" else provider,
+        upstream_model=outcome.upstream_model,
+        usage=outcome.usage,
+        error_code=outcome.error_code,
+        duration=time.perf_counter() - start,
+        ended_at=time.time(),
+        attempts=outcome.attempts,
+    )
+    for hook in snapshot.finishers:
+        try:
+            hook(finished)
+        except Exception:
+            snapshot.logger.exception("finished_hook_failed", request_id=request_id)
+
+
+def _access_log(
+    access_log: AccessLog,
+    dialect: str,
+    call: Call | None,
+    outcome: Outcome,
+    start: float,
+    request_id: str,
+) -> None:
+    total = time.perf_counter() - start
+    fields: dict[str, Any] = {
+        "request_id": request_id,
+        "dialect": dialect,
+        "model": call.model[:_MAX_LOGGED_MODEL] if call is not None else None,
+        "provider": outcome.provider,
+        "status": outcome.status,
+        "duration_ms": round(total * 1000, 3),
+    }
+    if call is not None:
+        timings = call.timings
+        fields["upstream_ms"] = round(timings.upstream_wait * 1000, 3)
+        fields["overhead_ms"] = round((total - timings.upstream_wait) * 1000, 3)
+        fields["stream"] = call.stream
+        if timings.first_token is not None:
+            fields["ttft_ms"] = round(timings.first_token * 1000, 3)
+        principal = call.principal
+        if principal is not ANONYMOUS:
+            fields["key_id"] = principal.key_id
+            fields["key_alias"] = principal.key_alias
+            fields["team"] = principal.team
+            fields["user"] = principal.user
+    usage = outcome.usage
+    if usage is not None:
+        fields["input_tokens"] = usage.prompt_tokens
+        fields["output_tokens"] = usage.completion_tokens
+    if call is not None and call.accounting.cost_nanos is not None:
+        fields["cost_usd"] = nanos_to_usd(call.accounting.cost_nanos)
+        fields["cost_source"] = call.accounting.cost_source
+    if call is not None and call.accounting.cache is not None:
+        fields["cache"] = call.accounting.cache
+    if outcome.error_code is not None:
+        fields["error_code"] = outcome.error_code
+        fields["error"] = outcome.error_message
+    access_log.write(fields)

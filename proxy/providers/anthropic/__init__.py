@@ -1,0 +1,1 @@
+"""Anthropic's Messages API: the provider, its request building and its stream decoding."""

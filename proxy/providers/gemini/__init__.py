@@ -1,0 +1,1 @@
+"""Google's Gemini API: the provider, request building, stream decoding and embeddings."""

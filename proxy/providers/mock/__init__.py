@@ -1,0 +1,1 @@
+"""The offline provider: canned and echoed answers, and deterministic embedding vectors."""

@@ -1,0 +1,1 @@
+"""OpenAI and every OpenAI-compatible upstream: the chat/completions provider and embeddings."""

@@ -1,0 +1,243 @@
+"""The innermost link of the chain: send a call to one deployment and return its reply.
+
+It picks the deployment (the one a plugin chose, else weighted-random among the candidates),
+runs the provider — over the shared transport, or in-process — under the provider's clocks, and
+returns a :class:`~proxy.core.canonical.Reply`. An embeddings call (``Call.embedding``) goes to the
+provider's embedding translation (``build_embeddings`` / ``parse_embeddings``, or a local
+provider's ``embed``) and comes back as ``Reply.embeddings``; a provider without one answers
+400 ``embeddings_not_supported`` before anything is sent. Streams come back *primed* (their
+first chunk has arrived), so every failure before the first byte is an exception from this
+call, where retry and fallback can act. Every upstream error is sanitised (no secret reaches a
+message) and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from proxy.core.canonical import (
+    Call,
+    Chunk,
+    Deployment,
+    Embeddings,
+    RawFrames,
+    Reply,
+    Response,
+)
+from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
+from proxy.core.redact import Redactor, sanitise_error
+from proxy.providers.base import HttpProvider, LocalProvider, Provider
+from proxy.upstream.stream import ErrorHook, UpstreamClocks, UpstreamStream
+from proxy.upstream.transport import HttpTransport
+
+DroppedHook = Callable[[str, str, list[str]], None]
+
+
+class Upstream:
+    """The chain's innermost ``next``: ``await upstream(call) -> Reply``."""
+
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        transport: HttpTransport,
+        redactor: Redactor,
+        on_error: ErrorHook,
+        rng: random.Random | None = None,
+        on_dropped: DroppedHook | None = None,
+    ) -> None:
+        """``on_error(provider, error)`` is told of every upstream failure (for metrics);
+        ``on_dropped(provider, model, fields)``, when given, of request fields a provider
+        removes because its vendor rejects them (a debug log line)."""
+        self._on_dropped = on_dropped
+        self._providers = dict(providers)
+        self._local_names = frozenset(
+            name for name, p in providers.items() if isinstance(p, LocalProvider)
+        )
+        self._transport = transport
+        self._redactor = redactor
+        self._on_error = on_error
+        self._rng = rng or random.Random()
+
+    async def __call__(self, call: Call) -> Reply:
+        """Send ``call`` to its deployment. Raises a sanitised :class:`GatewayError`;
+        :class:`NoReadyDeployment` when the call has no candidate at all."""
+        deployment = call.deployment or self._pick(call.deployments)
+        provider = self._providers[deployment.provider]
+        if call.embedding is not None and not _embeds(provider):
+            raise BadRequest(
+                f"the model {call.model!r} is served by provider {deployment.provider!r}, "
+                "which does not serve embeddings",
+                code="embeddings_not_supported",
+                param="model",
+            )
+        clocks = UpstreamClocks(provider.config.timeouts)
+        try:
+            if call.embedding is not None:
+                result = await self._embed(provider, call, deployment, clocks)
+            elif deployment.provider in self._local_names:
+                result: Any = await self._local(provider, call, deployment, clocks)  # type: ignore[arg-type]
+            else:
+                result = await self._http(provider, call, deployment, clocks)  # type: ignore[arg-type]
+        except GatewayError as error:
+            clocks.close()
+            self._fail(deployment.provider, error)
+            raise
+        except BaseException:
+            clocks.close()
+            raise
+        if isinstance(result, Response):
+            clocks.close()
+            return Reply(provider=deployment.provider, model=deployment.model, response=result)
+        if isinstance(result, Embeddings):
+            clocks.close()
+            return Reply(provider=deployment.provider, model=deployment.model, embeddings=result)
+        return Reply(provider=deployment.provider, model=deployment.model, stream=result)
+
+    async def count_tokens(self, call: Call, deployments: list[Deployment]) -> int | None:
+        """The exact input tokens of ``call`` from the first of ``deployments`` whose provider
+        can count them (an in-process ``count_tokens``, or an API's counting endpoint, asked
+        under the provider's clocks); None when none can. Raises a sanitised
+        :class:`GatewayError` when the counting upstream fails."""
+        for deployment in deployments:
+            provider = self._providers[deployment.provider]
+            local = getattr(provider, "count_tokens", None)
+            if local is not None:
+                return int(local(call, deployment.model))
+            if getattr(provider, "count_tokens_request", None) is not None:
+                try:
+                    return await self._count(provider, call, deployment)  # type: ignore[arg-type]
+                except GatewayError as error:
+                    self._fail(deployment.provider, error)
+                    raise
+        return None
+
+    async def _count(self, provider: Any, call: Call, deployment: Deployment) -> int:
+        request = provider.count_tokens_request(call, deployment.model)
+        clocks = UpstreamClocks(provider.config.timeouts)
+        try:
+            with clocks:
+                status, headers, body = await self._transport.request(provider, request)
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            clocks.close()
+        if status >= 300:
+            raise provider.parse_error(status, headers, body)
+        return int(provider.parse_token_count(body))
+
+    def _pick(self, deployments: list[Deployment]) -> Deployment:
+        if len(deployments) == 1:
+            return deployments[0]
+        if not deployments:
+            raise NoReadyDeployment(
+                "no ready deployment for this model (check provider credentials and health)"
+            )
+        weights = [d.weight for d in deployments]
+        return self._rng.choices(deployments, weights=weights)[0]
+
+    def _fail(self, provider: str, error: GatewayError) -> None:
+        """Sanitise ``error`` in place (no secrets, bounded lengths: see
+        :func:`~proxy.core.redact.sanitise_error`) and report it."""
+        sanitise_error(error, self._redactor)
+        self._on_error(provider, error)
+
+    async def _embed(
+        self, provider: Any, call: Call, deployment: Deployment, clocks: UpstreamClocks
+    ) -> Embeddings:
+        """The vectors of an embeddings call: in-process, or from the provider's requests
+        (sent together when it needs several, e.g. one per text)."""
+        started = time.perf_counter()
+        try:
+            with clocks:
+                local = getattr(provider, "embed", None)
+                if local is not None:
+                    return await local(call, deployment.model)  # type: ignore[no-any-return]
+                requests = provider.build_embeddings(call, deployment.model)
+                if len(requests) == 1:
+                    answers = [await self._transport.request(provider, requests[0])]
+                else:
+                    gathered = await asyncio.gather(
+                        *(self._transport.request(provider, request) for request in requests),
+                        return_exceptions=True,
+                    )
+                    for answer in gathered:
+                        if isinstance(answer, BaseException):
+                            raise answer
+                    answers = gathered
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            call.timings.upstream_wait += time.perf_counter() - started
+        for status, headers, body in answers:
+            if status >= 300:
+                raise provider.parse_error(status, headers, body)
+        return provider.parse_embeddings(  # type: ignore[no-any-return]
+            [body for _, _, body in answers], call, deployment.model
+        )
+
+    async def _local(
+        self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks
+    ) -> Response | UpstreamStream:
+        started = time.perf_counter()
+        try:
+            with clocks:
+                result = await provider.complete(call, deployment.model)
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            call.timings.upstream_wait += time.perf_counter() - started
+        if isinstance(result, Response):
+            return result
+        return await self._primed(result, clocks, call, deployment)
+
+    async def _http(
+        self, provider: HttpProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks
+    ) -> Response | UpstreamStream:
+        request = provider.build_request(call, deployment.model)
+        if self._on_dropped is not None:
+            dropped_fields = getattr(provider, "dropped_fields", None)
+            dropped = dropped_fields(call, deployment.model) if dropped_fields else []
+            if dropped:
+                self._on_dropped(provider.name, deployment.model, dropped)
+        started = time.perf_counter()
+        try:
+            with clocks:
+                if call.stream:
+                    chunks = await self._transport.open_stream(provider, request)
+                else:
+                    status, headers, body = await self._transport.request(provider, request)
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            call.timings.upstream_wait += time.perf_counter() - started
+        if call.stream:
+            return await self._primed(chunks, clocks, call, deployment)
+        if status >= 300:
+            raise provider.parse_error(status, headers, body)
+        return provider.parse_response(body, deployment.model)
+
+    async def _primed(
+        self,
+        chunks: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | RawFrames | None]],
+        clocks: UpstreamClocks,
+        call: Call,
+        deployment: Deployment,
+    ) -> UpstreamStream:
+        stream = UpstreamStream(
+            chunks, clocks, call.timings, deployment.provider, self._fail, deployment.model
+        )
+        try:
+            await stream.prime()
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream
+
+
+def _embeds(provider: Provider) -> bool:
+    """Whether ``provider`` has an embedding translation (or answers embeddings itself)."""
+    return hasattr(provider, "build_embeddings") or hasattr(provider, "embed")

@@ -1,0 +1,73 @@
+"""proxy/governance/auth/registry.py: what may be created, changed and revoked, and what may not."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from proxy.core.errors import BadRequest, Conflict, NotFound
+from proxy.governance.auth.registry import KeyChanges, NewKey, NewTeam, Registry, TeamChanges
+
+
+async def test_config_records_are_listed_first_and_read_only(registry: Registry):
+    record, _ = await registry.create_key(NewKey(alias="api-key", team="search"))
+    listed = await registry.list_keys()
+    assert [(k.id, k.source) for k in listed] == [("config:ci", "config"), (record.id, "api")]
+    assert [k.id for k in await registry.list_keys("other")] == []
+    assert (await registry.get_key("config:ci")).team == "search"
+    with pytest.raises(Conflict, match="declared in the config"):
+        await registry.update_key("config:ci", KeyChanges(rpm=1))
+    with pytest.raises(Conflict):
+        await registry.delete_key("config:ci")
+    with pytest.raises(Conflict):
+        await registry.update_team("search", TeamChanges(rpm=1))
+    with pytest.raises(Conflict):
+        await registry.create_team(NewTeam(id="search"))
+    assert [t.id for t in await registry.list_teams()] == ["search"]
+
+
+async def test_a_key_must_stay_within_its_team(registry: Registry):
+    with pytest.raises(BadRequest) as caught:
+        await registry.create_key(NewKey(team="nope"))
+    assert caught.value.param == "team"
+    with pytest.raises(BadRequest) as caught:
+        await registry.create_key(NewKey(team="search", models=["fast", "mock/echo"]))
+    assert caught.value.param == "models[1]"
+    record, _ = await registry.create_key(NewKey(team="search", models=["fast"]))
+    with pytest.raises(BadRequest):
+        await registry.update_key(record.id, KeyChanges(models=["other"]))
+    changed = await registry.update_key(record.id, KeyChanges(models=None, blocked=True))
+    assert changed.models is None
+    assert changed.blocked
+
+
+async def test_patch_changes_only_what_it_names(registry: Registry):
+    record, _ = await registry.create_key(NewKey(alias="a", rpm=5, metadata={"x": 1}))
+    changed = await registry.update_key(record.id, KeyChanges(tpm=100))
+    assert (changed.alias, changed.rpm, changed.tpm, changed.metadata) == ("a", 5, 100, {"x": 1})
+    cleared = await registry.update_key(record.id, KeyChanges(rpm=None, alias=None))
+    assert cleared.rpm is None
+    assert cleared.alias is None
+    assert cleared.tpm == 100
+
+
+async def test_expiry_must_be_in_the_future(registry: Registry):
+    with pytest.raises(BadRequest) as caught:
+        await registry.create_key(NewKey(expires_at=datetime(2020, 1, 1, tzinfo=UTC)))
+    assert caught.value.param == "expires_at"
+
+
+async def test_teams_with_keys_cannot_be_deleted(registry: Registry):
+    await registry.create_team(NewTeam(id="eng", rpm=3))
+    with pytest.raises(Conflict, match="exists"):
+        await registry.create_team(NewTeam(id="eng"))
+    record, _ = await registry.create_key(NewKey(team="eng"))
+    with pytest.raises(Conflict, match="1 key"):
+        await registry.delete_team("eng")
+    await registry.delete_key(record.id)
+    await registry.delete_team("eng")
+    with pytest.raises(NotFound):
+        await registry.get_team("eng")
+    with pytest.raises(NotFound):
+        await registry.delete_key(record.id)
