@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply
 from proxy.core.errors import PermissionDenied
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.plugin import Next
+from proxy.runtime.plugins import PluginContext
 
 
 class AuthPlugin:

@@ -5,7 +5,7 @@ when a client sent load-balancer targets (orq's ``load_balancer.models``) and
 ``request_targets`` allows it, the deployments of those models (at most
 ``max_request_targets``; none the caller's key may not use), each model's share following its
 weight. Among the candidates that
-are not ejected (see :mod:`plugins.health`) and not at their ``limits``, ``strategy`` picks:
+are not ejected (see :mod:`proxy.upstream.health`) and not at their ``limits``, ``strategy`` picks:
 
 - ``weighted`` (default): weighted random (``weight`` of each deployment).
 - ``least-busy``: the fewest calls in flight from this process (ties: weighted random).
@@ -52,14 +52,15 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from plugins.health import Health, HealthConfig
 from proxy.core.canonical import Call, Deployment, Reply, Usage
 from proxy.core.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
 from proxy.core.observed import observe
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.plugin import Next
 from proxy.core.token_estimate import expected_tokens
 from proxy.governance.pricing import expected_nanos
+from proxy.runtime.plugins import PluginContext
 from proxy.state.store import Store, StoreUnavailable
+from proxy.upstream.health import Health, HealthConfig
 
 Clock = Callable[[], float]
 Strategy = Literal["weighted", "least-busy", "latency", "cost"]

@@ -77,7 +77,8 @@ from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
 from proxy.core.canonical import Accounting, Call, Reply, Response
 from proxy.core.errors import GatewayError, NoReadyDeployment
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.plugin import Next
+from proxy.runtime.plugins import PluginContext
 from proxy.state.store import StoreUnavailable
 
 if TYPE_CHECKING:  # imported when configured: numpy is not loaded for the exact cache alone

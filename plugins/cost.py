@@ -66,9 +66,10 @@ from msgspec import Meta
 
 from proxy.core.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
 from proxy.core.errors import BudgetExceeded, BudgetUnavailable
+from proxy.core.headers import COST_HEADER
 from proxy.core.metered import message_tokens
 from proxy.core.observed import observe
-from proxy.core.plugin import FinishedRequest, Next, PluginContext
+from proxy.core.plugin import FinishedRequest, Next
 from proxy.core.token_estimate import estimate_prompt_tokens, expected_tokens, output_limit
 from proxy.governance.budgets.alerts import AlertsConfig, SoftLimitAlerts, rfc3339
 from proxy.governance.budgets.counters import SpendCounters
@@ -76,9 +77,9 @@ from proxy.governance.budgets.plans import Refusal, Reservation, Scope, max_nano
 from proxy.governance.budgets.sync import CounterSync
 from proxy.governance.ledger.records import RecordIds, end_user, spend_record
 from proxy.governance.pricing import NANOS_PER_USD, ModelPrice, PriceBook, format_usd
+from proxy.runtime.plugins import PluginContext
 from proxy.state.store import StoreUnavailable
 
-COST_HEADER = "x-crossway-cost-usd"
 _MAX_PRINCIPALS = 10_000
 _MAX_COUNTERS = 4096
 

@@ -49,12 +49,11 @@ from proxy.core.errors import (
     ModelNotFound,
     NoReadyDeployment,
 )
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.headers import ATTEMPTS_HEADER, FALLBACK_HEADER
+from proxy.core.plugin import Next
 from proxy.core.token_estimate import expected_tokens
 from proxy.governance.pricing import expected_nanos
-
-ATTEMPTS_HEADER = "x-crossway-attempts"
-FALLBACK_HEADER = "x-crossway-fallback"
+from proxy.runtime.plugins import PluginContext
 
 _DEFAULT_KINDS: tuple[ErrorKind, ...] = (
     "rate_limited",

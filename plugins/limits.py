@@ -45,8 +45,9 @@ from msgspec import Meta
 from proxy.core.canonical import Call, Principal, Reply, Usage
 from proxy.core.errors import RateLimited
 from proxy.core.observed import observe
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.plugin import Next
 from proxy.core.token_estimate import expected_tokens
+from proxy.runtime.plugins import PluginContext
 from proxy.state.policy import SharedState, StateUnavailable
 from proxy.state.store import Admission, LimitPlan, Store, StoreUnavailable
 

@@ -39,7 +39,7 @@ from msgspec import Meta
 
 from proxy.core.canonical import Call, GatewayOptions, Message, Reply
 from proxy.core.errors import BadRequest, GatewayError, InternalError
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.plugin import Next
 from proxy.pii.custom import pattern_finder, words_finder
 from proxy.pii.detectors import BUILTIN_FINDERS, Finder
 from proxy.pii.request import Findings, Rule, mask_messages
@@ -48,6 +48,7 @@ from proxy.pii.scanner import Scanner
 from proxy.pii.secrets import find_secrets
 from proxy.pii.stream import ChunkRewriter, RewritingStream
 from proxy.pii.vault import Action, Replacer, Vault
+from proxy.runtime.plugins import PluginContext
 
 Entity = Literal["email", "phone", "credit_card", "iban", "us_ssn", "ip_address", "secret"]
 ScannedRole = Literal["system", "developer", "user", "assistant", "tool"]

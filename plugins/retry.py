@@ -51,7 +51,9 @@ from msgspec import Meta
 
 from proxy.core.canonical import Call, Reply, RetryOptions
 from proxy.core.errors import DeadlineExceeded, GatewayError, UpstreamError
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.headers import ATTEMPTS_HEADER
+from proxy.core.plugin import Next
+from proxy.runtime.plugins import PluginContext
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -59,7 +61,6 @@ _NEVER_RETRIED = frozenset({400, 401, 403, 404})
 _NEVER_RETRIED_KINDS = frozenset(
     {"bad_request", "auth", "permission", "not_found", "context_window", "content_policy"}
 )
-ATTEMPTS_HEADER = "x-crossway-attempts"
 
 
 class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

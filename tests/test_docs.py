@@ -30,10 +30,10 @@ import msgspec.inspect as mi
 import pytest
 import yaml
 
-from plugins import BUILTINS
 from proxy.governance.price_catalog import PriceSpec
 from proxy.providers import PROVIDER_TYPES
 from proxy.runtime.config import _TOP_LEVEL, GatewayConfig
+from proxy.runtime.plugins import BUILTINS
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 400

@@ -56,7 +56,7 @@ from proxy.core.canonical import (
 from proxy.core.errors import GatewayError
 from proxy.core.logs import make_logger
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import Next, Plugin, PluginContext, compose
+from proxy.core.plugin import Next, Plugin, compose
 from proxy.core.redact import Redactor
 from proxy.governance.auth.authenticator import Authenticator
 from proxy.governance.auth.config import AuthConfig, DeclaredKey, TeamConfig
@@ -65,6 +65,7 @@ from proxy.governance.ledger.writer import LedgerWriter
 from proxy.governance.price_catalog import SHIPPED_CATALOG, load_catalog
 from proxy.governance.pricing import PriceBook, ProviderPricing
 from proxy.providers.base import Timeouts
+from proxy.runtime.plugins import PluginContext
 from proxy.upstream.router import Router
 from proxy.upstream.stream import UpstreamClocks, UpstreamStream
 

@@ -20,12 +20,12 @@ from typing import Any
 from aiohttp import web
 from msgspec import structs
 
-from plugins.health import cooldown_left
 from proxy.admin.guard import ADMIN, admin_route, json_response
 from proxy.core.canonical import Deployment
 from proxy.core.errors import NotFound
 from proxy.governance.pricing import ModelPrice, PriceBook, Rates
 from proxy.state.store import Store, StoreUnavailable
+from proxy.upstream.health import cooldown_left
 
 _PICOS_PER_MICRO = 1_000_000  # rates are pico-dollars per token = micro-USD per million
 

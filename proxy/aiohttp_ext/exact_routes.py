@@ -19,32 +19,51 @@ path the router would have matched to that route, so no request is answered diff
 It leans on one aiohttp internal, the request's ``_match_info`` attribute, which ``_handle``
 sets the same way; ``tests/proxy/aiohttp_ext/test_exact_routes.py`` pins the behaviour.
 
-Every request, whichever path it takes, is tracked in the app's :class:`~proxy.http.drain.Drain`
-until its answer is written, so that a stop can end the ones still running at its deadline.
+Every request, whichever path it takes, is entered into a :class:`RequestTracker` (the app's
+:class:`~proxy.http.drain.Drain`) until its answer is written, so that a stop can end the ones
+still running at its deadline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from aiohttp import hdrs, web
 from aiohttp.web_urldispatcher import PlainResource, UrlMappingMatchInfo
 
-from proxy.http.drain import Drain
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RequestTracker(Protocol):
+    """Tracks the current request's task until it is done (:class:`proxy.http.drain.Drain`)."""
+
+    def enter(self) -> None:
+        """Track the task running now, a request's."""
+        ...
+
+
+class _Untracked:
+    """No tracking: for a server whose stop has no deadline to keep."""
+
+    __slots__ = ()
+
+    def enter(self) -> None:
+        """Track nothing."""
 
 
 class ExactRoutes:
     """The request handler for ``app``: its fixed-path ``POST`` routes directly, the rest
-    through ``fallback`` (the application's own handler), each request tracked in ``drain``
-    (one of its own when None). Build it once the app's routes are all added (its router
+    through ``fallback`` (the application's own handler), each request entered into ``drain``
+    (none when None). Build it once the app's routes are all added (its router
     frozen)."""
 
     __slots__ = ("_drain", "_fallback", "_routes")
 
-    def __init__(self, app: web.Application, fallback: Handler, drain: Drain | None = None) -> None:
-        self._drain = Drain() if drain is None else drain
+    def __init__(
+        self, app: web.Application, fallback: Handler, drain: RequestTracker | None = None
+    ) -> None:
+        self._drain: RequestTracker = _Untracked() if drain is None else drain
         self._fallback = fallback
         self._routes: dict[str, tuple[Handler, UrlMappingMatchInfo]] = {}
         for resource in app.router.resources():

@@ -12,8 +12,8 @@ is nothing to resume: :class:`ResumeWhenPaused` passes the call on only then. A 
 for a full message queue or tail (``_buffer_paused``), and what the parser holds with it, is
 released by aiohttp's own request loop once the queue drains, as before (this call never resumed
 such a transport); the client's read timeout restarts after a real pause, as before.
-``tests/proxy/aiohttp_ext/test_server.py`` and ``tests/proxy/upstream/test_transport_connection.py``
-make both sides pause and resume for real.
+``tests/proxy/aiohttp_ext/test_server.py`` and
+``tests/proxy/aiohttp_ext/test_upstream_connection.py`` make both sides pause and resume for real.
 """
 
 from __future__ import annotations

@@ -25,27 +25,15 @@ way (:func:`authenticator`).
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
-import structlog
 
-from proxy.core.canonical import ANONYMOUS, Call, Deployment, Principal, Reply, Usage
-from proxy.core.metrics import Metrics
-from proxy.core.redact import Redactor
-from proxy.governance.pricing import Catalog, PriceBook
-from proxy.runtime.config import PluginSpec
-from proxy.state.config import StateConfig
-from proxy.state.policy import SharedState
-from proxy.state.store import Store
+from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply, Usage
 
 if TYPE_CHECKING:
-    from proxy.db import Database
-    from proxy.governance.auth.authenticator import Authenticator
-    from proxy.governance.ledger.writer import LedgerWriter
+    pass
 
 Next = Callable[[Call], Awaitable[Reply]]
 
@@ -80,56 +68,6 @@ class FinishedRequest(msgspec.Struct, gc=False):
 Authenticate = Callable[[Mapping[str, str]], Awaitable[Principal]]
 
 
-class PluginContext:
-    """What the runtime offers plugins that need more than their options.
-
-    ``resolve(model, provider=None)`` is the router's: the ready deployments of an alias or a
-    ``provider/model`` (raising the same errors as for a client's model). ``metrics`` is the
-    process's :class:`proxy.core.metrics.Metrics`, ``logger`` its structlog logger. ``state`` is the
-    process's :class:`~proxy.state.policy.SharedState`, kept across config reloads (counters,
-    health, cache entries live there, not in a snapshot): a plugin reads and writes through
-    ``state.store_for(use)`` and applies ``state.policy(use)`` when that raises; ``store`` is
-    the shared store itself. When no state is given, an in-memory one (over ``store`` when
-    that is given). ``prices`` is the config's :class:`~proxy.governance.pricing.PriceBook` (the
-    catalog with the config's overrides; an empty one when none is given).
-    ``database`` is the process's SQL database (:mod:`proxy.db`; kept across
-    reloads, opened on first use), None when validating only. ``authenticator`` resolves
-    client keys to principals for this config (:mod:`proxy.governance.auth.authenticator`); when
-    none is given, one that knows no key. ``ledger`` is the process's spend ledger writer
-    (:mod:`proxy.governance.ledger.writer`; kept across reloads), None when validating only.
-    """
-
-    def __init__(
-        self,
-        resolve: Callable[..., list[Deployment]],
-        metrics: Metrics,
-        logger: Any,
-        store: Store | None = None,
-        prices: PriceBook | None = None,
-        *,
-        state: SharedState | None = None,
-        database: Database | None = None,
-        authenticator: Authenticator | None = None,
-        ledger: LedgerWriter | None = None,
-    ) -> None:
-        self.resolve = resolve
-        self.metrics = metrics
-        self.logger = logger
-        if state is None:
-            state = SharedState(StateConfig(), metrics, logger, store=store)
-        self.state = state
-        self.store: Store = state.store
-        self.prices = PriceBook(Catalog({})) if prices is None else prices
-        self.database = database
-        self.ledger = ledger
-        if authenticator is None:
-            from proxy.governance.auth.authenticator import Authenticator
-            from proxy.governance.auth.config import AuthConfig
-
-            authenticator = Authenticator(AuthConfig(), None, metrics, logger)
-        self.authenticator: Authenticator = authenticator
-
-
 @runtime_checkable
 class Plugin(Protocol):
     """One link of the chain. Raising a :class:`proxy.core.errors.GatewayError` answers the client
@@ -138,10 +76,6 @@ class Plugin(Protocol):
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Handle ``call``, usually by awaiting ``next(call)`` once or more."""
         ...
-
-
-class PluginLoadError(Exception):
-    """A plugin entry cannot be loaded; the message starts with the entry's YAML path."""
 
 
 def compose(plugins: Sequence[Plugin], upstream: Next) -> Next:
@@ -176,86 +110,3 @@ def authenticator(plugins: Sequence[Plugin]) -> Authenticate:
         if authenticate is not None:
             return authenticate  # type: ignore[no-any-return]
     return anonymous
-
-
-def load_plugins(
-    specs: Sequence[PluginSpec], builtins: dict[str, str], context: PluginContext | None = None
-) -> list[Plugin]:
-    """Instantiate every entry; raises :class:`PluginLoadError` listing each bad one (any
-    exception a plugin's import or constructor raises is reported as one), with the values an
-    entry took from the environment (:attr:`PluginSpec.environment`) redacted.
-
-    ``builtins`` maps built-in names to ``module:Class`` references; any other reference must
-    itself be ``module:Class``. ``context`` is given to plugins that ask for it (when None, as
-    when only validating, such plugins are built with a context that resolves nothing).
-    """
-    plugins: list[Plugin] = []
-    errors: list[str] = []
-    for spec in specs:
-        try:
-            plugins.append(_load(spec, builtins, context))
-        except PluginLoadError as exc:
-            # A message may quote an option; options may hold values from the environment.
-            message = str(exc)
-            errors.append(Redactor(spec.environment).text(message) if spec.environment else message)
-    if errors:
-        raise PluginLoadError("\n".join(errors))
-    return plugins
-
-
-def _load(spec: PluginSpec, builtins: dict[str, str], context: PluginContext | None) -> Plugin:
-    reference = builtins.get(spec.ref, spec.ref)
-    module_name, _, class_name = reference.partition(":")
-    if not class_name:
-        known = ", ".join(sorted(builtins))
-        raise PluginLoadError(
-            f"{spec.path}: unknown plugin {spec.ref!r} (built-ins: {known}; "
-            "a custom plugin is written {plugin: 'module:Class', options: {...}})"
-        )
-    try:
-        cls: Any = getattr(importlib.import_module(module_name), class_name)
-    except Exception as exc:  # a module may fail at import with anything
-        raise PluginLoadError(f"{spec.path}: cannot import {reference!r}: {exc}") from None
-    arguments: list[Any] = []
-    options_type = getattr(cls, "Options", None)
-    if options_type is None:
-        if spec.options:
-            raise PluginLoadError(f"{spec.path}: plugin {spec.ref!r} takes no options")
-    else:
-        try:
-            arguments.append(msgspec.convert(spec.options, options_type, strict=False))
-        except msgspec.ValidationError as exc:
-            raise PluginLoadError(f"{spec.path}: {exc}") from None
-    keywords: dict[str, Any] = {}
-    if _wants_context(cls):
-        keywords["context"] = context or _validation_context()
-    try:
-        plugin = cls(*arguments, **keywords)
-    except ValueError as exc:
-        raise PluginLoadError(f"{spec.path}: {exc}") from None
-    except Exception as exc:  # a broken plugin must not break a reload or `check`
-        raise PluginLoadError(
-            f"{spec.path}: cannot build {reference!r}: {type(exc).__name__}: {exc}"
-        ) from None
-    call = type(plugin).__call__
-    if not isinstance(plugin, Plugin) or not inspect.iscoroutinefunction(call):
-        raise PluginLoadError(f"{spec.path}: {reference!r} is not a plugin (no async __call__)")
-    if "next" not in inspect.signature(call).parameters:
-        raise PluginLoadError(
-            f"{spec.path}: {reference!r}.__call__ must take the parameters (call, next)"
-        )
-    return plugin
-
-
-def _wants_context(cls: type) -> bool:
-    try:
-        return "context" in inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _validation_context() -> PluginContext:
-    def resolve(model: str, provider: str | None = None) -> list[Deployment]:
-        return []
-
-    return PluginContext(resolve, Metrics(), structlog.get_logger())

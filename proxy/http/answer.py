@@ -7,9 +7,9 @@ answer (:mod:`proxy.http.sse_answer`) can both use them without importing each o
 
 from __future__ import annotations
 
-from proxy.aiohttp_ext.server import SERVER_NAME
 from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply, Usage
 from proxy.core.errors import GatewayError, drop_tracebacks
+from proxy.core.headers import SERVER_NAME
 from proxy.dialects.base import Dialect
 from proxy.http.edges import REQUEST_ID, SERVER_HEADER
 
@@ -63,7 +63,7 @@ def reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -
     """The headers of a successful answer: the server's name, the request id, who served it, the
     dialect's own, and the reply's extra ones (a plugin's)."""
     headers = {
-        SERVER_HEADER: SERVER_NAME,  # instead of aiohttp's banner (see proxy.aiohttp_ext.server)
+        SERVER_HEADER: SERVER_NAME,  # instead of aiohttp's banner (see proxy.core.headers)
         REQUEST_ID: request_id,
         "x-crossway-provider": reply.provider,
         "x-crossway-model": f"{reply.provider}/{reply.model}",

@@ -16,9 +16,8 @@ Every reply of a dialect route also carries:
 
 from __future__ import annotations
 
-from plugins.cost import COST_HEADER
-from plugins.fallback import FALLBACK_HEADER
 from proxy.core.canonical import Reply
+from proxy.core.headers import COST_HEADER, FALLBACK_HEADER
 
 COST = "x-litellm-response-cost"
 MODEL_ID = "x-litellm-model-id"

@@ -31,7 +31,6 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.aiohttp_ext.server import SERVER_NAME
 from proxy.aiohttp_ext.whole_response import WholeResponse
 from proxy.core.canonical import ANONYMOUS, Call, Reply
 from proxy.core.errors import (
@@ -40,6 +39,7 @@ from proxy.core.errors import (
     NoReadyDeployment,
     drop_tracebacks,
 )
+from proxy.core.headers import SERVER_NAME
 from proxy.core.logs import AccessLog
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import FinishedRequest

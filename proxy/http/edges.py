@@ -15,7 +15,7 @@
   origin, streams included, carries ``Access-Control-Allow-Origin`` (and the exposed headers).
   Without the setting no CORS header is ever sent and ``OPTIONS`` is a 405.
 
-- **``Server: crossway``** (:data:`~proxy.aiohttp_ext.server.SERVER_NAME`) on every answer of these
+- **``Server: crossway``** (:data:`~proxy.core.headers.SERVER_NAME`) on every answer of these
   routes, aiohttp's own included (an ``HTTPException`` such as a body over the size limit),
   instead of aiohttp's version banner; the dialect routes name it themselves.
 
@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from proxy.aiohttp_ext.server import SERVER_NAME
 from proxy.core.errors import GatewayError, MethodNotAllowed, NotFound, PermissionDenied
+from proxy.core.headers import SERVER_NAME
 from proxy.core.metrics import Metrics
 from proxy.dialects import anthropic_replies
 from proxy.dialects.openai_chat import error_json

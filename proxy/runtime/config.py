@@ -30,7 +30,6 @@ from proxy.governance.auth.config import (
     check_auth,
 )
 from proxy.governance.price_catalog import (
-    PriceSpec,
     PricingConfig,
     PricingError,
     parse_price,
@@ -40,6 +39,7 @@ from proxy.governance.pricing import ModelPrice
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.state.config import StateConfig
+from proxy.upstream.router import DeploymentConfig
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MSGSPEC_PATH = re.compile(r"`\$([^`]*)`")
@@ -138,15 +138,6 @@ class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):
     headers (``x-litellm-*``; following reloads, :mod:`proxy.http.compat_headers`)."""
 
     litellm: bool = True
-
-
-class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    """One deployment of a model alias: ``provider/model``, its load-balancing weight and,
-    optionally, its own ``prices`` (USD per million tokens; see :mod:`proxy.governance.pricing`)."""
-
-    target: str
-    weight: Annotated[float, Meta(gt=0)] = 1.0
-    prices: PriceSpec | None = None
 
 
 class PluginSpec(Struct, frozen=True):

@@ -25,12 +25,9 @@ from proxy.core.plugin import (
     FinishedRequest,
     Next,
     Plugin,
-    PluginContext,
-    PluginLoadError,
     anonymous,
     authenticator,
     compose,
-    load_plugins,
 )
 from proxy.core.redact import Redactor
 from proxy.db import Database
@@ -41,6 +38,7 @@ from proxy.governance.pricing import Catalog, PriceBook, ProviderPricing, family
 from proxy.providers import build_provider
 from proxy.providers.base import LocalProvider, Provider
 from proxy.runtime.config import ConfigError, GatewayConfig, load_config
+from proxy.runtime.plugins import PluginContext, PluginLoadError, load_plugins
 from proxy.state.config import StateConfig
 from proxy.state.policy import SharedState
 from proxy.upstream.call import Upstream

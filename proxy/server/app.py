@@ -23,7 +23,6 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from plugins import BUILTINS
 from proxy.admin import add_admin_routes
 from proxy.admin.guard import AdminContext
 from proxy.admin.litellm.routes import LiteLLMRoutes, add_litellm_routes
@@ -47,6 +46,7 @@ from proxy.http.drain import Drain
 from proxy.http.edges import HttpEdges, error_response, is_anthropic_request
 from proxy.http.side_routes import SideRoutes
 from proxy.runtime.config import ConfigError, ResponsesConfig, load_config
+from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import WEAKENINGS, Loader, ReloadRefused, Runtime, Snapshot
 from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState

@@ -108,14 +108,16 @@ def run_worker(
     """
     from aiohttp import web
 
-    from proxy.aiohttp_ext.server import GatewayRunner, reporter
-    from proxy.server.app import METRICS, RUNTIME, SERVER, create_app
+    from proxy.aiohttp_ext.server import GatewayRunner
+    from proxy.http.rejections import rejection_answers
+    from proxy.server.app import DRAIN, METRICS, RUNTIME, SERVER, create_app
 
     app = create_app(config_path)
     server = app[SERVER]
     runner = GatewayRunner(
         app,
-        on_rejected=reporter(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+        on_rejected=rejection_answers(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+        drain=app[DRAIN],
         handle_signals=True,  # SIGTERM/SIGINT raise GracefulExit in the loop
         # The app's on_shutdown gives requests server.shutdown_timeout (proxy.http.drain)
         shutdown_timeout=_AFTER_DRAIN,

@@ -12,15 +12,27 @@ provider.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated
+
+from msgspec import Meta, Struct
 
 from proxy.core.canonical import Deployment
 from proxy.core.errors import BadRequest, ModelNotFound, NoReadyDeployment
-from proxy.runtime.config import DeploymentConfig
+from proxy.governance.price_catalog import PriceSpec
 
 MAX_MODEL_NAME = 256
 MAX_REMEMBERED_DIRECT = 1024
 """How many ``provider/model`` names a router keeps the resolved deployment of (clients choose
 the names, so the memo is bounded; a name past it is resolved afresh each time)."""
+
+
+class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """One deployment of a model alias: ``provider/model``, its load-balancing weight and,
+    optionally, its own ``prices`` (USD per million tokens; see :mod:`proxy.governance.pricing`)."""
+
+    target: str
+    weight: Annotated[float, Meta(gt=0)] = 1.0
+    prices: PriceSpec | None = None
 
 
 class Router:

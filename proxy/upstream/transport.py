@@ -14,17 +14,12 @@ bounded pieces (:mod:`proxy.upstream.bodies`): a whole answer past the provider'
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.http_parser import RawResponseMessage
-from aiohttp.streams import StreamReader
 
-from proxy.aiohttp_ext.flow_control import ResumeWhenPaused
-from proxy.aiohttp_ext.upstream_body import UpstreamBody
+from proxy.aiohttp_ext.upstream_connection import UpstreamConnector
 from proxy.core.canonical import Chunk, RawFrames
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable, drop_tracebacks
 from proxy.core.sse import SSEDecoder
@@ -39,30 +34,6 @@ from proxy.upstream.bodies import ACCEPT_ENCODING, body_reader, read_prefix, rea
 
 USER_AGENT = "crossway"
 MAX_ERROR_BODY = 64 * 1024
-
-
-class UpstreamConnection(ResumeWhenPaused, ResponseHandler):
-    """aiohttp's client protocol, resuming reading only when it was paused
-    (:mod:`proxy.aiohttp_ext.flow_control`: here once per buffered HTTP chunk of an answer), whose
-    answers' bodies are :class:`~proxy.aiohttp_ext.upstream_body.UpstreamBody` readers."""
-
-    def feed_data(self, data: tuple[RawResponseMessage, StreamReader], size: int = 0) -> None:
-        """Queue an answer (its head and its body's reader) for the response to read, giving
-        the reader :class:`~proxy.aiohttp_ext.upstream_body.UpstreamBody`'s class (aiohttp's parser
-        makes plain ones; a body-less answer's shared empty reader is left as it is)."""
-        body = data[1]
-        if type(body) is StreamReader:
-            body.__class__ = UpstreamBody
-        super().feed_data(data, size)
-
-
-class UpstreamConnector(aiohttp.TCPConnector):
-    """``aiohttp.TCPConnector`` that connects with :class:`UpstreamConnection` (it sets the
-    connector's protocol factory, ``_factory``, as aiohttp's own constructor does)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._factory = functools.partial(UpstreamConnection, loop=self._loop)
 
 
 class HttpTransport:

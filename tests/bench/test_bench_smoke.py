@@ -16,9 +16,9 @@ from bench.targets import (
     start_passthrough,
     start_upstream,
 )
-from plugins import BUILTINS
 from proxy.core.metrics import Metrics
 from proxy.runtime.config import load_config
+from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import Loader
 
 _SETTINGS = Settings(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from plugins.cache import CacheConfig, CachePlugin
 from proxy.core.canonical import Call, Principal, Reply
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.plugin import Next
+from proxy.runtime.plugins import PluginContext
 from tests.faults import FakeClock
 
 

@@ -12,8 +12,9 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.aiohttp_ext.server import GatewayRunner, reporter
-from proxy.server.app import METRICS, RUNTIME, create_app
+from proxy.aiohttp_ext.server import GatewayRunner
+from proxy.http.rejections import rejection_answers
+from proxy.server.app import DRAIN, METRICS, RUNTIME, create_app
 from tests.e2e.fake_openai import FakeOpenAI
 
 # Matches no built-in key shape (proxy.core.redact), so only the configured-secret rule can hide it:
@@ -71,7 +72,8 @@ async def start_site(app: web.Application) -> tuple[web.AppRunner, str]:
     if METRICS in app:
         runner: web.AppRunner = GatewayRunner(
             app,
-            on_rejected=reporter(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+            on_rejected=rejection_answers(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+            drain=app[DRAIN],
             handler_cancellation=True,
         )
     else:

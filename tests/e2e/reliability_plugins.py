@@ -12,7 +12,7 @@ import random
 
 from plugins.balance import BalanceConfig, BalancePlugin
 from plugins.retry import RetryConfig, RetryPlugin
-from proxy.core.plugin import PluginContext
+from proxy.runtime.plugins import PluginContext
 from proxy.state.memory_store import MemoryStore
 from tests.faults import FakeClock
 

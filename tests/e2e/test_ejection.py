@@ -1,5 +1,5 @@
 """A burst of concurrent requests to a failing upstream ejects its deployment once, through the
-HTTP server (Envoy's outlier-detection semantics; see plugins/health.py)."""
+HTTP server (Envoy's outlier-detection semantics; see proxy/upstream/health.py)."""
 
 from __future__ import annotations
 

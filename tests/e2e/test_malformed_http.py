@@ -16,8 +16,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.aiohttp_ext.server import GatewayRunner, reporter
-from proxy.server.app import METRICS, RUNTIME, create_app
+from proxy.aiohttp_ext.server import GatewayRunner
+from proxy.http.rejections import rejection_answers
+from proxy.server.app import DRAIN, METRICS, RUNTIME, create_app
 from tests.proxy.dialects.adapters.gateway import MOCK_PROVIDERS
 
 SECRET = "sk-client-secret-0123456789abcdefXYZ"
@@ -58,7 +59,8 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     app = create_app(config, log_stream=logs)
     runner = GatewayRunner(
         app,
-        on_rejected=reporter(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+        on_rejected=rejection_answers(app[METRICS], lambda: app[RUNTIME].snapshot.logger),
+        drain=app[DRAIN],
         handler_cancellation=True,
         access_log=None,
     )

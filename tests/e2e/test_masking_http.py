@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from plugins.masking import MaskingConfig, MaskingPlugin
-from proxy.core.plugin import PluginContext
 from proxy.pii.text import TextView
+from proxy.runtime.plugins import PluginContext
 from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.masking_upstream import EchoUpstream

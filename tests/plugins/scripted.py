@@ -30,10 +30,9 @@ from proxy.core.canonical import (
 )
 from proxy.core.errors import GatewayError, UpstreamUnavailable, upstream_error_for_status
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginContext
 from proxy.governance.pricing import PriceBook
-from proxy.runtime.config import DeploymentConfig
-from proxy.upstream.router import Router
+from proxy.runtime.plugins import PluginContext
+from proxy.upstream.router import DeploymentConfig, Router
 from tests.faults import FakeClock
 
 ErrorFactory = Callable[[], GatewayError]

@@ -9,9 +9,10 @@ from plugins.auth import AuthPlugin
 from proxy.core.canonical import Call, GatewayOptions, Message, Principal, WeightedTarget
 from proxy.core.errors import AuthenticationFailed, PermissionDenied
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginContext, compose
+from proxy.core.plugin import compose
 from proxy.governance.auth.authenticator import Authenticator
 from proxy.governance.auth.config import AuthConfig, DeclaredKey
+from proxy.runtime.plugins import PluginContext
 from tests.plugins.scripted import ScriptedUpstream, router, sample
 
 KEY = "sk-cw-" + "k" * 40

@@ -24,10 +24,11 @@ from proxy.core.canonical import (
 )
 from proxy.core.errors import GatewayError, NoReadyDeployment, RateLimited
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginLoadError, compose, load_plugins
+from proxy.core.plugin import compose
 from proxy.governance.price_catalog import parse_price
 from proxy.governance.pricing import Catalog, PriceBook
 from proxy.runtime.config import PluginSpec
+from proxy.runtime.plugins import PluginLoadError, load_plugins
 from proxy.state.memory_store import MemoryStore
 from proxy.state.store import StoreUnavailable
 from tests.faults import FakeClock

@@ -31,7 +31,7 @@ from proxy.core.canonical import (
 )
 from proxy.core.errors import BadRequest, UpstreamError, UpstreamUnavailable
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginContext
+from proxy.runtime.plugins import PluginContext
 from proxy.state.memory_store import MemoryStore
 from proxy.state.store import StoreUnavailable
 from tests.faults import FakeClock

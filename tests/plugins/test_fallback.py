@@ -16,10 +16,11 @@ from proxy.core.errors import (
     UpstreamUnavailable,
 )
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginLoadError, compose, load_plugins
+from proxy.core.plugin import compose
 from proxy.governance.price_catalog import parse_price
 from proxy.governance.pricing import Catalog, PriceBook
 from proxy.runtime.config import PluginSpec
+from proxy.runtime.plugins import PluginLoadError, load_plugins
 from tests.plugins.scripted import ScriptedUpstream, context, fail, router, sample
 
 MODELS: dict = {

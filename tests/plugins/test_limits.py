@@ -9,7 +9,8 @@ from plugins.limits import LimitExceeded, LimitsOptions, LimitsPlugin, duration
 from proxy.core.canonical import Call, Message, Params, Principal, RateLimits
 from proxy.core.errors import UpstreamUnavailable
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginContext, compose
+from proxy.core.plugin import compose
+from proxy.runtime.plugins import PluginContext
 from proxy.state.memory_store import MemoryStore
 from proxy.state.store import StoreUnavailable
 from tests.faults import FakeClock

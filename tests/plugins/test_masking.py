@@ -27,8 +27,8 @@ from proxy.core.canonical import (
 )
 from proxy.core.errors import BadRequest, GatewayError, InternalError, UpstreamClientError
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginContext
 from proxy.pii.text import TextView
+from proxy.runtime.plugins import PluginContext
 
 EMAIL = "jane.doe@example.com"
 CARD = "4111 1111 1111 1111"

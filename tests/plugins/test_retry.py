@@ -21,8 +21,9 @@ from proxy.core.errors import (
     UpstreamUnavailable,
 )
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginLoadError, compose, load_plugins
+from proxy.core.plugin import compose
 from proxy.runtime.config import PluginSpec
+from proxy.runtime.plugins import PluginLoadError, load_plugins
 from tests.plugins.scripted import ScriptedUpstream, context, cut, drain, fail, sample
 
 TARGET = "p/m"

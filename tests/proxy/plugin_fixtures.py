@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgspec
 
 from proxy.core.canonical import Call, Reply
-from proxy.core.plugin import Next, PluginContext
+from proxy.core.plugin import Next
+from proxy.runtime.plugins import PluginContext
 
 MODULE = __name__
 

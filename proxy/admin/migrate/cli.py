@@ -107,11 +107,11 @@ def print_report(translation: Translation, out: TextIO) -> None:
 def validate(text: str, path: Path, environ: Mapping[str, str], out: TextIO) -> bool:
     """Check ``text`` as ``crossway check`` checks ``path`` and print what it prints; unset
     variables get placeholders (named in the output). False, with every error, if invalid."""
-    from plugins import BUILTINS
     from proxy.core.metrics import Metrics
     from proxy.runtime.config import ConfigError, parse_config
+    from proxy.runtime.describe import describe
+    from proxy.runtime.plugins import BUILTINS
     from proxy.runtime.snapshot import Blueprint, Loader
-    from proxy.server.cli import describe
 
     missing = [name for name in env_names(yaml.safe_load(text)) if name not in environ]
     env = {**environ, **{name: placeholder(name) for name in missing}}

@@ -8,7 +8,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from proxy.aiohttp_ext.flow_control import ResumeWhenPaused
 from proxy.aiohttp_ext.server import GatewayRequestHandler
-from proxy.upstream.transport import UpstreamConnection
+from proxy.aiohttp_ext.upstream_connection import UpstreamConnection
 
 
 class _Protocol:

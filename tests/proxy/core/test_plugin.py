@@ -8,7 +8,6 @@ import msgspec
 import pytest
 import structlog
 
-from plugins import BUILTINS
 from plugins.headers import HeadersPlugin
 from proxy.core.canonical import (
     Call,
@@ -23,8 +22,9 @@ from proxy.core.canonical import (
 )
 from proxy.core.errors import UpstreamOverloaded
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginContext, PluginLoadError, compose, load_plugins
+from proxy.core.plugin import compose
 from proxy.runtime.config import PluginSpec, parse_config
+from proxy.runtime.plugins import BUILTINS, PluginContext, PluginLoadError, load_plugins
 from tests.proxy import plugin_fixtures as fx
 
 

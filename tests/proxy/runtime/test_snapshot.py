@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from plugins import BUILTINS
 from proxy.core.canonical import Call, Reply
 from proxy.core.metrics import Metrics
 from proxy.runtime.config import ConfigError
+from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import Loader, ReloadRefused, Runtime, Snapshot
 
 CLOSED: list[str] = []

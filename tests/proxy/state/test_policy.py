@@ -11,7 +11,8 @@ import structlog
 from plugins.limits import LimitExceeded, LimitsOptions, LimitsPlugin
 from proxy.core.canonical import Call, Message, Principal, RateLimits
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import PluginContext, compose
+from proxy.core.plugin import compose
+from proxy.runtime.plugins import PluginContext
 from proxy.state.config import BreakerConfig, OnUnavailable, RedisConfig, StateConfig
 from proxy.state.memory_store import MemoryStore
 from proxy.state.policy import SharedState, StateUnavailable

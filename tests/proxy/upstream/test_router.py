@@ -6,8 +6,7 @@ import pytest
 
 from proxy.core.canonical import Deployment
 from proxy.core.errors import BadRequest, ModelNotFound, NoReadyDeployment
-from proxy.runtime.config import DeploymentConfig
-from proxy.upstream.router import MAX_REMEMBERED_DIRECT, Router
+from proxy.upstream.router import MAX_REMEMBERED_DIRECT, DeploymentConfig, Router
 
 READY = {"mock": True, "openai": True, "keyless": False, "other": True}
 

@@ -1,4 +1,4 @@
-"""plugins/health.py: consecutive failures eject a deployment for a cooldown that grows."""
+"""proxy/upstream/health.py: consecutive failures eject a deployment for a cooldown that grows."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import asyncio
 import pytest
 import structlog.testing
 
-from plugins.health import Health, HealthConfig
 from proxy.core.canonical import Deployment
 from proxy.core.metrics import Metrics
 from proxy.state.memory_store import MemoryStore
+from proxy.upstream.health import Health, HealthConfig
 from tests.faults import FakeClock
 from tests.plugins.scripted import sample
 
