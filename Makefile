@@ -70,9 +70,13 @@ browser:
 	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	       chromium >/dev/null; }
 
+# Style, the layering of ARCHITECTURE.md (import-linter, contracts in pyproject.toml) and types
+# (mypy: strict on core, dialects, providers and governance).
 lint: setup-test
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 # The suite runs on up to four pytest-xdist workers, one test file per worker at a time (the
 # e2e files share their gateways between tests); each worker starts its own engines.

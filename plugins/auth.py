@@ -19,9 +19,10 @@ call is :data:`~proxy.core.canonical.ANONYMOUS` and the gateway is open.
 
 from __future__ import annotations
 
-from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply
+from proxy.core.canonical import ANONYMOUS, Call, Principal
 from proxy.core.errors import PermissionDenied
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.runtime.plugins import PluginContext
 
 

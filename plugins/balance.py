@@ -52,10 +52,11 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import Call, Deployment, Reply, Usage
+from proxy.core.canonical import Call, Deployment, Usage
 from proxy.core.errors import GatewayError, NoReadyDeployment, RateLimited, UpstreamError
 from proxy.core.observed import observe
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.core.token_estimate import expected_tokens
 from proxy.governance.pricing import expected_nanos
 from proxy.runtime.plugins import PluginContext

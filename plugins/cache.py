@@ -75,9 +75,10 @@ from proxy.cache.lru import ByteLRU
 from proxy.cache.replay import CACHE_HEADER, OPENAI, hit_reply
 from proxy.cache.semantic import SemanticConfig
 from proxy.cache.semantic_feed import SemanticFeed
-from proxy.core.canonical import Accounting, Call, Reply, Response
+from proxy.core.canonical import Accounting, Call
 from proxy.core.errors import GatewayError, NoReadyDeployment
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply, Response
 from proxy.runtime.plugins import PluginContext
 from proxy.state.store import StoreUnavailable
 
@@ -305,7 +306,7 @@ class CachePlugin:
         """:meth:`_read` from the memory backend, which answers at once: each entry is decoded
         on its first read only and kept decoded (:meth:`ByteLRU.get_decoded`), so hits share
         one :class:`Entry` and its answer, which nothing changes in place (see
-        :class:`~proxy.core.canonical.Reply`)."""
+        :class:`~proxy.core.reply.Reply`)."""
         lru = self._lru
         assert lru is not None
         try:

@@ -64,12 +64,13 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import ANONYMOUS, Budget, Call, Principal, Reply, Usage
+from proxy.core.canonical import ANONYMOUS, Budget, Call, Principal, Usage
 from proxy.core.errors import BudgetExceeded, BudgetUnavailable
 from proxy.core.headers import COST_HEADER
 from proxy.core.metered import message_tokens
 from proxy.core.observed import observe
 from proxy.core.plugin import FinishedRequest, Next
+from proxy.core.reply import Reply
 from proxy.core.token_estimate import estimate_prompt_tokens, expected_tokens, output_limit
 from proxy.governance.budgets.alerts import AlertsConfig, SoftLimitAlerts, rfc3339
 from proxy.governance.budgets.counters import SpendCounters

@@ -41,7 +41,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import Call, Deployment, Reply
+from proxy.core.canonical import Call, Deployment
 from proxy.core.errors import (
     DeadlineExceeded,
     ErrorKind,
@@ -51,6 +51,7 @@ from proxy.core.errors import (
 )
 from proxy.core.headers import ATTEMPTS_HEADER, FALLBACK_HEADER
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.core.token_estimate import expected_tokens
 from proxy.governance.pricing import expected_nanos
 from proxy.runtime.plugins import PluginContext

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import msgspec
 
-from proxy.core.canonical import Call, Reply
+from proxy.core.canonical import Call
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 
 _NEVER_FORWARDED = frozenset(
     {

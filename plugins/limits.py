@@ -42,10 +42,11 @@ from typing import Annotated, NoReturn
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import Call, Principal, Reply, Usage
+from proxy.core.canonical import Call, Principal, Usage
 from proxy.core.errors import RateLimited
 from proxy.core.observed import observe
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.core.token_estimate import expected_tokens
 from proxy.runtime.plugins import PluginContext
 from proxy.state.policy import SharedState, StateUnavailable

@@ -37,9 +37,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import Call, GatewayOptions, Message, Reply
+from proxy.core.canonical import Call, GatewayOptions, Message
 from proxy.core.errors import BadRequest, GatewayError, InternalError
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.pii.custom import pattern_finder, words_finder
 from proxy.pii.detectors import BUILTIN_FINDERS, Finder
 from proxy.pii.request import Findings, Rule, mask_messages

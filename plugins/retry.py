@@ -49,10 +49,11 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import Call, Reply, RetryOptions
+from proxy.core.canonical import Call, RetryOptions
 from proxy.core.errors import DeadlineExceeded, GatewayError, UpstreamError
 from proxy.core.headers import ATTEMPTS_HEADER
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.runtime.plugins import PluginContext
 
 Sleep = Callable[[float], Awaitable[None]]

@@ -26,7 +26,8 @@ from proxy.cache.control import directives
 from proxy.cache.entry import Entry, encode_entry
 from proxy.cache.key import cache_key
 from proxy.cache.lru import ByteLRU
-from proxy.core.canonical import Choice, Message, Response, Usage
+from proxy.core.canonical import Message, Usage
+from proxy.core.reply import Choice, Response
 from proxy.dialects.openai_chat import OpenAIChatDialect
 
 CONVERSATION_BYTES = 2048

@@ -38,26 +38,13 @@ from plugins.auth import AuthPlugin
 from plugins.cost import CostConfig, CostPlugin
 from plugins.limits import LimitsOptions, LimitsPlugin
 from plugins.masking import MaskingConfig, MaskingPlugin
-from proxy.core.canonical import (
-    Budget,
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    Deployment,
-    Message,
-    Principal,
-    RawFrames,
-    Reply,
-    Response,
-    Timings,
-)
+from proxy.core.canonical import Budget, Call, Deployment, Message, Principal, Timings
 from proxy.core.errors import GatewayError
 from proxy.core.logs import make_logger
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import Next, Plugin, compose
 from proxy.core.redact import Redactor
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, RawFrames, Reply, Response
 from proxy.governance.auth.authenticator import Authenticator
 from proxy.governance.auth.config import AuthConfig, DeclaredKey, TeamConfig
 from proxy.governance.ledger.journal import Journal

@@ -27,17 +27,8 @@ from functools import partial
 import structlog
 
 from bench.micro.harness import USAGE, Request, cpu_per_request, interleaved
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    Message,
-    Reply,
-    Response,
-    batched,
-)
+from proxy.core.canonical import Call, Message
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response, batched
 from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Dialect
 from proxy.dialects.openai_chat import OpenAIChatDialect

@@ -12,8 +12,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from proxy.core.canonical import Call, Principal, Usage, batched
+from proxy.core.canonical import Call, Principal, Usage
 from proxy.core.plugin import FinishedRequest, Next
+from proxy.core.reply import batched
 from proxy.governance.ledger.writer import LedgerWriter
 
 MODES = {"non-stream": (False, False), "stream": (True, False), "relay": (True, True)}

@@ -26,7 +26,8 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from proxy.core.canonical import Chunk, ChunkChoice, Delta, Message, RawFrames
+from proxy.core.canonical import Message
+from proxy.core.reply import Chunk, ChunkChoice, Delta, RawFrames
 from proxy.pii.detectors import BUILTIN_FINDERS
 from proxy.pii.request import Rule, mask_messages
 from proxy.pii.restore import Rewriter

@@ -18,17 +18,8 @@ from typing import Any
 
 from msgspec import UNSET, UnsetType
 
-from proxy.core.canonical import (
-    Choice,
-    Chunk,
-    FinishReason,
-    FunctionCall,
-    Message,
-    Response,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from proxy.core.canonical import FinishReason, FunctionCall, Message, ToolCall, Usage
+from proxy.core.reply import Choice, Chunk, Response, ToolCallDelta
 
 
 class _ToolCallParts:

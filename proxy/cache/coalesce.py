@@ -20,8 +20,9 @@ from collections.abc import Callable
 from proxy.cache.entry import CorruptEntry, decode_entry
 from proxy.cache.flight import Flight, FlightReader
 from proxy.cache.replay import CACHE_HEADER, hit_reply
-from proxy.core.canonical import Accounting, Call, Reply, Response
+from proxy.core.canonical import Accounting, Call
 from proxy.core.errors import GatewayError
+from proxy.core.reply import Reply, Response
 
 Record = Callable[[Accounting, int | None], None]
 """Told of each joined request: its accounting and what the answer saved (None: not known)."""

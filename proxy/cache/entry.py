@@ -1,6 +1,6 @@
 """The stored form of one complete answer, and the checks that keep a bad one from being served.
 
-An entry is a whole canonical :class:`~proxy.core.canonical.Response` — a stream that completed is
+An entry is a whole canonical :class:`~proxy.core.reply.Response` — a stream that completed is
 folded into one first (:mod:`proxy.cache.assemble`) — with what the cache needs besides: when it
 was made and when it expires (wall-clock seconds, so that instances sharing a store agree on an
 entry's age), the deployment that produced it, and what it cost (for the savings a hit reports).
@@ -23,7 +23,7 @@ import msgspec
 
 from proxy.cache.key import FORMAT
 from proxy.cache.replay import replay_frames, usage_json
-from proxy.core.canonical import Response
+from proxy.core.reply import Response
 
 MAGIC = b"CWC" + bytes([FORMAT])
 
@@ -34,7 +34,7 @@ class Entry(msgspec.Struct, array_like=True):
     ``frames`` the replay's frames, when kept (None otherwise: a stream is then replayed from
     ``response``), with ``usage_json`` its usage chunk's OpenAI JSON
     (:func:`~proxy.cache.replay.usage_json`); ``verbatim`` whether ``response.raw`` is known
-    to say exactly what the canonical fields say (:meth:`~proxy.core.canonical.Response.unchanged`
+    to say exactly what the canonical fields say (:meth:`~proxy.core.reply.Response.unchanged`
     held when it was set)."""
 
     created: float

@@ -9,7 +9,7 @@ The leader's call then ends one of three ways:
   never handed to another (:meth:`Flight.join` returns None);
 - it returns a whole answer (:meth:`Flight.finish_whole`): joiners receive its encoded entry;
 - it returns a stream (:meth:`Flight.start_stream`): the stream is read once and fanned out.
-  Each reader (the leader's, and one per joiner) is a :class:`~proxy.core.canonical.BatchedStream`
+  Each reader (the leader's, and one per joiner) is a :class:`~proxy.core.reply.BatchedStream`
   that hands over every item received so far, so a joiner that arrives mid-stream first catches
   up in one batch, then follows live.
 
@@ -44,8 +44,9 @@ from collections.abc import AsyncIterator, Callable
 import msgspec
 
 from proxy.cache.assemble import assemble
-from proxy.core.canonical import BatchedStream, Chunk, RawFrames, Reply, Response, Timings, batched
+from proxy.core.canonical import Timings
 from proxy.core.errors import GatewayError, UpstreamUnavailable
+from proxy.core.reply import BatchedStream, Chunk, RawFrames, Reply, Response, batched
 
 _PENDING, _WHOLE, _STREAM, _FAILED = "pending", "whole", "stream", "failed"
 _CHUNK_ENCODER = msgspec.msgpack.Encoder()
@@ -294,7 +295,7 @@ class Flight:
 class FlightReader:
     """One request's view of a flight's stream (see :class:`Flight`).
 
-    A :class:`~proxy.core.canonical.BatchedStream` that can also be iterated; the leader's reader
+    A :class:`~proxy.core.reply.BatchedStream` that can also be iterated; the leader's reader
     hands over the original items, a joiner's reader fresh copies (and adds the time it waits
     to its request's ``upstream_wait``; the leader's waits are counted by the upstream stream).
     """
@@ -318,7 +319,7 @@ class FlightReader:
         return done and self._cursor >= len(flight._items)
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.canonical.BatchedStream`."""
+        """See :class:`~proxy.core.reply.BatchedStream`."""
         flight = self._flight
         while self._cursor >= len(flight._items):
             if flight._error is not None:
@@ -368,7 +369,7 @@ def _folded(kept: list[Kept]) -> list[Chunk]:
     """Chunks for kept items, to fold into an answer (not for a client: no ``raw``).
 
     Each run of verbatim frames is decoded in one pass, as one JSON array of OpenAI chunks
-    (which the frames are, see :class:`~proxy.core.canonical.RawFrames`), instead of frame by frame:
+    (which the frames are, see :class:`~proxy.core.reply.RawFrames`), instead of frame by frame:
     about half the cost for a typical stream. A run that does not decode so is parsed frame by
     frame by its provider.
     """

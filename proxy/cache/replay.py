@@ -14,7 +14,7 @@ marker.
 write. An entry may also keep its replay pre-encoded (:func:`replay_frames`): every chunk but the
 usage chunk as the OpenAI chat frames that dialect would write for them, which a reader that can
 take verbatim frames (``next_batch(raw=True)``) receives as one
-:class:`~proxy.core.canonical.RawFrames` instead of chunks to encode again; read back with
+:class:`~proxy.core.reply.RawFrames` instead of chunks to encode again; read back with
 :class:`FrameParser`, those frames give exactly the chunks :func:`replay_chunks` makes (the first
 one's ``input_usage`` and the stop sequences, which OpenAI's format lacks, restored from the
 answer).
@@ -25,8 +25,8 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from proxy.core.canonical import (
-    Call,
+from proxy.core.canonical import Call, Usage
+from proxy.core.reply import (
     Chunk,
     ChunkChoice,
     Delta,
@@ -36,7 +36,6 @@ from proxy.core.canonical import (
     Reply,
     Response,
     ToolCallDelta,
-    Usage,
 )
 from proxy.dialects.openai_chat import ChatStreamEncoder, OpenAIChatDialect
 
@@ -64,7 +63,7 @@ def hit_reply(
     replayed (:class:`ReplayStream`, from ``frames`` and the ``usage`` chunk's JSON when the
     entry kept them) when ``call`` asked for a stream. A whole answer whose ``raw`` body is
     ``verbatim`` (its canonical fields say what it says) carries that body, for an OpenAI chat
-    client, as its :class:`~proxy.core.canonical.Encoded` one."""
+    client, as its :class:`~proxy.core.reply.Encoded` one."""
     headers = {CACHE_HEADER: "hit", "age": str(int(age))}
     if call.stream:
         stream = ReplayStream(response, frames, usage)
@@ -139,7 +138,7 @@ def replay_chunks(response: Response) -> list[Chunk]:
 def replay_frames(response: Response) -> bytes | None:
     """Every chunk of ``response``'s replay but the usage chunk, as OpenAI chat frames; None
     when they could not be verbatim frames (an answer without an id, a model or a creation
-    time, which :class:`~proxy.core.canonical.RawFrames` must name, or without a choice)."""
+    time, which :class:`~proxy.core.reply.RawFrames` must name, or without a choice)."""
     if not (response.id and response.model and response.created and response.choices):
         return None
     chunks = replay_chunks(response)
@@ -188,9 +187,9 @@ class FrameParser:
 class ReplayStream:
     """A reply stream over a whole answer's replay: one batch with all of it, then the end.
 
-    It is the :class:`~proxy.core.canonical.BatchedStream` of a cache hit; iterating it yields the
+    It is the :class:`~proxy.core.reply.BatchedStream` of a cache hit; iterating it yields the
     chunks of :func:`replay_chunks` one by one. Given ``frames`` (:func:`replay_frames` of the
-    same answer), a raw read gets them as one :class:`~proxy.core.canonical.RawFrames` followed by
+    same answer), a raw read gets them as one :class:`~proxy.core.reply.RawFrames` followed by
     the usage chunk (carrying ``usage``, its :func:`usage_json`, as its ``raw`` JSON when given),
     and the chunks are never built. Nothing is held open, so ``aclose`` only drops what is left.
     """

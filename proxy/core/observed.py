@@ -25,8 +25,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
-from proxy.core.canonical import Chunk, RawFrames, Usage, batched
+from proxy.core.canonical import Usage
 from proxy.core.metered import chunk_characters
+from proxy.core.reply import Chunk, RawFrames, batched
 from proxy.core.token_estimate import estimate_tokens
 
 EndHook = Callable[[Usage | None, int], Awaitable[None] | None]

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
-from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply, Usage
+from proxy.core.canonical import ANONYMOUS, Call, Principal, Usage
+from proxy.core.reply import Reply
 
 if TYPE_CHECKING:
     pass

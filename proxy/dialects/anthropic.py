@@ -56,13 +56,13 @@ from proxy.core.canonical import (
     ImageURL,
     Message,
     Params,
-    Reply,
     TextPart,
     Timings,
     Tool,
     ToolCall,
 )
 from proxy.core.errors import GatewayError
+from proxy.core.reply import Reply
 from proxy.dialects.anthropic_replies import (
     AnthropicStreamEncoder,
     encode_message,

@@ -13,8 +13,9 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from proxy.core.canonical import Call, Chunk, Message, Reply, Usage
+from proxy.core.canonical import Call, Message, Usage
 from proxy.core.errors import GatewayError
+from proxy.core.reply import Chunk, Reply
 from proxy.core.sse import encode_named_frame
 from proxy.dialects.blocks import Block, Change, StreamBlocks
 

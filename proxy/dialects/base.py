@@ -15,8 +15,9 @@ from typing import Protocol
 
 import msgspec
 
-from proxy.core.canonical import Call, Chunk, Reply
+from proxy.core.canonical import Call
 from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.reply import Chunk, Reply
 
 MAX_JSON_DEPTH = 128
 """The deepest nesting of arrays and objects a request body may have (real ones stay near 10)."""
@@ -35,7 +36,7 @@ class StreamEncoder(Protocol):
     ``keepalive`` is the idle interval in seconds after which the app sends :meth:`ping`
     (None: the dialect has no keep-alive frames). An encoder whose frames are OpenAI chat chunks
     may also define ``relay(frames: RawFrames) -> bytes``, the bytes for a run of ordinary
-    upstream chunks kept verbatim (:class:`~proxy.core.canonical.RawFrames`); without it the app
+    upstream chunks kept verbatim (:class:`~proxy.core.reply.RawFrames`); without it the app
     hands it decoded chunks only.
     """
 

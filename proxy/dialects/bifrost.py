@@ -39,19 +39,9 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.core.canonical import (
-    Call,
-    Chunk,
-    Delta,
-    GatewayOptions,
-    Message,
-    Params,
-    Reply,
-    Timings,
-    ToolCall,
-    ToolCallDelta,
-)
+from proxy.core.canonical import Call, GatewayOptions, Message, Params, Timings, ToolCall
 from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.reply import Chunk, Delta, Reply, ToolCallDelta
 from proxy.core.sse import encode_data_frame
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import DONE_FRAME, OpenAIUsage, decode_extra

@@ -20,7 +20,7 @@ from typing import Literal, NamedTuple
 
 from msgspec import UNSET
 
-from proxy.core.canonical import ToolCallDelta
+from proxy.core.reply import ToolCallDelta
 
 Kind = Literal["text", "reasoning", "tool_call"]
 

@@ -50,13 +50,13 @@ from proxy.core.canonical import (
     ImageURL,
     Message,
     Params,
-    Reply,
     TextPart,
     Timings,
     Tool,
     ToolCall,
 )
 from proxy.core.errors import GatewayError
+from proxy.core.reply import Reply
 from proxy.dialects.base import REASONING_EFFORT, bad_request, invalid
 from proxy.dialects.fabro_replies import (
     FabroStreamEncoder,

@@ -14,8 +14,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.core.canonical import Accounting, Call, Chunk, Message, Reply, Usage
+from proxy.core.canonical import Accounting, Call, Message, Usage
 from proxy.core.errors import GatewayError
+from proxy.core.reply import Chunk, Reply
 from proxy.core.sse import encode_named_frame
 from proxy.dialects.blocks import Block, Change, StreamBlocks
 

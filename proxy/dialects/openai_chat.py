@@ -26,20 +26,9 @@ from typing import Annotated, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    GatewayOptions,
-    Message,
-    Params,
-    RawFrames,
-    Reply,
-    Timings,
-    Usage,
-)
+from proxy.core.canonical import Call, GatewayOptions, Message, Params, Timings, Usage
 from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.reply import Choice, Chunk, ChunkChoice, RawFrames, Reply
 from proxy.core.sse import encode_data_frame
 from proxy.dialects.base import bad_request
 from proxy.dialects.passthrough import merged, without_usage

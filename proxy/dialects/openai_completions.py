@@ -21,17 +21,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.core.canonical import (
-    MAX_TOKENS_LIMIT,
-    Call,
-    Chunk,
-    Message,
-    Params,
-    Reply,
-    Seed,
-    Timings,
-)
+from proxy.core.canonical import MAX_TOKENS_LIMIT, Call, Message, Params, Seed, Timings
 from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.reply import Chunk, Reply
 from proxy.core.sse import encode_data_frame
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import (

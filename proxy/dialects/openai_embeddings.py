@@ -6,7 +6,7 @@ token list or a list of token lists (at most 2,048 inputs, none empty); ``encodi
 its SDK asks for by default); ``dimensions`` shortens the vectors on models that support it;
 ``user`` names the end user. Other fields pass through to OpenAI-compatible upstreams
 (``Call.extra``). The call is canonical with :attr:`~proxy.core.canonical.Call.embedding` set and no
-messages; the reply's :class:`~proxy.core.canonical.Embeddings` become ``CreateEmbeddingResponse``.
+messages; the reply's :class:`~proxy.core.reply.Embeddings` become ``CreateEmbeddingResponse``.
 Errors are OpenAI's error JSON. Embeddings are never streamed.
 """
 
@@ -21,8 +21,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.core.canonical import Call, EmbeddingRequest, Params, Reply, Timings
+from proxy.core.canonical import Call, EmbeddingRequest, Params, Timings
 from proxy.core.errors import BadRequest
+from proxy.core.reply import Reply
 from proxy.dialects.base import StreamEncoder, bad_request
 from proxy.dialects.openai_chat import OpenAIErrors, decode_extra
 

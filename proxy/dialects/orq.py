@@ -50,12 +50,12 @@ from proxy.core.canonical import (
     Call,
     GatewayOptions,
     Message,
-    Reply,
     RetryOptions,
     Timings,
     WeightedTarget,
 )
 from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.reply import Reply
 from proxy.dialects.base import bad_request
 from proxy.dialects.openai_chat import decode_extra
 from proxy.dialects.openai_completions import (

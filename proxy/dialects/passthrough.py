@@ -1,7 +1,7 @@
 """What an OpenAI-compatible upstream sent beyond the canonical types, for OpenAI clients.
 
 An OpenAI chat answer is normally encoded from the canonical
-:class:`~proxy.core.canonical.Response`, which models what the gateway understands. An
+:class:`~proxy.core.reply.Response`, which models what the gateway understands. An
 OpenAI-compatible upstream may send more: a vendor's top-level fields (Perplexity's ``citations``,
 Azure's ``prompt_filter_results``), choice fields (Azure's ``content_filter_results``, vLLM's
 ``stop_reason``), message fields (``audio``, ``function_call``, tomorrow's), usage fields and
@@ -9,7 +9,7 @@ details (``audio_tokens``, ``accepted_prediction_tokens``, OpenRouter's ``cost``
 keeps its body (``Response.raw``), and the OpenAI chat dialect answers with it:
 
 - verbatim, while nothing changed the answer since it was parsed
-  (:meth:`~proxy.core.canonical.Response.unchanged`) — the common case, which costs one encode;
+  (:meth:`~proxy.core.reply.Response.unchanged`) — the common case, which costs one encode;
 - else (a plugin rewrote it) :func:`merged`: the canonical fields as the dialect encodes them,
   which win, plus every member of the upstream's body they do not model, at the level it came
   from (top, choice, message, usage and its details).

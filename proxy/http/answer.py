@@ -7,9 +7,10 @@ answer (:mod:`proxy.http.sse_answer`) can both use them without importing each o
 
 from __future__ import annotations
 
-from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply, Usage
+from proxy.core.canonical import ANONYMOUS, Call, Principal, Usage
 from proxy.core.errors import GatewayError, drop_tracebacks
 from proxy.core.headers import SERVER_NAME
+from proxy.core.reply import Reply
 from proxy.dialects.base import Dialect
 from proxy.http.edges import REQUEST_ID, SERVER_HEADER
 

@@ -16,8 +16,8 @@ Every reply of a dialect route also carries:
 
 from __future__ import annotations
 
-from proxy.core.canonical import Reply
 from proxy.core.headers import COST_HEADER, FALLBACK_HEADER
+from proxy.core.reply import Reply
 
 COST = "x-litellm-response-cost"
 MODEL_ID = "x-litellm-model-id"

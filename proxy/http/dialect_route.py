@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.aiohttp_ext.whole_response import WholeResponse
-from proxy.core.canonical import ANONYMOUS, Call, Reply
+from proxy.core.canonical import ANONYMOUS, Call
 from proxy.core.errors import (
     GatewayError,
     InternalError,
@@ -43,6 +43,7 @@ from proxy.core.headers import SERVER_NAME
 from proxy.core.logs import AccessLog
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import FinishedRequest
+from proxy.core.reply import Reply
 from proxy.dialects.base import Dialect, check_json_depth
 from proxy.governance.pricing import nanos_to_usd
 from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers

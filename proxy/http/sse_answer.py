@@ -2,9 +2,9 @@
 
 :func:`stream_answer` writes the headers first (``text/event-stream``, no caching, no proxy
 buffering, and the headers of every answer), then the stream's items as they come: what arrived
-together (one :class:`~proxy.core.canonical.BatchedStream` batch) is encoded by the dialect's
+together (one :class:`~proxy.core.reply.BatchedStream` batch) is encoded by the dialect's
 :class:`~proxy.dialects.base.StreamEncoder` and flushed in one write; verbatim upstream frames
-(:class:`~proxy.core.canonical.RawFrames`) are relayed as they came when the encoder can relay them
+(:class:`~proxy.core.reply.RawFrames`) are relayed as they came when the encoder can relay them
 (an OpenAI client of an OpenAI-compatible upstream). The last batch leaves together with the
 dialect's end marker and the chunked encoding's end, in one write. A stream already complete
 when it starts (a cache replay) is written in one go: one body with a content length, the same
@@ -31,8 +31,9 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from proxy.aiohttp_ext.whole_response import WholeResponse
-from proxy.core.canonical import BatchedStream, Call, Chunk, RawFrames, Reply, Timings, batched
+from proxy.core.canonical import Call, Timings
 from proxy.core.errors import GatewayError
+from proxy.core.reply import BatchedStream, Chunk, RawFrames, Reply, batched
 from proxy.dialects.base import Dialect, StreamEncoder
 from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
 from proxy.http.drain import Drain, shutting_down

@@ -24,15 +24,8 @@ from typing import Any
 
 import msgspec
 
-from proxy.core.canonical import (
-    ContentPart,
-    FunctionCall,
-    Message,
-    RefusalPart,
-    Response,
-    TextPart,
-    ToolCall,
-)
+from proxy.core.canonical import ContentPart, FunctionCall, Message, RefusalPart, TextPart, ToolCall
+from proxy.core.reply import Response
 from proxy.pii.scanner import Scanner
 from proxy.pii.vault import PLACEHOLDER, Vault
 

@@ -10,7 +10,7 @@ when the stream ends. A chunk that changes is a copy: the original may be shared
 replay), and its verbatim bytes no longer describe it.
 
 :class:`RewritingStream` wraps a reply stream with a rewriter and offers the
-:class:`~proxy.core.canonical.BatchedStream` interface. Verbatim frames (``RawFrames``) are passed
+:class:`~proxy.core.reply.BatchedStream` interface. Verbatim frames (``RawFrames``) are passed
 on as they came when nothing is held and their bytes hold no ``<`` and no ``\\u003`` (so no
 placeholder can start in them) and the output is not scanned; otherwise they are decoded.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from proxy.core.canonical import (
+from proxy.core.reply import (
     Chunk,
     ChunkChoice,
     Delta,
@@ -214,11 +214,11 @@ class RewritingStream:
 
     @property
     def ended(self) -> bool:
-        """See :class:`~proxy.core.canonical.BatchedStream`."""
+        """See :class:`~proxy.core.reply.BatchedStream`."""
         return self._batches.ended
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.canonical.BatchedStream`."""
+        """See :class:`~proxy.core.reply.BatchedStream`."""
         while True:
             if self._done:
                 return []

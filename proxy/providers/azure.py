@@ -23,8 +23,9 @@ from urllib.parse import quote
 
 import msgspec
 
-from proxy.core.canonical import Call, Chunk, Delta, Embeddings, Response
+from proxy.core.canonical import Call
 from proxy.core.errors import UpstreamError
+from proxy.core.reply import Chunk, Delta, Embeddings, Response
 from proxy.providers.base import HttpRequest, ProviderConfig, path_segment
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 

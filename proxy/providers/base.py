@@ -18,8 +18,9 @@ from urllib.parse import quote
 import msgspec
 from msgspec import Meta, Struct
 
-from proxy.core.canonical import Call, Chunk, Response
+from proxy.core.canonical import Call
 from proxy.core.errors import BadRequest, UpstreamError
+from proxy.core.reply import Chunk, Response
 
 Seconds = Annotated[float, Meta(gt=0)]
 _Block = TypeVar("_Block")
@@ -85,7 +86,7 @@ class HttpProvider(Protocol):
     events are OpenAI chat chunks may define
     ``relay_frames(data: bytes) -> tuple[RawFrames | None, bytes]``: offered each network read
     that starts on an SSE frame boundary, it returns the run of ordinary chunks the read starts
-    with, undecoded (see :class:`~proxy.core.canonical.RawFrames`), so that OpenAI clients get them
+    with, undecoded (see :class:`~proxy.core.reply.RawFrames`), so that OpenAI clients get them
     verbatim, and the rest of the read, which goes through :meth:`parse_event` as usual. A
     provider whose API counts tokens defines ``count_tokens_request(call, model) -> HttpRequest``
     and ``parse_token_count(body) -> int`` (its errors go through :meth:`parse_error`): the

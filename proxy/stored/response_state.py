@@ -29,9 +29,10 @@ from typing import Any
 
 import msgspec
 
-from proxy.core.canonical import Call, Chunk, Message, Principal, RawFrames, Reply, batched
+from proxy.core.canonical import Call, Message, Principal
 from proxy.core.errors import BadRequest, GatewayError, NotFound
 from proxy.core.plugin import Authenticate, Next
+from proxy.core.reply import Chunk, RawFrames, Reply, batched
 from proxy.dialects.responses import envelope_of, whole_response
 from proxy.dialects.responses.objects import ENCODER, DeletedResponse
 from proxy.dialects.responses.output import OutputBuilder
@@ -162,7 +163,7 @@ class _RecordingStream:
     """A reply stream that feeds every chunk to ``builder`` before handing it on (the call's
     stream encoder frames the builder's events: the output is assembled once), and calls
     ``on_complete`` once the stream ended normally. It forwards
-    :class:`~proxy.core.canonical.BatchedStream` (always decoded: the Responses encoder has no
+    :class:`~proxy.core.reply.BatchedStream` (always decoded: the Responses encoder has no
     verbatim relay) and ``aclose``."""
 
     __slots__ = ("_batches", "_builder", "_done", "_inner", "_on_complete")
@@ -181,11 +182,11 @@ class _RecordingStream:
 
     @property
     def ended(self) -> bool:
-        """See :class:`~proxy.core.canonical.BatchedStream`."""
+        """See :class:`~proxy.core.reply.BatchedStream`."""
         return self._batches.ended
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.canonical.BatchedStream`."""
+        """See :class:`~proxy.core.reply.BatchedStream`."""
         batch = await self._batches.next_batch(False)
         add = self._builder.add
         for chunk in batch:

@@ -2,7 +2,7 @@
 
 It picks the deployment (the one a plugin chose, else weighted-random among the candidates),
 runs the provider — over the shared transport, or in-process — under the provider's clocks, and
-returns a :class:`~proxy.core.canonical.Reply`. An embeddings call (``Call.embedding``) goes to the
+returns a :class:`~proxy.core.reply.Reply`. An embeddings call (``Call.embedding``) goes to the
 provider's embedding translation (``build_embeddings`` / ``parse_embeddings``, or a local
 provider's ``embed``) and comes back as ``Reply.embeddings``; a provider without one answers
 400 ``embeddings_not_supported`` before anything is sent. Streams come back *primed* (their
@@ -19,17 +19,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from proxy.core.canonical import (
-    Call,
-    Chunk,
-    Deployment,
-    Embeddings,
-    RawFrames,
-    Reply,
-    Response,
-)
+from proxy.core.canonical import Call, Deployment
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
+from proxy.core.reply import Chunk, Embeddings, RawFrames, Reply, Response
 from proxy.providers.base import HttpProvider, LocalProvider, Provider
 from proxy.upstream.stream import ErrorHook, UpstreamClocks, UpstreamStream
 from proxy.upstream.transport import HttpTransport

@@ -14,9 +14,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from proxy.core.canonical import Chunk, RawFrames, Timings
+from proxy.core.canonical import Timings
 from proxy.core.errors import GatewayError, UpstreamTimeout
 from proxy.core.observed import HELD_ITEMS, EndHook, StreamEnd
+from proxy.core.reply import Chunk, RawFrames
 from proxy.providers.base import Timeouts
 
 ErrorHook = Callable[[str, GatewayError], None]
@@ -128,8 +129,8 @@ class UpstreamStream:
 
     The provider side may yield single chunks or lists of items (the HTTP transport yields one
     list per network read, ending with ``None`` once the end marker was read; its items are
-    chunks or :class:`~proxy.core.canonical.RawFrames`). Besides async iteration (chunks only), it
-    offers the :class:`~proxy.core.canonical.BatchedStream` interface, so the app writes what
+    chunks or :class:`~proxy.core.reply.RawFrames`). Besides async iteration (chunks only), it
+    offers the :class:`~proxy.core.reply.BatchedStream` interface, so the app writes what
     arrived together in one go, verbatim frames included. Raw frames are decoded only when a
     reader asks for chunks. The clocks run per wait on the provider, not per chunk. Time spent
     waiting is added to ``timings.upstream_wait``. Errors raised by the provider stream, or by
@@ -194,7 +195,7 @@ class UpstreamStream:
         return self._ended
 
     async def next_batch(self, raw: bool = False) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.canonical.BatchedStream`."""
+        """See :class:`~proxy.core.reply.BatchedStream`."""
         ready = self._ready
         if not ready:
             if self._ended and self._failure is None:  # the end, received with the last batch

@@ -20,8 +20,8 @@ from typing import NoReturn
 import aiohttp
 
 from proxy.aiohttp_ext.upstream_connection import UpstreamConnector
-from proxy.core.canonical import Chunk, RawFrames
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable, drop_tracebacks
+from proxy.core.reply import Chunk, RawFrames
 from proxy.core.sse import SSEDecoder
 from proxy.providers.base import (
     HttpProvider,

@@ -22,7 +22,7 @@ from bench.micro.harness import MODES, CacheEvictor, cpu_per_request
 from bench.micro.instructions import instructions, per_request, run_chain
 from bench.micro.opcodes import OpcodeCount, count_chain
 from bench.targets import REPO_ROOT
-from proxy.core.canonical import RawFrames, batched
+from proxy.core.reply import RawFrames, batched
 
 # A stand-in for valgrind: runs the command it is given, then writes a callgrind summary of
 # 1,000,000 + 1,000 per request (+ 500 per request more for the plugins chain); it refuses to

@@ -10,8 +10,9 @@
 from __future__ import annotations
 
 from plugins.cache import CacheConfig, CachePlugin
-from proxy.core.canonical import Call, Principal, Reply
+from proxy.core.canonical import Call, Principal
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.runtime.plugins import PluginContext
 from tests.faults import FakeClock
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.core.canonical import ANONYMOUS, Call, Principal, Reply
+from proxy.core.canonical import ANONYMOUS, Call, Principal
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 
 
 class HeaderKey:

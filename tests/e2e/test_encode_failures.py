@@ -7,8 +7,9 @@ from pathlib import Path
 
 import aiohttp
 
-from proxy.core.canonical import Call, Reply, Response
+from proxy.core.canonical import Call
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply, Response
 from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 

@@ -16,20 +16,10 @@ from typing import Any
 
 import structlog
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    Deployment,
-    Message,
-    Reply,
-    Response,
-    Usage,
-)
+from proxy.core.canonical import Call, Deployment, Message, Usage
 from proxy.core.errors import GatewayError, UpstreamUnavailable, upstream_error_for_status
 from proxy.core.metrics import Metrics
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
 from proxy.governance.pricing import PriceBook
 from proxy.runtime.plugins import PluginContext
 from proxy.upstream.router import DeploymentConfig, Router

@@ -12,19 +12,18 @@ import pytest
 from plugins.balance import BalanceConfig, BalancePlugin
 from proxy.core.canonical import (
     Call,
-    Chunk,
     Deployment,
     GatewayOptions,
     Message,
     Params,
     Principal,
-    RawFrames,
     Usage,
     WeightedTarget,
 )
 from proxy.core.errors import GatewayError, NoReadyDeployment, RateLimited
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import compose
+from proxy.core.reply import Chunk, RawFrames
 from proxy.governance.price_catalog import parse_price
 from proxy.governance.pricing import Catalog, PriceBook
 from proxy.runtime.config import PluginSpec

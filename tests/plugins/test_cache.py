@@ -13,24 +13,10 @@ from plugins.cache import CacheConfig, CachePlugin
 from proxy.cache.entry import MAGIC, decode_entry
 from proxy.cache.key import cache_key
 from proxy.cache.replay import replay_frames
-from proxy.core.canonical import (
-    CacheOptions,
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    Encoded,
-    GatewayOptions,
-    Message,
-    Principal,
-    RawFrames,
-    Reply,
-    Response,
-    Usage,
-)
+from proxy.core.canonical import CacheOptions, Call, GatewayOptions, Message, Principal, Usage
 from proxy.core.errors import BadRequest, UpstreamError, UpstreamUnavailable
 from proxy.core.metrics import Metrics
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Encoded, RawFrames, Reply, Response
 from proxy.runtime.plugins import PluginContext
 from proxy.state.memory_store import MemoryStore
 from proxy.state.store import StoreUnavailable

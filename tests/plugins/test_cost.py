@@ -11,26 +11,21 @@ import pytest
 from aiohttp import web
 
 from plugins.cost import CostConfig, CostPlugin
-from proxy.core.canonical import (
-    Budget,
-    Call,
+from proxy.core.canonical import Budget, Call, Message, Params, Principal, Usage
+from proxy.core.errors import BudgetExceeded, BudgetUnavailable, GatewayError
+from proxy.core.metrics import Metrics
+from proxy.core.plugin import FinishedRequest, compose
+from proxy.core.reply import (
     Choice,
     Chunk,
     ChunkChoice,
     Delta,
     FunctionCallDelta,
-    Message,
-    Params,
-    Principal,
     RawFrames,
     Reply,
     Response,
     ToolCallDelta,
-    Usage,
 )
-from proxy.core.errors import BudgetExceeded, BudgetUnavailable, GatewayError
-from proxy.core.metrics import Metrics
-from proxy.core.plugin import FinishedRequest, compose
 from proxy.governance.price_catalog import parse_price
 from proxy.governance.pricing import Catalog, PriceBook, ProviderPricing
 from proxy.state.config import OnUnavailable, StateConfig

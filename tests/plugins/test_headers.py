@@ -6,8 +6,9 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from plugins.headers import HeadersOptions, HeadersPlugin
-from proxy.core.canonical import Call, Choice, Message, Reply, Response
+from proxy.core.canonical import Call, Message
 from proxy.core.plugin import compose
+from proxy.core.reply import Choice, Reply, Response
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 PROVIDER_KEY = "sk-provider-real-0123456789abcdef"

@@ -11,22 +11,10 @@ import msgspec
 import pytest
 
 from plugins.masking import MaskingConfig, MaskingPlugin
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    FunctionCall,
-    GatewayOptions,
-    Message,
-    Reply,
-    Response,
-    TextPart,
-    ToolCall,
-)
+from proxy.core.canonical import Call, FunctionCall, GatewayOptions, Message, TextPart, ToolCall
 from proxy.core.errors import BadRequest, GatewayError, InternalError, UpstreamClientError
 from proxy.core.metrics import Metrics
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
 from proxy.pii.text import TextView
 from proxy.runtime.plugins import PluginContext
 

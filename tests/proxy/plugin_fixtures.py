@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from proxy.core.canonical import Call, Reply
+from proxy.core.canonical import Call
 from proxy.core.plugin import Next
+from proxy.core.reply import Reply
 from proxy.runtime.plugins import PluginContext
 
 MODULE = __name__

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.core.canonical import Call, Reply
+from proxy.core.canonical import Call
 from proxy.core.errors import GatewayError
+from proxy.core.reply import Reply
 from proxy.dialects.openai_chat import error_json
 from proxy.dialects.responses.decode import decode_request
 from proxy.dialects.responses.objects import (

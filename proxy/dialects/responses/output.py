@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from msgspec import UNSET, Struct
 
-from proxy.core.canonical import Chunk, FinishReason, FunctionCall, Message, ToolCall, Usage
+from proxy.core.canonical import FinishReason, FunctionCall, Message, ToolCall, Usage
+from proxy.core.reply import Chunk
 from proxy.dialects.blocks import Block, Change, StreamBlocks
 from proxy.dialects.responses.objects import (
     FunctionCallItem,

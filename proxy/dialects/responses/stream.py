@@ -17,8 +17,8 @@ from typing import get_args
 
 from msgspec import Struct
 
-from proxy.core.canonical import Chunk
 from proxy.core.errors import GatewayError
+from proxy.core.reply import Chunk
 from proxy.core.sse import encode_named_frame
 from proxy.dialects.responses.objects import (
     ENCODER,

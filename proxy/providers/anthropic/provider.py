@@ -45,15 +45,7 @@ from typing import Annotated
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    FunctionCall,
-    Message,
-    Response,
-    ToolCall,
-)
+from proxy.core.canonical import Call, FunctionCall, Message, ToolCall
 from proxy.core.errors import (
     BadRequest,
     ContentPolicyViolation,
@@ -61,6 +53,7 @@ from proxy.core.errors import (
     UpstreamError,
     upstream_error_for_status,
 )
+from proxy.core.reply import Choice, Chunk, Response
 from proxy.providers.anthropic.request import (
     CountRequest,
     Metadata,

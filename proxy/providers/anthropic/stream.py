@@ -4,7 +4,7 @@ A streaming ``/v1/messages`` answer is SSE; each event's data is one JSON object
 (``message_start``, ``content_block_start``, ``content_block_delta``, ``content_block_stop``,
 ``message_delta``, ``message_stop``, ``ping``, ``error``). :class:`AnthropicStreamParser` (one per
 stream, from :meth:`~proxy.providers.anthropic.provider.AnthropicProvider.stream_parser`) translates
-them in order into canonical :class:`~proxy.core.canonical.Chunk` values: ``message_start`` → the
+them in order into canonical :class:`~proxy.core.reply.Chunk` values: ``message_start`` → the
 role chunk with the usage it announced as ``input_usage``; text and thinking → content and
 ``reasoning_content`` deltas; each ``tool_use`` block → the next tool call, whose
 ``input_json_delta`` fragments become its argument deltas; ``message_delta`` → the finish reason
@@ -32,16 +32,9 @@ from typing import TYPE_CHECKING
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from proxy.core.canonical import (
-    Chunk,
-    ChunkChoice,
-    Delta,
-    FinishReason,
-    FunctionCallDelta,
-    ToolCallDelta,
-    Usage,
-)
+from proxy.core.canonical import FinishReason, Usage
 from proxy.core.errors import UpstreamUnavailable
+from proxy.core.reply import Chunk, ChunkChoice, Delta, FunctionCallDelta, ToolCallDelta
 from proxy.providers.base import malformed
 
 if TYPE_CHECKING:

@@ -24,8 +24,9 @@ from typing import Literal
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.core.canonical import Call, Embeddings, Usage
+from proxy.core.canonical import Call, Usage
 from proxy.core.errors import BadRequest, UpstreamError
+from proxy.core.reply import Embeddings
 from proxy.providers.base import malformed
 
 Family = Literal["titan", "cohere"]

@@ -36,16 +36,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    Embeddings,
-    FunctionCall,
-    Message,
-    Response,
-    ToolCall,
-)
+from proxy.core.canonical import Call, FunctionCall, Message, ToolCall
 from proxy.core.errors import (
     ContentPolicyViolation,
     ContextWindowExceeded,
@@ -56,6 +47,7 @@ from proxy.core.errors import (
     UpstreamRateLimited,
     upstream_error_for_status,
 )
+from proxy.core.reply import Choice, Chunk, Embeddings, Response
 from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,

@@ -10,7 +10,7 @@ that ends mid-frame, :class:`~proxy.core.errors.UpstreamUnavailable`.
 
 :class:`ConverseStreamParser` (one per stream, from
 :meth:`~proxy.providers.bedrock.provider.BedrockProvider.stream_parser`) translates those events in
-order into canonical :class:`~proxy.core.canonical.Chunk` values: ``messageStart`` → the role chunk,
+order into canonical :class:`~proxy.core.reply.Chunk` values: ``messageStart`` → the role chunk,
 text, tool-use and reasoning deltas → content, tool-call and ``reasoning_content`` deltas (a tool
 call's index counts tool calls, not content blocks), ``messageStop`` → the finish reason,
 ``metadata`` → a usage-only chunk. There is no end marker (it never raises
@@ -36,16 +36,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import msgspec
 from msgspec import Struct
 
-from proxy.core.canonical import (
-    Chunk,
-    ChunkChoice,
-    Delta,
-    FinishReason,
-    FunctionCallDelta,
-    ToolCallDelta,
-    Usage,
-)
+from proxy.core.canonical import FinishReason, Usage
 from proxy.core.errors import UpstreamUnavailable
+from proxy.core.reply import Chunk, ChunkChoice, Delta, FunctionCallDelta, ToolCallDelta
 from proxy.providers.base import malformed
 from proxy.providers.bedrock.eventstream import EventStreamDecoder, EventStreamError
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.core.canonical import Call, Embeddings, Usage
+from proxy.core.canonical import Call, Usage
 from proxy.core.errors import BadRequest, UpstreamError
+from proxy.core.reply import Embeddings
 from proxy.providers.base import malformed
 
 

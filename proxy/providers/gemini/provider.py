@@ -37,13 +37,14 @@ from collections.abc import Mapping
 import msgspec
 from msgspec import UNSET, Struct
 
-from proxy.core.canonical import Call, Choice, Chunk, Embeddings, Message, Response
+from proxy.core.canonical import Call, Message
 from proxy.core.errors import (
     ContextWindowExceeded,
     UpstreamAuthError,
     UpstreamError,
     upstream_error_for_status,
 )
+from proxy.core.reply import Choice, Chunk, Embeddings, Response
 from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,

@@ -3,7 +3,7 @@
 Each SSE event's data is a whole ``GenerateContentResponse`` carrying only the new parts.
 :class:`GeminiStreamParser` (one per stream, from
 :meth:`~proxy.providers.gemini.provider.GeminiProvider.stream_parser`) translates them in order into
-canonical :class:`~proxy.core.canonical.Chunk` values: text parts → content, ``thought`` parts →
+canonical :class:`~proxy.core.reply.Chunk` values: text parts → content, ``thought`` parts →
 ``reasoning_content``, ``functionCall`` parts → whole tool calls (numbered per candidate across
 events, ids per :func:`tool_call_id` when Gemini gives none, a ``thoughtSignature`` carried in the
 id), finish reasons per :data:`FINISH_REASONS` (``STOP`` → ``tool_calls`` for a candidate that
@@ -32,18 +32,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import msgspec
 from msgspec import UNSET, Struct
 
-from proxy.core.canonical import (
-    Chunk,
-    ChunkChoice,
-    Delta,
-    FinishReason,
-    FunctionCall,
-    FunctionCallDelta,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from proxy.core.canonical import FinishReason, FunctionCall, ToolCall, Usage
 from proxy.core.errors import ContentPolicyViolation, UpstreamUnavailable
+from proxy.core.reply import Chunk, ChunkChoice, Delta, FunctionCallDelta, ToolCallDelta
 from proxy.providers.base import malformed
 from proxy.providers.gemini.request import SIGNATURE_MARK, Content
 

@@ -38,24 +38,18 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import (
-    Call,
+from proxy.core.canonical import Call, FinishReason, FunctionCall, Message, Tool, ToolCall, Usage
+from proxy.core.errors import UpstreamUnavailable, upstream_error_for_status
+from proxy.core.reply import (
     Choice,
     Chunk,
     ChunkChoice,
     Delta,
     Embeddings,
-    FinishReason,
-    FunctionCall,
     FunctionCallDelta,
-    Message,
     Response,
-    Tool,
-    ToolCall,
     ToolCallDelta,
-    Usage,
 )
-from proxy.core.errors import UpstreamUnavailable, upstream_error_for_status
 from proxy.providers.base import ProviderConfig
 from proxy.providers.mock.vectors import DEFAULT_DIMENSIONS, text_vector, token_vector
 

@@ -19,8 +19,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.core.canonical import Call, Embeddings, Usage
+from proxy.core.canonical import Call, Usage
 from proxy.core.errors import UpstreamError
+from proxy.core.reply import Embeddings
 from proxy.providers.base import (
     HttpRequest,
     encode_raw_fields,

@@ -21,24 +21,14 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Embeddings,
-    Message,
-    Params,
-    RawFrames,
-    Response,
-    Usage,
-)
+from proxy.core.canonical import Call, Message, Params, Usage
 from proxy.core.errors import (
     ContentPolicyViolation,
     ContextWindowExceeded,
     UpstreamError,
     upstream_error_for_status,
 )
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Embeddings, RawFrames, Response
 from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
@@ -311,7 +301,7 @@ class OpenAIProvider:
 
     def relay_frames(self, data: bytes) -> tuple[RawFrames | None, bytes]:
         """The whole ``data: {...}`` frames of ordinary chunks that ``data`` starts with, kept
-        verbatim (see :class:`~proxy.core.canonical.RawFrames`), and the rest of ``data`` to decode
+        verbatim (see :class:`~proxy.core.reply.RawFrames`), and the rest of ``data`` to decode
         as usual; ``(None, data)`` when there are none.
 
         Usage, an error and the end marker only ever come in a stream's last frames, so the run

@@ -20,7 +20,8 @@ from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
 from proxy.aiohttp_ext.upstream_body import UpstreamBody
 from proxy.aiohttp_ext.upstream_connection import UpstreamConnection
-from proxy.core.canonical import Call, Chunk, Message, RawFrames
+from proxy.core.canonical import Call, Message
+from proxy.core.reply import Chunk, RawFrames
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 from proxy.upstream.transport import HttpTransport
 from tests.proxy.pauses import count_pauses

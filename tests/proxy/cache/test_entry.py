@@ -14,7 +14,8 @@ from proxy.cache.entry import (
     with_frames,
 )
 from proxy.cache.replay import replay_frames, usage_json
-from proxy.core.canonical import Choice, FunctionCall, Message, Response, ToolCall, Usage
+from proxy.core.canonical import FunctionCall, Message, ToolCall, Usage
+from proxy.core.reply import Choice, Response
 
 
 def entry() -> Entry:

@@ -11,17 +11,9 @@ import pytest
 
 from proxy.cache.entry import Entry, encode_entry
 from proxy.cache.flight import Flight
-from proxy.core.canonical import (
-    Chunk,
-    ChunkChoice,
-    Delta,
-    RawFrames,
-    Reply,
-    Response,
-    Timings,
-    Usage,
-)
+from proxy.core.canonical import Timings, Usage
 from proxy.core.errors import UpstreamError
+from proxy.core.reply import Chunk, ChunkChoice, Delta, RawFrames, Reply, Response
 from tests.waiting import until
 
 USAGE = Usage(input=2, output=3)

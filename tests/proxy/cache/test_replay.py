@@ -8,19 +8,16 @@ from msgspec import UNSET
 
 from proxy.cache.assemble import assemble
 from proxy.cache.replay import ReplayStream, replay_chunks, replay_frames, usage_json
-from proxy.core.canonical import (
+from proxy.core.canonical import FunctionCall, Message, ToolCall, Usage
+from proxy.core.reply import (
     Choice,
     Chunk,
     ChunkChoice,
     Delta,
-    FunctionCall,
     FunctionCallDelta,
-    Message,
     RawFrames,
     Response,
-    ToolCall,
     ToolCallDelta,
-    Usage,
 )
 from proxy.dialects.openai_chat import ChatStreamEncoder
 

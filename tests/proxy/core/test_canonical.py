@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from proxy.core.canonical import Accounting, Call, Chunk, batched
+from proxy.core.canonical import Accounting, Call
+from proxy.core.reply import Chunk, batched
 
 
 async def _chunks(*ids: str):

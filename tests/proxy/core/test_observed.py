@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.canonical import Chunk, ChunkChoice, Delta, RawFrames, Usage
+from proxy.core.canonical import Usage
 from proxy.core.observed import (
     HELD_ITEMS,
     SAMPLE_STRIDE,
@@ -14,6 +14,7 @@ from proxy.core.observed import (
     last_usage,
     observe,
 )
+from proxy.core.reply import Chunk, ChunkChoice, Delta, RawFrames
 from proxy.core.token_estimate import estimate_tokens
 
 USAGE = Usage(input=3, output=5)

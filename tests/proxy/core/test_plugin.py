@@ -9,20 +9,11 @@ import pytest
 import structlog
 
 from plugins.headers import HeadersPlugin
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    Deployment,
-    Message,
-    Reply,
-    Response,
-)
+from proxy.core.canonical import Call, Deployment, Message
 from proxy.core.errors import UpstreamOverloaded
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import compose
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
 from proxy.runtime.config import PluginSpec, parse_config
 from proxy.runtime.plugins import BUILTINS, PluginContext, PluginLoadError, load_plugins
 from tests.proxy import plugin_fixtures as fx

@@ -10,23 +10,7 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    FunctionCall,
-    FunctionCallDelta,
-    ImagePart,
-    Message,
-    Reply,
-    Response,
-    TextPart,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from proxy.core.canonical import Call, FunctionCall, ImagePart, Message, TextPart, ToolCall, Usage
 from proxy.core.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -41,6 +25,16 @@ from proxy.core.errors import (
     UpstreamOverloaded,
     UpstreamTimeout,
     UpstreamUnavailable,
+)
+from proxy.core.reply import (
+    Choice,
+    Chunk,
+    ChunkChoice,
+    Delta,
+    FunctionCallDelta,
+    Reply,
+    Response,
+    ToolCallDelta,
 )
 from proxy.dialects.anthropic import AnthropicDialect, decode_count_tokens, token_count_json
 from proxy.dialects.anthropic_replies import PING_FRAME, message_id, tool_use_id

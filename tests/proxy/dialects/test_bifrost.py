@@ -14,20 +14,9 @@ from typing import Any
 
 import pytest
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    FunctionCall,
-    Message,
-    Reply,
-    Response,
-    ToolCall,
-    Usage,
-)
+from proxy.core.canonical import Call, FunctionCall, Message, ToolCall, Usage
 from proxy.core.errors import BadRequest, UpstreamUnavailable
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
 from proxy.dialects import bifrost as bifrost_module
 from proxy.dialects.bifrost import BifrostDialect
 from proxy.dialects.openai_chat import OpenAIChatDialect

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.core.canonical import FunctionCallDelta, ToolCallDelta
+from proxy.core.reply import FunctionCallDelta, ToolCallDelta
 from proxy.dialects.blocks import Change, StreamBlocks
 
 

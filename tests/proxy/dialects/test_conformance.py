@@ -26,19 +26,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from proxy.core.canonical import (
+from proxy.core.canonical import FunctionCall, Message, ToolCall, Usage
+from proxy.core.reply import (
     Choice,
     Chunk,
     ChunkChoice,
     Delta,
-    FunctionCall,
     FunctionCallDelta,
-    Message,
     Reply,
     Response,
-    ToolCall,
     ToolCallDelta,
-    Usage,
 )
 from proxy.dialects import all_dialects
 from proxy.dialects.base import Dialect

@@ -11,19 +11,11 @@ import pytest
 from proxy.core.canonical import (
     Accounting,
     Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
     FunctionCall,
-    FunctionCallDelta,
     ImagePart,
     Message,
-    Reply,
-    Response,
     TextPart,
     ToolCall,
-    ToolCallDelta,
     Usage,
 )
 from proxy.core.errors import (
@@ -32,6 +24,16 @@ from proxy.core.errors import (
     NoReadyDeployment,
     UpstreamError,
     UpstreamUnavailable,
+)
+from proxy.core.reply import (
+    Choice,
+    Chunk,
+    ChunkChoice,
+    Delta,
+    FunctionCallDelta,
+    Reply,
+    Response,
+    ToolCallDelta,
 )
 from proxy.dialects.fabro import FabroDialect
 from proxy.dialects.fabro_replies import PING_FRAME, FabroStreamEncoder

@@ -12,22 +12,14 @@ import pytest
 
 from proxy.core.canonical import (
     Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
     FunctionCall,
-    FunctionCallDelta,
     FunctionDefinition,
     ImagePart,
     Message,
     Params,
-    Reply,
-    Response,
     TextPart,
     Tool,
     ToolCall,
-    ToolCallDelta,
     Usage,
 )
 from proxy.core.errors import (
@@ -37,6 +29,16 @@ from proxy.core.errors import (
     ModelNotFound,
     UpstreamRateLimited,
     UpstreamUnavailable,
+)
+from proxy.core.reply import (
+    Choice,
+    Chunk,
+    ChunkChoice,
+    Delta,
+    FunctionCallDelta,
+    Reply,
+    Response,
+    ToolCallDelta,
 )
 from proxy.dialects.openai_chat import DONE_FRAME, OpenAIChatDialect
 from proxy.providers.mock.provider import MockConfig, MockProvider

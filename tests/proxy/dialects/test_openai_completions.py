@@ -9,21 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy.core.canonical import (
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    FunctionCall,
-    Message,
-    Params,
-    Reply,
-    Response,
-    ToolCall,
-    Usage,
-)
+from proxy.core.canonical import Call, FunctionCall, Message, Params, ToolCall, Usage
 from proxy.core.errors import BadRequest, GatewayError, UpstreamRateLimited
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
 from proxy.dialects.openai_chat import DONE_FRAME
 from proxy.dialects.openai_completions import OpenAICompletionsDialect
 from proxy.providers.mock.provider import MockConfig, MockProvider

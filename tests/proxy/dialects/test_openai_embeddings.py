@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from proxy.core.canonical import Embeddings, Reply, Usage
+from proxy.core.canonical import Usage
 from proxy.core.errors import BadRequest, UpstreamUnavailable
+from proxy.core.reply import Embeddings, Reply
 from proxy.dialects import all_dialects, other_dialects
 from proxy.dialects.openai_embeddings import MAX_INPUTS, OpenAIEmbeddingsDialect
 from tests.schemas import validate

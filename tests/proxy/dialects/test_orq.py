@@ -14,21 +14,9 @@ from typing import Any
 
 import pytest
 
-from proxy.core.canonical import (
-    CacheOptions,
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    Message,
-    Reply,
-    Response,
-    RetryOptions,
-    Usage,
-    WeightedTarget,
-)
+from proxy.core.canonical import CacheOptions, Call, Message, RetryOptions, Usage, WeightedTarget
 from proxy.core.errors import BadRequest, RateLimited, UpstreamUnavailable
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
 from proxy.dialects.orq import DOC_URL, OrqDialect
 from tests.proxy.dialects.adapters.gateway import MOCK_PROVIDERS, post, serve
 from tests.proxy.dialects.adapters.orq import ADAPTER, ERROR_SCHEMA

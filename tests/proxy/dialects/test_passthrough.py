@@ -9,7 +9,7 @@ import time
 import msgspec
 import pytest
 
-from proxy.core.canonical import Reply, Response
+from proxy.core.reply import Reply, Response
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.dialects.passthrough import merged, without_usage
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider

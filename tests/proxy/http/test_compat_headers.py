@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.core.canonical import Reply
+from proxy.core.reply import Reply
 from proxy.http.compat_headers import add_litellm_headers
 
 

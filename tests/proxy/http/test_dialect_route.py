@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from proxy.core.canonical import Call, Reply
+from proxy.core.canonical import Call
 from proxy.core.plugin import FinishedRequest, Next
+from proxy.core.reply import Reply
 from proxy.server.app import RUNTIME, create_app
 
 MODULE = __name__

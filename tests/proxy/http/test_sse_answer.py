@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from proxy.core.canonical import Call, Chunk, Reply
+from proxy.core.canonical import Call
 from proxy.core.plugin import FinishedRequest, Next
+from proxy.core.reply import Chunk, Reply
 from proxy.dialects.anthropic_replies import AnthropicStreamEncoder
 from proxy.server.app import RUNTIME, create_app
 

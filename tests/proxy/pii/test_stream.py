@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from proxy.core.canonical import (
+from proxy.core.canonical import Message
+from proxy.core.reply import (
     Choice,
     Chunk,
     ChunkChoice,
     Delta,
     FunctionCallDelta,
-    Message,
     RawFrames,
     Response,
     ToolCallDelta,

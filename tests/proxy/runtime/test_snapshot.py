@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.canonical import Call, Reply
+from proxy.core.canonical import Call
 from proxy.core.metrics import Metrics
+from proxy.core.reply import Reply
 from proxy.runtime.config import ConfigError
 from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import Loader, ReloadRefused, Runtime, Snapshot

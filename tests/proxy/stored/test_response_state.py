@@ -12,21 +12,9 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from proxy.core.canonical import (
-    ANONYMOUS,
-    Call,
-    Choice,
-    Chunk,
-    ChunkChoice,
-    Delta,
-    Message,
-    Principal,
-    Reply,
-    Response,
-    Usage,
-    batched,
-)
+from proxy.core.canonical import ANONYMOUS, Call, Message, Principal, Usage
 from proxy.core.errors import BadRequest, GatewayError, NotFound, UpstreamUnavailable
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response, batched
 from proxy.dialects.responses import ResponsesDialect
 from proxy.stored.response_state import ResponseState
 from proxy.stored.response_store import MemoryResponseStore, StoredResponse

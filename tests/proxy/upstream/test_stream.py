@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
-from proxy.core.canonical import Chunk, ChunkChoice, Delta, RawFrames, Timings, Usage
+from proxy.core.canonical import Timings, Usage
 from proxy.core.errors import UpstreamError, UpstreamUnavailable
 from proxy.core.observed import HELD_ITEMS
+from proxy.core.reply import Chunk, ChunkChoice, Delta, RawFrames
 from proxy.providers.base import Timeouts
 from proxy.upstream.stream import UpstreamClocks, UpstreamStream
 

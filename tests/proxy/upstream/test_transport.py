@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aioresponses import aioresponses
 
-from proxy.core.canonical import Call, Chunk, Message, RawFrames
+from proxy.core.canonical import Call, Message
 from proxy.core.errors import (
     ContextWindowExceeded,
     UpstreamError,
@@ -24,6 +24,7 @@ from proxy.core.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from proxy.core.reply import Chunk, RawFrames
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 from proxy.upstream.transport import HttpTransport
 

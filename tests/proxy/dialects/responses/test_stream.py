@@ -14,21 +14,18 @@ from openai._models import construct_type
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from proxy.core.canonical import (
+from proxy.core.canonical import FunctionCall, Message, ToolCall, Usage
+from proxy.core.errors import RateLimited, UpstreamUnavailable
+from proxy.core.reply import (
     Choice,
     Chunk,
     ChunkChoice,
     Delta,
-    FunctionCall,
     FunctionCallDelta,
-    Message,
     Reply,
     Response,
-    ToolCall,
     ToolCallDelta,
-    Usage,
 )
-from proxy.core.errors import RateLimited, UpstreamUnavailable
 from proxy.core.sse import SSEDecoder
 from proxy.dialects.responses import ResponsesDialect
 from tests.proxy.dialects.adapters.responses import stream_payloads

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.canonical import Chunk
 from proxy.core.errors import GatewayError, UpstreamError, UpstreamUnavailable
+from proxy.core.reply import Chunk
 from proxy.providers.bedrock.provider import BedrockProvider
 from tests.proxy.providers.bedrock.test_provider import FIXTURES, load_fixtures, provider
 from tests.proxy.providers.fakes.bedrock import encode_message, event

@@ -13,12 +13,10 @@ import pytest
 
 from proxy.core.canonical import (
     Call,
-    Chunk,
     FunctionCall,
     FunctionDefinition,
     Message,
     Params,
-    Response,
     Tool,
     ToolCall,
     Usage,
@@ -31,6 +29,7 @@ from proxy.core.errors import (
     UpstreamRateLimited,
     UpstreamUnavailable,
 )
+from proxy.core.reply import Chunk, Response
 from proxy.providers.base import LocalProvider
 from proxy.providers.mock.provider import MockConfig, MockProvider
 
