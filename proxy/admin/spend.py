@@ -129,12 +129,18 @@ def _statuses(value: str | None) -> tuple[int, int] | None:
     raise BadRequest("status: expected a status code (429) or a class (4xx)", param="status")
 
 
-def _filter(query: Mapping[str, str], **equal: str | None) -> SpendFilter:
+def _filter(
+    query: Mapping[str, str],
+    *,
+    team: str | None = None,
+    key_id: str | None = None,
+    user: str | None = None,
+) -> SpendFilter:
     start = _moment(query.get("from"), "from")
     end = _moment(query.get("to"), "to")
     if start is not None and end is not None and end <= start:
         raise BadRequest("to: must be after from", param="to")
-    return SpendFilter(start=start, end=end, **equal)
+    return SpendFilter(start=start, end=end, team=team, key_id=key_id, user=user)
 
 
 def _moment(value: str | None, param: str) -> datetime | None:

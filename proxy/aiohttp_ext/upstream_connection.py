@@ -9,6 +9,7 @@ connector's protocol factory (``_factory``), set as aiohttp's own constructor se
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -41,4 +42,7 @@ class UpstreamConnector(aiohttp.TCPConnector):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._factory = functools.partial(UpstreamConnection, loop=self._loop)
+        # Widened to a ResponseHandler maker: aiohttp types _factory as partial[ResponseHandler],
+        # and partial is invariant in its result.
+        connection: Callable[..., ResponseHandler] = UpstreamConnection
+        self._factory = functools.partial(connection, loop=self._loop)

@@ -30,11 +30,13 @@ aiohttp upgrade that changes them fails there.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
+from aiohttp.http_writer import StreamWriter
 from aiohttp.http_writer import _serialize_headers as serialize_headers
 from multidict import CIMultiDict
 
@@ -65,7 +67,9 @@ class WholeResponse(web.Response):
             or request.method == hdrs.METH_HEAD
         ):
             return await super().prepare(request)
-        writer = request.writer
+        # aiohttp annotates the writer as the abstract one; its server gives every request an
+        # http_writer.StreamWriter, whose _write this relies on (see the module docstring).
+        writer = cast(StreamWriter, request.writer)
         self._req = request
         self._payload_writer = writer
         keep_alive = self._keep_alive

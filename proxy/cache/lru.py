@@ -80,7 +80,7 @@ class ByteLRU:
                     break
                 self._drop(oldest)
                 self.evictions += 1
-        return decoded  # type: ignore[no-any-return]
+        return decoded  # type: ignore[no-any-return]  # the first decode's object (see get_decoded)
 
     def set(self, key: str, value: bytes, ttl: float) -> bool:
         """Store ``value`` for ``ttl`` seconds; False (and nothing changed) if it cannot fit."""

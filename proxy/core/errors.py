@@ -265,10 +265,29 @@ class UpstreamError(GatewayError):
     status = 502
     type = "api_error"
     default_code = "upstream_error"
-    kind = "upstream_server"
+    kind: ClassVar[ErrorKind] = "upstream_server"
 
-    def __init__(self, message: str, *, upstream_status: int, **kwargs: object) -> None:
-        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_status: int,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+        should_retry: bool | None = None,
+        provider: str | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            param=param,
+            code=code,
+            status=status,
+            retry_after=retry_after,
+            should_retry=should_retry,
+            provider=provider,
+        )
         self.upstream_status = upstream_status
 
 
@@ -277,7 +296,7 @@ class UpstreamClientError(UpstreamError):
 
     type = "invalid_request_error"
     default_code = "upstream_rejected"
-    kind = "upstream_client"
+    kind: ClassVar[ErrorKind] = "upstream_client"
 
 
 class UpstreamAuthError(UpstreamClientError):

@@ -127,7 +127,7 @@ def make_logger(
                 event[key] = repr(value)
         return redactor(logger, method, event)
 
-    def render(logger: object, method: str, event: dict[str, Any]) -> str:
+    def render(logger: object, method: str, event: structlog.typing.EventDict) -> str:
         return encoder.encode(event).decode()
 
     lazy = structlog.wrap_logger(

@@ -18,8 +18,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -42,6 +42,21 @@ from proxy.core.canonical import Usage
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# How prometheus-client merges a gauge's per-worker values in multiprocess mode (its Gauge's
+# ``multiprocess_mode``); ``live*`` drop the values of workers that exited.
+GaugeMode = Literal[
+    "all",
+    "liveall",
+    "min",
+    "livemin",
+    "max",
+    "livemax",
+    "sum",
+    "livesum",
+    "mostrecent",
+    "livemostrecent",
+]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD_BUCKETS = (
@@ -167,6 +182,12 @@ class RequestSeries:
                 child.inc(count)
 
 
+def _go_float(value: float) -> str:
+    """``value`` as the exposition format writes a bucket bound (Go's float formatting)."""
+    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]  # prometheus-client leaves it unannotated
+    return text
+
+
 class _LocalValue:
     """A counter or gauge child kept in a plain float (the event loop is single-threaded)."""
 
@@ -232,20 +253,21 @@ class _LocalFamily:
     def sample(self) -> Metric:
         """This family in prometheus-client's exposition form."""
         if self.kind == "counter":
-            family: Any = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+            counter = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
             for values, child in self.children.items():
-                family.add_metric(values, child.value)
-        elif self.kind == "gauge":
-            family = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
+                counter.add_metric(values, child.value)
+            return counter
+        if self.kind == "gauge":
+            gauge = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
             for values, child in self.children.items():
-                family.add_metric(values, child.value)
-        else:
-            family = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
-            for values, child in self.children.items():
-                cumulative = list(itertools.accumulate(child.counts))
-                bounds = [*(floatToGoString(b) for b in child.bounds), "+Inf"]
-                family.add_metric(values, list(zip(bounds, cumulative, strict=True)), child.sum)
-        return family
+                gauge.add_metric(values, child.value)
+            return gauge
+        histogram = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+        for values, child in self.children.items():
+            cumulative = list(itertools.accumulate(child.counts))
+            bounds = [*(_go_float(bound) for bound in child.bounds), "+Inf"]
+            histogram.add_metric(values, list(zip(bounds, cumulative, strict=True)), child.sum)
+        return histogram
 
 
 class _LocalCollector:
@@ -475,7 +497,7 @@ class Metrics:
             return _Children(Counter(name, doc, labels, registry=self.registry))
         return _Children(self._local.family(_LocalFamily("counter", name, doc, labels)))
 
-    def _gauge(self, name: str, doc: str, labels: list[str], mode: str) -> _Children:
+    def _gauge(self, name: str, doc: str, labels: list[str], mode: GaugeMode) -> _Children:
         if self.multiprocess:
             return _Children(
                 Gauge(name, doc, labels, registry=self.registry, multiprocess_mode=mode)
@@ -502,7 +524,7 @@ class Metrics:
         """The exposition text for ``/metrics`` (every worker's samples in multiprocess mode)."""
         return generate_latest(self._readable())
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterable[Metric]:
         """Every family with its samples, as structured values (every worker's in
         multiprocess mode): what in-process readers such as the admin overview use."""
         return self._readable().collect()
@@ -511,5 +533,5 @@ class Metrics:
         if not self.multiprocess:
             return self.registry
         registry = CollectorRegistry()
-        prometheus_multiprocess.MultiProcessCollector(registry)
+        prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus-client leaves its __init__ unannotated
         return registry

@@ -42,9 +42,9 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume ``chunk`` and return the events it completes (possibly none)."""
         if chunk.endswith(b"\n\n") and self.idle:
-            events = _simple_frames(chunk)
-            if events is not None:
-                return events
+            simple = _simple_frames(chunk)
+            if simple is not None:
+                return simple
         buffer = self._pending + chunk if self._pending else chunk
         if b"\r" in buffer:
             # A CR at the very end may be the first half of a CRLF split across two feeds.

@@ -37,8 +37,8 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        """The stored instant, aware, in UTC."""
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The stored instant, aware, in UTC (``impl``, a DateTime, has parsed SQLite's text)."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -138,7 +138,7 @@ spend = sa.Table(
 # Daily sums of ``spend`` (proxy/governance/ledger/rollup.py): per day, team, model and provider;
 # per day, key and team; and the days rolled up. A NULL group value is kept as ''.
 def _sum_columns() -> list[sa.Column[Any]]:
-    names = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
+    names: tuple[str, ...] = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
     names += ("output_tokens", "reasoning_tokens", "cost_nanos", "saved_nanos")
     return [sa.Column(name, sa.BigInteger, nullable=False) for name in names]
 

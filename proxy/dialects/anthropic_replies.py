@@ -349,8 +349,8 @@ def _cited_text(text: str, annotations: Any) -> list[_TextOut]:
     if position < len(text):
         blocks.append(_TextOut(text=text[position:]))
     if loose:
-        last = blocks[-1]
-        last.citations = [*(last.citations or ()), *loose]
+        final = blocks[-1]
+        final.citations = [*(final.citations or ()), *loose]
     return blocks
 
 

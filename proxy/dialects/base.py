@@ -40,7 +40,10 @@ class StreamEncoder(Protocol):
     hands it decoded chunks only.
     """
 
-    keepalive: float | None
+    @property
+    def keepalive(self) -> float | None:
+        """Read-only to the app, so an encoder may declare it ``float`` or ``None`` alone."""
+        ...
 
     def ping(self) -> bytes:
         """A keep-alive frame, sent when no chunk came for ``keepalive`` seconds."""
@@ -63,7 +66,11 @@ class Dialect(Protocol):
     """A client wire format. ``paths`` are the routes it serves (POST)."""
 
     name: str
-    paths: tuple[str, ...]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Read-only to the app, so a dialect may declare a tuple of a fixed length."""
+        ...
 
     def decode(
         self, body: bytes, headers: Mapping[str, str], request_id: str, start: float

@@ -92,8 +92,8 @@ class StreamBlocks:
         pieces = function.arguments if function is not None else UNSET
         if not pieces:
             return block, changes, ""
-        block.arguments.append(pieces)  # type: ignore[arg-type]
-        return block, changes, pieces  # type: ignore[return-value]
+        block.arguments.append(pieces)
+        return block, changes, pieces
 
     def close(self) -> list[Change]:
         """Close every open block, in the order they opened (the answer is over)."""

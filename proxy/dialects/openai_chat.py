@@ -228,8 +228,9 @@ class OpenAIChatDialect(OpenAIErrors):
         body they do not model (:mod:`proxy.dialects.passthrough`)."""
         response = reply.response
         assert response is not None
-        if response.unchanged():
-            return response.raw  # type: ignore[return-value]
+        raw = response.raw
+        if raw is not None and response.unchanged():  # (unchanged() implies a raw body)
+            return raw
         usage = response.usage
         body = _Response(
             id=response.id,

@@ -100,8 +100,12 @@ class _Completion(Struct, omit_defaults=True):
 
 def legacy_finish(reason: str | None) -> LegacyFinish | None:
     """Chat finish reasons in the legacy vocabulary (a tool call counts as a stop)."""
-    if reason is None or reason in ("length", "content_filter"):
-        return reason  # type: ignore[return-value]
+    if reason is None:
+        return None
+    if reason == "length":
+        return "length"
+    if reason == "content_filter":
+        return "content_filter"
     return "stop"
 
 

@@ -16,7 +16,7 @@ import base64
 import sys
 from array import array
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypeGuard
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -134,23 +134,36 @@ def _inputs(value: _Input) -> tuple[list[str] | None, list[list[int]] | None]:
         raise BadRequest("'input' must not be empty", param="input")
     if len(value) > MAX_INPUTS:
         raise BadRequest(f"'input' may hold at most {MAX_INPUTS} items", param="input")
-    first: Any = value[0]
+    first = value[0]
     if isinstance(first, str):
-        if not all(isinstance(item, str) and item for item in value):
+        if not _all_texts(value):
             raise BadRequest(
                 "'input' must be a non-empty string, or a list of non-empty strings",
                 param="input",
             )
-        return value, None  # type: ignore[return-value]
+        return value, None
     if isinstance(first, int):
-        if not all(type(item) is int for item in value):
+        if not _all_token_ids(value):
             raise BadRequest("'input' mixes token ids with other values", param="input")
-        return None, [value]  # type: ignore[list-item]
-    if not all(isinstance(item, list) and item for item in value):
+        return None, [value]
+    if not _all_token_lists(value):
         raise BadRequest(
             "'input' must be a list of non-empty token lists, or of strings", param="input"
         )
-    return None, value  # type: ignore[return-value]
+    return None, value
+
+
+def _all_texts(items: list[str | int | list[int]]) -> TypeGuard[list[str]]:
+    return all(isinstance(item, str) and item for item in items)
+
+
+def _all_token_ids(items: list[str | int | list[int]]) -> TypeGuard[list[int]]:
+    return all(type(item) is int for item in items)
+
+
+def _all_token_lists(items: list[str | int | list[int]]) -> TypeGuard[list[list[int]]]:
+    """Non-empty lists all (their items were decoded as ints: :data:`_Input`)."""
+    return all(isinstance(item, list) and item for item in items)
 
 
 def _base64(vector: list[float]) -> str:

@@ -86,8 +86,11 @@ def _rates(prices: PriceSpec | TierSpec, base: PriceSpec, path: str) -> Rates:
     the tier's own input (cache buckets) or output (reasoning)."""
 
     def pick(field: str) -> float | None:
-        given = getattr(prices, field)
-        return getattr(base, field) if given is None else given
+        given: float | None = getattr(prices, field)
+        if given is not None:
+            return given
+        fallback: float | None = getattr(base, field)
+        return fallback
 
     input_price = pick("input")
     output_price = pick("output")

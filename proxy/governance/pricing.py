@@ -30,11 +30,12 @@ canonical types and does no I/O.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import msgspec
 
@@ -43,7 +44,15 @@ from proxy.core.canonical import CostSource, Deployment, Usage
 NANOS_PER_USD = 1_000_000_000
 _MAX_MEMO = 4096
 MOCK_FAMILY = "mock"
-_UNSEEN = object()  # a price not looked up yet (None: looked up, no price)
+
+
+class _Unseen(enum.Enum):
+    """A one-member enum, so that ``is _UNSEEN`` narrows the type of a memo lookup."""
+
+    UNSEEN = enum.auto()
+
+
+_UNSEEN: Final = _Unseen.UNSEEN  # a price not looked up yet (None: looked up, no price)
 
 # The catalog family each provider type is priced from; OpenAI-compatible providers use their
 # preset's name (a vendor), or ``openai`` without one.
@@ -281,14 +290,14 @@ class PriceBook:
             if given is not None:
                 return given
         families = self.catalog.families
-        own = pricing.family if pricing is not None else None
-        order = self._families(own)
+        own_family = pricing.family if pricing is not None else None
+        order = self._families(own_family)
         for name in _candidate_names(model):
             for family in order:
                 found = families.get(family, {}).get(name)
                 if found is not None:
                     return found
-        return None if own is None else families.get(own, {}).get("*")
+        return None if own_family is None else families.get(own_family, {}).get("*")
 
     def _families(self, own: str | None) -> list[str]:
         if own == MOCK_FAMILY:

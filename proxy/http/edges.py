@@ -100,7 +100,7 @@ class HttpEdges:
 
         return serve
 
-    async def unmatched(self, request: web.Request) -> web.Response:
+    async def unmatched(self, request: web.Request) -> web.StreamResponse:
         """The catch-all route: a CORS preflight, a 405 with ``Allow`` on a known path, or a
         404 (see the module docstring)."""
         request_id = self.request_id(request)
@@ -110,8 +110,8 @@ class HttpEdges:
             return self._finish(_error(error, request), UNMATCHED, request_id)
         if self._cors is not None and _is_preflight(request):
             return self._finish(self._preflight(request, methods), route, request_id)
-        error = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
-        response = _error(error, request)
+        not_allowed = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        response = _error(not_allowed, request)
         response.headers["Allow"] = ", ".join(methods)
         return self._finish(response, route, request_id)
 

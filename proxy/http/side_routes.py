@@ -109,8 +109,8 @@ class SideRoutes:
             return error_response(error, anthropic_shape=True, request_id=request_id)
         except Exception:
             snapshot.logger.exception("unhandled_error", request_id=request_id, route="count")
-            error = InternalError("internal gateway error")
-            return error_response(error, anthropic_shape=True, request_id=request_id)
+            internal = InternalError("internal gateway error")
+            return error_response(internal, anthropic_shape=True, request_id=request_id)
         if count is None:
             count = estimate_input_tokens(call)
         headers = {"content-type": _JSON, "request-id": request_id, "x-request-id": request_id}

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TypeAlias
 
 from proxy.pii.detectors import Finder
 from proxy.pii.text import Span, TextView
 
 # A few words are cheaper to look for one by one (a byte search each) than with the pattern.
 _FEW_WORDS = 4
+
+# A trie of characters: each key leads to the node for the rest of the word; the key ``""``
+# marks that a word ends at this node.
+_Trie: TypeAlias = dict[str, "_Trie"]
 
 
 def pattern_finder(pattern: str) -> Finder:
@@ -63,7 +68,7 @@ def words_finder(words: Iterable[str]) -> Finder:
 
 def _trie_pattern(words: list[str]) -> str:
     """One regular expression alternation matching exactly ``words``, prefixes shared."""
-    trie: dict[str, dict] = {}
+    trie: _Trie = {}
     for word in words:
         node = trie
         for char in word:
@@ -72,7 +77,7 @@ def _trie_pattern(words: list[str]) -> str:
     return _render(trie)
 
 
-def _render(node: dict[str, dict]) -> str:
+def _render(node: _Trie) -> str:
     branches = [re.escape(char) + _render(child) for char, child in node.items() if char]
     if not branches:
         return ""

@@ -196,9 +196,9 @@ def _map_strings(value: Any, change: Callable[[str], str]) -> tuple[bool, Any]:
             return True, [item for _, item in results]
         return False, value
     if isinstance(value, dict):
-        results = {key: _map_strings(item, change) for key, item in value.items()}
-        if any(changed for changed, _ in results.values()):
-            return True, {key: item for key, (_, item) in results.items()}
+        members = {key: _map_strings(item, change) for key, item in value.items()}
+        if any(changed for changed, _ in members.values()):
+            return True, {key: item for key, (_, item) in members.items()}
         return False, value
     return False, value
 

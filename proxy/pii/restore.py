@@ -26,7 +26,7 @@ import msgspec
 
 from proxy.core.canonical import ContentPart, FunctionCall, Message, RefusalPart, TextPart, ToolCall
 from proxy.core.reply import Response
-from proxy.pii.scanner import Scanner
+from proxy.pii.scanner import Found, Scanner
 from proxy.pii.vault import PLACEHOLDER, Vault
 
 _LONGEST_LABEL = 40
@@ -138,7 +138,7 @@ class OutputRedactor:
         held, self._held = self._held, ""
         return self.whole(held)
 
-    def _redacted(self, text: str, limit: int, found: list | None = None) -> str:
+    def _redacted(self, text: str, limit: int, found: list[Found] | None = None) -> str:
         if found is None:
             found = self._scanner.scan(text)
         pieces: list[str] = []

@@ -109,8 +109,9 @@ def run_worker(
     from aiohttp import web
 
     from proxy.aiohttp_ext.server import GatewayRunner
+    from proxy.http.app_keys import DRAIN, METRICS, RUNTIME, SERVER
     from proxy.http.rejections import rejection_answers
-    from proxy.server.app import DRAIN, METRICS, RUNTIME, SERVER, create_app
+    from proxy.server.app import create_app
 
     app = create_app(config_path)
     server = app[SERVER]
@@ -165,7 +166,7 @@ async def _serve(
 
 def log_listening(app: web.Application, host: str, port: int, workers: int) -> None:
     """Log where the gateway listens, with its workers, config and provider readiness."""
-    from proxy.server.app import RUNTIME
+    from proxy.http.app_keys import RUNTIME
 
     runtime = app[RUNTIME]
     snapshot = runtime.snapshot
@@ -295,4 +296,4 @@ def _mark_dead(pid: int | None) -> None:
         return
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(pid)
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # prometheus-client leaves it unannotated

@@ -147,7 +147,8 @@ class RedisStore:
         reply = await self._call("GET", self._name(key))
         if type(reply) is ReplyError:
             raise ValueError(f"key {key!r} does not hold a value")
-        return reply  # type: ignore[no-any-return]
+        value: bytes | None = reply  # GET answers a bulk string or nil
+        return value
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """See :meth:`proxy.state.store.Store.set`."""

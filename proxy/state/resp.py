@@ -113,7 +113,7 @@ class _Protocol(asyncio.Protocol):
             self._watchdog = loop.call_at(deadlines[0], self._watch)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream connection's is a Transport
 
     def data_received(self, data: bytes) -> None:
         reader = self.reader
@@ -237,6 +237,7 @@ class RespConnection:
                 for command in address.handshake():
                     reply = await protocol.send(encode(command))
                     if type(reply) is ReplyError:
+                        assert protocol.transport is not None  # set by connection_made
                         protocol.transport.abort()
                         raise StoreUnavailable(f"Redis refused {command[0]}")
         except (OSError, TimeoutError) as exc:

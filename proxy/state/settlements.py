@@ -19,7 +19,7 @@ the rare flush and the health plugin's once-a-second reads) instead of 3.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from proxy.state.store import RateBucket
@@ -33,7 +33,7 @@ class PendingSettlements:
     ``flush`` is the coroutine that sends them (it calls :meth:`take`). Use from one loop."""
 
     def __init__(
-        self, flush: Callable[[], Awaitable[None]], *, max_pending: int = MAX_PENDING
+        self, flush: Callable[[], Coroutine[Any, Any, None]], *, max_pending: int = MAX_PENDING
     ) -> None:
         self._flush = flush
         self._max = max_pending

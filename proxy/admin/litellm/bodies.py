@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from proxy.core.canonical import Budget
+from proxy.core.canonical import Budget, BudgetPeriod
 from proxy.core.errors import BadRequest
 from proxy.core.moments import moment_after
 from proxy.governance.auth.records import KeyRecord
@@ -30,8 +30,16 @@ from proxy.governance.auth.registry import KeyChanges, NewKey
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_PERIODS = {"1d": "1d", "24h": "1d", "7d": "7d", "30d": "30d", "1mo": "1mo"}
+_PERIODS: dict[str, BudgetPeriod] = {
+    "1d": "1d",
+    "24h": "1d",
+    "7d": "7d",
+    "30d": "30d",
+    "1mo": "1mo",
+}
 _EMPTY: tuple[object, ...] = (None, [], {}, 0, False, "")
+
+T = TypeVar("T")
 
 
 class LiteLLMKey(Struct, frozen=True, forbid_unknown_fields=False):
@@ -177,7 +185,7 @@ def _expiry(duration: Any, now: datetime) -> datetime | None:
     return moment_after(now, int(match.group(1)) * _SECONDS[match.group(2)], "duration")
 
 
-def _period(duration: Any) -> str:
+def _period(duration: Any) -> BudgetPeriod:
     if duration is UNSET or duration is None:
         return "lifetime"
     period = _PERIODS.get(str(duration))
@@ -215,7 +223,7 @@ def _merged_budget(body: LiteLLMKey, current: Budget | None) -> dict[str, Any] |
     return budget
 
 
-def _convert(values: dict[str, Any], target: type[Any]) -> Any:
+def _convert(values: dict[str, Any], target: type[T]) -> T:
     try:
         return msgspec.convert(values, target)
     except msgspec.ValidationError as exc:

@@ -65,7 +65,12 @@ FAMILIES: dict[str, Family] = {
 }
 """LiteLLM provider prefix → what serves it here."""
 
-_BARE_MODELS = (("gpt-", "openai"), ("chatgpt-", "openai"), ("o1", "openai"), ("o3", "openai"))
+_BARE_MODELS: tuple[tuple[str, str], ...] = (
+    ("gpt-", "openai"),
+    ("chatgpt-", "openai"),
+    ("o1", "openai"),
+    ("o3", "openai"),
+)
 _BARE_MODELS += (("o4", "openai"), ("claude", "anthropic"))
 _SERVED_MODES = (None, "chat", "completion", "responses", "embedding")
 _ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info"})
@@ -169,11 +174,12 @@ class _Builder:
         if not isinstance(model, str) or not model:
             result.skip(f"{path}.litellm_params.model", "expected 'provider/model'")
             return
+        prefix: str | None
         prefix, _, upstream = model.partition("/")
         if not upstream:
             prefix, upstream = _bare_family(model), model
-        family = FAMILIES.get(prefix or "")
-        if family is None:
+        family = FAMILIES.get(prefix) if prefix is not None else None
+        if prefix is None or family is None:
             result.skip(f"{path}.litellm_params.model", _unknown_family(model, prefix))
             return
         if "*" in alias or "*" in upstream:
@@ -420,7 +426,7 @@ _BEDROCK_FIELDS = {
     "aws_bedrock_runtime_endpoint": "endpoint_url",
     "api_base": "endpoint_url",
 }
-_BEDROCK_UNSUPPORTED = ("aws_profile_name", "aws_role_name", "aws_session_name")
+_BEDROCK_UNSUPPORTED: tuple[str, ...] = ("aws_profile_name", "aws_role_name", "aws_session_name")
 _BEDROCK_UNSUPPORTED += ("aws_web_identity_token", "aws_sts_endpoint", "aws_external_id")
 
 

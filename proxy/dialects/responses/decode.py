@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 import msgspec
 from msgspec import UNSET, Meta, Struct
@@ -175,6 +175,12 @@ _REQUEST = msgspec.json.Decoder(_Request)
 _ENCODER = msgspec.json.Encoder()
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
+_MessageRole = Literal["user", "system", "developer", "assistant"]
+
+
+def _is_message_role(role: str | None) -> TypeGuard[_MessageRole]:
+    """Whether ``role`` is one a message item may have (one of :data:`_ROLES`)."""
+    return role in _ROLES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,7 +397,7 @@ def _open_assistant(messages: list[Message]) -> Message | None:
 
 def _message(item: _Item, path: str, messages: list[Message]) -> None:
     role = item.role
-    if role not in _ROLES:
+    if not _is_message_role(role):
         raise invalid("expected one of 'user', 'system', 'developer', 'assistant'", f"{path}.role")
     content = item.content
     if content is None:
@@ -400,10 +406,10 @@ def _message(item: _Item, path: str, messages: list[Message]) -> None:
         _assistant_message(content, path, messages)
         return
     if isinstance(content, str):
-        messages.append(Message(role=role, content=content))  # type: ignore[arg-type]
+        messages.append(Message(role=role, content=content))
         return
     parts = [_part(part, f"{path}.content[{i}]") for i, part in enumerate(content)]
-    messages.append(Message(role=role, content=parts))  # type: ignore[arg-type]
+    messages.append(Message(role=role, content=parts))
 
 
 def _assistant_message(content: Any, path: str, messages: list[Message]) -> None:
@@ -483,7 +489,7 @@ def _part(part: Any, path: str) -> ContentPart:
     if isinstance(part, _InputImage):
         if part.image_url:
             detail = part.detail if part.detail not in (None, "auto") else UNSET
-            return ImagePart(image_url=ImageURL(url=part.image_url, detail=detail))  # type: ignore[arg-type]
+            return ImagePart(image_url=ImageURL(url=part.image_url, detail=detail))
         raise invalid(
             "an input_image needs an image_url (an http(s) or data: URL); file_id images "
             "are not supported by the gateway",

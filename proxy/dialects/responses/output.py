@@ -321,8 +321,8 @@ class OutputBuilder:
             )
         parts = [part.render() for part in self._parts[block.index]]
         if block.kind == "reasoning":
-            return ReasoningItem(id=self._id(block), content=parts, status=status)  # type: ignore[arg-type]
-        return OutputMessage(id=self._id(block), status=status, content=parts)  # type: ignore[arg-type]
+            return ReasoningItem(id=self._id(block), content=parts, status=status)  # type: ignore[arg-type]  # a reasoning block's parts are reasoning_text ones
+        return OutputMessage(id=self._id(block), status=status, content=parts)  # type: ignore[arg-type]  # a message's parts are output_text or refusal ones
 
     def _prose(self, kind: Literal["text", "reasoning"], part_kind: str, piece: str) -> None:
         """Add ``piece`` to the open prose item of ``kind``, in a part of ``part_kind``."""

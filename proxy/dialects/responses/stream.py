@@ -59,6 +59,17 @@ class ResponseFailed(Struct, tag="response.failed", tag_field="type"):
     sequence_number: int = 0
 
 
+_Event = (
+    ItemEvent
+    | ResponseCreated
+    | ResponseInProgress
+    | ResponseCompleted
+    | ResponseIncomplete
+    | ResponseFailed
+)
+"""Every event a stream frames (each has a ``sequence_number``)."""
+
+
 def final_response(envelope: Envelope, builder: OutputBuilder, model: str) -> ResponseObject:
     """The response object of a stream that ended normally (``builder`` closed)."""
     status, incomplete = status_of(builder.finish_reason)
@@ -153,8 +164,8 @@ class ResponsesStreamEncoder:
         events.clear()
         return out
 
-    def _frame(self, event: Struct) -> bytes:
-        event.sequence_number = self._sequence  # type: ignore[attr-defined]
+    def _frame(self, event: _Event) -> bytes:
+        event.sequence_number = self._sequence
         self._sequence += 1
         return _HEADS[type(event)] + ENCODER.encode(event) + b"\n\n"
 

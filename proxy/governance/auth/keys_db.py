@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
 
 from proxy.db import Database
 from proxy.db.schema import keys, teams
@@ -14,7 +16,16 @@ from proxy.governance.auth.records import KeyRecord, TeamRecord
 from proxy.governance.auth.teams_db import team_record
 from proxy.governance.ledger.spend_db import decode_cursor, encode_cursor
 
-KEY_FIELDS = ("alias", "team", "user", "models", "rpm", "tpm", "max_parallel", "blocked")
+KEY_FIELDS: tuple[str, ...] = (
+    "alias",
+    "team",
+    "user",
+    "models",
+    "rpm",
+    "tpm",
+    "max_parallel",
+    "blocked",
+)
 KEY_FIELDS += ("expires_at", "metadata", "budget")
 _COLUMN = {"user": "user_id"}  # record field -> column, where they differ
 _TEAM_COLUMNS = [column.label(f"team_{column.name}") for column in teams.c]
@@ -142,7 +153,7 @@ class KeyRepository:
 
     async def page(
         self, where: KeyFilter, limit: int, cursor: str | None = None
-    ) -> tuple[list[KeyRecord], str | None, int]:
+    ) -> tuple[builtins.list[KeyRecord], str | None, int]:  # ``list`` is the method above
         """Keys ``where`` selects, newest first, at most ``limit`` after ``cursor``; the cursor
         of the next page (None at the end) and how many keys ``where`` selects in all. Raises
         :class:`ValueError` for a cursor this never made."""
@@ -196,7 +207,7 @@ class KeyRepository:
         return None if row is None else row[0]
 
 
-def key_record(row: Mapping[str, Any]) -> KeyRecord:
+def key_record(row: RowMapping | Mapping[str, Any]) -> KeyRecord:
     """A stored row as a record (the hash stays behind)."""
     return KeyRecord(
         id=row["id"],

@@ -157,10 +157,10 @@ class Registry:
             if record.id == key_id:
                 return record
         await self._database.open()
-        record = await self._keys.get(key_id)
-        if record is None:
+        stored = await self._keys.get(key_id)
+        if stored is None:
             raise NotFound(f"no key {key_id!r}", code="key_not_found")
-        return record
+        return stored
 
     async def update_key(self, key_id: str, changes: KeyChanges) -> KeyRecord:
         """Apply ``changes``; raises :class:`NotFound`, :class:`Conflict` (a config key),

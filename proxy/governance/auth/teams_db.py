@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.engine import RowMapping
+
 from proxy.db import Database
 from proxy.db.schema import teams
 from proxy.governance.auth.records import TeamRecord
@@ -66,7 +68,7 @@ class TeamRepository:
         return bool(result.rowcount)
 
 
-def team_record(row: Mapping[str, Any]) -> TeamRecord:
+def team_record(row: RowMapping | Mapping[str, Any]) -> TeamRecord:
     """A stored row as a record."""
     return TeamRecord(
         id=row["id"],

@@ -24,7 +24,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from proxy.core.canonical import Budget
-from proxy.governance.budgets.counters import Scope, SpendCounters, day_of
+from proxy.governance.budgets.counters import SpendCounters
+from proxy.governance.budgets.plans import Scope, day_of
 from proxy.governance.ledger.spend_db import SpendRepository
 from proxy.governance.ledger.writer import LedgerWriter
 from proxy.state.store import StoreUnavailable
@@ -108,7 +109,7 @@ class CounterSync:
             return
         by_number = [(scope, ident, day_of(_day_start(day)), n) for scope, ident, day, n in days]
         try:
-            written = await self._counters.rebuild(by_number, totals)  # type: ignore[arg-type]
+            written = await self._counters.rebuild(by_number, totals)
         except StoreUnavailable:
             self._unavailable()
             return

@@ -91,8 +91,11 @@ def _ids(prefix: str) -> Iterator[str]:
 
 def end_user(call: Call) -> str | None:
     """The end user ``call`` names, else the user its key belongs to (bounded in length)."""
-    user = call.params.user
-    if not isinstance(user, str) or not user:
+    user: str | None
+    given = call.params.user
+    if isinstance(given, str) and given:
+        user = given
+    else:
         metadata = call.options.metadata
         user = _identity(metadata) if metadata else None
     if not user:

@@ -260,7 +260,7 @@ def _floor_day(moment: datetime) -> datetime:
     return midnight(day_of(moment))
 
 
-def _aware(moment: Any) -> datetime:
+def _aware(moment: datetime | str) -> datetime:
     if isinstance(moment, str):
         moment = datetime.fromisoformat(moment)
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

@@ -38,6 +38,8 @@ from proxy.governance.ledger.rollup import SUMS as _SUM_NAMES
 from proxy.governance.ledger.rollup import SpendRollup, merge
 
 Group = Literal["key", "team", "model", "provider", "user", "day"]
+BudgetScope = Literal["key", "team", "user"]
+"""Whose spend a budget counts (:data:`proxy.governance.budgets.plans.Scope`)."""
 GROUPS: dict[str, tuple[str, sa.Column[Any]]] = {
     "key": ("key_id", spend.c.key_id),
     "team": ("team", spend.c.team),
@@ -55,6 +57,10 @@ TOKEN_FIELDS = (
 )
 _COLUMN = {"user": "end_user"}  # record field -> column, where they differ
 _SCOPES = {"key": spend.c.key_id, "team": spend.c.team, "user": spend.c.end_user}
+_KEY_AND_TEAM: tuple[tuple[BudgetScope, sa.Column[Any]], ...] = (
+    ("key", spend.c.key_id),
+    ("team", spend.c.team),
+)
 _RECORD_FIELDS = tuple(SpendRecord.__struct_fields__)
 _FIELDS_AFTER_TIME = tuple(f for f in _RECORD_FIELDS if f != "time")
 _TIME = _RECORD_FIELDS.index("time")  # a record's values before and after it are the row's
@@ -81,7 +87,8 @@ def _sqlite_insert(rows: int) -> str:
 
 
 _SQLITE_INSERT_GROUP = _sqlite_insert(_SQLITE_GROUP)
-_POSTGRES_TYPES = [spend.c[name].type.compile(dialect=postgresql.dialect()) for name in _INSERTED]
+_POSTGRES = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves the dialect's __init__ unannotated
+_POSTGRES_TYPES = [spend.c[name].type.compile(dialect=_POSTGRES) for name in _INSERTED]
 _POSTGRES_INSERT = (
     f"INSERT INTO spend ({', '.join(_INSERTED)}) SELECT * FROM unnest("
     + ", ".join(f"${i}::{kind}[]" for i, kind in enumerate(_POSTGRES_TYPES, 1))
@@ -247,13 +254,15 @@ class SpendRepository:
             rows = await connection.execute(query)
             return {key_id: (int(nanos), _aware(last)) for key_id, nanos, last in rows}
 
-    async def day_sums(self, since: datetime, limit_users: int) -> list[tuple[str, str, str, int]]:
+    async def day_sums(
+        self, since: datetime, limit_users: int
+    ) -> list[tuple[BudgetScope, str, str, int]]:
         """``(scope, id, day, nanos)`` for every key, team and (the ``limit_users`` most recent)
         end user with spend since ``since``: what the budget counters are rebuilt from."""
         await self._database.open()
-        found: list[tuple[str, str, str, int]] = []
+        found: list[tuple[BudgetScope, str, str, int]] = []
         async with self._database.connect() as connection:
-            for scope, column in (("key", spend.c.key_id), ("team", spend.c.team)):
+            for scope, column in _KEY_AND_TEAM:
                 found += await _per_day(connection, scope, column, since, None)
             recent = (
                 sa.select(spend.c.end_user)
@@ -265,12 +274,12 @@ class SpendRepository:
             found += await _per_day(connection, "user", spend.c.end_user, since, recent)
         return found
 
-    async def lifetime_sums(self) -> list[tuple[str, str, int]]:
+    async def lifetime_sums(self) -> list[tuple[BudgetScope, str, int]]:
         """``(scope, id, nanos)`` ever charged, for every key and team."""
         await self._database.open()
-        found: list[tuple[str, str, int]] = []
+        found: list[tuple[BudgetScope, str, int]] = []
         async with self._database.connect() as connection:
-            for scope, column in (("key", spend.c.key_id), ("team", spend.c.team)):
+            for scope, column in _KEY_AND_TEAM:
                 query = (
                     sa.select(column, sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0))
                     .where(column.is_not(None))
@@ -345,7 +354,7 @@ async def _insert_sqlite(connection: AsyncConnection, rows: list[tuple[Any, ...]
             tuple(chain.from_iterable(rows[start : start + _SQLITE_GROUP]))
             for start in range(0, grouped, _SQLITE_GROUP)
         ]
-        await connection.exec_driver_sql(_SQLITE_INSERT_GROUP, groups)  # type: ignore[arg-type]
+        await connection.exec_driver_sql(_SQLITE_INSERT_GROUP, groups)
     rest = rows[grouped:]
     if rest:
         await connection.exec_driver_sql(
@@ -355,11 +364,11 @@ async def _insert_sqlite(connection: AsyncConnection, rows: list[tuple[Any, ...]
 
 async def _per_day(
     connection: AsyncConnection,
-    scope: str,
+    scope: BudgetScope,
     column: sa.Column[Any],
     since: datetime,
     among: sa.Select[Any] | None,
-) -> list[tuple[str, str, str, int]]:
+) -> list[tuple[BudgetScope, str, str, int]]:
     query = (
         sa.select(column, spend.c.day, sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0))
         .where(spend.c.time >= since, column.is_not(None))
@@ -400,7 +409,7 @@ def _numbers(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _aware(moment: Any) -> datetime:
+def _aware(moment: datetime | str) -> datetime:
     """A ``max(time)``: SQLite gives it back as text, without the column's type."""
     if isinstance(moment, str):
         moment = datetime.fromisoformat(moment)

@@ -46,7 +46,7 @@ answers no tool call of an earlier assistant message and has no ``name``
 from __future__ import annotations
 
 import mimetypes
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
@@ -185,13 +185,15 @@ def conversation(messages: list[Message]) -> tuple[list[_Part], list[Content]]:
             if text:
                 system.append(_Part(text=text))
             continue
+        turn: Literal["user", "model"]  # Gemini's two roles of a content
         if role == "user":
+            turn = "user"
             parts = _parts(message.content, position)
         elif role == "assistant":
-            role = "model"
+            turn = "model"
             parts = _parts(message.content, position) + _function_calls(message, position, names)
         elif role == "tool":
-            role = "user"
+            turn = "user"
             parts = [_function_response(message, position, names)]
         else:
             raise BadRequest(
@@ -201,10 +203,10 @@ def conversation(messages: list[Message]) -> tuple[list[_Part], list[Content]]:
             )
         if not parts:
             continue
-        if contents and contents[-1].role == role:
+        if contents and contents[-1].role == turn:
             contents[-1].parts.extend(parts)
         else:
-            contents.append(Content(parts=parts, role=role))
+            contents.append(Content(parts=parts, role=turn))
     return system, contents
 
 

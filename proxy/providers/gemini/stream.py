@@ -191,9 +191,9 @@ class GeminiStreamParser:
 
 
 class _Call(NamedTuple):
-    """A whole function call of a candidate, numbered among the candidate's calls."""
+    """A whole function call of a candidate, numbered (``position``) among the candidate's calls."""
 
-    index: int
+    position: int  # not ``index``: that would shadow tuple.index
     id: str
     name: str
     arguments: str
@@ -203,7 +203,7 @@ class _Call(NamedTuple):
 
     def delta(self) -> ToolCallDelta:
         function = FunctionCallDelta(name=self.name, arguments=self.arguments)
-        return ToolCallDelta(index=self.index, id=self.id, type="function", function=function)
+        return ToolCallDelta(index=self.position, id=self.id, type="function", function=function)
 
 
 def split_parts(

@@ -10,11 +10,11 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-_SUMS = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
+_SUMS: tuple[str, ...] = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
 _SUMS += ("output_tokens", "reasoning_tokens", "cost_nanos", "saved_nanos")
 
 
-def _sums() -> list[sa.Column]:
+def _sums() -> list[sa.Column[int]]:
     return [sa.Column(name, sa.BigInteger, nullable=False) for name in _SUMS]
 
 
