@@ -15,10 +15,8 @@ aggregates every worker's samples, so a scrape that lands on any worker sees the
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from prometheus_client import (
@@ -31,14 +29,11 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
 from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.utils import floatToGoString
 
 from proxy.core.canonical import Usage
+from proxy.core.local_metrics import LocalCollector, LocalFamily
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -108,7 +103,7 @@ class _Children:
         if child is None:
             family = self._family
             # prometheus-client's own metric without labels is its only child
-            unlabelled = not labels and not isinstance(family, _LocalFamily)
+            unlabelled = not labels and not isinstance(family, LocalFamily)
             child = self._cache[labels] = family if unlabelled else family.labels(*labels)
         return child
 
@@ -182,109 +177,6 @@ class RequestSeries:
                 child.inc(count)
 
 
-def _go_float(value: float) -> str:
-    """``value`` as the exposition format writes a bucket bound (Go's float formatting)."""
-    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]  # prometheus-client leaves it unannotated
-    return text
-
-
-class _LocalValue:
-    """A counter or gauge child kept in a plain float (the event loop is single-threaded)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
-
-    def dec(self, amount: float = 1.0) -> None:
-        self.value -= amount
-
-    def set(self, value: float) -> None:
-        self.value = value
-
-
-class _LocalHistogram:
-    """A histogram child: per-bucket counts (non-cumulative until exposition) and the sum."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, amount: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, amount)] += 1
-        self.sum += amount
-
-
-class _LocalFamily:
-    """One metric family whose children live in this process only, without locks.
-
-    prometheus-client guards every update with a lock for threaded servers; the gateway updates
-    metrics from one event loop, so plain attributes are enough and several times cheaper.
-    """
-
-    def __init__(
-        self,
-        kind: str,
-        name: str,
-        doc: str,
-        labels: list[str],
-        buckets: tuple[float, ...] = (),
-    ) -> None:
-        self.kind = kind
-        self.name = name
-        self.doc = doc
-        self.labelnames = labels
-        self.buckets = buckets
-        self.children: dict[tuple[str, ...], Any] = {}
-
-    def labels(self, *values: str) -> Any:
-        child = self.children.get(values)
-        if child is None:
-            child = _LocalHistogram(self.buckets) if self.kind == "histogram" else _LocalValue()
-            self.children[values] = child
-        return child
-
-    def sample(self) -> Metric:
-        """This family in prometheus-client's exposition form."""
-        if self.kind == "counter":
-            counter = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
-            for values, child in self.children.items():
-                counter.add_metric(values, child.value)
-            return counter
-        if self.kind == "gauge":
-            gauge = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
-            for values, child in self.children.items():
-                gauge.add_metric(values, child.value)
-            return gauge
-        histogram = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
-        for values, child in self.children.items():
-            cumulative = list(itertools.accumulate(child.counts))
-            bounds = [*(_go_float(bound) for bound in child.bounds), "+Inf"]
-            histogram.add_metric(values, list(zip(bounds, cumulative, strict=True)), child.sum)
-        return histogram
-
-
-class _LocalCollector:
-    """Exposes the :class:`_LocalFamily` metrics through a prometheus-client registry."""
-
-    def __init__(self) -> None:
-        self._families: list[_LocalFamily] = []
-
-    def family(self, family: _LocalFamily) -> _LocalFamily:
-        self._families.append(family)
-        return family
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._families:
-            yield family.sample()
-
-
 class Metrics:
     """Every metric the gateway exports, with helpers shaped after what the app records."""
 
@@ -293,7 +185,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_label: Callable[[str], str] = BoundedLabel(max_model_labels)
         self._series: dict[tuple[str, str, str], RequestSeries] = {}
-        self._local = _LocalCollector()
+        self._local = LocalCollector()
         if not self.multiprocess:
             self.registry.register(self._local)
         self.requests = self._counter(
@@ -495,21 +387,21 @@ class Metrics:
     def _counter(self, name: str, doc: str, labels: list[str]) -> _Children:
         if self.multiprocess:
             return _Children(Counter(name, doc, labels, registry=self.registry))
-        return _Children(self._local.family(_LocalFamily("counter", name, doc, labels)))
+        return _Children(self._local.family(LocalFamily("counter", name, doc, labels)))
 
     def _gauge(self, name: str, doc: str, labels: list[str], mode: GaugeMode) -> _Children:
         if self.multiprocess:
             return _Children(
                 Gauge(name, doc, labels, registry=self.registry, multiprocess_mode=mode)
             )
-        return _Children(self._local.family(_LocalFamily("gauge", name, doc, labels)))
+        return _Children(self._local.family(LocalFamily("gauge", name, doc, labels)))
 
     def _histogram(
         self, name: str, doc: str, labels: list[str], buckets: tuple[float, ...]
     ) -> _Children:
         if self.multiprocess:
             return _Children(Histogram(name, doc, labels, buckets=buckets, registry=self.registry))
-        return _Children(self._local.family(_LocalFamily("histogram", name, doc, labels, buckets)))
+        return _Children(self._local.family(LocalFamily("histogram", name, doc, labels, buckets)))
 
     def request_series(self, dialect: str, model: str, provider: str) -> RequestSeries:
         """The series a request with these labels records into (cached). ``model`` must

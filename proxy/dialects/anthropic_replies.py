@@ -17,22 +17,17 @@ from proxy.core.canonical import Call, Message, Usage
 from proxy.core.errors import GatewayError
 from proxy.core.reply import Chunk, Reply
 from proxy.core.sse import encode_named_frame
+from proxy.dialects.anthropic_citations import (
+    TextOut,
+    WebCitation,
+    citation_of,
+    cited_text,
+    url_citation,
+)
 from proxy.dialects.blocks import Block, Change, StreamBlocks
 
 KEEPALIVE_SECONDS = 15.0
 _ENCODER = msgspec.json.Encoder()
-
-
-class _WebCitation(Struct, tag="web_search_result_location", tag_field="type"):
-    cited_text: str
-    url: str
-    title: str | None
-    encrypted_index: str = ""  # Anthropic's own reference into its search results: none here
-
-
-class _TextOut(Struct, tag="text", tag_field="type"):
-    text: str
-    citations: list[_WebCitation] | None = None
 
 
 class _ThinkingOut(Struct, tag="thinking", tag_field="type"):
@@ -51,7 +46,7 @@ class _ToolUseOut(Struct, tag="tool_use", tag_field="type"):
     caller: _Caller = msgspec.field(default_factory=_Caller)
 
 
-_BlockOut = _TextOut | _ThinkingOut | _ToolUseOut
+_BlockOut = TextOut | _ThinkingOut | _ToolUseOut
 
 
 class AnthropicUsage(Struct):
@@ -121,7 +116,7 @@ class _JsonDelta(Struct, tag="input_json_delta", tag_field="type"):
 
 
 class _CitationsDelta(Struct, tag="citations_delta", tag_field="type"):
-    citation: _WebCitation
+    citation: WebCitation
 
 
 class _BlockDelta(Struct, tag="content_block_delta", tag_field="type"):
@@ -274,7 +269,7 @@ def _blocks(message: Message) -> list[_BlockOut]:
         blocks.append(_ThinkingOut(thinking=message.reasoning_content))
     text = message.text()
     if text:
-        blocks.extend(_cited_text(text, message.annotations or ()))
+        blocks.extend(cited_text(text, message.annotations or ()))
     for call in message.tool_calls or ():
         blocks.append(
             _ToolUseOut(
@@ -283,74 +278,6 @@ def _blocks(message: Message) -> list[_BlockOut]:
                 input=_tool_input(call.function.arguments),
             )
         )
-    return blocks
-
-
-def _url_citation(annotation: Any) -> dict[str, Any] | None:
-    """An OpenAI ``url_citation`` annotation's body, or None for anything else."""
-    if not isinstance(annotation, dict) or annotation.get("type") != "url_citation":
-        return None
-    body = annotation.get("url_citation")
-    if not isinstance(body, dict) or not isinstance(body.get("url"), str) or not body["url"]:
-        return None
-    return body
-
-
-def _span(body: dict[str, Any], length: int) -> tuple[int, int] | None:
-    start, end = body.get("start_index"), body.get("end_index")
-    if isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= length:
-        return start, end
-    return None
-
-
-def _citation(body: dict[str, Any], text: str) -> _WebCitation:
-    """Anthropic's web citation for an OpenAI ``url_citation`` of ``text`` (the whole answer)."""
-    title = body.get("title")
-    span = _span(body, len(text))
-    return _WebCitation(
-        cited_text=text[span[0] : span[1]] if span is not None else "",
-        url=body["url"],
-        title=title if isinstance(title, str) and title else None,
-    )
-
-
-def _cited_text(text: str, annotations: Any) -> list[_TextOut]:
-    """``text`` as Anthropic text blocks: each span OpenAI's ``url_citation`` annotations cite
-    becomes a block of its own carrying those citations (overlapping spans share one), the
-    rest plain blocks; a citation without a usable span goes to the last block."""
-    spans: list[tuple[int, int, _WebCitation]] = []
-    loose: list[_WebCitation] = []
-    for annotation in annotations:
-        body = _url_citation(annotation)
-        if body is None:
-            continue
-        span = _span(body, len(text))
-        if span is None:
-            loose.append(_citation(body, text))
-        else:
-            spans.append((*span, _citation(body, text)))
-    if not spans and not loose:
-        return [_TextOut(text=text)]
-    blocks: list[_TextOut] = []
-    position = 0
-    spans.sort(key=lambda span: span[0])
-    groups: list[tuple[int, int, list[_WebCitation]]] = []
-    for start, end, citation in spans:
-        if groups and start < groups[-1][1]:
-            first, last, cited = groups[-1]
-            groups[-1] = (first, max(last, end), [*cited, citation])
-        else:
-            groups.append((start, end, [citation]))
-    for start, end, cited in groups:
-        if start > position:
-            blocks.append(_TextOut(text=text[position:start]))
-        blocks.append(_TextOut(text=text[start:end], citations=cited))
-        position = end
-    if position < len(text):
-        blocks.append(_TextOut(text=text[position:]))
-    if loose:
-        final = blocks[-1]
-        final.citations = [*(final.citations or ()), *loose]
     return blocks
 
 
@@ -456,11 +383,11 @@ class AnthropicStreamEncoder:
         the ``url_citation`` annotations of a delta (spans index the whole answer)."""
         out = b""
         for annotation in annotations:
-            body = _url_citation(annotation)
+            body = url_citation(annotation)
             if body is None:
                 continue
             block, changes = self._blocks.prose("text")
-            citation = _citation(body, "".join(self._text))
+            citation = citation_of(body, "".join(self._text))
             out += _changes(changes) + _delta(block, _CitationsDelta(citation=citation))
         return out
 
@@ -487,7 +414,7 @@ def _changes(changes: list[Change]) -> bytes:
             continue
         content: _BlockOut
         if block.kind == "text":
-            content = _TextOut(text="")
+            content = TextOut(text="")
         elif block.kind == "reasoning":
             content = _ThinkingOut(thinking="")
         else:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeGuard
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct
@@ -39,21 +39,15 @@ from msgspec import UNSET, Meta, Struct
 from proxy.core.canonical import (
     MAX_TOKENS_LIMIT,
     Call,
-    ContentPart,
-    FilePart,
-    FunctionCall,
     FunctionDefinition,
-    ImagePart,
-    ImageURL,
     Message,
     Params,
-    TextPart,
     Timings,
     Tool,
-    ToolCall,
 )
 from proxy.core.errors import BadRequest
 from proxy.dialects.base import bad_request, invalid
+from proxy.dialects.responses.input_items import Item, conversation
 from proxy.dialects.responses.objects import Envelope, FunctionTool, ReasoningConfig
 
 MAX_METADATA_PAIRS = 16
@@ -61,55 +55,6 @@ MAX_METADATA_PAIRS = 16
 # ---------------------------------------------------------------------------------------------
 # The request, as msgspec decodes it
 # ---------------------------------------------------------------------------------------------
-
-
-class _InputText(Struct, tag="input_text", tag_field="type"):
-    text: str
-
-
-class _OutputText(Struct, tag="output_text", tag_field="type"):
-    text: str
-
-
-class _Refusal(Struct, tag="refusal", tag_field="type"):
-    refusal: str
-
-
-class _InputImage(Struct, tag="input_image", tag_field="type"):
-    image_url: str | None = None
-    file_id: str | None = None
-    detail: Literal["low", "high", "auto", "original"] | None = None
-
-
-class _InputFile(Struct, tag="input_file", tag_field="type"):
-    file_data: str | None = None
-    file_id: str | None = None
-    file_url: str | None = None
-    filename: str | None = None
-
-
-class _ReasoningText(Struct, tag="reasoning_text", tag_field="type"):
-    text: str
-
-
-class _SummaryText(Struct, tag="summary_text", tag_field="type"):
-    text: str
-
-
-_Part = _InputText | _OutputText | _Refusal | _InputImage | _InputFile | _ReasoningText
-
-
-class _Item(Struct):
-    """Any input item: which fields matter depends on ``type`` (a message may omit it)."""
-
-    type: str = "message"
-    role: str | None = None
-    content: str | list[_Part] | None = None
-    call_id: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-    output: str | list[_Part] | None = None
-    summary: list[_SummaryText] | None = None
 
 
 class _ToolSpec(Struct):
@@ -148,7 +93,7 @@ class _TextConfig(Struct):
 
 class _Request(Struct):
     model: Annotated[str, Meta(min_length=1)]
-    input: str | list[_Item] | None = None
+    input: str | list[Item] | None = None
     instructions: str | None = None
     tools: list[_ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
@@ -174,13 +119,6 @@ class _Request(Struct):
 _REQUEST = msgspec.json.Decoder(_Request)
 _ENCODER = msgspec.json.Encoder()
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
-_ROLES = frozenset({"user", "system", "developer", "assistant"})
-_MessageRole = Literal["user", "system", "developer", "assistant"]
-
-
-def _is_message_role(role: str | None) -> TypeGuard[_MessageRole]:
-    """Whether ``role`` is one a message item may have (one of :data:`_ROLES`)."""
-    return role in _ROLES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,7 +149,7 @@ def decode_request(
     if isinstance(request.input, str):
         messages.append(Message(role="user", content=request.input))
     elif request.input:
-        messages.extend(_conversation(request.input))
+        messages.extend(conversation(request.input))
     elif request.previous_response_id is None:
         raise BadRequest("Missing required parameter: 'input'", param="input")
     params = _params(request)
@@ -352,157 +290,3 @@ def _text_echo(text: _TextConfig | None) -> dict[str, Any]:
     if text.verbosity is not None:
         echo["verbosity"] = text.verbosity
     return echo
-
-
-# ---------------------------------------------------------------------------------------------
-# Input items → canonical messages
-# ---------------------------------------------------------------------------------------------
-
-
-def _conversation(items: list[_Item]) -> list[Message]:
-    """Canonical messages for input items (see the module docstring)."""
-    messages: list[Message] = []
-    for index, item in enumerate(items):
-        path = f"input[{index}]"
-        kind = item.type
-        if kind == "message":
-            _message(item, path, messages)
-        elif kind == "function_call":
-            _function_call(item, path, messages)
-        elif kind == "function_call_output":
-            messages.append(_function_output(item, path))
-        elif kind == "reasoning":
-            _reasoning(item, messages)
-        elif kind == "item_reference":
-            raise invalid(
-                "item references are not supported by the gateway: send the items, or "
-                "previous_response_id",
-                f"{path}.type",
-            )
-        else:
-            raise invalid(
-                f"input item {kind!r} is not supported by the gateway (only messages, "
-                "function calls and their outputs, and reasoning)",
-                f"{path}.type",
-            )
-    return messages
-
-
-def _open_assistant(messages: list[Message]) -> Message | None:
-    """The last message if it is an assistant turn still being assembled from items."""
-    if messages and messages[-1].role == "assistant":
-        return messages[-1]
-    return None
-
-
-def _message(item: _Item, path: str, messages: list[Message]) -> None:
-    role = item.role
-    if not _is_message_role(role):
-        raise invalid("expected one of 'user', 'system', 'developer', 'assistant'", f"{path}.role")
-    content = item.content
-    if content is None:
-        raise invalid("a message needs content", f"{path}.content")
-    if role == "assistant":
-        _assistant_message(content, path, messages)
-        return
-    if isinstance(content, str):
-        messages.append(Message(role=role, content=content))
-        return
-    parts = [_part(part, f"{path}.content[{i}]") for i, part in enumerate(content)]
-    messages.append(Message(role=role, content=parts))
-
-
-def _assistant_message(content: Any, path: str, messages: list[Message]) -> None:
-    texts: list[str] = []
-    refusals: list[str] = []
-    if isinstance(content, str):
-        texts.append(content)
-    else:
-        for i, part in enumerate(content):
-            if isinstance(part, (_OutputText, _InputText)):
-                texts.append(part.text)
-            elif isinstance(part, _Refusal):
-                refusals.append(part.refusal)
-            else:
-                raise invalid(
-                    "an assistant message carries output_text and refusal parts only",
-                    f"{path}.content[{i}].type",
-                )
-    open_turn = _open_assistant(messages)
-    if open_turn is not None and open_turn.content is None and not open_turn.tool_calls:
-        target = open_turn  # the text of a turn whose reasoning came first
-    else:
-        target = Message(role="assistant")
-        messages.append(target)
-    target.content = "".join(texts)
-    if refusals:
-        target.refusal = "".join(refusals)
-
-
-def _function_call(item: _Item, path: str, messages: list[Message]) -> None:
-    if not item.call_id:
-        raise invalid("a function_call needs a call_id", f"{path}.call_id")
-    if not item.name:
-        raise invalid("a function_call needs a name", f"{path}.name")
-    call = ToolCall(
-        id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments or "")
-    )
-    turn = _open_assistant(messages)
-    if turn is None:
-        turn = Message(role="assistant", content=None)
-        messages.append(turn)
-    if turn.tool_calls:
-        turn.tool_calls.append(call)
-    else:
-        turn.tool_calls = [call]
-
-
-def _function_output(item: _Item, path: str) -> Message:
-    if not item.call_id:
-        raise invalid("a function_call_output needs a call_id", f"{path}.call_id")
-    output = item.output
-    if output is None:
-        raise invalid("a function_call_output needs an output", f"{path}.output")
-    if isinstance(output, str):
-        return Message(role="tool", content=output, tool_call_id=item.call_id)
-    parts = [_part(part, f"{path}.output[{i}]") for i, part in enumerate(output)]
-    return Message(role="tool", content=parts, tool_call_id=item.call_id)
-
-
-def _reasoning(item: _Item, messages: list[Message]) -> None:
-    content = item.content if isinstance(item.content, list) else []
-    text = "".join(part.text for part in content if isinstance(part, _ReasoningText))
-    if not text:
-        text = "".join(part.text for part in item.summary or ())
-    if not text:
-        return  # an encrypted or empty reasoning item carries nothing the upstream can use
-    turn = _open_assistant(messages)
-    if turn is not None and turn.content is None and not turn.tool_calls:
-        turn.reasoning_content = (turn.reasoning_content or "") + text
-    else:
-        messages.append(Message(role="assistant", content=None, reasoning_content=text))
-
-
-def _part(part: Any, path: str) -> ContentPart:
-    if isinstance(part, (_InputText, _OutputText)):
-        return TextPart(text=part.text)
-    if isinstance(part, _InputImage):
-        if part.image_url:
-            detail = part.detail if part.detail not in (None, "auto") else UNSET
-            return ImagePart(image_url=ImageURL(url=part.image_url, detail=detail))
-        raise invalid(
-            "an input_image needs an image_url (an http(s) or data: URL); file_id images "
-            "are not supported by the gateway",
-            f"{path}.image_url",
-        )
-    if isinstance(part, _InputFile):
-        if part.file_data:
-            file: dict[str, Any] = {"file_data": part.file_data}
-            if part.filename:
-                file["filename"] = part.filename
-            return FilePart(file=file)
-        if part.file_id:
-            return FilePart(file={"file_id": part.file_id})
-        raise invalid("an input_file needs file_data or file_id", f"{path}.file_data")
-    tag = type(part).__struct_config__.tag
-    raise invalid(f"a {tag} part is not allowed here", f"{path}.type")
