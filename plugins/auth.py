@@ -1,8 +1,9 @@
 """``auth``: every request needs a key, and may use only the models its key allows.
 
 With this plugin in the chain (``- auth: {}``, first), the gateway demands a key on every
-dialect route: the app authenticates each request with the plugin's ``authenticate`` before it
-reads the body (:attr:`proxy.runtime.snapshot.Snapshot.gate`), so an unauthenticated client costs no
+dialect route: the app authenticates each request with the plugin's ``authenticate`` hook
+(:class:`proxy.core.plugin.Authenticates`) before it reads the body
+(:attr:`proxy.runtime.snapshot.Snapshot.demands_key`), so an unauthenticated client costs no
 decoding and learns nothing about models; the principal is then on ``call.principal``. Called
 on a call that carries no principal yet (a chain run without the app), the plugin
 authenticates it itself, from ``call.client_headers``.
@@ -27,8 +28,9 @@ from proxy.runtime.plugins import PluginContext
 
 
 class AuthPlugin:
-    """See the module docstring. ``authenticate(headers)`` is the runtime's gate
-    (:func:`proxy.core.plugin.authenticator`)."""
+    """See the module docstring. ``authenticate(headers)`` is its ``authenticate`` hook, the
+    chain's (:func:`proxy.core.plugin.authentication`): the governance
+    :class:`~proxy.governance.auth.authenticator.Authenticator`'s key resolution."""
 
     def __init__(self, *, context: PluginContext) -> None:
         self.authenticate = context.authenticator.authenticate

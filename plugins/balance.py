@@ -57,6 +57,7 @@ from proxy.core.errors import GatewayError, NoReadyDeployment, RateLimited, Upst
 from proxy.core.observed import observe
 from proxy.core.plugin import Next
 from proxy.core.reply import Reply
+from proxy.core.streams import is_closable
 from proxy.core.token_estimate import expected_tokens
 from proxy.governance.pricing import expected_nanos
 from proxy.runtime.plugins import PluginContext
@@ -367,9 +368,8 @@ class BalancePlugin:
         except BaseException:
             # Cancelled while the store was busy: nobody will read the stream, so free it (and
             # its in-flight count) here.
-            aclose = getattr(reply.stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            if is_closable(reply.stream):
+                await reply.stream.aclose()
             raise
         return reply
 

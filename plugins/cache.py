@@ -175,16 +175,16 @@ class CachePlugin:
                 return self._hit(call, key, *found)
             shared = self._flights.joinable(key)
             if shared is not None:
-                reply = await self._flights.join(call, shared)
-                if reply is not None:
-                    return reply
+                joined = await self._flights.join(call, shared)
+                if joined is not None:
+                    return joined
                 return await self._miss(call, key, rules, next, share=False)
             if self._semantic is not None:
                 probe = await self._semantic.probe(call, next)
                 if probe is not None:
-                    reply = await self._semantic_hit(call, probe, rules)
-                    if reply is not None:
-                        return reply
+                    hit = await self._semantic_hit(call, probe, rules)
+                    if hit is not None:
+                        return hit
                     return await self._miss(
                         call, key, rules, next, share=options.coalesce, probe=probe
                     )

@@ -64,7 +64,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import ANONYMOUS, Budget, Call, Principal, Usage
+from proxy.core.canonical import ANONYMOUS, Budget, Call, CostSource, Principal, Usage
 from proxy.core.errors import BudgetExceeded, BudgetUnavailable
 from proxy.core.headers import COST_HEADER
 from proxy.core.metered import message_tokens
@@ -139,7 +139,8 @@ class CostPlugin:
                         reserved = await counters.reserve(budgeted, worst)
                     reservation, refusal = reserved
                 except StoreUnavailable:
-                    reservation, refusal = self._unchecked(), None
+                    self._unchecked()  # raises when the policy is closed
+                    reservation, refusal = None, None
                 if refusal is not None:
                     self._metrics.budget_rejected(refusal.scope).inc()
                     raise _exceeded(refusal)
@@ -318,7 +319,7 @@ class CostPlugin:
         price = priced.price
         if price is not None and usage.cost_usd is None:  # the common case: priced here
             nanos = price.cost_nanos(usage)
-            source = "estimated"
+            source: CostSource = "estimated"
         else:  # the provider's own amount (authoritative), or no price: the price book's rule
             cost = self._prices.cost(provider, model, usage)
             if cost is None:

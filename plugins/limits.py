@@ -50,7 +50,7 @@ from proxy.core.reply import Reply
 from proxy.core.token_estimate import expected_tokens
 from proxy.runtime.plugins import PluginContext
 from proxy.state.policy import SharedState, StateUnavailable
-from proxy.state.store import Admission, LimitPlan, Store, StoreUnavailable
+from proxy.state.store import Admission, AnswersNow, LimitPlan, Store, StoreUnavailable
 
 _PREFIX = "crossway:limits:"
 _PARALLEL_RETRY_AFTER = 1.0
@@ -144,8 +144,9 @@ class LimitsPlugin:
         self._reserve = options.output_reserve
         self._state: SharedState = context.state
         self._store: Store = context.state.store_for("limits")
-        # The memory store admits synchronously; a shared store's view is awaited.
-        self._admit_now = getattr(self._store, "admit_now", None)
+        # The memory store admits synchronously (AnswersNow, decided here once); a shared
+        # store's view is awaited.
+        self._admit_now = self._store.admit_now if isinstance(self._store, AnswersNow) else None
         self._refuse = context.state.policy("limits") == "closed"
         self._metrics = context.metrics
         self._plans: dict[str | None, _Plan] = {}

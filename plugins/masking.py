@@ -124,7 +124,7 @@ class MaskingPlugin:
         }
         self._order = list(_BUILTIN_LABELS)
         labels = dict(_BUILTIN_LABELS)
-        rules = {
+        rules: dict[str, Rule] = {
             entity: Rule(action, labels[entity]) for entity, action in options.entities.items()
         }
         for custom in options.custom:
@@ -194,8 +194,10 @@ class MaskingPlugin:
         if texts is None:
             call.messages = masked.messages
         else:  # an embeddings call: its inputs are masked as user text
+            embedding = call.embedding
+            assert embedding is not None  # its texts are what was masked
             call.embedding = msgspec.structs.replace(
-                call.embedding, texts=[message.text() for message in masked.messages]
+                embedding, texts=[message.text() for message in masked.messages]
             )
         return await self._send(call, next, masked.vault)
 

@@ -9,7 +9,7 @@ The leader's call then ends one of three ways:
   never handed to another (:meth:`Flight.join` returns None);
 - it returns a whole answer (:meth:`Flight.finish_whole`): joiners receive its encoded entry;
 - it returns a stream (:meth:`Flight.start_stream`): the stream is read once and fanned out.
-  Each reader (the leader's, and one per joiner) is a :class:`~proxy.core.reply.BatchedStream`
+  Each reader (the leader's, and one per joiner) is a :class:`~proxy.core.streams.BatchedStream`
   that hands over every item received so far, so a joiner that arrives mid-stream first catches
   up in one batch, then follows live.
 
@@ -46,7 +46,8 @@ import msgspec
 from proxy.cache.assemble import assemble
 from proxy.core.canonical import Timings
 from proxy.core.errors import GatewayError, UpstreamUnavailable
-from proxy.core.reply import BatchedStream, Chunk, RawFrames, Reply, Response, batched
+from proxy.core.reply import Chunk, RawFrames, Reply, Response
+from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable
 
 _PENDING, _WHOLE, _STREAM, _FAILED = "pending", "whole", "stream", "failed"
 _CHUNK_ENCODER = msgspec.msgpack.Encoder()
@@ -84,6 +85,7 @@ class Flight:
         "_readers",
         "_reading",
         "_reply",
+        "_source",
         "_started",
         "_state",
         "_stream",
@@ -97,7 +99,8 @@ class Flight:
         self._started: asyncio.Future[None] | None = None
         self._reply: Reply | None = None
         self._entry: bytes | None = None
-        self._stream: BatchedStream | None = None
+        self._source: ReplyStream | None = None  # the leader's stream, which _leave closes
+        self._stream: BatchedStream | None = None  # the same, read by batches
         self._items: list[Chunk | RawFrames] = []
         self._kept: list[Kept] | None = []
         self._kept_bytes = 0
@@ -136,6 +139,7 @@ class Flight:
         # leader's reply is handed on with this flight's reader as its stream, and keeping it
         # would be a cycle holding every item of the stream until the garbage collector ran.
         self._reply = msgspec.structs.replace(reply, stream=None)
+        self._source = reply.stream
         self._stream = batched(reply.stream)
         self._readers = 1
         self._wake_joiners()
@@ -286,18 +290,20 @@ class Flight:
         if pull is not None and not pull.done():
             pull.cancel()
             await asyncio.wait((pull,))
-        stream = self._stream
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        source = self._source
+        if is_closable(source):  # a plugin's plain iterator has nothing to close
+            await source.aclose()
 
 
-class FlightReader:
+class FlightReader(ReplyStream, BatchedStream):
     """One request's view of a flight's stream (see :class:`Flight`).
 
-    A :class:`~proxy.core.reply.BatchedStream` that can also be iterated; the leader's reader
+    A :class:`~proxy.core.streams.BatchedStream` that can also be iterated; the leader's reader
     hands over the original items, a joiner's reader fresh copies (and adds the time it waits
     to its request's ``upstream_wait``; the leader's waits are counted by the upstream stream).
+    Of the fast paths of :mod:`proxy.core.streams` it keeps the batches and the verbatim frames
+    (every reader reads the upstream's stream raw) and gives up end hooks: a plugin outside the
+    cache that observes the stream wraps it once more.
     """
 
     __slots__ = ("_closed", "_cursor", "_flight", "_leader", "_pending", "_timings")
@@ -319,7 +325,7 @@ class FlightReader:
         return done and self._cursor >= len(flight._items)
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.reply.BatchedStream`."""
+        """See :class:`~proxy.core.streams.BatchedStream`."""
         flight = self._flight
         while self._cursor >= len(flight._items):
             if flight._error is not None:

@@ -37,6 +37,7 @@ from proxy.core.reply import (
     Response,
     ToolCallDelta,
 )
+from proxy.core.streams import BatchedStream, ReplyStream
 from proxy.dialects.openai_chat import ChatStreamEncoder, OpenAIChatDialect
 
 CACHE_HEADER = "x-crossway-cache"
@@ -184,14 +185,17 @@ class FrameParser:
         return chunk
 
 
-class ReplayStream:
+class ReplayStream(ReplyStream, BatchedStream):
     """A reply stream over a whole answer's replay: one batch with all of it, then the end.
 
-    It is the :class:`~proxy.core.reply.BatchedStream` of a cache hit; iterating it yields the
-    chunks of :func:`replay_chunks` one by one. Given ``frames`` (:func:`replay_frames` of the
-    same answer), a raw read gets them as one :class:`~proxy.core.reply.RawFrames` followed by
+    It is the :class:`~proxy.core.streams.BatchedStream` of a cache hit, ``ended`` from the
+    start (so the app sends it in one write); iterating it yields the chunks of
+    :func:`replay_chunks` one by one. Given ``frames`` (:func:`replay_frames` of the same
+    answer), a raw read gets them as one :class:`~proxy.core.reply.RawFrames` followed by
     the usage chunk (carrying ``usage``, its :func:`usage_json`, as its ``raw`` JSON when given),
     and the chunks are never built. Nothing is held open, so ``aclose`` only drops what is left.
+    It takes no end hooks (:class:`~proxy.core.streams.EndObservable`): a plugin that observes
+    a hit's stream wraps it.
     """
 
     __slots__ = ("_chunks", "_frames", "_response", "_usage")

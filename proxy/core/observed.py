@@ -5,10 +5,10 @@ slot and token reservation, the cost plugin charges what the stream carried. Non
 to see the stream's items; they need one call at the end. :func:`observe` arranges that call
 for a plugin:
 
-- on a stream that takes end hooks itself (``when_over``: the upstream's
-  :class:`~proxy.upstream.stream.UpstreamStream`, or an :class:`ObservedStream`), it registers
-  the hook and returns the same stream — so any number of plugins observing the upstream's
-  stream add no layer the app's reads must pass through;
+- on a stream that takes end hooks itself (an :class:`~proxy.core.streams.EndObservable`: the
+  upstream's :class:`~proxy.upstream.stream.UpstreamStream`, or an :class:`ObservedStream`), it
+  registers the hook and returns the same stream — so any number of plugins observing the
+  upstream's stream add no layer the app's reads must pass through;
 - on any other stream (one a plugin made), it wraps it once in an :class:`ObservedStream`,
   which the next observing plugin reuses.
 
@@ -16,28 +16,36 @@ Either way the hooks run exactly once — when the stream ends, fails, or is clo
 order they were registered (innermost plugin first), before the end or the failure is reported
 to whoever reads the stream. Each gets the last usage the stream carried (None if none) and the
 output tokens it estimates the stream generated (counted only when some hook ``meters`` and no
-usage came; see :class:`StreamEnd`). A hook may be a plain function or a coroutine function.
+usage came; see :class:`EndHooks`). A hook may be a plain function or a coroutine function.
+
+:class:`EndHooks` is the bookkeeping a stream that takes end hooks keeps: the hooks, and what
+they will be told.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from operator import attrgetter
-from typing import Any
 
 from proxy.core.canonical import Usage
 from proxy.core.metered import chunk_characters
-from proxy.core.reply import Chunk, RawFrames, batched
+from proxy.core.reply import Chunk, RawFrames
+from proxy.core.streams import (
+    BatchedStream,
+    EndObservable,
+    ReplyStream,
+    batched,
+    is_closable,
+    is_end_observable,
+)
+from proxy.core.streams import EndHook as EndHook  # re-exported: its old home
 from proxy.core.token_estimate import estimate_tokens
 
-EndHook = Callable[[Usage | None, int], Awaitable[None] | None]
-"""``hook(usage, generated)``: the stream is over (see the module docstring)."""
-
 HELD_ITEMS = 64
-"""How many passed items a :class:`StreamEnd` holds before it reads them (see there)."""
+"""How many passed items an :class:`EndHooks` holds before it reads them (see there)."""
 
 SAMPLE_STRIDE = 8
-"""Of the held items a :class:`StreamEnd` lets go before the stream's end, every this many's
+"""Of the held items an :class:`EndHooks` lets go before the stream's end, every this many's
 text is counted (see there)."""
 
 _USAGE_OF = attrgetter("usage")
@@ -52,14 +60,15 @@ def last_usage(items: Sequence[Chunk | RawFrames]) -> Usage | None:
 
 def item_characters(item: Chunk | RawFrames) -> int:
     """What ``item`` generated, as characters: a chunk's text, reasoning and tool-call
-    arguments; a verbatim frame counts four (one token; see :class:`StreamEnd`)."""
+    arguments; a verbatim frame counts four (one token; see :class:`EndHooks`)."""
     if type(item) is Chunk:
         return chunk_characters(item.choices)
     return 4 * item.count  # type: ignore[union-attr]
 
 
-class StreamEnd:
-    """The end hooks of one stream, and what they are told.
+class EndHooks:
+    """The end hooks of one stream, and what they are told: what a stream that takes end hooks
+    (an :class:`~proxy.core.streams.EndObservable`) keeps and calls once at its end.
 
     The stream hands :meth:`over` the last batch it passed, and — only when some hook
     :attr:`meters` — each batch it passes (:meth:`passed`, :meth:`passed_one`). The usage is
@@ -159,7 +168,7 @@ async def _finish(
     pending: Awaitable[None] | None,
     failure: BaseException | None,
 ) -> None:
-    """The rest of :meth:`StreamEnd.over` once a hook returned ``pending`` (or raised
+    """The rest of :meth:`EndHooks.over` once a hook returned ``pending`` (or raised
     ``failure``): await it, run the other ``hooks``, then raise the first failure."""
     if pending is not None:
         try:
@@ -177,30 +186,31 @@ async def _finish(
         raise failure
 
 
-def observe(
-    stream: AsyncIterator[Chunk], hook: EndHook, *, meters: bool = False
-) -> AsyncIterator[Chunk]:
+def observe(stream: ReplyStream, hook: EndHook, *, meters: bool = False) -> ReplyStream:
     """``stream``, with ``hook`` run once when it is over (see the module docstring): the same
-    stream when it takes end hooks, else an :class:`ObservedStream` around it."""
-    when_over: Any = getattr(stream, "when_over", None)
-    if when_over is None:
-        return ObservedStream(stream, hook, meters)
-    when_over(hook, meters)
-    return stream
+    stream when it takes end hooks (:class:`~proxy.core.streams.EndObservable`; judged once per
+    stream class), else an :class:`ObservedStream` around it."""
+    observable: object = stream  # (a TypeGuard would narrow ``stream`` to EndObservable alone)
+    if is_end_observable(observable):
+        observable.when_over(hook, meters)
+        return stream
+    return ObservedStream(stream, hook, meters)
 
 
-class ObservedStream:
+class ObservedStream(ReplyStream, BatchedStream, EndObservable):
     """A plugin's stream with end hooks: forwards everything (batches, verbatim frames,
-    ``ended``, ``aclose``) to the stream it wraps, so batching and relaying survive it, and runs
-    its hooks (see :class:`StreamEnd`) when that stream ends, fails or is closed."""
+    ``ended``, ``aclose``) to the stream it wraps, so batching and relaying survive it (an inner
+    stream without batches is read one chunk per batch: :func:`~proxy.core.streams.batched`),
+    and runs its hooks (see :class:`EndHooks`) when that stream ends, fails or is closed. It
+    keeps every fast path of :mod:`proxy.core.streams` its inner stream offers."""
 
     __slots__ = ("_batches", "_end", "_inner", "_last")
 
-    def __init__(self, inner: AsyncIterator[Chunk], hook: EndHook, meters: bool = False) -> None:
+    def __init__(self, inner: ReplyStream, hook: EndHook, meters: bool = False) -> None:
         """``hook``: the first end hook (see :meth:`when_over`)."""
         self._inner = inner
         self._batches = batched(inner)
-        self._end = StreamEnd(hook, meters)
+        self._end = EndHooks(hook, meters)
         self._last: list[Chunk | RawFrames] = []
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:
@@ -209,12 +219,13 @@ class ObservedStream:
 
     @property
     def ended(self) -> bool:
-        """Whether the inner stream has received its end (see ``BatchedStream``)."""
+        """Whether the inner stream has received its end (see
+        :class:`~proxy.core.streams.BatchedStream`)."""
         return self._batches.ended
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """The inner stream's next batch (see ``BatchedStream``; one chunk per batch when it
-        has no batches of its own); ``[]`` once the hooks have run."""
+        """The inner stream's next batch (see :class:`~proxy.core.streams.BatchedStream`; one
+        chunk per batch when it has no batches of its own); ``[]`` once the hooks have run."""
         end = self._end
         try:
             batch = await self._batches.next_batch(raw)
@@ -247,12 +258,12 @@ class ObservedStream:
     async def aclose(self) -> None:
         """End the stream early (or again): runs the hooks, frees the upstream connection."""
         await _ended(self._end, self._last)
-        aclose = getattr(self._inner, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        inner = self._inner
+        if is_closable(inner):  # a plugin's plain iterator has nothing to close
+            await inner.aclose()
 
 
-async def _ended(end: StreamEnd, last: list[Chunk | RawFrames]) -> None:
+async def _ended(end: EndHooks, last: list[Chunk | RawFrames]) -> None:
     pending = end.over(last)
     if pending is not None:
         await pending

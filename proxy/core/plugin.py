@@ -1,40 +1,53 @@
 """The plugin contract and the chain runner.
 
-A plugin is one link of the chain: an object with ``async __call__(call, next) -> Reply``. It may
-change the call, answer without calling ``next`` (a cache hit, a refusal), call ``next`` several
-times (retry, fallback), or wrap the reply — for a stream, by returning a Reply whose ``stream``
-wraps the inner one. Links run in YAML order, the first entry outermost; the innermost ``next``
-is the upstream call. An empty chain *is* the upstream call: it costs nothing.
+A plugin is one link of the chain: an object with ``async __call__(call, next) -> Reply``
+(:class:`Plugin`). It may change the call, answer without calling ``next`` (a cache hit, a
+refusal), call ``next`` several times (retry, fallback), or wrap the reply — for a stream, by
+returning a Reply whose ``stream`` wraps the inner one (keeping the fast paths of
+:mod:`proxy.core.streams`, or knowingly giving them up). Links run in YAML order, the first entry
+outermost; the innermost ``next`` is the upstream call. An empty chain *is* the upstream call:
+it costs nothing.
 
 A plugin class may declare ``Options``, a msgspec Struct (``forbid_unknown_fields=True``
 recommended) that its YAML options are validated against at load; it is then built as
 ``cls(options)``, otherwise as ``cls()`` and any option is an error. A constructor that has a
-``context`` parameter also receives the :class:`PluginContext` (model resolution, metrics,
-logger). It may define ``async def close()``, awaited when the runtime snapshot that owns it is
-retired, ``async def start()``, awaited before its snapshot serves at start-up (and run
-beside the new snapshot after a reload), and
-``def finished(request: FinishedRequest) -> None``, called by the app once per
-request that ran on its snapshot, after the answer (it must not block and should not raise: an
-exception is logged and the other hooks still run). A plugin that establishes who is calling
-(``auth``) may also define
-``async def authenticate(headers) -> Principal``, raising a :class:`~proxy.core.errors.GatewayError`
-(401) for a bad key, so that what the app does outside the chain — ``GET`` / ``DELETE
-/v1/responses/{id}``, the stored conversation a request continues — knows the caller the same
-way (:func:`authenticator`).
+``context`` parameter also receives the :class:`~proxy.runtime.plugins.PluginContext` (model
+resolution, metrics, logger).
+
+Optional hooks, each a protocol here (:data:`HOOKS`), found once when the plugin is loaded —
+an attribute named like a hook that does not have its shape is a load error — and never looked
+up per request:
+
+- :class:`Starts` — ``async def start()``, awaited before its snapshot serves at start-up (and
+  run beside the new snapshot after a reload); a failure is logged, the others still start.
+- :class:`Closes` — ``async def close()``, awaited when the runtime snapshot that owns it is
+  retired; a failure is logged, the others still close.
+- :class:`Finishes` — ``def finished(request: FinishedRequest) -> None``, called by the app
+  once per request that ran on its snapshot, after the answer. It must not block and should
+  not raise: an exception is logged and the other hooks still run.
+- :class:`Authenticates` — ``async def authenticate(headers) -> Principal``, for a plugin that
+  establishes who is calling (``auth``), raising a :class:`~proxy.core.errors.GatewayError`
+  (401) for a bad key. The app then demands a key on every client request before reading its
+  body, and what it does outside the chain — ``GET`` / ``DELETE /v1/responses/{id}``, the
+  stored conversation a request continues — knows the caller the same way. The chain's
+  :data:`Authenticate` is that of the first plugin that offers one (:func:`authentication`),
+  else :func:`anonymous`.
+
+One vocabulary: *authenticate* is the hook and the callable (:data:`Authenticate`);
+:func:`authentication` finds it in a chain. The governance
+:class:`~proxy.governance.auth.authenticator.Authenticator` is another thing: the resolver of
+keys to principals that the ``auth`` plugin's ``authenticate`` uses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import msgspec
 
 from proxy.core.canonical import ANONYMOUS, Call, Principal, Usage
 from proxy.core.reply import Reply
-
-if TYPE_CHECKING:
-    pass
 
 Next = Callable[[Call], Awaitable[Reply]]
 
@@ -67,6 +80,8 @@ class FinishedRequest(msgspec.Struct, gc=False):
 
 
 Authenticate = Callable[[Mapping[str, str]], Awaitable[Principal]]
+"""``await authenticate(headers) -> Principal``: who is calling, from a request's headers;
+raises a :class:`~proxy.core.errors.GatewayError` (401) for a bad key."""
 
 
 @runtime_checkable
@@ -99,15 +114,73 @@ def _link(plugin: Plugin, following: Next) -> Next:
     return link
 
 
+@runtime_checkable
+class Starts(Protocol):
+    """A plugin with a ``start`` hook (see the module docstring)."""
+
+    async def start(self) -> None:
+        """Get ready before the snapshot serves (connect, warm a cache)."""
+        ...
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """A plugin with a ``close`` hook (see the module docstring)."""
+
+    async def close(self) -> None:
+        """Release what the plugin holds; its snapshot is retired."""
+        ...
+
+
+@runtime_checkable
+class Finishes(Protocol):
+    """A plugin with a ``finished`` hook (see the module docstring)."""
+
+    def finished(self, request: FinishedRequest) -> None:
+        """One request of the plugin's snapshot is over; must not block."""
+        ...
+
+
+@runtime_checkable
+class Authenticates(Protocol):
+    """A plugin that establishes who is calling (see the module docstring)."""
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        """The caller of a request with these headers; a GatewayError (401) for a bad key."""
+        ...
+
+
+class Hook(NamedTuple):
+    """One optional hook of a plugin: its protocol, whether it is a coroutine function, the
+    number of positional arguments it is called with, and its shape in words."""
+
+    protocol: type
+    is_async: bool
+    arguments: int
+    shape: str
+
+
+HOOKS: dict[str, Hook] = {
+    "start": Hook(Starts, True, 0, "async def start(self) -> None"),
+    "close": Hook(Closes, True, 0, "async def close(self) -> None"),
+    "finished": Hook(Finishes, False, 1, "def finished(self, request: FinishedRequest) -> None"),
+    "authenticate": Hook(
+        Authenticates, True, 1, "async def authenticate(self, headers) -> Principal"
+    ),
+}
+"""The optional hooks by attribute name; the loader
+(:func:`proxy.runtime.plugins.load_plugins`) checks every plugin against them once."""
+
+
 async def anonymous(headers: Mapping[str, str]) -> Principal:
     """The caller when no plugin establishes one: :data:`~proxy.core.canonical.ANONYMOUS`."""
     return ANONYMOUS
 
 
-def authenticator(plugins: Sequence[Plugin]) -> Authenticate:
-    """The ``authenticate`` of the first plugin that offers one, else :func:`anonymous`."""
+def authentication(plugins: Sequence[Plugin]) -> Authenticate:
+    """The ``authenticate`` hook of the first plugin that offers one (:class:`Authenticates`),
+    else :func:`anonymous`. Called when a chain is built, never per request."""
     for plugin in plugins:
-        authenticate = getattr(plugin, "authenticate", None)
-        if authenticate is not None:
-            return authenticate  # type: ignore[no-any-return]
+        if isinstance(plugin, Authenticates):
+            return plugin.authenticate
     return anonymous

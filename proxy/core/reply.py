@@ -1,16 +1,19 @@
 """Canonical replies: what a provider's answer becomes and a dialect encodes — a whole
-:class:`Response`, a stream of :class:`Chunk` (read one by one or in batches:
-:class:`BatchedStream`; an OpenAI-compatible upstream's frames kept verbatim: :class:`RawFrames`),
-:class:`Embeddings`, all carried by one :class:`Reply`. The request side is
-:mod:`proxy.core.canonical`.
+:class:`Response`, a stream of :class:`Chunk` (an OpenAI-compatible upstream's frames kept
+verbatim: :class:`RawFrames`), :class:`Embeddings`, all carried by one :class:`Reply`. The
+request side is :mod:`proxy.core.canonical`; what a reply stream is, and the fast paths it may
+offer (batches, verbatim frames, end hooks), :mod:`proxy.core.streams`, whose
+:class:`~proxy.core.streams.BatchedStream` and :func:`~proxy.core.streams.batched` this module
+also exports, where they used to be.
 
-This module imports nothing of the project but :mod:`proxy.core.canonical`.
+This module imports nothing of the project but :mod:`proxy.core.canonical` and
+:mod:`proxy.core.streams`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -21,6 +24,9 @@ from proxy.core.canonical import (
     Role,
     Usage,
 )
+from proxy.core.streams import BatchedStream as BatchedStream  # re-exported: its old home
+from proxy.core.streams import ReplyStream
+from proxy.core.streams import batched as batched  # re-exported: its old home
 
 # ---------------------------------------------------------------------------------------------
 # The reply
@@ -179,52 +185,6 @@ class RawFrames:
         return [frame[6:] for frame in self.data[:-2].split(b"\n\n")]
 
 
-class BatchedStream(Protocol):
-    """What a reply stream may offer besides async iteration: batches of what arrived together.
-
-    :meth:`next_batch` returns every item received so far, waiting for one if none is held, and
-    ``[]`` once the stream is over; errors are raised as iteration raises them. With ``raw``
-    False every item is a :class:`Chunk`; with ``raw`` True, :class:`RawFrames` may come as they
-    are (the caller can send them verbatim). :attr:`ended` is True once nothing can come beyond
-    what was already received. The app writes each batch in one go; a plugin that wraps a stream
-    only to observe it should offer this interface too, forwarding to the stream it wraps.
-    """
-
-    @property
-    def ended(self) -> bool:
-        """No item will come beyond those already received."""
-        ...
-
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """The items received so far (waiting for one); ``[]`` at the end."""
-        ...
-
-
-def batched(stream: AsyncIterator[Chunk]) -> BatchedStream:
-    """``stream`` itself if it offers :class:`BatchedStream`, else an adapter that hands over
-    its chunks one per batch (a plugin's own stream)."""
-    if hasattr(stream, "next_batch"):
-        return stream  # type: ignore[return-value]
-    return _OneByOne(stream)
-
-
-class _OneByOne:
-    """:class:`BatchedStream` over a plain chunk iterator: one chunk per batch."""
-
-    __slots__ = ("_chunks",)
-    ended = False
-
-    def __init__(self, chunks: AsyncIterator[Chunk]) -> None:
-        self._chunks = chunks
-
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """The next chunk, alone; ``[]`` at the end."""
-        try:
-            return [await anext(self._chunks)]
-        except StopAsyncIteration:
-            return []
-
-
 class Embeddings(Struct):
     """The vectors of an embeddings call, one per input in input order; ``model`` is the
     upstream model that made them; ``usage.input`` the tokens billed (None: not reported)."""
@@ -252,7 +212,10 @@ class Reply(Struct):
     upstream is *primed*: its first chunk has already arrived, so any failure before the first
     byte reaches the client surfaces as an exception from ``await next(call)`` (where retry and
     fallback act), and a failure while iterating is a mid-stream failure. Whoever stops
-    iterating early must ``aclose()`` the stream to free the upstream connection.
+    iterating early must ``aclose()`` the stream to free the upstream connection. The stream
+    is a :class:`~proxy.core.streams.ReplyStream`, and may offer the fast paths of
+    :mod:`proxy.core.streams` (batches, verbatim frames, end hooks); a plugin that wraps it
+    keeps them by offering them too, or gives them up (what that costs is said there).
     ``provider`` / ``model`` name the deployment that served; ``headers`` are extra response
     headers for the client; ``attempts`` counts the upstream calls made for this reply
     (retries and fallbacks included). ``encoded``, when set, is the client's body already made
@@ -264,7 +227,7 @@ class Reply(Struct):
     provider: str
     model: str
     response: Response | None = None
-    stream: AsyncIterator[Chunk] | None = None
+    stream: ReplyStream | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     attempts: int = 1
     embeddings: Embeddings | None = None

@@ -1,7 +1,8 @@
 """The dialect routes' request pipeline: one handler per dialect, the same steps for each.
 
-Every dialect route runs the same pipeline: authenticate the request through the current
-snapshot's gate before the body is read (a client without a key costs no decoding), read the
+Every dialect route runs the same pipeline: authenticate the request with the current
+snapshot's ``authenticate`` when it demands a key, before the body is read (a client without a
+key costs no decoding), read the
 body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``; a
 ``gzip`` or ``deflate`` body inflated within the same size, :mod:`proxy.http.request_body`) and
 checked for nesting, decode it with the dialect, resolve the model, run the plugin chain on the
@@ -101,17 +102,19 @@ def dialect_handler(
         in_flight.inc()
         outcome = Outcome()
         call: Call | None = None
-        gate = snapshot.gate
+        demands_key = snapshot.demands_key
         try:
             try:
                 # Authenticated before the body is read: a client without a key costs no decoding
-                principal = ANONYMOUS if gate is None else await gate(request.headers)
+                principal = (
+                    await snapshot.authenticate(request.headers) if demands_key else ANONYMOUS
+                )
                 outcome.principal = principal
                 body = await read_body(request, server)
                 call = dialect.decode(body, request.headers, request_id, start)
                 if not call.model:  # a dialect that lets the client omit it (Fabro)
                     call.model = snapshot.router.default_model(call.options.provider)
-                if gate is not None:
+                if demands_key:
                     call.principal = principal
                 try:
                     call.deployments = snapshot.router.resolve(call.model, call.options.provider)

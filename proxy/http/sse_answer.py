@@ -2,11 +2,13 @@
 
 :func:`stream_answer` writes the headers first (``text/event-stream``, no caching, no proxy
 buffering, and the headers of every answer), then the stream's items as they come: what arrived
-together (one :class:`~proxy.core.reply.BatchedStream` batch) is encoded by the dialect's
+together (one :class:`~proxy.core.streams.BatchedStream` batch) is encoded by the dialect's
 :class:`~proxy.dialects.base.StreamEncoder` and flushed in one write; verbatim upstream frames
 (:class:`~proxy.core.reply.RawFrames`) are relayed as they came when the encoder can relay them
-(an OpenAI client of an OpenAI-compatible upstream). The last batch leaves together with the
-dialect's end marker and the chunked encoding's end, in one write. A stream already complete
+(:class:`~proxy.core.streams.RelaysFrames`: an OpenAI client of an OpenAI-compatible upstream);
+a stream that offers no batches is written a chunk at a time
+(:func:`~proxy.core.streams.batched`). The last batch leaves together with the dialect's end
+marker and the chunked encoding's end, in one write. A stream already complete
 when it starts (a cache replay) is written in one go: one body with a content length, the same
 frames and end. While the upstream is silent for the encoder's ``keepalive`` interval, a ping
 frame is written (dialects without one send none); the read that is waiting is not cancelled
@@ -26,14 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from proxy.aiohttp_ext.whole_response import WholeResponse
 from proxy.core.canonical import Call, Timings
 from proxy.core.errors import GatewayError
-from proxy.core.reply import BatchedStream, Chunk, RawFrames, Reply, batched
+from proxy.core.reply import Chunk, RawFrames, Reply
+from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable, relays_frames
 from proxy.dialects.base import Dialect, StreamEncoder
 from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
 from proxy.http.drain import Drain, shutting_down
@@ -71,7 +73,7 @@ async def stream_answer(
     response = web.StreamResponse(headers=headers)
     pinger = None if encoder.keepalive is None else _Pinger(source, encoder, response)
     next_batch = source.next_batch if pinger is None else pinger.next_batch
-    relay = getattr(encoder, "relay", None)
+    relay = encoder.relay if relays_frames(encoder) else None
     pending: list[bytes] = []
     try:
         await response.prepare(request)
@@ -80,8 +82,8 @@ async def stream_answer(
                 if type(item) is RawFrames:
                     pending.append(relay(item))  # type: ignore[misc]
                     continue
-                if item.usage is not None:  # type: ignore[union-attr]
-                    outcome.usage = item.usage  # type: ignore[union-attr]
+                if item.usage is not None:
+                    outcome.usage = item.usage
                 data = encoder.chunk(item)  # type: ignore[arg-type]
                 if data:
                     pending.append(data)
@@ -104,9 +106,8 @@ async def stream_answer(
     finally:
         if pinger is not None:
             await pinger.close()
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        if is_closable(stream):  # a plugin's plain iterator has nothing to close
+            await stream.aclose()
     try:
         if timings.first_token is None:
             timings.first_token = time.perf_counter() - timings.start
@@ -118,7 +119,7 @@ async def stream_answer(
 
 async def _stream_at_once(
     source: BatchedStream,
-    stream: AsyncIterator[Chunk],
+    stream: ReplyStream,
     encoder: StreamEncoder,
     headers: dict[str, str],
     timings: Timings,
@@ -127,7 +128,7 @@ async def _stream_at_once(
     """A stream whose every item is already held, sent as one SSE body with a length: the
     same frames and end (or in-band error) as :func:`stream_answer` would write, in one write
     instead of headers, chunks and the chunked encoding's end. Nothing waits, so no pings."""
-    relay = getattr(encoder, "relay", None)
+    relay = encoder.relay if relays_frames(encoder) else None
     pending: list[bytes] = []
     try:
         while batch := await source.next_batch(relay is not None):
@@ -135,16 +136,15 @@ async def _stream_at_once(
                 if type(item) is RawFrames:
                     pending.append(relay(item))  # type: ignore[misc]
                     continue
-                if item.usage is not None:  # type: ignore[union-attr]
-                    outcome.usage = item.usage  # type: ignore[union-attr]
+                if item.usage is not None:
+                    outcome.usage = item.usage
                 pending.append(encoder.chunk(item))  # type: ignore[arg-type]
         pending.append(encoder.end())
     except GatewayError as error:
         _failed(error, encoder, pending, outcome)
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        if is_closable(stream):
+            await stream.aclose()
     if timings.first_token is None:
         timings.first_token = time.perf_counter() - timings.start
     return WholeResponse(b"".join(pending), headers)

@@ -10,15 +10,16 @@ when the stream ends. A chunk that changes is a copy: the original may be shared
 replay), and its verbatim bytes no longer describe it.
 
 :class:`RewritingStream` wraps a reply stream with a rewriter and offers the
-:class:`~proxy.core.reply.BatchedStream` interface. Verbatim frames (``RawFrames``) are passed
+:class:`~proxy.core.streams.BatchedStream` interface. Verbatim frames (``RawFrames``) are passed
 on as they came when nothing is held and their bytes hold no ``<`` and no ``\\u003`` (so no
-placeholder can start in them) and the output is not scanned; otherwise they are decoded.
+placeholder can start in them) and the output is not scanned; otherwise they are decoded. It
+takes no end hooks itself (:class:`~proxy.core.streams.EndObservable`): a plugin outside it
+that observes the stream wraps it once more.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -30,8 +31,8 @@ from proxy.core.reply import (
     FunctionCallDelta,
     RawFrames,
     ToolCallDelta,
-    batched,
 )
+from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable
 from proxy.pii.restore import Pipeline, Rewriter
 
 _TEXT_FIELDS = ("reasoning_content", "content", "refusal")
@@ -197,15 +198,17 @@ def _with_texts(delta: Delta, texts: dict[FieldKey, str]) -> Delta:
     return msgspec.structs.replace(delta, **changes)
 
 
-class RewritingStream:
+class RewritingStream(ReplyStream, BatchedStream):
     """A reply stream rewritten by a :class:`ChunkRewriter` (see the module docstring).
 
-    Errors of the inner stream propagate unchanged; closing closes the inner stream.
+    Errors of the inner stream propagate unchanged; closing closes the inner stream. Of the
+    fast paths of :mod:`proxy.core.streams` it keeps the batches, and the verbatim frames that
+    cannot hold a placeholder; it gives up end hooks.
     """
 
     __slots__ = ("_batches", "_done", "_inner", "_ready", "_rewriter")
 
-    def __init__(self, inner: AsyncIterator[Chunk], rewriter: ChunkRewriter) -> None:
+    def __init__(self, inner: ReplyStream, rewriter: ChunkRewriter) -> None:
         self._inner = inner
         self._batches = batched(inner)
         self._rewriter = rewriter
@@ -214,11 +217,11 @@ class RewritingStream:
 
     @property
     def ended(self) -> bool:
-        """See :class:`~proxy.core.reply.BatchedStream`."""
+        """See :class:`~proxy.core.streams.BatchedStream`."""
         return self._batches.ended
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.reply.BatchedStream`."""
+        """See :class:`~proxy.core.streams.BatchedStream`."""
         while True:
             if self._done:
                 return []
@@ -257,9 +260,9 @@ class RewritingStream:
 
     async def aclose(self) -> None:
         """Stop the stream and free its upstream connection."""
-        aclose = getattr(self._inner, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        inner = self._inner
+        if is_closable(inner):  # a plugin's plain iterator has nothing to close
+            await inner.aclose()
 
 
 def _passes(frames: RawFrames, rewriter: ChunkRewriter) -> bool:

@@ -6,12 +6,20 @@ bytes back into canonical values; the shared transport does the sending. A local
 (:class:`LocalProvider`, e.g. ``mock``) answers in-process. Either way the upstream layer applies
 the same clocks (:class:`Timeouts`) and the same stream priming.
 
+Beyond its kind's methods a provider may offer optional capabilities, one small protocol each:
+counting tokens (:class:`CountsTokens` over HTTP, :class:`CountsTokensLocally` in-process),
+embeddings (:class:`Embeds`, :class:`EmbedsLocally`), stream framing and parsing
+(:class:`DecodesStreams`, :class:`ParsesStreams`), verbatim frames (:class:`VouchesFrames`), the
+request fields it drops (:class:`DropsFields`) and the models it lists (:class:`ListsModels`).
+What a provider offers is decided once, when its snapshot is built (:func:`capabilities_of`,
+a :class:`Capabilities` record of bound methods), never looked up per request.
+
 Providers import only the canonical types, the errors and this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Protocol, TypeVar, runtime_checkable
 from urllib.parse import quote
 
@@ -20,7 +28,7 @@ from msgspec import Meta, Struct
 
 from proxy.core.canonical import Call
 from proxy.core.errors import BadRequest, UpstreamError
-from proxy.core.reply import Chunk, Response
+from proxy.core.reply import Chunk, Embeddings, RawFrames, Response
 
 Seconds = Annotated[float, Meta(gt=0)]
 _Block = TypeVar("_Block")
@@ -77,24 +85,9 @@ class HttpProvider(Protocol):
     never sends to a provider that is not ready. ``secrets`` are the credential values to redact
     from anything the gateway shows or logs.
 
-    Optional: a provider whose stream events cannot be translated one at a time (they refer to
-    earlier events, or the stream has no end marker) also defines
-    ``stream_parser() -> StreamParser``; the transport then makes one parser per stream and uses
-    it instead of :meth:`parse_event` (see :class:`StreamParser`). A provider whose streams are
-    not server-sent events defines ``stream_decoder() -> StreamDecoder``; the transport then
-    frames each stream's body with a fresh decoder instead of the SSE one. A provider whose
-    events are OpenAI chat chunks may define
-    ``relay_frames(data: bytes) -> tuple[RawFrames | None, bytes]``: offered each network read
-    that starts on an SSE frame boundary, it returns the run of ordinary chunks the read starts
-    with, undecoded (see :class:`~proxy.core.reply.RawFrames`), so that OpenAI clients get them
-    verbatim, and the rest of the read, which goes through :meth:`parse_event` as usual. A
-    provider whose API counts tokens defines ``count_tokens_request(call, model) -> HttpRequest``
-    and ``parse_token_count(body) -> int`` (its errors go through :meth:`parse_error`): the
-    gateway's ``count_tokens`` is then exact for it. A provider that serves embeddings defines
-    ``build_embeddings(call, model) -> list[HttpRequest]`` (one request, or several sent
-    together when its API takes one input per request) and ``parse_embeddings(bodies, call,
-    model) -> Embeddings`` (the 2xx bodies in request order; errors go through
-    :meth:`parse_error`); without them an embeddings call to it is a 400.
+    Optional capabilities of an HTTP provider: :class:`ParsesStreams`, :class:`DecodesStreams`,
+    :class:`VouchesFrames`, :class:`CountsTokens`, :class:`Embeds` (without it an embeddings
+    call to it is a 400), :class:`DropsFields`, :class:`ListsModels`.
     """
 
     name: str
@@ -131,10 +124,8 @@ class HttpProvider(Protocol):
 class LocalProvider(Protocol):
     """An upstream answered in-process (the ``mock`` provider).
 
-    Optional, for any provider: ``listed_models: tuple[str, ...]``, upstream model names that
-    ``/v1/models`` lists as ``<provider>/<model>`` while the provider is ready. Optional for a
-    local provider: ``count_tokens(call, model) -> int``, the input tokens it would report for
-    ``call``; ``async embed(call, model) -> Embeddings``, the vectors of an embeddings call.
+    Optional capabilities of a local provider: :class:`CountsTokensLocally`,
+    :class:`EmbedsLocally` (without it an embeddings call to it is a 400), :class:`ListsModels`.
     """
 
     name: str
@@ -179,14 +170,10 @@ class StreamParser(Protocol):
         ...
 
 
-class StreamEvent(Protocol):
-    """One framed stream event: its name (``""`` when unnamed) and its data."""
-
-    @property
-    def event(self) -> str: ...
-
-    @property
-    def data(self) -> bytes: ...
+StreamEvent = tuple[str, bytes]
+"""One framed stream event: its name (``""`` when unnamed) and its data — a pair, which the
+transport unpacks (decoders yield NamedTuples of ``event`` and ``data``, such as
+:class:`~proxy.core.sse.SSEEvent`)."""
 
 
 class StreamDecoder(Protocol):
@@ -207,6 +194,165 @@ class StreamDecoder(Protocol):
     def close(self) -> Sequence[StreamEvent]:
         """At the end of the body: the events still held, or an error if it ended mid-event."""
         ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Optional capabilities: one protocol each, decided once per provider (capabilities_of)
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ParsesStreams(Protocol):
+    """An HTTP provider whose stream events cannot be translated one at a time (they refer to
+    earlier events, or the stream has no end marker): the transport makes one parser per
+    stream and uses it instead of :meth:`HttpProvider.parse_event` (see :class:`StreamParser`)."""
+
+    def stream_parser(self) -> StreamParser:
+        """A fresh parser for one stream."""
+        ...
+
+
+@runtime_checkable
+class DecodesStreams(Protocol):
+    """An HTTP provider whose streams are not server-sent events: the transport frames each
+    stream's body with a fresh decoder instead of the SSE one (see :class:`StreamDecoder`)."""
+
+    def stream_decoder(self) -> StreamDecoder:
+        """A fresh decoder for one stream body."""
+        ...
+
+
+@runtime_checkable
+class VouchesFrames(Protocol):
+    """An HTTP provider whose events are OpenAI chat chunks, which it can tell apart cheaply:
+    the verbatim fast path (:class:`~proxy.core.reply.RawFrames`). Offered only to a provider
+    without :class:`ParsesStreams` whose streams are SSE."""
+
+    def relay_frames(self, data: bytes) -> tuple[RawFrames | None, bytes]:
+        """Offered each network read that starts on an SSE frame boundary: the run of ordinary
+        chunks the read starts with, undecoded, so that OpenAI clients get them verbatim, and
+        the rest of the read, which goes through ``parse_event`` as usual."""
+        ...
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """An HTTP provider whose API counts tokens: the gateway's ``count_tokens`` is then exact for
+    it. Errors of the counting request go through :meth:`HttpProvider.parse_error`."""
+
+    def count_tokens_request(self, call: Call, model: str) -> HttpRequest:
+        """The upstream request that counts ``call``'s input tokens for ``model``."""
+        ...
+
+    def parse_token_count(self, body: bytes) -> int:
+        """The count from a 2xx body. Raises :class:`UpstreamError` if malformed."""
+        ...
+
+
+@runtime_checkable
+class CountsTokensLocally(Protocol):
+    """A provider that knows, in-process, the input tokens it would report for a call."""
+
+    def count_tokens(self, call: Call, model: str) -> int:
+        """The input tokens of ``call`` for ``model``."""
+        ...
+
+
+@runtime_checkable
+class Embeds(Protocol):
+    """An HTTP provider that serves embeddings."""
+
+    def build_embeddings(self, call: Call, model: str) -> list[HttpRequest]:
+        """One request, or several sent together when its API takes one input per request."""
+        ...
+
+    def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
+        """The vectors from the 2xx bodies, in request order (errors go through
+        :meth:`HttpProvider.parse_error`)."""
+        ...
+
+
+@runtime_checkable
+class EmbedsLocally(Protocol):
+    """A provider that answers embeddings calls in-process."""
+
+    async def embed(self, call: Call, model: str) -> Embeddings:
+        """The vectors of an embeddings call."""
+        ...
+
+
+@runtime_checkable
+class DropsFields(Protocol):
+    """An HTTP provider that removes request fields its vendor rejects (named in a debug log)."""
+
+    def dropped_fields(self, call: Call, model: str) -> list[str]:
+        """The fields of ``call`` it removes for ``model`` (empty when none)."""
+        ...
+
+
+@runtime_checkable
+class ListsModels(Protocol):
+    """A provider whose upstream model names ``/v1/models`` lists as ``<provider>/<model>``
+    while it is ready."""
+
+    listed_models: tuple[str, ...]
+
+
+@runtime_checkable
+class NamesPreset(Protocol):
+    """A provider config that names a vendor preset (an OpenAI-compatible provider's
+    ``preset``): its prices' catalog family."""
+
+    preset: str | None
+
+
+class Capabilities(Struct, frozen=True):
+    """What one provider offers, decided once (:func:`capabilities_of`): the provider itself
+    under its kind (``http`` or ``local``, the other None) and each optional capability's
+    bound method (or, for one of two methods, the provider typed as it), None when it has
+    none. Whoever needs a capability reads this record, never the provider's attributes."""
+
+    http: HttpProvider | None = None
+    local: LocalProvider | None = None
+    stream_parser: Callable[[], StreamParser] | None = None
+    stream_decoder: Callable[[], StreamDecoder] | None = None
+    relay_frames: Callable[[bytes], tuple[RawFrames | None, bytes]] | None = None
+    token_counter: CountsTokens | None = None
+    count_tokens: Callable[[Call, str], int] | None = None
+    embedder: Embeds | None = None
+    embed: Callable[[Call, str], Awaitable[Embeddings]] | None = None
+    dropped_fields: Callable[[Call, str], list[str]] | None = None
+    listed_models: tuple[str, ...] = ()
+
+    @property
+    def embeds(self) -> bool:
+        """Whether it serves embeddings (over HTTP or in-process)."""
+        return self.embedder is not None or self.embed is not None
+
+
+def capabilities_of(provider: Provider) -> Capabilities:
+    """The :class:`Capabilities` of ``provider``, from the protocols it satisfies (each checked
+    once, here: ``isinstance``). A local provider is one that satisfies :class:`LocalProvider`;
+    any other is reached over HTTP."""
+    http: HttpProvider | None = None
+    local: LocalProvider | None = None
+    if isinstance(provider, LocalProvider):
+        local = provider
+    else:
+        http = provider
+    return Capabilities(
+        http=http,
+        local=local,
+        stream_parser=provider.stream_parser if isinstance(provider, ParsesStreams) else None,
+        stream_decoder=provider.stream_decoder if isinstance(provider, DecodesStreams) else None,
+        relay_frames=provider.relay_frames if isinstance(provider, VouchesFrames) else None,
+        token_counter=provider if isinstance(provider, CountsTokens) else None,
+        count_tokens=provider.count_tokens if isinstance(provider, CountsTokensLocally) else None,
+        embedder=provider if isinstance(provider, Embeds) else None,
+        embed=provider.embed if isinstance(provider, EmbedsLocally) else None,
+        dropped_fields=provider.dropped_fields if isinstance(provider, DropsFields) else None,
+        listed_models=provider.listed_models if isinstance(provider, ListsModels) else (),
+    )
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

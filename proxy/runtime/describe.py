@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from proxy.core.plugin import Authenticates
+
 
 def describe(blueprint: Any, label: str, out: TextIO) -> None:
     """What ``check`` prints of a valid config's ``blueprint`` (``label`` names the file)."""
@@ -58,7 +60,7 @@ def _print_state(config: Any, out: TextIO) -> None:
 def _print_auth(blueprint: Any, out: TextIO) -> None:
     """Whether keys are demanded, the admin API, declared keys and teams, the database."""
     auth = blueprint.config.auth
-    demanded = any(hasattr(plugin, "authenticate") for plugin in blueprint.plugins)
+    demanded = any(isinstance(plugin, Authenticates) for plugin in blueprint.plugins)
     admin = "on (master key set)" if auth.master_key else "off (no auth.master_key)"
     print(
         f"auth: {'keys demanded' if demanded else 'open (no auth plugin)'}; admin API {admin}; "

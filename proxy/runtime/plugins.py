@@ -4,8 +4,11 @@ plugin may ask for (the runtime's shared parts: model resolution, metrics, state
 database, authenticator, ledger).
 
 Any failure to load an entry — an unknown name, an import error, a bad option, a constructor
-that raises, an object that is not a plugin — is a :class:`PluginLoadError` naming the entry's
-YAML path; every bad entry is reported at once.
+that raises, an object that is not a plugin, an attribute named like an optional hook
+(:data:`proxy.core.plugin.HOOKS`: ``start``, ``close``, ``finished``, ``authenticate``) that
+does not have the hook's shape — is a :class:`PluginLoadError` naming the entry's YAML path;
+every bad entry is reported at once. A loaded plugin therefore conforms to the protocol of
+every hook it has, which the runtime sorts it by once (``isinstance``), never per request.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import structlog
 
 from proxy.core.canonical import Deployment
 from proxy.core.metrics import Metrics
-from proxy.core.plugin import Plugin
+from proxy.core.plugin import HOOKS, Plugin
 from proxy.core.redact import Redactor
 from proxy.governance.pricing import Catalog, PriceBook
 from proxy.runtime.config import PluginSpec
@@ -169,7 +172,41 @@ def _load(spec: PluginSpec, builtins: dict[str, str], context: PluginContext | N
         raise PluginLoadError(
             f"{spec.path}: {reference!r}.__call__ must take the parameters (call, next)"
         )
+    _check_hooks(plugin, f"{spec.path}: {reference!r}")
     return plugin
+
+
+def _check_hooks(plugin: object, entry: str) -> None:
+    """Raise :class:`PluginLoadError` (starting with ``entry``) for the first attribute of
+    ``plugin`` named like an optional hook that is not one: not callable, a coroutine function
+    where a plain one is called (or the reverse), or not callable with the hook's arguments. An
+    attribute that is None counts as absent, as for the hooks' protocols."""
+    for name, hook in HOOKS.items():
+        value = getattr(plugin, name, None)
+        if value is None:
+            continue
+        if (
+            not callable(value)
+            or inspect.iscoroutinefunction(value) != hook.is_async
+            or not _takes(value, hook.arguments)
+        ):
+            raise PluginLoadError(
+                f"{entry}.{name} is not the {name!r} hook, which is `{hook.shape}`"
+                " (rename the attribute if it is not meant as one)"
+            )
+        assert isinstance(plugin, hook.protocol)  # what the runtime sorts plugins by
+
+
+def _takes(function: Any, arguments: int) -> bool:
+    """Whether ``function`` can be called with ``arguments`` positional arguments (True when
+    its signature cannot be read)."""
+    try:
+        inspect.signature(function).bind(*([None] * arguments))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 def _wants_context(cls: type) -> bool:

@@ -22,11 +22,14 @@ from proxy.core.logs import AccessLog, LineWriter, make_logger
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import (
     Authenticate,
+    Closes,
     FinishedRequest,
+    Finishes,
     Next,
     Plugin,
+    Starts,
     anonymous,
-    authenticator,
+    authentication,
     compose,
 )
 from proxy.core.redact import Redactor
@@ -36,7 +39,13 @@ from proxy.governance.ledger.writer import LedgerWriter
 from proxy.governance.price_catalog import PricingError, catalog_path, load_catalog
 from proxy.governance.pricing import Catalog, PriceBook, ProviderPricing, family_of
 from proxy.providers import build_provider
-from proxy.providers.base import LocalProvider, Provider
+from proxy.providers.base import (
+    Capabilities,
+    HttpProvider,
+    NamesPreset,
+    Provider,
+    capabilities_of,
+)
 from proxy.runtime.config import ConfigError, GatewayConfig, load_config
 from proxy.runtime.plugins import PluginContext, PluginLoadError, load_plugins
 from proxy.state.config import StateConfig
@@ -78,9 +87,10 @@ class ReloadRefused(ConfigError):
 class Blueprint:
     """The parts of a snapshot that need no event loop: validated, ready to describe or build.
 
-    Besides providers, router and plugins it holds the logger of this config (its redactor knows
-    this config's keys), its price book, the authenticator of its ``auth`` section and the
-    plugin context. Raises :class:`ConfigError` if a plugin or the price catalog cannot be loaded.
+    Besides providers (and their :class:`~proxy.providers.base.Capabilities`, decided here once),
+    router and plugins it holds the logger of this config (its redactor knows this config's
+    keys), its price book, the authenticator of its ``auth`` section and the plugin context.
+    Raises :class:`ConfigError` if a plugin or the price catalog cannot be loaded.
     """
 
     def __init__(self, config: GatewayConfig, loader: Loader) -> None:
@@ -89,6 +99,9 @@ class Blueprint:
         self.providers: dict[str, Provider] = {
             name: build_provider(name, provider_config)
             for name, provider_config in config.providers.items()
+        }
+        self.capabilities: dict[str, Capabilities] = {
+            name: capabilities_of(provider) for name, provider in self.providers.items()
         }
         self.router = Router(
             config.models,
@@ -143,7 +156,10 @@ def price_book(config: GatewayConfig, config_dir: Path) -> PriceBook:
         ) from None
     providers = {
         name: ProviderPricing(
-            family_of(type(provider).__struct_config__.tag, getattr(provider, "preset", None)),
+            family_of(
+                str(type(provider).__struct_config__.tag),
+                provider.preset if isinstance(provider, NamesPreset) else None,
+            ),
             config.provider_prices.get(name, {}),
         )
         for name, provider in config.providers.items()
@@ -195,13 +211,18 @@ class Loader:
 
 class Snapshot:
     """One config's live runtime. ``chain`` is the whole plugin chain ending at ``upstream``;
-    ``authenticate`` identifies a caller outside it (:func:`proxy.core.plugin.authenticator`).
+    ``authenticate`` identifies a caller outside it (:func:`proxy.core.plugin.authentication`:
+    the ``authenticate`` hook of the first plugin that has one, else the anonymous caller).
 
-    ``gate`` is that same function when a plugin demands a key (the ``auth`` plugin), which
-    every client request must then pass before its body is read; None when the gateway is open.
-    ``finishers`` are the plugins' ``finished`` hooks, which the app calls once per request.
-    ``weakened`` is what this snapshot dropped from the one it replaced (reasons of
-    :data:`WEAKENINGS`), which only a serving config with ``allow_weaker_reload`` lets through.
+    ``demands_key`` is True when a plugin has that hook (the ``auth`` plugin): every client
+    request must then pass ``authenticate`` before its body is read; False when the gateway is
+    open. The plugins are sorted by their optional hooks once, here (the loader has checked
+    their shapes; :mod:`proxy.core.plugin`): ``finishers`` are the ``finished`` hooks, which the
+    app calls once per request, ``starters`` and ``closers`` the plugins with ``start`` and
+    ``close``. ``capabilities`` are each provider's optional abilities
+    (:class:`~proxy.providers.base.Capabilities`). ``weakened`` is what this snapshot dropped
+    from the one it replaced (reasons of :data:`WEAKENINGS`), which only a serving config with
+    ``allow_weaker_reload`` lets through.
     """
 
     def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
@@ -215,12 +236,15 @@ class Snapshot:
         self.access_log = blueprint.access_log
         self.plugins = blueprint.plugins
         self.authenticator = blueprint.authenticator
-        self.authenticate: Authenticate = authenticator(self.plugins)
-        self.gate: Authenticate | None = (
-            None if self.authenticate is anonymous else self.authenticate
-        )
-        http = {n: p for n, p in self.providers.items() if not isinstance(p, LocalProvider)}
-        self.transport = HttpTransport(http)  # type: ignore[arg-type]
+        self.authenticate: Authenticate = authentication(self.plugins)
+        self.demands_key = self.authenticate is not anonymous
+        self.capabilities = blueprint.capabilities
+        http: dict[str, HttpProvider] = {
+            name: capabilities.http
+            for name, capabilities in self.capabilities.items()
+            if capabilities.http is not None
+        }
+        self.transport = HttpTransport(http, self.capabilities)
         on_dropped = None
         if self.config.server.log_level == "debug":
             logger = self.logger
@@ -236,15 +260,16 @@ class Snapshot:
             self.redactor,
             on_upstream_error,
             on_dropped=on_dropped,
+            capabilities=self.capabilities,
         )
         self.upstream = upstream
         self.chain: Next = compose(self.plugins, upstream)
         self.litellm_headers = self.config.compat.litellm  # the app adds them to every reply
         self.finishers: list[Callable[[FinishedRequest], None]] = [
-            plugin.finished  # type: ignore[attr-defined]
-            for plugin in self.plugins
-            if callable(getattr(plugin, "finished", None))
+            plugin.finished for plugin in self.plugins if isinstance(plugin, Finishes)
         ]
+        self.starters: list[Starts] = [p for p in self.plugins if isinstance(p, Starts)]
+        self.closers: list[Closes] = [p for p in self.plugins if isinstance(p, Closes)]
         self.weakened: tuple[str, ...] = ()
         self._active = 0
         self._retired = False
@@ -253,12 +278,9 @@ class Snapshot:
     async def start(self) -> None:
         """Await every plugin's ``start()`` hook, in chain order; one failing is logged and the
         rest still start."""
-        for plugin in self.plugins:
-            start = getattr(plugin, "start", None)
-            if start is None:
-                continue
+        for plugin in self.starters:
             try:
-                await start()
+                await plugin.start()
             except Exception:
                 self.logger.exception("plugin_start_failed", plugin=type(plugin).__qualname__)
 
@@ -305,12 +327,9 @@ class Snapshot:
             await self.transport.close()
         except Exception:
             self.logger.exception("transport_close_failed")
-        for plugin in self.plugins:
-            close = getattr(plugin, "close", None)
-            if close is None:
-                continue
+        for plugin in self.closers:
             try:
-                await close()
+                await plugin.close()
             except Exception:
                 self.logger.exception("plugin_close_failed", plugin=type(plugin).__qualname__)
 
@@ -319,14 +338,14 @@ def weakenings(serving: Snapshot, fresh: Blueprint) -> tuple[str, ...]:
     """What ``fresh`` would drop from ``serving`` that protects the gateway or keeps it serving:
     the reasons of :data:`WEAKENINGS`, in that order (empty when nothing).
 
-    A key is demanded when a plugin authenticates (:attr:`Snapshot.gate`), whatever its name or
-    place in the chain: the app runs it before any plugin. ``/metrics`` is opened when
+    A key is demanded when a plugin authenticates (:attr:`Snapshot.demands_key`), whatever its
+    name or place in the chain: the app runs it before any plugin. ``/metrics`` is opened when
     ``server.require_auth_for_metrics`` is dropped. Providers and aliases count as dropped only
     when ``fresh`` has none at all, where ``serving`` had some.
     """
     now, then = fresh.config, serving.config
     dropped = {
-        "auth_removed": serving.gate is not None and authenticator(fresh.plugins) is anonymous,
+        "auth_removed": serving.demands_key and authentication(fresh.plugins) is anonymous,
         "master_key_removed": bool(then.auth.master_key) and not now.auth.master_key,
         "metrics_opened": then.server.require_auth_for_metrics
         and not now.server.require_auth_for_metrics,

@@ -33,7 +33,7 @@ from proxy.core.canonical import ANONYMOUS
 from proxy.core.errors import AuthenticationFailed, GatewayError
 from proxy.core.logs import route_stdlib_logging
 from proxy.core.metrics import CONTENT_TYPE, Metrics
-from proxy.core.plugin import anonymous, authenticator
+from proxy.core.plugin import anonymous, authentication
 from proxy.db import Database, DatabaseError
 from proxy.dialects import all_dialects, other_dialects
 from proxy.governance.ledger.journal import Journal, default_directory
@@ -100,7 +100,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app[METRICS] = metrics
     app[SERVER] = config.server
     app[DRAIN] = Drain()
-    uses_database = authenticator(blueprint.plugins) is not anonymous or config.auth.master_key
+    uses_database = authentication(blueprint.plugins) is not anonymous or config.auth.master_key
     store = _response_store(config.responses, database, bool(uses_database))
     app[RESPONSES] = ResponseState(store, lambda: app[RUNTIME].snapshot.logger)
 
@@ -116,7 +116,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         snapshot = Snapshot(blueprint, on_upstream_error)
         sampler.start()
         await state.start()
-        if snapshot.gate is not None or config.auth.master_key:
+        if snapshot.demands_key or config.auth.master_key:
             await database.open()
             warming.append(asyncio.ensure_future(warm_in_background(rollup, blueprint.logger)))
         await snapshot.start()
@@ -276,9 +276,9 @@ async def _models(request: web.Request) -> web.Response:
     the client's key may use, when the gateway demands keys)."""
     snapshot = request.app[RUNTIME].snapshot
     principal = ANONYMOUS
-    if snapshot.gate is not None:
+    if snapshot.demands_key:
         try:
-            principal = await snapshot.gate(request.headers)
+            principal = await snapshot.authenticate(request.headers)
         except GatewayError as error:
             return error_response(error, anthropic_shape=is_anthropic_request(request))
     router = snapshot.router
@@ -289,7 +289,8 @@ async def _models(request: web.Request) -> web.Response:
             entries += [(alias, "crossway")] + [(d.target, d.provider) for d in ready]
     for name, provider in snapshot.providers.items():
         if provider.ready:
-            entries += [(f"{name}/{m}", name) for m in getattr(provider, "listed_models", ())]
+            listed = snapshot.capabilities[name].listed_models
+            entries += [(f"{name}/{m}", name) for m in listed]
     data: list[dict[str, Any]] = []
     seen: set[str] = set()
     for model_id, owner in entries:

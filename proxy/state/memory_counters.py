@@ -57,8 +57,9 @@ class MemoryCounters:
     ) -> tuple[int | None, list[int]]:
         """:meth:`incr_within` as one synchronous call (what it awaits), for a caller that
         would otherwise await it on its hot path
-        (:meth:`proxy.governance.budgets.counters.SpendCounters. reserve_now`). Not part of
-        :class:`Store`: remote stores cannot answer at once.
+        (:meth:`proxy.governance.budgets.counters.SpendCounters.reserve_now`): half of
+        :class:`~proxy.state.store.AnswersNow`. Not part of :class:`Store`: remote stores cannot
+        answer at once.
 
         ``carried`` is added with ``amount`` and the limits are checked as if it had been added
         first: ``incr_within(keys, amount + carried, [limit - carried, …], ttls)``, without
@@ -125,7 +126,7 @@ class MemoryCounters:
             else:
                 value = entry[0]
                 counters.append(
-                    (value if type(value) is int else _integer(keys[index], value), entry[1])
+                    (value if isinstance(value, int) else _integer(keys[index], value), entry[1])
                 )
         return counters
 

@@ -19,7 +19,9 @@ _MORE_THAN_ANY = 1 << 63  # more units than any bucket holds
 
 
 class MemoryStore(MemoryCounters):
-    """The in-process :class:`Store`: dicts with lazy expiry on ``clock`` (seconds).
+    """The in-process :class:`Store`: dicts with lazy expiry on ``clock`` (seconds). It also
+    answers the hot paths' steps at once (:class:`~proxy.state.store.AnswersNow`:
+    :meth:`admit_now`, and :meth:`incr_within_now` of its counters' base).
 
     Values and integer counters live in one dict, GCRA buckets (their TAT, a float) and
     in-flight counters (an int, gone at zero) in one each, so that the limits' hot path reads
@@ -123,8 +125,9 @@ class MemoryStore(MemoryCounters):
         return self.admit_now(plan, tokens)
 
     def admit_now(self, plan: LimitPlan, tokens: int) -> Admission:
-        """:meth:`admit` as one synchronous call, for the limits plugin's hot path (not part of
-        :class:`Store`: remote stores cannot answer at once). The common case (room
+        """:meth:`admit` as one synchronous call, for the limits plugin's hot path
+        (:class:`~proxy.state.store.AnswersNow`; not part of :class:`Store`: remote stores
+        cannot answer at once). The common case (room
         everywhere) in one pass that writes as it goes; a slot or bucket without room puts
         back what that pass wrote (:meth:`_full`, :meth:`_refuse`), and a refusal is worked
         out again by :meth:`_take`, which charges nothing."""

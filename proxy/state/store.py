@@ -9,7 +9,9 @@ nothing to install, state lost on restart, not shared between worker processes.
 
 Every method is a coroutine. A backend raises :class:`StoreUnavailable` when it cannot answer
 (a Redis outage); each caller decides its own failure policy (fail open or closed). The memory
-backend never raises it.
+backend never raises it. A backend that can answer the hot paths' steps without awaiting them
+(the memory one) also offers :class:`AnswersNow`, which a caller checks once, when it takes the
+store (``isinstance``), never per request.
 
 Rate limits (:meth:`Store.rate_take`, :meth:`Store.rate_adjust`) use GCRA, the generic cell
 rate algorithm, which is a token bucket kept as one number per bucket: its *theoretical arrival
@@ -26,7 +28,7 @@ with ``PX`` expiry at the TAT (so an idle bucket costs nothing), with the server
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
@@ -276,4 +278,35 @@ class Store(Protocol):
         reservation settled to the real cost). Never waits and never raises
         :class:`StoreUnavailable`: the memory backend applies it at once, a remote one sends it
         as one :meth:`incr_within` a loop turn later, and loses it when it cannot be sent."""
+        ...
+
+
+@runtime_checkable
+class AnswersNow(Protocol):
+    """A :class:`Store` that answers two hot-path steps synchronously: what its coroutine would
+    return, without an await (and so without a task switch) — the memory store, whose every
+    step is in-process. A remote store cannot, and does not offer it.
+
+    A caller checks for it once, when it takes the store (``isinstance(store, AnswersNow)``,
+    keeping the bound method), and otherwise awaits the :class:`Store` method. Each raises
+    what its coroutine would (a :class:`ValueError` for a key of another kind) and never
+    :class:`StoreUnavailable`.
+    """
+
+    def admit_now(self, plan: LimitPlan, tokens: int) -> Admission:
+        """:meth:`Store.admit`, answered at once (the limits plugin's hot path)."""
+        ...
+
+    def incr_within_now(
+        self,
+        keys: Sequence[str],
+        amount: int,
+        limits: Sequence[int] | None,
+        ttls: Sequence[float | None],
+        carried: int = 0,
+    ) -> tuple[int | None, list[int]]:
+        """:meth:`Store.incr_within`, answered at once (the budgets' hot path). ``carried`` is
+        added with ``amount`` and the limits are checked as if it had been added first:
+        ``incr_within(keys, amount + carried, [limit - carried, ...], ttls)``, without building
+        the lowered limits."""
         ...

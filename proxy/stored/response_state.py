@@ -16,15 +16,16 @@ the ``GET`` / ``DELETE /v1/responses/{id}`` they allow.
   ``response_store_unavailable`` for what needs it (a continued response, ``GET``, ``DELETE``).
 
 The caller is identified by ``authenticate(headers)`` — the auth plugin's, when the chain has
-one that offers it (:func:`proxy.core.plugin.authenticator`), else the anonymous principal. A record
-is written under ``call.principal.key_id`` as the chain left it. Both agree when the auth plugin
-offers ``authenticate``; if they ever disagree, lookups miss (a 400 or 404), never cross keys.
+one that offers it (:func:`proxy.core.plugin.authentication`), else the anonymous principal. A
+record is written under ``call.principal.key_id`` as the chain left it. Both agree when the auth
+plugin offers ``authenticate``; if they ever disagree, lookups miss (a 400 or 404), never cross
+keys.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -32,7 +33,8 @@ import msgspec
 from proxy.core.canonical import Call, Message, Principal
 from proxy.core.errors import BadRequest, GatewayError, NotFound
 from proxy.core.plugin import Authenticate, Next
-from proxy.core.reply import Chunk, RawFrames, Reply, batched
+from proxy.core.reply import Chunk, RawFrames, Reply
+from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable
 from proxy.dialects.responses import envelope_of, whole_response
 from proxy.dialects.responses.objects import ENCODER, DeletedResponse
 from proxy.dialects.responses.output import OutputBuilder
@@ -159,18 +161,19 @@ def _append(conversation: bytes, message: Message) -> bytes:
     return conversation[:-1] + (b"," if len(conversation) > 2 else b"") + item + b"]"
 
 
-class _RecordingStream:
+class _RecordingStream(ReplyStream, BatchedStream):
     """A reply stream that feeds every chunk to ``builder`` before handing it on (the call's
     stream encoder frames the builder's events: the output is assembled once), and calls
     ``on_complete`` once the stream ended normally. It forwards
-    :class:`~proxy.core.reply.BatchedStream` (always decoded: the Responses encoder has no
-    verbatim relay) and ``aclose``."""
+    :class:`~proxy.core.streams.BatchedStream` and ``aclose``. Of the fast paths of
+    :mod:`proxy.core.streams` it gives up the verbatim frames (it reads decoded chunks, which
+    it must see; the Responses encoder has no relay anyway) and end hooks."""
 
     __slots__ = ("_batches", "_builder", "_done", "_inner", "_on_complete")
 
     def __init__(
         self,
-        inner: AsyncIterator[Chunk],
+        inner: ReplyStream,
         builder: OutputBuilder,
         on_complete: Callable[[OutputBuilder], Awaitable[None]],
     ) -> None:
@@ -182,11 +185,11 @@ class _RecordingStream:
 
     @property
     def ended(self) -> bool:
-        """See :class:`~proxy.core.reply.BatchedStream`."""
+        """See :class:`~proxy.core.streams.BatchedStream`."""
         return self._batches.ended
 
     async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.reply.BatchedStream`."""
+        """See :class:`~proxy.core.streams.BatchedStream`."""
         batch = await self._batches.next_batch(False)
         add = self._builder.add
         for chunk in batch:
@@ -209,10 +212,10 @@ class _RecordingStream:
 
     async def aclose(self) -> None:
         """Close the stream it wraps."""
-        aclose = getattr(self._inner, "aclose", None)
-        if aclose is not None:
+        inner = self._inner
+        if is_closable(inner):  # a plugin's plain iterator has nothing to close
             with contextlib.suppress(StopAsyncIteration):
-                await aclose()
+                await inner.aclose()
 
     async def _complete(self) -> None:
         if self._done:

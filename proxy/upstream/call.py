@@ -3,9 +3,11 @@
 It picks the deployment (the one a plugin chose, else weighted-random among the candidates),
 runs the provider — over the shared transport, or in-process — under the provider's clocks, and
 returns a :class:`~proxy.core.reply.Reply`. An embeddings call (``Call.embedding``) goes to the
-provider's embedding translation (``build_embeddings`` / ``parse_embeddings``, or a local
-provider's ``embed``) and comes back as ``Reply.embeddings``; a provider without one answers
-400 ``embeddings_not_supported`` before anything is sent. Streams come back *primed* (their
+provider's embedding translation (:class:`~proxy.providers.base.Embeds`, or a local provider's
+:class:`~proxy.providers.base.EmbedsLocally`) and comes back as ``Reply.embeddings``; a provider
+without one answers 400 ``embeddings_not_supported`` before anything is sent. What each
+provider offers is read from its :class:`~proxy.providers.base.Capabilities`, decided once when
+the upstream is built. Streams come back *primed* (their
 first chunk has arrived), so every failure before the first byte is an exception from this
 call, where retry and fallback can act. Every upstream error is sanitised (no secret reaches a
 message) and counted.
@@ -17,13 +19,19 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
 
 from proxy.core.canonical import Call, Deployment
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
 from proxy.core.reply import Chunk, Embeddings, RawFrames, Reply, Response
-from proxy.providers.base import HttpProvider, LocalProvider, Provider
+from proxy.providers.base import (
+    Capabilities,
+    CountsTokens,
+    HttpProvider,
+    LocalProvider,
+    Provider,
+    capabilities_of,
+)
 from proxy.upstream.stream import ErrorHook, UpstreamClocks, UpstreamStream
 from proxy.upstream.transport import HttpTransport
 
@@ -41,15 +49,19 @@ class Upstream:
         on_error: ErrorHook,
         rng: random.Random | None = None,
         on_dropped: DroppedHook | None = None,
+        capabilities: Mapping[str, Capabilities] | None = None,
     ) -> None:
         """``on_error(provider, error)`` is told of every upstream failure (for metrics);
         ``on_dropped(provider, model, fields)``, when given, of request fields a provider
-        removes because its vendor rejects them (a debug log line)."""
+        removes because its vendor rejects them (a debug log line). ``capabilities`` are the
+        providers' (:func:`~proxy.providers.base.capabilities_of`), decided here when not
+        given."""
         self._on_dropped = on_dropped
         self._providers = dict(providers)
-        self._local_names = frozenset(
-            name for name, p in providers.items() if isinstance(p, LocalProvider)
-        )
+        self._capabilities = {
+            name: capabilities_of(provider) if capabilities is None else capabilities[name]
+            for name, provider in providers.items()
+        }
         self._transport = transport
         self._redactor = redactor
         self._on_error = on_error
@@ -60,7 +72,8 @@ class Upstream:
         :class:`NoReadyDeployment` when the call has no candidate at all."""
         deployment = call.deployment or self._pick(call.deployments)
         provider = self._providers[deployment.provider]
-        if call.embedding is not None and not _embeds(provider):
+        capabilities = self._capabilities[deployment.provider]
+        if call.embedding is not None and not capabilities.embeds:
             raise BadRequest(
                 f"the model {call.model!r} is served by provider {deployment.provider!r}, "
                 "which does not serve embeddings",
@@ -68,13 +81,15 @@ class Upstream:
                 param="model",
             )
         clocks = UpstreamClocks(provider.config.timeouts)
+        result: Response | UpstreamStream | Embeddings
         try:
             if call.embedding is not None:
-                result = await self._embed(provider, call, deployment, clocks)
-            elif deployment.provider in self._local_names:
-                result: Any = await self._local(provider, call, deployment, clocks)  # type: ignore[arg-type]
+                result = await self._embed(provider, capabilities, call, deployment, clocks)
+            elif capabilities.local is not None:
+                result = await self._local(capabilities.local, call, deployment, clocks)
             else:
-                result = await self._http(provider, call, deployment, clocks)  # type: ignore[arg-type]
+                assert capabilities.http is not None
+                result = await self._http(capabilities, capabilities.http, call, deployment, clocks)
         except GatewayError as error:
             clocks.close()
             self._fail(deployment.provider, error)
@@ -96,20 +111,22 @@ class Upstream:
         under the provider's clocks); None when none can. Raises a sanitised
         :class:`GatewayError` when the counting upstream fails."""
         for deployment in deployments:
-            provider = self._providers[deployment.provider]
-            local = getattr(provider, "count_tokens", None)
-            if local is not None:
-                return int(local(call, deployment.model))
-            if getattr(provider, "count_tokens_request", None) is not None:
+            capabilities = self._capabilities[deployment.provider]
+            if capabilities.count_tokens is not None:
+                return int(capabilities.count_tokens(call, deployment.model))
+            counter, provider = capabilities.token_counter, capabilities.http
+            if counter is not None and provider is not None:
                 try:
-                    return await self._count(provider, call, deployment)  # type: ignore[arg-type]
+                    return await self._count(provider, counter, call, deployment)
                 except GatewayError as error:
                     self._fail(deployment.provider, error)
                     raise
         return None
 
-    async def _count(self, provider: Any, call: Call, deployment: Deployment) -> int:
-        request = provider.count_tokens_request(call, deployment.model)
+    async def _count(
+        self, provider: HttpProvider, counter: CountsTokens, call: Call, deployment: Deployment
+    ) -> int:
+        request = counter.count_tokens_request(call, deployment.model)
         clocks = UpstreamClocks(provider.config.timeouts)
         try:
             with clocks:
@@ -120,7 +137,7 @@ class Upstream:
             clocks.close()
         if status >= 300:
             raise provider.parse_error(status, headers, body)
-        return int(provider.parse_token_count(body))
+        return int(counter.parse_token_count(body))
 
     def _pick(self, deployments: list[Deployment]) -> Deployment:
         if len(deployments) == 1:
@@ -139,38 +156,44 @@ class Upstream:
         self._on_error(provider, error)
 
     async def _embed(
-        self, provider: Any, call: Call, deployment: Deployment, clocks: UpstreamClocks
+        self,
+        provider: Provider,
+        capabilities: Capabilities,
+        call: Call,
+        deployment: Deployment,
+        clocks: UpstreamClocks,
     ) -> Embeddings:
         """The vectors of an embeddings call: in-process, or from the provider's requests
         (sent together when it needs several, e.g. one per text)."""
         started = time.perf_counter()
+        embedder, http = capabilities.embedder, capabilities.http
         try:
             with clocks:
-                local = getattr(provider, "embed", None)
-                if local is not None:
-                    return await local(call, deployment.model)  # type: ignore[no-any-return]
-                requests = provider.build_embeddings(call, deployment.model)
+                if capabilities.embed is not None:
+                    return await capabilities.embed(call, deployment.model)
+                assert embedder is not None  # the caller checked `embeds`
+                assert http is not None  # an embedder is reached over HTTP
+                requests = embedder.build_embeddings(call, deployment.model)
                 if len(requests) == 1:
-                    answers = [await self._transport.request(provider, requests[0])]
+                    answers = [await self._transport.request(http, requests[0])]
                 else:
                     gathered = await asyncio.gather(
-                        *(self._transport.request(provider, request) for request in requests),
+                        *(self._transport.request(http, request) for request in requests),
                         return_exceptions=True,
                     )
+                    answers = []
                     for answer in gathered:
                         if isinstance(answer, BaseException):
                             raise answer
-                    answers = gathered
+                        answers.append(answer)
         except TimeoutError:
             raise clocks.expired(provider.name) from None
         finally:
             call.timings.upstream_wait += time.perf_counter() - started
         for status, headers, body in answers:
             if status >= 300:
-                raise provider.parse_error(status, headers, body)
-        return provider.parse_embeddings(  # type: ignore[no-any-return]
-            [body for _, _, body in answers], call, deployment.model
-        )
+                raise http.parse_error(status, headers, body)
+        return embedder.parse_embeddings([body for _, _, body in answers], call, deployment.model)
 
     async def _local(
         self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks
@@ -188,11 +211,16 @@ class Upstream:
         return await self._primed(result, clocks, call, deployment)
 
     async def _http(
-        self, provider: HttpProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks
+        self,
+        capabilities: Capabilities,
+        provider: HttpProvider,
+        call: Call,
+        deployment: Deployment,
+        clocks: UpstreamClocks,
     ) -> Response | UpstreamStream:
         request = provider.build_request(call, deployment.model)
         if self._on_dropped is not None:
-            dropped_fields = getattr(provider, "dropped_fields", None)
+            dropped_fields = capabilities.dropped_fields
             dropped = dropped_fields(call, deployment.model) if dropped_fields else []
             if dropped:
                 self._on_dropped(provider.name, deployment.model, dropped)
@@ -229,8 +257,3 @@ class Upstream:
             await stream.aclose()
             raise
         return stream
-
-
-def _embeds(provider: Provider) -> bool:
-    """Whether ``provider`` has an embedding translation (or answers embeddings itself)."""
-    return hasattr(provider, "build_embeddings") or hasattr(provider, "embed")

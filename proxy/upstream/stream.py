@@ -16,8 +16,15 @@ from typing import Any
 
 from proxy.core.canonical import Timings
 from proxy.core.errors import GatewayError, UpstreamTimeout
-from proxy.core.observed import HELD_ITEMS, EndHook, StreamEnd
+from proxy.core.observed import HELD_ITEMS, EndHooks
 from proxy.core.reply import Chunk, RawFrames
+from proxy.core.streams import (
+    BatchedStream,
+    EndHook,
+    EndObservable,
+    ReplyStream,
+    is_closable,
+)
 from proxy.providers.base import Timeouts
 
 ErrorHook = Callable[[str, GatewayError], None]
@@ -124,13 +131,14 @@ class UpstreamClocks:
         task.cancel()
 
 
-class UpstreamStream:
-    """A provider's chunk stream under the first-byte, idle and total clocks.
+class UpstreamStream(ReplyStream, BatchedStream, EndObservable):
+    """A provider's chunk stream under the first-byte, idle and total clocks: the stream every
+    upstream reply starts as, offering every fast path of :mod:`proxy.core.streams`.
 
     The provider side may yield single chunks or lists of items (the HTTP transport yields one
     list per network read, ending with ``None`` once the end marker was read; its items are
     chunks or :class:`~proxy.core.reply.RawFrames`). Besides async iteration (chunks only), it
-    offers the :class:`~proxy.core.reply.BatchedStream` interface, so the app writes what
+    offers the :class:`~proxy.core.streams.BatchedStream` interface, so the app writes what
     arrived together in one go, verbatim frames included. Raw frames are decoded only when a
     reader asks for chunks. The clocks run per wait on the provider, not per chunk. Time spent
     waiting is added to ``timings.upstream_wait``. Errors raised by the provider stream, or by
@@ -164,7 +172,7 @@ class UpstreamStream:
         model: str = "",
     ) -> None:
         """``model`` names chunks whose provider's wire format does not (e.g. Bedrock's)."""
-        self._inner = inner
+        self._inner: AsyncIterator[Chunk | list[Chunk | RawFrames | None]] = inner
         self._model = model
         self._clocks = clocks
         self._timings = timings
@@ -173,18 +181,18 @@ class UpstreamStream:
         self._ready: deque[Chunk | RawFrames] = deque()
         self._ended = False
         self._failure: GatewayError | None = None
-        self._end: StreamEnd | None = None
+        self._end: EndHooks | None = None
         # The last batch passed, kept for end hooks that do not meter (those that do read the
         # held items, which include it).
         self._last: list[Chunk | RawFrames] = []
-        self._held: list[Chunk | RawFrames] | None = None  # StreamEnd.held, if a hook meters
+        self._held: list[Chunk | RawFrames] | None = None  # EndHooks.held, if a hook meters
 
     def when_over(self, hook: EndHook, meters: bool = False) -> None:
         """Run ``hook(usage, generated)`` once when the stream is over (see
-        :class:`~proxy.core.observed.StreamEnd`)."""
+        :class:`~proxy.core.observed.EndHooks`)."""
         end = self._end
         if end is None:
-            end = self._end = StreamEnd(hook, meters)
+            end = self._end = EndHooks(hook, meters)
         else:
             end.add(hook, meters)
         self._held = end.held if end.meters else None
@@ -195,7 +203,7 @@ class UpstreamStream:
         return self._ended
 
     async def next_batch(self, raw: bool = False) -> list[Chunk | RawFrames]:
-        """See :class:`~proxy.core.reply.BatchedStream`."""
+        """See :class:`~proxy.core.streams.BatchedStream`."""
         ready = self._ready
         if not ready:
             if self._ended and self._failure is None:  # the end, received with the last batch
@@ -224,7 +232,7 @@ class UpstreamStream:
         held = self._held
         if held is None:
             self._last = batch
-        else:  # StreamEnd.passed(), without its call (held items include the last batch)
+        else:  # EndHooks.passed(), without its call (held items include the last batch)
             held += batch
             if len(held) >= HELD_ITEMS:
                 self._end.read_held()  # type: ignore[union-attr]
@@ -261,7 +269,7 @@ class UpstreamStream:
         held = self._held
         if held is None:
             self._last = [chunk]
-        else:  # StreamEnd.passed_one(), without its call
+        else:  # EndHooks.passed_one(), without its call
             held.append(chunk)
             if len(held) >= HELD_ITEMS:
                 self._end.read_held()  # type: ignore[union-attr]
@@ -275,9 +283,9 @@ class UpstreamStream:
             if type(item) is not RawFrames:
                 chunks.append(item)  # type: ignore[arg-type]
                 continue
-            parse = item.parse  # type: ignore[union-attr]
+            parse = item.parse
             try:
-                for payload in item.payloads():  # type: ignore[union-attr]
+                for payload in item.payloads():
                     chunk = parse(payload)
                     if chunk is not None:
                         chunks.append(chunk)
@@ -335,14 +343,14 @@ class UpstreamStream:
             if pending is not None:
                 await pending
         finally:
-            aclose = getattr(self._inner, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            inner = self._inner
+            if is_closable(inner):  # the transport's generator; a provider's, if it has one
+                await inner.aclose()
 
     def _over(self) -> Awaitable[None] | None:
         """Run the end hooks, if any are left: the stream lets them go as they run, so a
         later end (a close after the end) costs nothing. Returns what is left of them to
-        await (see :meth:`~proxy.core.observed.StreamEnd.over`): None when every hook was plain,
+        await (see :meth:`~proxy.core.observed.EndHooks.over`): None when every hook was plain,
         so that a stream's end makes no coroutine unless a hook needs one."""
         end = self._end
         if end is None:

@@ -24,11 +24,13 @@ from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailabl
 from proxy.core.reply import Chunk, RawFrames
 from proxy.core.sse import SSEDecoder
 from proxy.providers.base import (
+    Capabilities,
     HttpProvider,
     HttpRequest,
     StreamDecoder,
     StreamEnd,
     StreamParser,
+    capabilities_of,
 )
 from proxy.upstream.bodies import ACCEPT_ENCODING, body_reader, read_prefix, read_whole, too_large
 
@@ -39,9 +41,19 @@ MAX_ERROR_BODY = 64 * 1024
 class HttpTransport:
     """Owns the aiohttp sessions of one runtime snapshot; :meth:`close` releases them all."""
 
-    def __init__(self, providers: Mapping[str, HttpProvider]) -> None:
-        """Create one session per HTTP provider. Must run inside the event loop."""
+    def __init__(
+        self,
+        providers: Mapping[str, HttpProvider],
+        capabilities: Mapping[str, Capabilities] | None = None,
+    ) -> None:
+        """Create one session per HTTP provider. Must run inside the event loop.
+        ``capabilities`` are the providers' (:func:`~proxy.providers.base.capabilities_of`),
+        decided here when not given: how each frames and parses its streams."""
         self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._capabilities = {
+            name: capabilities_of(provider) if capabilities is None else capabilities[name]
+            for name, provider in providers.items()
+        }
         for name, provider in providers.items():
             timeouts = provider.config.timeouts
             connector = UpstreamConnector(
@@ -104,7 +116,7 @@ class HttpTransport:
             finally:
                 response.release()
             raise provider.parse_error(response.status, response.headers, body)
-        return _chunks(provider, response)
+        return _chunks(provider, self._capabilities[provider.name], response)
 
     async def close(self) -> None:
         """Close every session (in-flight calls on them fail)."""
@@ -112,26 +124,27 @@ class HttpTransport:
 
 
 async def _chunks(
-    provider: HttpProvider, response: aiohttp.ClientResponse
+    provider: HttpProvider, capabilities: Capabilities, response: aiohttp.ClientResponse
 ) -> AsyncIterator[list[Chunk | RawFrames | None]]:
     """The chunks of a stream body, batched by network read (empty batches are skipped).
 
     The batch that carries the provider's end marker ends with ``None``, so the reader knows the
-    stream is complete without waiting for another read. A provider with a ``stream_parser()``
-    gets one parser per stream, which also judges a body that ends without an end marker. A
-    provider whose streams are not SSE has a ``stream_decoder()``: one decoder per stream frames
-    its body instead of :class:`SSEDecoder`. A provider with ``relay_frames(data)`` (and neither
-    of those) is offered each read that starts on an SSE frame boundary: the frames it vouches
-    for travel as one :class:`RawFrames` item instead of being decoded here. An event that grows
-    past ``max_event_bytes`` (decompressed) ends the stream with
-    :class:`~proxy.core.errors.UpstreamResponseTooLarge`.
+    stream is complete without waiting for another read. A provider that
+    :class:`~proxy.providers.base.ParsesStreams` gets one parser per stream, which also judges a
+    body that ends without an end marker. A provider whose streams are not SSE
+    (:class:`~proxy.providers.base.DecodesStreams`): one decoder per stream frames its body
+    instead of :class:`SSEDecoder`. A provider that
+    :class:`~proxy.providers.base.VouchesFrames` (and neither of those) is offered each read that
+    starts on an SSE frame boundary: the frames it vouches for travel as one :class:`RawFrames`
+    item instead of being decoded here. An event that grows past ``max_event_bytes``
+    (decompressed) ends the stream with :class:`~proxy.core.errors.UpstreamResponseTooLarge`.
     """
-    make_decoder = getattr(provider, "stream_decoder", None)
+    make_decoder = capabilities.stream_decoder
     decoder: StreamDecoder = make_decoder() if make_decoder is not None else SSEDecoder()
-    make_parser = getattr(provider, "stream_parser", None)
+    make_parser = capabilities.stream_parser
     parser: StreamParser | None = make_parser() if make_parser is not None else None
     parse = parser.parse_event if parser is not None else provider.parse_event
-    relay = getattr(provider, "relay_frames", None) if parser is None else None
+    relay = capabilities.relay_frames if parser is None else None
     sse = decoder if relay is not None and isinstance(decoder, SSEDecoder) else None
     max_event = provider.config.max_event_bytes
     try:
@@ -140,7 +153,7 @@ async def _chunks(
             data = await read()
             batch: list[Chunk | RawFrames | None] = []
             if sse is not None and data and sse.idle:
-                frames, rest = relay(data)  # type: ignore[misc]
+                frames, rest = relay(data)  # type: ignore[misc]  # not None when sse is not
                 if frames is not None:
                     batch.append(frames)
                     if not rest:

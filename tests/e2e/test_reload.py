@@ -105,7 +105,7 @@ async def test_a_failure_that_is_not_a_config_error_keeps_the_old_config(
     before = gateway.app[RUNTIME].snapshot
     _config_path(gateway).write_text(gateway_config(upstream_url).replace("chat: [", "next: ["))
 
-    def exhausted(providers):
+    def exhausted(providers, capabilities=None):
         raise OSError(24, f"Too many open files (while connecting with {UPSTREAM_KEY})")
 
     monkeypatch.setattr("proxy.runtime.snapshot.HttpTransport", exhausted)
@@ -362,7 +362,7 @@ async def _check_invariant(guarded: Guarded, text: str) -> tuple[bool, list[str]
         events = [line["event"] for line in lines]
         if swapped:
             assert after["ok"] == before["ok"] + 1
-            assert guarded.app[RUNTIME].snapshot.gate is not None
+            assert guarded.app[RUNTIME].snapshot.demands_key
         else:
             assert after["error"] == before["error"] + 1
             refused = [reason for reason in REFUSED if after[reason] > before[reason]]

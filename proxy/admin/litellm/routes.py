@@ -241,8 +241,8 @@ async def model_info(request: web.Request) -> web.Response:
     snapshot = request.app[LITELLM].snapshot()
     try:
         principal = None
-        if snapshot.gate is not None:
-            principal = await snapshot.gate(request.headers)
+        if snapshot.demands_key:
+            principal = await snapshot.authenticate(request.headers)
     except GatewayError as error:
         return error_response(error)
     data = []

@@ -81,6 +81,11 @@ class _Entry:
 class Authenticator:
     """Resolves keys to principals (module docstring). One per runtime snapshot.
 
+    Not the chain's *authenticate* (:data:`proxy.core.plugin.Authenticate`, found by
+    :func:`proxy.core.plugin.authentication`): that is a plugin's hook, which decides whether
+    the gateway demands a key at all. This is the resolver of keys the ``auth`` plugin's hook
+    uses, and the admin API's master-key check; it exists whether or not a plugin demands keys.
+
     ``clock`` (monotonic seconds) ages cache entries; ``wall`` (epoch seconds) expires keys.
     """
 

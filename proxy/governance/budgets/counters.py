@@ -61,13 +61,14 @@ from proxy.governance.budgets.plans import (
     day_of,
     soft_nanos,
 )
-from proxy.state.store import Store
+from proxy.state.store import AnswersNow, Store
 
 Clock = Callable[[], float]
 AddNow = Callable[
     [Sequence[str], int, Sequence[int] | None, Sequence[float | None], int],
     tuple[int | None, list[int]],
 ]
+""":meth:`~proxy.state.store.AnswersNow.incr_within_now`, as :class:`SpendCounters` keeps it."""
 _PREFIX = "crossway:spend:"
 _KEEP_DAYS = 40
 _DAY_TTL = _KEEP_DAYS * DAY
@@ -81,6 +82,8 @@ class SpendCounters:
 
     Every method may raise :class:`~proxy.state.store.StoreUnavailable`; the caller applies its
     failure policy. ``clock`` is wall time (UNIX seconds) so that days agree between instances.
+    Whether the store answers at once (:class:`~proxy.state.store.AnswersNow`, which
+    :meth:`reserve_now` needs) is decided here, once.
     """
 
     def __init__(self, store: Store, clock: Clock = time.time) -> None:
@@ -93,15 +96,18 @@ class SpendCounters:
         self._same: dict[int, Plan] = {}  # by id of the tuple it was made from: no hashing
         self._owing: list[Plan] = []
         self._sending: asyncio.Handle | None = None
-        self._add_now: AddNow | None = getattr(store, "incr_within_now", None)
+        self._add_now: AddNow | None = (
+            store.incr_within_now if isinstance(store, AnswersNow) else None
+        )
 
     def reserve_now(
         self, scopes: tuple[tuple[Scope, str, Budget], ...], nanos: int
     ) -> tuple[Reservation | None, Refusal | None] | None:
         """:meth:`reserve` in one synchronous step, when it needs no wait: the store adds
-        without waiting (the memory store's ``incr_within_now``) and the sums of the past days
-        the scopes' periods read are kept. Returns None otherwise, having done nothing (then
-        await :meth:`reserve`). May raise what the store's step raises (nothing reserved)."""
+        without waiting (:meth:`~proxy.state.store.AnswersNow.incr_within_now`) and the sums of
+        the past days the scopes' periods read are kept. Returns None otherwise, having done
+        nothing (then await :meth:`reserve`). May raise what the store's step raises (nothing
+        reserved)."""
         add_now = self._add_now
         if add_now is None:
             return None

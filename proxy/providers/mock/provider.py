@@ -238,7 +238,7 @@ def _arguments_for(tool: Tool, text: str) -> dict[str, Any]:
     """Deterministic arguments that satisfy the common shapes of a tool's JSON schema."""
     parameters = tool.function.parameters or {}
     properties = parameters.get("properties", {}) if isinstance(parameters, dict) else {}
-    samples: dict[str, Any] = {"string": text, "integer": 1, "number": 1.0, "boolean": True}
+    samples: dict[Any, Any] = {"string": text, "integer": 1, "number": 1.0, "boolean": True}
     return {
         name: samples.get(spec.get("type") if isinstance(spec, dict) else None)
         for name, spec in properties.items()

@@ -8,8 +8,8 @@ from proxy.core.canonical import Usage
 from proxy.core.observed import (
     HELD_ITEMS,
     SAMPLE_STRIDE,
+    EndHooks,
     ObservedStream,
-    StreamEnd,
     item_characters,
     last_usage,
     observe,
@@ -122,7 +122,7 @@ async def test_every_hook_runs_even_when_one_raises_and_the_first_error_propagat
     def broken(usage: Usage | None, generated: int) -> None:
         raise RuntimeError("hook failed")
 
-    end = StreamEnd(broken)
+    end = EndHooks(broken)
     end.add(later, False)
     pending = end.over([])
     assert pending is not None  # a hook raised: the rest run in what is awaited
@@ -134,14 +134,14 @@ async def test_every_hook_runs_even_when_one_raises_and_the_first_error_propagat
 
 async def test_plain_hooks_run_at_once_and_an_awaitable_one_defers_the_rest():
     order: list[str] = []
-    plain = StreamEnd(lambda usage, generated: order.append("first"))
+    plain = EndHooks(lambda usage, generated: order.append("first"))
     assert plain.over([]) is None
     assert order == ["first"]
 
     async def awaited(usage: Usage | None, generated: int) -> None:
         order.append("awaited")
 
-    mixed = StreamEnd(awaited)
+    mixed = EndHooks(awaited)
     mixed.add(lambda usage, generated: order.append("after"), False)
     pending = mixed.over([])
     assert pending is not None
@@ -152,7 +152,7 @@ async def test_plain_hooks_run_at_once_and_an_awaitable_one_defers_the_rest():
 
 async def test_a_long_stream_is_read_as_it_goes_and_its_usage_kept():
     ends = Ends()
-    end = StreamEnd(ends, meters=True)
+    end = EndHooks(ends, meters=True)
     end.passed_one(Chunk(id="c", model="m", choices=[], usage=USAGE))
     last = [word("abcd")]
     for _ in range(HELD_ITEMS):  # past the hold: the usage chunk is read and let go
@@ -167,7 +167,7 @@ def test_a_window_let_go_is_counted_from_a_sample_and_the_last_one_whole():
     """Each full window counts the text of every SAMPLE_STRIDE-th item, scaled to the window;
     the items still held at the end are counted one by one."""
     ends = Ends()
-    end = StreamEnd(ends.plain, meters=True)
+    end = EndHooks(ends.plain, meters=True)
     for index in range(2 * HELD_ITEMS):  # only the sampled items say anything
         end.passed_one(word("abcdefgh" if index % SAMPLE_STRIDE == 0 else ""))
     tail = [word("abcd"), *(word("") for _ in range(4))]  # a sample of it would say 20
@@ -179,7 +179,7 @@ def test_a_window_let_go_is_counted_from_a_sample_and_the_last_one_whole():
 
 def test_the_last_usage_of_a_window_let_go_is_kept_past_verbatim_frames():
     ends = Ends()
-    end = StreamEnd(ends.plain, meters=True)
+    end = EndHooks(ends.plain, meters=True)
     frames = RawFrames(b"data: {}\n\n", lambda _: None, 1)
     later = Usage()  # all zero: a usage is found however small
     end.passed([Chunk(id="c", model="m", choices=[], usage=USAGE), frames])

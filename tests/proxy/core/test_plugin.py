@@ -1,4 +1,5 @@
-"""proxy/core/plugin.py: composing the plugin chain and loading plugins from config entries."""
+"""proxy/core/plugin.py: composing the plugin chain; the optional hooks' protocols and
+:func:`authentication`. Loading plugins from config entries: tests/proxy/runtime/test_plugins.py."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
-import structlog
 
-from plugins.headers import HeadersPlugin
-from proxy.core.canonical import Call, Deployment, Message
+from proxy.core.canonical import ANONYMOUS, Call, Message, Principal
 from proxy.core.errors import UpstreamOverloaded
-from proxy.core.metrics import Metrics
-from proxy.core.plugin import compose
+from proxy.core.plugin import (
+    HOOKS,
+    Authenticates,
+    Closes,
+    Finishes,
+    Starts,
+    anonymous,
+    authentication,
+    compose,
+)
 from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
-from proxy.runtime.config import PluginSpec, parse_config
-from proxy.runtime.plugins import BUILTINS, PluginContext, PluginLoadError, load_plugins
-from tests.proxy import plugin_fixtures as fx
 
 
 def make_call(**fields) -> Call:
@@ -179,230 +183,51 @@ async def test_plugin_that_wraps_a_stream():
 
 
 # ---------------------------------------------------------------------------------------------
-# load_plugins
+# The optional hooks
 # ---------------------------------------------------------------------------------------------
 
 
-def specs(yaml_text: str) -> tuple[PluginSpec, ...]:
-    return parse_config(yaml_text, {}).plugins
-
-
-def load_error(yaml_text: str) -> str:
-    with pytest.raises(PluginLoadError) as info:
-        load_plugins(specs(yaml_text), BUILTINS)
-    return str(info.value)
-
-
-def test_builtin_by_name():
-    (plugin,) = load_plugins(specs("plugins: [headers]"), BUILTINS)
-    assert isinstance(plugin, HeadersPlugin)
-
-
-def test_builtin_with_options():
-    plugins = load_plugins(specs("plugins: [{headers: {forward: [X-Trace-Id]}}]"), BUILTINS)
-    assert isinstance(plugins[0], HeadersPlugin)
-
-
-def test_custom_plugin_by_module_and_class():
-    text = f"plugins: [{{plugin: '{fx.MODULE}:TaggingPlugin', options: {{tag: t, times: 2}}}}]"
-    (plugin,) = load_plugins(specs(text), BUILTINS)
-    assert isinstance(plugin, fx.TaggingPlugin)
-    assert plugin.options == fx.TaggingOptions(tag="t", times=2)
-
-
-def test_custom_plugin_options_are_converted_from_strings():
-    # Options come from YAML with environment expansion: strings convert where unambiguous.
-    text = f"plugins: [{{plugin: '{fx.MODULE}:TaggingPlugin', options: {{tag: t, times: '3'}}}}]"
-    (plugin,) = load_plugins(specs(text), BUILTINS)
-    assert plugin.options.times == 3
-
-
-def test_custom_plugin_without_options():
-    text = f"plugins: [{{plugin: '{fx.MODULE}:PlainPlugin'}}]"
-    (plugin,) = load_plugins(specs(text), BUILTINS)
-    assert isinstance(plugin, fx.PlainPlugin)
-
-
-def test_custom_plugin_by_name_form_with_a_module_reference():
-    (plugin,) = load_plugins(specs(f"plugins: ['{fx.MODULE}:PlainPlugin']"), BUILTINS)
-    assert isinstance(plugin, fx.PlainPlugin)
-
-
-async def test_loaded_plugins_compose_in_config_order():
-    text = (
-        "plugins:\n"
-        f"  - {{plugin: '{fx.MODULE}:TaggingPlugin', options: {{tag: first}}}}\n"
-        f"  - {{plugin: '{fx.MODULE}:TaggingPlugin', options: {{tag: second}}}}\n"
-    )
-    seen: list[list[str]] = []
-
-    async def upstream(call: Call) -> Reply:
-        seen.append(call.upstream_headers["x-tags"].split(","))
-        return text_reply()
-
-    await compose(load_plugins(specs(text), BUILTINS), upstream)(make_call())
-    assert seen == [["first", "second"]]
-
-
-def test_unknown_option_names_the_entry_path():
-    message = load_error(
-        "plugins:\n  - headers\n"
-        f"  - {{plugin: '{fx.MODULE}:TaggingPlugin', options: {{tag: t, colour: red}}}}\n"
-    )
-    assert message.startswith("$.plugins[1].options: ")
-    assert "colour" in message
-
-
-def test_unknown_builtin_option_names_the_entry_path():
-    message = load_error("plugins: [{headers: {forwrd: [x-a]}}]")
-    assert message.startswith("$.plugins[0].headers: ")
-    assert "forwrd" in message
-
-
-def test_missing_or_mistyped_option():
-    message = load_error(f"plugins: [{{plugin: '{fx.MODULE}:TaggingPlugin'}}]")
-    assert message.startswith("$.plugins[0].options: ")
-    assert "tag" in message
-    message = load_error(
-        f"plugins: [{{plugin: '{fx.MODULE}:TaggingPlugin', options: {{tag: t, times: many}}}}]"
-    )
-    assert message.startswith("$.plugins[0].options: ")
-    assert "times" in message
-
-
-def test_constructor_value_error_becomes_a_load_error():
-    message = load_error(
-        f"plugins: [{{plugin: '{fx.MODULE}:TaggingPlugin', options: {{tag: t, times: -1}}}}]"
-    )
-    assert message == "$.plugins[0].options: times must not be negative"
-
-
-def test_builtin_refusing_its_options_becomes_a_load_error():
-    message = load_error("plugins: [{headers: {add: {Authorization: x}}}]")
-    assert message.startswith("$.plugins[0].headers: ")
-    assert "authorization" in message
-
-
-def test_plugin_without_options_given_options():
-    message = load_error(f"plugins: [{{plugin: '{fx.MODULE}:PlainPlugin', options: {{a: 1}}}}]")
-    assert message.startswith("$.plugins[0].options: ")
-    assert "takes no options" in message
-
-
-@pytest.mark.parametrize(
-    "reference",
-    [
-        "no_such_module_xyz:Plugin",
-        f"{fx.MODULE}:NoSuchClass",
-        "tests.proxy.no_such_module:Plugin",
-    ],
-)
-def test_bad_import_path(reference):
-    message = load_error(f"plugins: [{{plugin: '{reference}'}}]")
-    assert message.startswith("$.plugins[0].options: cannot import ")
-    assert reference in message
-
-
-def test_unknown_builtin_name():
-    message = load_error("plugins: [no-such-plugin]")
-    assert message.startswith("$.plugins[0]: unknown plugin 'no-such-plugin'")
-    assert "headers" in message  # lists the built-ins
-
-
-@pytest.mark.parametrize("name", ["NotAPlugin", "SyncCallable"])
-def test_non_plugin_class(name):
-    message = load_error(f"plugins: [{{plugin: '{fx.MODULE}:{name}'}}]")
-    assert message.startswith("$.plugins[0].options: ")
-    assert "is not a plugin" in message
-
-
-def test_every_bad_entry_is_reported():
-    message = load_error(
-        "plugins:\n"
-        "  - headers\n"
-        "  - nope\n"
-        f"  - {{plugin: '{fx.MODULE}:PlainPlugin', options: {{a: 1}}}}\n"
-        "  - {plugin: 'missing_mod_q:X'}\n"
-    )
-    lines = message.splitlines()
-    assert len(lines) == 3
-    assert lines[0].startswith("$.plugins[1]: ")
-    assert lines[1].startswith("$.plugins[2].options: ")
-    assert lines[2].startswith("$.plugins[3].options: ")
-
-
-def test_no_plugins():
-    assert load_plugins((), BUILTINS) == []
-
-
-def test_plugin_asking_for_context_receives_the_given_one():
-    def resolve(model: str, provider: str | None = None) -> list[Deployment]:
-        return [Deployment(provider="p", model=model)]
-
-    context = PluginContext(resolve, Metrics(), structlog.get_logger())
-    (plugin,) = load_plugins(
-        specs(f"plugins: [{{plugin: '{fx.MODULE}:ContextPlugin'}}]"), BUILTINS, context
-    )
-    assert isinstance(plugin, fx.ContextPlugin)
-    assert plugin.context is context
-
-
-def test_plugin_asking_for_context_gets_a_validation_context_when_none_is_given():
-    (plugin,) = load_plugins(specs(f"plugins: [{{plugin: '{fx.MODULE}:ContextPlugin'}}]"), BUILTINS)
-    assert isinstance(plugin.context, PluginContext)
-    assert plugin.context.resolve("anything") == []
-
-
-class NeedsAnArgument:
-    """A plugin whose constructor wants an argument the loader cannot give (a TypeError)."""
-
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
-
+class Plain:
     async def __call__(self, call: Call, next) -> Reply:
         return await next(call)
 
 
-class BrokenConstructor:
-    """A plugin whose constructor fails with something other than ValueError."""
+class EveryHook(Plain):
+    def __init__(self, key_id: str = "k") -> None:
+        self.principal = Principal(key_id=key_id)
 
-    def __init__(self) -> None:
-        raise KeyError("missing-setting")
+    async def start(self) -> None:
+        pass
 
-    async def __call__(self, call: Call, next) -> Reply:
-        return await next(call)
+    async def close(self) -> None:
+        pass
 
+    def finished(self, request) -> None:
+        pass
 
-@pytest.mark.parametrize(
-    ("name", "detail"),
-    [("NeedsAnArgument", "threshold"), ("BrokenConstructor", "missing-setting")],
-)
-def test_any_constructor_failure_becomes_a_load_error(name: str, detail: str):
-    # A reload (SIGHUP) and `crossway check` only report PluginLoadError cleanly; anything else
-    # would escape as a traceback.
-    message = load_error(f"plugins: [{{plugin: '{__name__}:{name}'}}]")
-    assert message.startswith("$.plugins[0].options: ")
-    assert detail in message
+    async def authenticate(self, headers) -> Principal:
+        return self.principal
 
 
-def test_a_module_failing_at_import_becomes_a_load_error(tmp_path, monkeypatch):
-    (tmp_path / "crossway_broken_plugin_mod.py").write_text(
-        "raise RuntimeError('boom at import')\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    message = load_error("plugins: [{plugin: 'crossway_broken_plugin_mod:Plugin'}]")
-    assert message.startswith("$.plugins[0].options: cannot import ")
-    assert "boom at import" in message
+class Blocked(EveryHook):
+    """Every hook set to None: none offered (as the protocols read it)."""
+
+    start = close = finished = authenticate = None  # type: ignore[assignment]
 
 
-class _WrongParameterName:
-    async def __call__(self, call, following):
-        return await following(call)
+def test_each_hook_is_a_protocol_a_plugin_satisfies_by_having_it():
+    assert set(HOOKS) == {"start", "close", "finished", "authenticate"}
+    assert [hook.protocol for hook in HOOKS.values()] == [Starts, Closes, Finishes, Authenticates]
+    for hook in HOOKS.values():
+        assert isinstance(EveryHook(), hook.protocol)
+        assert not isinstance(Plain(), hook.protocol)
+        assert not isinstance(Blocked(), hook.protocol)
 
 
-def test_a_plugin_whose_next_parameter_has_another_name_is_refused():
-    spec = PluginSpec(
-        ref="tests.proxy.core.test_plugin:_WrongParameterName", options={}, path="$.plugins[0]"
-    )
-    with pytest.raises(PluginLoadError, match=r"\$\.plugins\[0\].*\(call, next\)"):
-        load_plugins([spec], {})
+async def test_authentication_is_the_first_authenticate_hook_else_anonymous():
+    first, second = EveryHook("first"), EveryHook("second")
+    authenticate = authentication([Plain(), first, second])
+    assert await authenticate({}) is first.principal
+    assert authentication([Plain(), Blocked()]) is anonymous
+    assert authentication([]) is anonymous
+    assert await anonymous({}) is ANONYMOUS

@@ -79,6 +79,33 @@ async def test_closing_the_runtime_closes_retired_snapshots_still_in_use(tmp_pat
     assert CLOSED == ["closing", "closing"]
 
 
+class Hooked(Closing):
+    """A plugin with every optional hook."""
+
+    async def start(self) -> None:
+        CLOSED.append("started")
+
+    def finished(self, request) -> None:
+        pass
+
+    async def authenticate(self, headers):
+        raise AssertionError("not called")
+
+
+async def test_the_snapshot_sorts_the_plugins_by_their_hooks_once(tmp_path):
+    rt = runtime(config(tmp_path, "Closing", "Hooked"))
+    snapshot = rt.snapshot
+    closing, hooked = snapshot.plugins
+    assert snapshot.starters == [hooked]
+    assert snapshot.closers == [closing, hooked]
+    assert snapshot.finishers == [hooked.finished]
+    assert snapshot.authenticate == hooked.authenticate
+    assert snapshot.demands_key
+    await snapshot.start()
+    await rt.close()
+    assert CLOSED == ["started", "closing", "closing"]
+
+
 async def test_retired_snapshots_are_not_kept_once_closed(tmp_path):
     rt = runtime(config(tmp_path))
     for _ in range(5):
@@ -186,7 +213,9 @@ async def test_a_weaker_config_is_refused_and_the_old_one_keeps_serving(
     "sections",
     [
         {"plugins": "plugins: [{retry: {}}, {auth: {}}]\n"},  # reordered: still demands a key
-        {"plugins": f"plugins: [{{plugin: '{__name__}:Gatekeeper'}}]\n"},  # another authenticator
+        {
+            "plugins": f"plugins: [{{plugin: '{__name__}:Gatekeeper'}}]\n"
+        },  # another that authenticates
         {"auth": f"auth: {{master_key: '{'n' * 40}'}}\n"},  # another master key, no declared key
         {"models": "models:\n  other: [{target: mock/echo}]\n"},  # other aliases
         {"server": "server: {access_log: true, require_auth_for_metrics: true}\n"},
@@ -199,7 +228,7 @@ async def test_a_config_that_keeps_every_protection_is_swapped_in(
     write(tmp_path / "gateway.yaml", **sections)
     fresh = rt.reload()
     assert rt.snapshot is fresh
-    assert fresh.gate is not None
+    assert fresh.demands_key
     assert fresh.weakened == ()
     await rt.close()
 
@@ -223,5 +252,5 @@ async def test_only_the_serving_config_can_allow_a_weaker_one(tmp_path: Path) ->
     assert rt.reload().weakened == ()
     write(path, plugins="")  # weaker, and no longer allowing the next one
     assert rt.reload().weakened == ("auth_removed",)
-    assert rt.snapshot.gate is None
+    assert not rt.snapshot.demands_key
     await rt.close()

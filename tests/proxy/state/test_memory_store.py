@@ -8,7 +8,15 @@ import random
 import pytest
 
 from proxy.state.memory_store import MemoryStore
-from proxy.state.store import Admission, LimitPlan, RateBucket, RateState, summarise
+from proxy.state.policy import UseStore
+from proxy.state.store import (
+    Admission,
+    AnswersNow,
+    LimitPlan,
+    RateBucket,
+    RateState,
+    summarise,
+)
 from tests.faults import FakeClock
 
 
@@ -392,3 +400,10 @@ async def test_incr_within_treats_an_expired_counter_as_missing(
     assert await store.incr_within(["c"], 1, [5], [10.0]) == (None, [1])
     with pytest.raises(ValueError, match="ttl"):
         await store.incr_within(["new"], 1, None, [0.0])
+
+
+def test_the_memory_store_answers_now_and_a_shared_view_does_not(store: MemoryStore):
+    # The hot paths check this once, where they take the store (the limits plugin, the spend
+    # counters); a view of a shared store awaits every step, even with a local fallback.
+    assert isinstance(store, AnswersNow)
+    assert not isinstance(UseStore(store, MemoryStore(), lambda: None), AnswersNow)

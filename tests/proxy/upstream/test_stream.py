@@ -306,7 +306,7 @@ def _word(text: str) -> Chunk:
 async def test_a_metered_stream_past_the_hold_is_charged_for_all_it_passed(
     by_batch: bool, usage: Usage | None
 ) -> None:
-    """The stream holds what it passes for a metering hook itself (StreamEnd.held): past
+    """The stream holds what it passes for a metering hook itself (EndHooks.held): past
     HELD_ITEMS the held items are read and let go, and the estimate still counts every one;
     a usage that scrolled out of the hold is still the one reported."""
     words = [[_word("abcd")] for _ in range(HELD_ITEMS * 2 + 3)]
