@@ -91,9 +91,14 @@ class HttpProvider(Protocol):
     """
 
     name: str
-    config: ProviderConfig
     ready: bool
     secrets: tuple[str, ...]
+
+    @property
+    def config(self) -> ProviderConfig:
+        """The provider's config section (read-only here: each provider narrows it to its own
+        config Struct)."""
+        ...
 
     def build_request(self, call: Call, model: str) -> HttpRequest:
         """The upstream request for ``call`` sent to upstream ``model``.
@@ -129,9 +134,14 @@ class LocalProvider(Protocol):
     """
 
     name: str
-    config: ProviderConfig
     ready: bool
     secrets: tuple[str, ...]
+
+    @property
+    def config(self) -> ProviderConfig:
+        """The provider's config section (read-only here: each provider narrows it to its own
+        config Struct)."""
+        ...
 
     async def complete(self, call: Call, model: str) -> Response | AsyncIterator[Chunk]:
         """A whole response, or (for ``call.stream``) an async iterator of chunks.
