@@ -101,8 +101,14 @@ class RedisServer:
     Redis Cluster (:class:`RedisCluster`), its bus on :attr:`bus_port`."""
 
     def __init__(
-        self, *, tls: bool = False, unix_socket: bool = False, cluster: bool = False
+        self,
+        *,
+        tls: bool = False,
+        unix_socket: bool = False,
+        cluster: bool = False,
+        node_timeout_ms: int | None = None,
     ) -> None:
+        self.node_timeout_ms = node_timeout_ms
         binary = shutil.which("redis-server")
         if binary is None:
             raise EngineMissing(
@@ -148,6 +154,8 @@ class RedisServer:
                 "--cluster-port",
                 str(self.bus_port),
             ]
+            if self.node_timeout_ms is not None:
+                listen += ["--cluster-node-timeout", str(self.node_timeout_ms)]
         return listen
 
     @property
@@ -229,43 +237,127 @@ class RedisServer:
 
 
 class RedisCluster:
-    """``size`` cluster nodes (:class:`RedisServer`), the 16384 slots split evenly between
-    them, every node knowing every other; :attr:`url` names the first."""
+    """``size`` primaries (:class:`RedisServer`), the 16384 slots split evenly between them, each
+    with ``replicas`` replicas, every node knowing every other; :attr:`url` names the first
+    primary, :attr:`urls` every primary. ``node_timeout_ms`` is ``cluster-node-timeout`` (how long
+    a silent primary takes to be failed over by its replica); Redis's own default when None."""
 
-    def __init__(self, size: int = 3) -> None:
-        self.nodes = [RedisServer(cluster=True) for _ in range(size)]
+    def __init__(
+        self, size: int = 3, *, replicas: int = 0, node_timeout_ms: int | None = None
+    ) -> None:
+        self.primaries = [
+            RedisServer(cluster=True, node_timeout_ms=node_timeout_ms) for _ in range(size)
+        ]
+        self.replicas = [
+            RedisServer(cluster=True, node_timeout_ms=node_timeout_ms)
+            for _ in range(size * replicas)
+        ]
+        self.nodes = [*self.primaries, *self.replicas]
 
     @property
     def url(self) -> str:
-        return self.nodes[0].url
+        return self.primaries[0].url
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.primaries]
 
     def start(self) -> RedisCluster:
-        """Start the nodes, give each its slots, introduce them; wait until the cluster is ok
-        on every node."""
+        """Start the nodes, give each primary its slots, introduce them, attach each replica to
+        its primary; wait until the cluster is ok on every node and every replica in sync."""
         for node in self.nodes:
             node.start()
-        bounds = [round(i * 16384 / len(self.nodes)) for i in range(len(self.nodes) + 1)]
-        first = self.nodes[0]
-        for node, start, end in zip(self.nodes, bounds, bounds[1:], strict=False):
+        size = len(self.primaries)
+        bounds = [round(i * 16384 / size) for i in range(size + 1)]
+        first = self.primaries[0]
+        for node, start, end in zip(self.primaries, bounds, bounds[1:], strict=False):
             slots = ("CLUSTER", "ADDSLOTSRANGE", str(start), str(end - 1))
             assert redis_command(node.port, *slots).startswith(b"+OK")
-            if node is not first:
-                meet = ("CLUSTER", "MEET", "127.0.0.1", str(first.port), str(first.bus_port))
-                assert redis_command(node.port, *meet).startswith(b"+OK")
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not all(self._ready(node) for node in self.nodes):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the Redis Cluster did not form in {_START_TIMEOUT:.0f} s")
-            time.sleep(0.05)
+        for node in self.nodes[1:]:
+            meet = ("CLUSTER", "MEET", "127.0.0.1", str(first.port), str(first.bus_port))
+            assert redis_command(node.port, *meet).startswith(b"+OK")
+        self._wait("the Redis Cluster did not form", lambda: all(map(self._known, self.nodes)))
+        for index, replica in enumerate(self.replicas):
+            primary = self.primaries[index % size]
+            attach = ("CLUSTER", "REPLICATE", self.node_id(primary))
+            self._wait(
+                "a replica could not attach",
+                lambda replica=replica, attach=attach: redis_command(
+                    replica.port, *attach
+                ).startswith(b"+OK"),
+            )
+        self._wait("the Redis Cluster is not ok", lambda: all(map(self._ready, self.nodes)))
         return self
 
+    def _wait(self, failure: str, condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{failure} in {_START_TIMEOUT:.0f} s")
+            time.sleep(0.05)
+
+    def _info(self, node: RedisServer, *section: str) -> str:
+        return redis_command(node.port, *section).decode(errors="replace")
+
+    def _known(self, node: RedisServer) -> bool:
+        return f"cluster_known_nodes:{len(self.nodes)}" in self._info(node, "CLUSTER", "INFO")
+
     def _ready(self, node: RedisServer) -> bool:
-        info = redis_command(node.port, "CLUSTER", "INFO").decode()
-        return "cluster_state:ok" in info and f"cluster_known_nodes:{len(self.nodes)}" in info
+        if "cluster_state:ok" not in self._info(node, "CLUSTER", "INFO"):
+            return False
+        if node in self.replicas:
+            return "master_link_status:up" in self._info(node, "INFO", "replication")
+        return True
 
     def node_id(self, node: RedisServer) -> str:
         """The node's cluster id."""
         return redis_command(node.port, "CLUSTER", "MYID").split(b"\r\n")[1].decode()
+
+    def serving(self, slot: int) -> RedisServer:
+        """The node that serves ``slot`` now, as a live node's ``CLUSTER NODES`` says (after a
+        failover, the promoted replica)."""
+        node = self._serving(slot)
+        if node is None:
+            raise AssertionError(f"no live node serves slot {slot}")
+        return node
+
+    def _serving(self, slot: int) -> RedisServer | None:
+        for node in self.nodes:
+            if node.process is None or node.process.poll() is not None:
+                continue
+            for line in self._info(node, "CLUSTER", "NODES").splitlines():
+                fields = line.split()
+                if len(fields) < 9 or "master" not in fields[2] or "fail" in fields[2]:
+                    continue
+                for span in fields[8:]:
+                    first, _, last = span.partition("-")
+                    if first.isdigit() and int(first) <= slot <= int(last or first):
+                        port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+                        return next(n for n in self.nodes if n.port == port)
+            break
+        return None
+
+    def fail_over(self, primary: RedisServer) -> RedisServer:
+        """Kill ``primary`` (SIGKILL) and wait until one of its replicas serves its slots and
+        every live node says the cluster is ok; returns the promoted replica."""
+        slot = self._first_slot(primary)
+        primary.kill()
+        live = [node for node in self.nodes if node is not primary]
+        self._wait(
+            "no replica took over",
+            lambda: (
+                all("cluster_state:ok" in self._info(node, "CLUSTER", "INFO") for node in live)
+                and self._serving(slot) not in (None, primary)
+            ),
+        )
+        return self.serving(slot)
+
+    def _first_slot(self, primary: RedisServer) -> int:
+        for line in self._info(primary, "CLUSTER", "NODES").splitlines():
+            if "myself" in line:
+                first = line.split()[8].partition("-")[0]
+                return int(first)
+        raise AssertionError("the node serves no slot")
 
     def stop(self) -> None:
         for node in self.nodes:
