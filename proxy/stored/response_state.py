@@ -55,6 +55,8 @@ class ResponseState:
     async def run(self, call: Call, chain: Next, authenticate: Authenticate) -> Reply:
         """Answer a Responses ``call`` through ``chain``, continuing and storing as asked."""
         envelope = envelope_of(call)
+        if not envelope.model:  # the request named none: the route resolved the default
+            envelope.model = call.model
         at = 1 if envelope.instructions else 0  # history goes after this request's instructions
         if envelope.previous_response_id is not None:
             principal = await authenticate(call.client_headers)

@@ -122,7 +122,7 @@ def test_whole_reply_items_in_order_with_derived_ids() -> None:
         None,
         "Checking.",
     )
-    assert body["model"] == "gpt-x"
+    assert body["model"] == "mock/echo"  # what the request named, not the upstream's name
 
 
 def test_usage_counts_cache_and_reasoning_as_openai_does() -> None:
