@@ -176,6 +176,7 @@ responses = sa.Table(
     sa.Column("owner", sa.String(128), nullable=True),
     sa.Column("body", sa.LargeBinary, nullable=False),
     sa.Column("messages", sa.LargeBinary, nullable=False),
+    sa.Column("input", sa.LargeBinary, nullable=True),
     sa.Column("size", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False, index=True),
     sa.Column("expires_at", UtcDateTime, nullable=False, index=True),

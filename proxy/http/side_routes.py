@@ -1,7 +1,6 @@
-"""Routes beside the dialect pipeline: they answer without running the plugin chain.
+"""Routes beside the dialect pipeline: they answer without running the plugin chain (the
+Responses API's are :mod:`proxy.http.responses_routes`).
 
-- ``GET`` / ``DELETE /v1/responses/{id}``: the caller's stored response
-  (:class:`~proxy.stored.response_state.ResponseState`), or 404 in OpenAI's error shape.
 - ``GET /v1/models/{id}`` (ids contain ``/``): the model object — OpenAI's
   (``{id, object: "model", created, owned_by}``), or Anthropic's (``{type: "model", id,
   display_name, created_at}``) for a client that sends ``anthropic-version`` — when the id is an
@@ -32,7 +31,6 @@ from proxy.core.token_estimate import estimate_input_tokens
 from proxy.dialects import anthropic
 from proxy.http.edges import error_response, is_anthropic_request
 from proxy.runtime.snapshot import Snapshot
-from proxy.stored.response_state import ResponseState
 from proxy.upstream.router import MAX_MODEL_NAME, Router
 
 _JSON = "application/json"
@@ -49,27 +47,12 @@ class SideRoutes:
     def __init__(
         self,
         snapshot: Callable[[], Snapshot],
-        responses: ResponseState,
         read_body: Callable[[web.Request], Awaitable[bytes]],
         request_id: Callable[[web.Request], str],
     ) -> None:
         self._snapshot = snapshot
-        self._responses = responses
         self._read_body = read_body
         self._request_id = request_id
-
-    async def stored_response(self, request: web.Request) -> web.Response:
-        """``GET`` / ``DELETE /v1/responses/{response_id}``."""
-        response_id = request.match_info["response_id"]
-        try:
-            principal = await self._snapshot().authenticate(request.headers)
-            if request.method == "DELETE":
-                body = await self._responses.delete(response_id, principal)
-            else:
-                body = await self._responses.fetch(response_id, principal)
-        except GatewayError as error:
-            return error_response(error, anthropic_shape=False)
-        return web.Response(body=body, headers={"content-type": _JSON})
 
     async def model(self, request: web.Request) -> web.Response:
         """``GET /v1/models/{model}``."""

@@ -1,13 +1,13 @@
 """The aiohttp application's assembly: :func:`create_app` builds it from a config file.
 
-It opens what the process shares (database, shared state, spend ledger, metrics), loads the
-config into a snapshot and swaps it on SIGHUP (:func:`reload_runtime`), routes every dialect's
-paths to the request pipeline (:mod:`proxy.http.dialect_route`), and adds the other routes: models,
-metrics and health here; stored responses, model lookup and token counts
-(:mod:`proxy.http.side_routes`); admin and UI. On stop, the requests in flight get
-``server.shutdown_timeout`` and no more (:mod:`proxy.http.drain`). Request ids, CORS and the metrics
-of the other routes are :mod:`proxy.http.edges`'s. The keys the parts are kept under
-(:data:`RUNTIME`, :data:`METRICS`, :data:`SERVER`, :data:`RESPONSES`, :data:`DRAIN`) are
+It opens what the process shares (database, shared state, spend ledger, metrics), loads the config
+into a snapshot and swaps it on SIGHUP (:func:`reload_runtime`), routes every dialect's paths to the
+request pipeline (:mod:`proxy.http.dialect_route`), and adds the other routes: models, metrics and
+health here; model lookup and token counts (:mod:`proxy.http.side_routes`); stored responses and the
+Responses API's other routes (:mod:`proxy.http.responses_routes`); admin and UI. On stop, the
+requests in flight get ``server.shutdown_timeout`` and no more (:mod:`proxy.http.drain`). Request
+ids, CORS and the metrics of the other routes are :mod:`proxy.http.edges`'s. The keys the parts are
+kept under (:data:`RUNTIME`, :data:`METRICS`, :data:`SERVER`, :data:`RESPONSES`, :data:`DRAIN`) are
 :mod:`proxy.http.app_keys`'s, re-exported here. This is the only module that knows every piece.
 """
 
@@ -44,6 +44,7 @@ from proxy.http.app_keys import DRAIN, METRICS, RESPONSES, RUNTIME, SERVER  # re
 from proxy.http.dialect_route import dialect_handler, read_body, with_response_state
 from proxy.http.drain import Drain
 from proxy.http.edges import HttpEdges, error_response, is_anthropic_request
+from proxy.http.responses_routes import ResponsesRoutes
 from proxy.http.side_routes import SideRoutes
 from proxy.runtime.config import ConfigError, ResponsesConfig, load_config
 from proxy.runtime.plugins import BUILTINS
@@ -148,6 +149,11 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     edges = HttpEdges(metrics, config.server.cors)
     side = SideRoutes(
         lambda: app[RUNTIME].snapshot,
+        lambda request: read_body(request, config.server),
+        edges.request_id,
+    )
+    responses = ResponsesRoutes(
+        lambda: app[RUNTIME].snapshot,
         app[RESPONSES],
         lambda request: read_body(request, config.server),
         edges.request_id,
@@ -161,9 +167,19 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         app.router.add_get(f"{prefix}/models", edges.plain(f"{prefix}/models", _models))
         model = f"{prefix}/models/{{model:.+}}"
         app.router.add_get(model, edges.plain(model, side.model))
-        stored = f"{prefix}/responses/{{response_id}}"
-        app.router.add_get(stored, edges.plain(stored, side.stored_response))
-        app.router.add_delete(stored, edges.plain(stored, side.stored_response))
+        for method, path, handler in (  # fixed paths before /responses/{id}: matched in order
+            ("POST", "/responses/input_tokens", responses.input_tokens),
+            ("POST", "/responses/compact", responses.compact),
+            ("GET", "/responses/{response_id}/input_items", responses.input_items),
+            ("POST", "/responses/{response_id}/cancel", responses.cancel),
+            ("GET", "/responses/{response_id}", responses.retrieve),
+            ("DELETE", "/responses/{response_id}", responses.delete),
+        ):
+            route = edges.plain(prefix + path, handler)
+            if method == "GET":  # with HEAD, as every GET route
+                app.router.add_get(prefix + path, route)
+            else:
+                app.router.add_route(method, prefix + path, route)
     count = "/v1/messages/count_tokens"
     app.router.add_post(count, edges.plain(count, side.count_tokens))
     app.router.add_get("/metrics", edges.plain("/metrics", _metrics))

@@ -1,5 +1,5 @@
 """The Responses API's conversation state: continuing a stored response, storing new ones, and
-the ``GET`` / ``DELETE /v1/responses/{id}`` they allow.
+the ``GET`` / ``DELETE /v1/responses/{id}`` and ``GET …/{id}/input_items`` they allow.
 
 :class:`ResponseState` runs around the plugin chain for every Responses call:
 
@@ -55,26 +55,33 @@ class ResponseState:
     async def run(self, call: Call, chain: Next, authenticate: Authenticate) -> Reply:
         """Answer a Responses ``call`` through ``chain``, continuing and storing as asked."""
         envelope = envelope_of(call)
+        if not envelope.model:  # the request named none: the route resolved the default
+            envelope.model = call.model
         at = 1 if envelope.instructions else 0  # history goes after this request's instructions
+        history: list[Message] = []
         if envelope.previous_response_id is not None:
             principal = await authenticate(call.client_headers)
-            call.messages[at:at] = await self._history(envelope.previous_response_id, principal)
+            history = await self.history(envelope.previous_response_id, principal)
+            call.messages[at:at] = history
         if not envelope.store:
             return await chain(call)
         conversation = ENCODER.encode(call.messages[at:])  # before any plugin changes the call
+        given = ENCODER.encode(call.messages[at + len(history) :])
         reply = await chain(call)
         owner = call.principal.key_id
         if reply.response is not None:
             body = ENCODER.encode(whole_response(call, reply))
             call.dialect_state["encoded"] = (reply.response, body)  # the client's body too
             message = _turn(reply.response.choices[0].message)
-            await self._remember(envelope.id, owner, body, _append(conversation, message))
+            record = StoredResponse(owner, body, _append(conversation, message), given)
+            await self._remember(envelope.id, record)
             return reply
         assert reply.stream is not None
 
         async def on_complete(builder: OutputBuilder) -> None:
             body = ENCODER.encode(final_response(envelope, builder, reply.model))
-            await self._remember(envelope.id, owner, body, _append(conversation, builder.message()))
+            messages = _append(conversation, builder.message())
+            await self._remember(envelope.id, StoredResponse(owner, body, messages, given))
 
         builder = OutputBuilder(envelope.id, emit=True)
         call.dialect_state["builder"] = builder  # the stream encoder frames what it builds
@@ -84,10 +91,20 @@ class ResponseState:
     async def fetch(self, response_id: str, principal: Principal) -> bytes:
         """The stored response object (``GET``); :class:`NotFound` if the caller has none, a 503
         ``response_store_unavailable`` if the store cannot answer."""
+        return (await self.record(response_id, principal)).body
+
+    async def record(self, response_id: str, principal: Principal) -> StoredResponse:
+        """The caller's stored record of ``response_id``; :class:`NotFound` if it has none, a
+        503 ``response_store_unavailable`` if the store cannot answer."""
         record = await self._lookup(response_id, principal)
         if record is None:
             raise _not_found(response_id)
-        return record.body
+        return record
+
+    async def input_of(self, response_id: str, principal: Principal) -> list[Message]:
+        """What the caller's stored response's request contributed (``input_items``); errors
+        as :meth:`record`."""
+        return _MESSAGES.decode((await self.record(response_id, principal)).input or b"[]")
 
     async def delete(self, response_id: str, principal: Principal) -> bytes:
         """Delete the caller's stored response (``DELETE``); :class:`NotFound` if there is none,
@@ -114,7 +131,10 @@ class ResponseState:
             code="response_store_unavailable",
         )
 
-    async def _history(self, response_id: str, principal: Principal) -> list[Message]:
+    async def history(self, response_id: str, principal: Principal) -> list[Message]:
+        """The conversation through the caller's stored response (what a later request's
+        ``previous_response_id`` continues); a 400 ``previous_response_not_found`` if it has
+        none."""
         record = await self._lookup(response_id, principal)
         if record is None:
             raise BadRequest(
@@ -124,10 +144,7 @@ class ResponseState:
             )
         return _MESSAGES.decode(record.messages)
 
-    async def _remember(
-        self, response_id: str, owner: str | None, body: bytes, messages: bytes
-    ) -> None:
-        record = StoredResponse(owner=owner, body=body, messages=messages)
+    async def _remember(self, response_id: str, record: StoredResponse) -> None:
         try:
             kept = await self._store.put(response_id, record)
         except Exception:  # a store outage must not fail a response that was generated

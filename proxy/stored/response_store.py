@@ -41,16 +41,19 @@ Owner = str | None
 class StoredResponse(Struct, frozen=True):
     """One stored response. ``body`` is the response object's JSON; ``messages`` a JSON array
     of canonical :class:`~proxy.core.canonical.Message` values — the conversation through this
-    response's output, its instructions excluded (they do not carry over)."""
+    response's output, its instructions excluded (they do not carry over); ``input`` the same
+    kind of array holding only what this response's request contributed (its ``input``: what
+    ``input_items`` lists; empty: none recorded)."""
 
     owner: str | None
     body: bytes
     messages: bytes
+    input: bytes = b""
 
     @property
     def size(self) -> int:
         """Bytes this record holds."""
-        return len(self.body) + len(self.messages)
+        return len(self.body) + len(self.messages) + len(self.input)
 
 
 class ResponseStore(Protocol):

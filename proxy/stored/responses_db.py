@@ -72,6 +72,7 @@ class DatabaseResponseStore:
                     owner=owner,
                     body=record.body,
                     messages=record.messages,
+                    input=record.input,
                     size=size,
                     created_at=_at(now),
                     expires_at=_at(now + self._ttl),
@@ -82,14 +83,17 @@ class DatabaseResponseStore:
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
         """See :meth:`proxy.stored.response_store.ResponseStore.get`."""
         await self._database.open()
-        query = sa.select(responses.c.body, responses.c.messages).where(
+        query = sa.select(responses.c.body, responses.c.messages, responses.c.input).where(
             self._visible(response_id, owner)
         )
         async with self._database.connect() as connection:
             row = (await connection.execute(query)).first()
         if row is None:
             return None
-        return StoredResponse(owner=owner, body=bytes(row.body), messages=bytes(row.messages))
+        stored_input = bytes(row.input) if row.input is not None else b""  # stored before 0006
+        return StoredResponse(
+            owner=owner, body=bytes(row.body), messages=bytes(row.messages), input=stored_input
+        )
 
     async def delete(self, response_id: str, owner: str | None) -> bool:
         """See :meth:`proxy.stored.response_store.ResponseStore.delete`."""

@@ -23,7 +23,13 @@ the field: the gateway cannot do them, and ignoring them would answer something 
 ``metadata`` (at most 16 pairs), ``truncation`` and ``reasoning.summary`` are the gateway's or
 are repeated in the response (:class:`~proxy.dialects.responses.objects.Envelope`);
 ``truncation: auto`` is accepted but not applied (an over-long prompt gets the upstream's
-context-window error). Other fields (``include``, ``service_tier``, ``prompt_cache_key``,
+context-window error). ``presence_penalty`` and ``frequency_penalty`` are translated too.
+``model`` may be left out (a stored prompt may name it in OpenAI's API): the route then uses
+the router's default model, and only when there is none is it a 400 naming ``model``.
+``service_tier`` (echoed as asked, ``default`` when not), ``top_logprobs`` (echoed; the
+gateway returns no logprobs), ``max_tool_calls`` (it bounds built-in tool calls, of which the
+gateway runs none), ``safety_identifier`` and ``prompt_cache_key`` are checked against the
+schema's bounds and repeated in the response. Other fields (``include``,
 ``stream_options`` …) are accepted and ignored.
 """
 
@@ -92,7 +98,7 @@ class _TextConfig(Struct):
 
 
 class _Request(Struct):
-    model: Annotated[str, Meta(min_length=1)]
+    model: str = ""
     input: str | list[Item] | None = None
     instructions: str | None = None
     tools: list[_ToolSpec] | None = None
@@ -114,6 +120,15 @@ class _Request(Struct):
     background: bool | None = None
     conversation: Any = None
     prompt: Any = None
+    service_tier: (
+        Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None
+    ) = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    max_tool_calls: int | None = None
+    safety_identifier: Annotated[str, Meta(max_length=64)] | None = None
+    prompt_cache_key: str | None = None
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
 
 
 _REQUEST = msgspec.json.Decoder(_Request)
@@ -171,6 +186,13 @@ def decode_request(
         top_p=request.top_p,
         truncation=request.truncation or "disabled",
         user=request.user,
+        service_tier=request.service_tier or "default",
+        top_logprobs=request.top_logprobs or 0,
+        max_tool_calls=request.max_tool_calls,
+        safety_identifier=request.safety_identifier,
+        prompt_cache_key=request.prompt_cache_key,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
     )
     return Call(
         request_id=request_id,
@@ -209,6 +231,10 @@ def _params(request: _Request) -> Params:
         params.top_p = request.top_p
     if request.user is not None:
         params.user = request.user
+    if request.presence_penalty is not None:
+        params.presence_penalty = request.presence_penalty
+    if request.frequency_penalty is not None:
+        params.frequency_penalty = request.frequency_penalty
     if request.parallel_tool_calls is not None:
         params.parallel_tool_calls = request.parallel_tool_calls
     if request.tools:

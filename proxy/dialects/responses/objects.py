@@ -10,6 +10,7 @@ is sent whole, assembled at the end of a stream, or read back from the response 
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -20,7 +21,7 @@ from proxy.core.errors import GatewayError
 
 ENCODER = msgspec.json.Encoder()
 
-Status = Literal["completed", "incomplete", "failed", "in_progress"]
+Status = Literal["completed", "incomplete", "failed", "in_progress", "queued", "cancelled"]
 ItemStatus = Literal["completed", "incomplete", "in_progress"]
 
 
@@ -70,12 +71,22 @@ class Envelope(Struct):
     """The request fields every response object (and stream event) of one call repeats.
 
     Built by the decoder and kept in ``Call.dialect_state``; ``id`` and ``created_at`` are
-    fixed there, so every rendering of this response agrees on them.
+    fixed there, so every rendering of this response agrees on them. ``model`` is the model the
+    request named (the router's default when it named none: the conversation state fills it in
+    before the chain runs), and every rendering echoes it, not the upstream's name for it.
     """
 
     id: str
     created_at: int
     model: str
+    background: bool = False
+    service_tier: str = "default"
+    top_logprobs: int = 0
+    max_tool_calls: int | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     store: bool = True
     instructions: str | None = None
     max_output_tokens: int | None = None
@@ -224,7 +235,9 @@ class ResponseObject(Struct, kw_only=True):
     id: str
     object: str = "response"
     created_at: int
+    completed_at: int | None
     status: Status
+    background: bool
     error: ResponseError | None
     incomplete_details: IncompleteDetails | None
     instructions: str | None
@@ -245,6 +258,13 @@ class ResponseObject(Struct, kw_only=True):
     usage: ResponsesUsage | None
     user: str | None
     metadata: dict[str, str]
+    service_tier: str
+    top_logprobs: int
+    max_tool_calls: int | None
+    safety_identifier: str | None
+    prompt_cache_key: str | None
+    presence_penalty: float
+    frequency_penalty: float
 
 
 def status_of(finish_reason: FinishReason | str | None) -> tuple[Status, IncompleteDetails | None]:
@@ -266,17 +286,24 @@ def response_object(
     usage: Usage | None = None,
     incomplete: IncompleteDetails | None = None,
     error: ResponseError | None = None,
+    completed_at: int | None = None,
 ) -> ResponseObject:
-    """The response object of ``envelope``'s call with this output and outcome."""
+    """The response object of ``envelope``'s call with this output and outcome. Its ``model``
+    is the envelope's (what the request named), ``model`` only when the envelope names none;
+    ``completed_at`` is now when ``status`` is ``completed`` and none is given, else null."""
+    if completed_at is None and status == "completed":
+        completed_at = int(time.time())
     return ResponseObject(
         id=envelope.id,
         created_at=envelope.created_at,
+        completed_at=completed_at if status == "completed" else None,
         status=status,
+        background=envelope.background,
         error=error,
         incomplete_details=incomplete,
         instructions=envelope.instructions,
         max_output_tokens=envelope.max_output_tokens,
-        model=model or envelope.model,
+        model=envelope.model or model,
         output=output,
         output_text=output_text(output),
         parallel_tool_calls=envelope.parallel_tool_calls,
@@ -292,6 +319,13 @@ def response_object(
         usage=ResponsesUsage.of(usage) if usage is not None else None,
         user=envelope.user,
         metadata=envelope.metadata,
+        service_tier=envelope.service_tier,
+        top_logprobs=envelope.top_logprobs,
+        max_tool_calls=envelope.max_tool_calls,
+        safety_identifier=envelope.safety_identifier,
+        prompt_cache_key=envelope.prompt_cache_key,
+        presence_penalty=envelope.presence_penalty,
+        frequency_penalty=envelope.frequency_penalty,
     )
 
 

@@ -324,6 +324,20 @@ class OutputBuilder:
             return ReasoningItem(id=self._id(block), content=parts, status=status)  # type: ignore[arg-type]  # a reasoning block's parts are reasoning_text ones
         return OutputMessage(id=self._id(block), status=status, content=parts)  # type: ignore[arg-type]  # a message's parts are output_text or refusal ones
 
+    def _announced(self, block: Block) -> OutputItem:
+        """The item as ``response.output_item.added`` announces it: in progress, and a function
+        call with empty arguments even when its whole arguments arrived with its first fragment
+        (the ``function_call_arguments.delta`` events carry them, once)."""
+        if block.kind == "tool_call":
+            return FunctionCallItem(
+                id=self._id(block),
+                call_id=block.call_id,
+                name=block.name,
+                arguments="",
+                status="in_progress",
+            )
+        return self._render(block, "in_progress")
+
     def _prose(self, kind: Literal["text", "reasoning"], part_kind: str, piece: str) -> None:
         """Add ``piece`` to the open prose item of ``kind``, in a part of ``part_kind``."""
         hot = self._hot
@@ -368,9 +382,7 @@ class OutputBuilder:
                 if block.kind != "tool_call":
                     self._parts[block.index] = []
                 if self._emit:
-                    self.events.append(
-                        OutputItemAdded(block.index, self._render(block, "in_progress"))
-                    )
+                    self.events.append(OutputItemAdded(block.index, self._announced(block)))
                 continue
             if block.kind == "tool_call":
                 if self._emit:

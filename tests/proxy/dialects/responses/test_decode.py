@@ -278,3 +278,52 @@ def test_what_the_gateway_cannot_do_is_a_400_naming_the_field(
     error = refused(**fields)
     assert error.param == param
     assert param in error.message
+
+
+def test_the_model_may_be_left_out_for_the_route_to_resolve() -> None:
+    call = DIALECT.decode(b'{"input": "hi"}', {}, "req-1", 0.0)
+    assert call.model == ""
+    assert envelope_of(call).model == ""
+
+
+def test_the_open_responses_fields_are_echoed_and_the_penalties_translated() -> None:
+    call = decode(
+        input="hi",
+        service_tier="flex",
+        top_logprobs=20,
+        max_tool_calls=3,
+        safety_identifier="user-1",
+        prompt_cache_key="k",
+        presence_penalty=-2,
+        frequency_penalty=1.5,
+    )
+    envelope = envelope_of(call)
+    assert (envelope.service_tier, envelope.top_logprobs, envelope.max_tool_calls) == (
+        "flex",
+        20,
+        3,
+    )
+    assert (envelope.safety_identifier, envelope.prompt_cache_key) == ("user-1", "k")
+    assert (call.params.presence_penalty, call.params.frequency_penalty) == (-2, 1.5)
+    defaults = envelope_of(decode(input="hi"))
+    assert (defaults.service_tier, defaults.presence_penalty, defaults.background) == (
+        "default",
+        0.0,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("top_logprobs", 21),
+        ("top_logprobs", -1),
+        ("presence_penalty", 2.5),
+        ("frequency_penalty", -3),
+        ("safety_identifier", "x" * 65),
+        ("service_tier", "gold"),
+    ],
+)
+def test_values_outside_the_schema_are_a_400_naming_the_field(field: str, value: Any) -> None:
+    error = refused(input="hi", **{field: value})
+    assert error.param == field

@@ -122,7 +122,7 @@ def test_whole_reply_items_in_order_with_derived_ids() -> None:
         None,
         "Checking.",
     )
-    assert body["model"] == "gpt-x"
+    assert body["model"] == "mock/echo"  # what the request named, not the upstream's name
 
 
 def test_usage_counts_cache_and_reasoning_as_openai_does() -> None:
@@ -308,3 +308,20 @@ def test_keepalive_is_an_sse_comment() -> None:
     encoder = DIALECT.stream_encoder(call_for(), Reply("p", "gpt-x", stream=_unused()))
     assert encoder.keepalive == 15.0
     assert SSEDecoder().feed(encoder.ping()) == []
+
+
+def test_a_tool_call_arriving_whole_is_announced_empty_and_its_arguments_sent_once() -> None:
+    whole_call = fragment(0, '{"city":"Paris"}', call_id="call_w", name="get_weather")
+    raw, _ = encode_stream([chunk(whole_call), chunk(Delta(), "tool_calls")])
+    payloads = stream_payloads(raw)
+    added = [p for p in payloads if p["type"] == "response.output_item.added"]
+    assert [p["item"]["arguments"] for p in added] == [""]
+    deltas = [p["delta"] for p in payloads if p["type"] == "response.function_call_arguments.delta"]
+    assert deltas == ['{"city":"Paris"}']
+    done = [p for p in payloads if p["type"] == "response.function_call_arguments.done"]
+    assert done[0]["arguments"] == '{"city":"Paris"}'
+
+    sdk = sdk_final_response(raw)
+    assert sdk is not None
+    (item,) = sdk.output
+    assert json.loads(item.arguments) == {"city": "Paris"}
