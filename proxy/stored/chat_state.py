@@ -19,6 +19,7 @@ is a 404 like a missing one. A store that cannot be read is a 503
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,11 +27,12 @@ import msgspec
 
 from proxy.cache.assemble import assemble
 from proxy.core.canonical import Call, Principal
-from proxy.core.errors import BadRequest, GatewayError, NotFound
+from proxy.core.errors import GatewayError, NotFound
 from proxy.core.plugin import Next
 from proxy.core.reply import Chunk, Encoded, RawFrames, Reply
 from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable
-from proxy.dialects.openai_chat import STORE, Metadata, OpenAIChatDialect
+from proxy.dialects.base import bad_request, invalid
+from proxy.dialects.openai_chat import METADATA_KEY_LENGTH, STORE, Metadata, OpenAIChatDialect
 from proxy.stored.chat_store import MAX_PAGE, ChatStore, Order, Query, StoredChat
 from proxy.stored.pages import page_of, query_limit, query_order
 
@@ -45,6 +47,7 @@ class _Update(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _UPDATE = msgspec.json.Decoder(_Update)
+_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]*)`")
 
 
 class ChatState:
@@ -127,13 +130,16 @@ class ChatState:
     async def update(self, completion_id: str, principal: Principal, body: bytes) -> bytes:
         """``POST /v1/chat/completions/{id}``: replace its ``metadata`` (the only field the API
         lets a client change; null clears it); answers the updated completion. Any other field,
-        or metadata beyond OpenAI's bounds, is a 400 naming it."""
+        or metadata beyond OpenAI's bounds, is a 400 naming it (checked before the lookup)."""
         try:
             metadata = dict(_UPDATE.decode(body).metadata or {})
         except msgspec.DecodeError as exc:
-            raise BadRequest(f"Invalid request: {exc}", param="metadata") from None
-        if any(len(key) > 64 for key in metadata):
-            raise BadRequest("metadata keys must be at most 64 characters", param="metadata")
+            unknown = _UNKNOWN_FIELD.search(str(exc))
+            if unknown is not None:
+                raise invalid("only metadata may be updated", unknown.group(1)) from None
+            raise bad_request(exc) from None
+        if any(len(key) > METADATA_KEY_LENGTH for key in metadata):
+            raise invalid(f"keys must be at most {METADATA_KEY_LENGTH} characters", "metadata")
         record = await self._record(completion_id, principal)
         updated = _with_metadata(record.body, metadata)
         try:
