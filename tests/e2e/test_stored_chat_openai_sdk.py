@@ -174,7 +174,11 @@ async def test_update_replaces_the_metadata_only(gateway: Gateway) -> None:
         assert (await client.chat.completions.list(metadata={"state": "new"})).data == []
         with pytest.raises(openai.BadRequestError) as refused:
             await client.chat.completions.update(completion_id, metadata={"k": "v" * 513})
-        assert refused.value.body["param"].startswith("metadata")  # type: ignore[index]
+    path = f"/v1/chat/completions/{completion_id}"
+    status, body = await gateway.send("POST", path, body=b'{"metadata": null}')
+    assert (status, body["metadata"]) == (200, {})
+    validate_in(SPEC, "CreateChatCompletionResponse", body)
+    assert refused.value.body["param"].startswith("metadata")  # type: ignore[index]
 
 
 async def test_delete(gateway: Gateway) -> None:
@@ -190,6 +194,13 @@ async def test_delete(gateway: Gateway) -> None:
             await client.chat.completions.retrieve(completion_id)
         with pytest.raises(openai.NotFoundError):
             await client.chat.completions.delete(completion_id)
+        other = await _create(client, "again")
+    status, body = await gateway.send("DELETE", f"/v1/chat/completions/{other}")
+    assert status == 200
+    validate_in(SPEC, "ChatCompletionDeleted", body)
+    status, body = await gateway.send("DELETE", f"/v1/chat/completions/{other}")
+    assert status == 404
+    validate_in(SPEC, "ErrorResponse", body)
 
 
 async def test_a_streamed_completion_is_stored_when_the_stream_ends(gateway: Gateway) -> None:
