@@ -1,6 +1,6 @@
-"""The stored chat completions' stores: the memory one, and the database one on SQLite (the
-same semantics, one test suite): owners kept apart even for one id, listing in order with
-filters and pages, metadata updates keeping a record's place, expiry and bounds."""
+"""The stored chat completions' stores: the memory one, and the database one on SQLite and on
+PostgreSQL (the same semantics, one test suite): owners kept apart even for one id, listing in
+order with filters and pages, metadata updates keeping a record's place, expiry and bounds."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class Clock:
 Make = Callable[..., ChatStore]
 
 
-@pytest.fixture(params=["memory", "database"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Make]:
     databases: list[Database] = []
 
@@ -35,7 +35,11 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         settings.update(bounds)
         if request.param == "memory":
             return MemoryChatStore(**settings)  # type: ignore[arg-type]
-        database = Database(f"sqlite:///{tmp_path}/chat-{len(databases)}.db")
+        if request.param == "postgresql":
+            assert not databases, "one PostgreSQL store per test"
+            database = Database(request.getfixturevalue("postgres_url"))
+        else:
+            database = Database(f"sqlite:///{tmp_path}/chat-{len(databases)}.db")
         databases.append(database)
         return DatabaseChatStore(database, **settings)  # type: ignore[arg-type]
 
@@ -131,3 +135,14 @@ async def test_a_record_too_large_is_not_kept(make: Make) -> None:
     big = msgspec.structs.replace(record("alice", "c1"), messages=b"[" + b" " * 2000 + b"]")
     assert not await store.put(big)
     assert await store.get("c1", "alice") is None
+
+
+async def test_a_full_store_takes_from_the_heaviest_owner(make: Make) -> None:
+    store = make(max_entries=3)
+    for owner, name in [("alice", "a1"), ("alice", "a2"), ("bob", "b1"), ("bob", "b2")]:
+        await store.put(record(owner, name))
+    assert await ids(store, owner="alice") == ["a1", "a2"]  # bob would weigh as much: his own
+    assert await ids(store, owner="bob") == ["b2"]
+    await store.put(record("carol", "c1"))
+    assert await ids(store, owner="alice") == ["a2"]  # the heaviest loses its oldest
+    assert await ids(store, owner="carol") == ["c1"]
