@@ -5,6 +5,7 @@ cannot answer costs (a stored completion is still answered; a read is a 503)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import structlog
 
 from proxy.core.canonical import ANONYMOUS, Call, Message, Principal, Usage
 from proxy.core.errors import GatewayError
-from proxy.core.reply import Choice, Reply, Response
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.stored.chat_state import ChatState
 from proxy.stored.chat_store import MemoryChatStore, Query, StoredChat
@@ -120,3 +121,45 @@ async def test_an_update_names_the_bad_field(body: bytes, param: str) -> None:
     with pytest.raises(GatewayError) as refused:
         await state.update("chatcmpl-1", ALICE, body)
     assert (refused.value.status, refused.value.param) == (400, param)
+
+
+def streaming(fail: bool) -> Any:
+    """A chain answering a stream of two chunks (text, then finish and usage); with ``fail``
+    the stream breaks after the first."""
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        delta = Delta(content="hello")
+        yield Chunk(id="chatcmpl-2", model="echo", choices=[ChunkChoice(index=0, delta=delta)])
+        if fail:
+            raise ConnectionError("upstream went away")
+        end = ChunkChoice(index=0, finish_reason="stop")
+        yield Chunk(id="chatcmpl-2", model="echo", choices=[end], usage=Usage(input=1, output=1))
+
+    async def chain(call: Call) -> Reply:
+        return Reply(provider="mock", model="echo", stream=chunks())
+
+    return chain
+
+
+async def test_a_stream_is_stored_once_it_ends() -> None:
+    store = memory()
+    reply = await ChatState(store, structlog.get_logger).run(
+        chat_call(store=True, stream=True), streaming(fail=False)
+    )
+    assert reply.stream is not None
+    assert [chunk.id async for chunk in reply.stream] == ["chatcmpl-2", "chatcmpl-2"]
+    record = await store.get("chatcmpl-2", "key_alice")
+    assert record is not None
+    assert json.loads(record.body)["choices"][0]["message"]["content"] == "hello"
+
+
+async def test_a_broken_stream_is_not_stored() -> None:
+    store = memory()
+    reply = await ChatState(store, structlog.get_logger).run(
+        chat_call(store=True, stream=True), streaming(fail=True)
+    )
+    assert reply.stream is not None
+    with pytest.raises(ConnectionError):
+        async for _ in reply.stream:
+            pass
+    assert await store.get("chatcmpl-2", "key_alice") is None
