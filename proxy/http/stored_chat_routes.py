@@ -133,6 +133,6 @@ class StoredChatRoutes:
         except GatewayError as error:
             return error_response(error, anthropic_shape=False)
         except Exception:
-            snapshot.logger.exception("unhandled_error", route=request.path)
+            snapshot.logger.exception("unhandled_error", route="stored_chat_completions")
             return error_response(InternalError("internal gateway error"), anthropic_shape=False)
         return web.Response(body=body, headers={"content-type": _JSON})
