@@ -182,3 +182,21 @@ responses = sa.Table(
     sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
     sa.Index("ix_responses_owner", "owner", "created_at"),
 )
+
+chat_completions = sa.Table(
+    "chat_completions",
+    METADATA,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),  # creation order
+    sa.Column("key", sa.String(512), nullable=False, unique=True),  # owner and id together
+    sa.Column("id", sa.String(256), nullable=False),
+    sa.Column("owner", sa.String(128), nullable=True),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("response_model", sa.Text, nullable=False),
+    sa.Column("metadata", sa.LargeBinary, nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("messages", sa.LargeBinary, nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
+    sa.Index("ix_chat_completions_owner", "owner", "seq"),
+)

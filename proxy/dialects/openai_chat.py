@@ -15,6 +15,12 @@ or an alias) to try in order when the primary fails. It is accepted here, carrie
 fields, but schema-strict OpenAI clients reject them, and this route must stay a drop-in for
 OpenAI first. Bifrost clients that need ``extra_fields`` use ``/v1/text/completions``; the serving
 provider is in the ``x-crossway-provider`` header on every route.
+
+``store`` and ``metadata`` are the gateway's, never sent upstream: ``store: true`` keeps the
+completion in the gateway's stored chat completions (:data:`STORE`; the routes that read them are
+``proxy.http.stored_chat_routes``), with ``metadata`` (OpenAI's bounds: at most 16 pairs, keys of
+at most 64 characters, values of 512; a 400 naming the field beyond). ``max_tokens`` and
+``max_completion_tokens`` may be 0, as OpenAI's schema allows (:class:`ChatParams`).
 """
 
 from __future__ import annotations
@@ -26,11 +32,19 @@ from typing import Annotated, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.core.canonical import Call, GatewayOptions, Message, Params, Timings, Usage
+from proxy.core.canonical import (
+    MAX_TOKENS_LIMIT,
+    Call,
+    GatewayOptions,
+    Message,
+    Params,
+    Timings,
+    Usage,
+)
 from proxy.core.errors import BadRequest, GatewayError
 from proxy.core.reply import Choice, Chunk, ChunkChoice, RawFrames, Reply
 from proxy.core.sse import encode_data_frame
-from proxy.dialects.base import bad_request
+from proxy.dialects.base import bad_request, invalid
 from proxy.dialects.passthrough import merged, without_usage
 
 NEVER_FORWARDED = frozenset({"api_key", "api_base", "base_url"})
@@ -40,24 +54,49 @@ class _StreamOptions(Struct):
     include_usage: bool = False
 
 
+class ChatParams(Params, omit_defaults=True):
+    """:class:`~proxy.core.canonical.Params` with OpenAI's chat bounds where they are wider than
+    the canonical ones: ``max_tokens`` and ``max_completion_tokens`` may be 0, as OpenAI's schema
+    allows (no minimum). Same fields in the same order, so ``astuple`` gives ``Params``'s."""
+
+    max_tokens: Annotated[int, Meta(ge=0, le=MAX_TOKENS_LIMIT)] | UnsetType | None = UNSET
+    max_completion_tokens: Annotated[int, Meta(ge=0, le=MAX_TOKENS_LIMIT)] | UnsetType | None = (
+        UNSET
+    )
+
+
+METADATA_KEY_LENGTH = 64
+Metadata = Annotated[dict[str, Annotated[str, Meta(max_length=512)]], Meta(max_length=16)]
+"""OpenAI's ``metadata``: at most 16 pairs, values of at most 512 characters (keys of at most
+:data:`METADATA_KEY_LENGTH`, checked after decoding so that the 400 names the field)."""
+
+
 class _Envelope(Struct):
     model: str
     messages: Annotated[list[Message], Meta(min_length=1)]
     stream: bool | None = False
     stream_options: _StreamOptions | None = None
     fallbacks: list[Annotated[str, Meta(min_length=1)]] | None = None
+    store: bool | None = False
+    metadata: Metadata | None = None
 
 
-class _Body(Params, kw_only=True, forbid_unknown_fields=True):
+class _Body(ChatParams, kw_only=True, forbid_unknown_fields=True):
     """A whole request without unmodelled fields, in one pass: :class:`_Envelope`'s fields
-    (same types and defaults) and :class:`~proxy.core.canonical.Params`'s."""
+    (same types and defaults) and :class:`ChatParams`'s."""
 
     model: str
     messages: Annotated[list[Message], Meta(min_length=1)]
     stream: bool | None = False
     stream_options: _StreamOptions | None = None
     fallbacks: list[Annotated[str, Meta(min_length=1)]] | None = None
+    store: bool | None = False
+    metadata: Metadata | None = None
 
+
+STORE = "store"
+"""The :attr:`~proxy.core.canonical.Call.dialect_state` key of a ``store: true`` request: its
+``metadata`` (a dict, empty when none was sent), for the stored chat completions."""
 
 _KNOWN_FIELDS = frozenset(_Envelope.__struct_fields__) | frozenset(Params.__struct_fields__)
 _CANONICAL_FIELDS = frozenset({"model", "messages", "stream", "stream_options"}) | frozenset(
@@ -66,7 +105,7 @@ _CANONICAL_FIELDS = frozenset({"model", "messages", "stream", "stream_options"})
 _BODY = msgspec.json.Decoder(_Body)
 _PARAM_COUNT = len(Params.__struct_fields__)  # a subclass's fields follow its base's
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
-_PARAMS = msgspec.json.Decoder(Params)
+_PARAMS = msgspec.json.Decoder(ChatParams)
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ENCODER = msgspec.json.Encoder()
 
@@ -201,14 +240,14 @@ class OpenAIChatDialect(OpenAIErrors):
         except msgspec.DecodeError:  # unmodelled fields, or a malformed body: see the module
             try:
                 envelope = _ENVELOPE.decode(body)
-                params = _PARAMS.decode(body)
+                params = Params(*msgspec.structs.astuple(_PARAMS.decode(body)))
                 extra = decode_extra(body, _KNOWN_FIELDS)
             except msgspec.DecodeError as exc:
                 raise bad_request(exc) from None
         if not envelope.model:
             raise BadRequest("you must provide a model parameter", param="model")
         stream_options = envelope.stream_options
-        return Call(
+        call = Call(
             request_id=request_id,
             dialect=self.name,
             model=envelope.model,
@@ -221,6 +260,12 @@ class OpenAIChatDialect(OpenAIErrors):
             client_headers=headers,
             timings=Timings(start=start),
         )
+        metadata = envelope.metadata or {}
+        if any(len(key) > METADATA_KEY_LENGTH for key in metadata):
+            raise invalid(f"keys must be at most {METADATA_KEY_LENGTH} characters", "metadata")
+        if envelope.store:
+            call.dialect_state[STORE] = dict(metadata)
+        return call
 
     def encode_response(self, call: Call, reply: Reply) -> bytes:
         """See :meth:`proxy.dialects.base.Dialect.encode_response`: the upstream's own body

@@ -4,7 +4,8 @@ The prompt becomes one user message; the answer's text comes back as ``choices[]
 ``max_tokens`` defaults to 16 as in OpenAI's API. ``echo`` prepends the prompt to the text.
 ``logprobs`` (an integer here) asks for that many top log-probabilities upstream; they are not
 translated back into the legacy shape (``logprobs`` is null in the answer). Not supported, with a
-clear 400: several prompts in one request, token-array prompts, ``suffix``, ``best_of`` > 1.
+clear 400: several prompts in one request, token-array prompts, ``suffix``, ``best_of`` > 1
+(0 and 1, which OpenAI's schema allows, ask for no extra candidates and are accepted).
 Sampling parameters are bounded as in OpenAI's API (``temperature`` 0 to 2, ``top_p`` 0 to 1,
 penalties -2 to 2, at most 4 ``stop`` sequences); a value outside is a 400 naming the field.
 
@@ -52,7 +53,7 @@ class CompletionEnvelope(Struct):
     stream_options: _StreamOptions | None = None
     echo: bool | None = False
     suffix: str | None = None
-    best_of: Annotated[int, Meta(ge=1)] | None = None
+    best_of: Annotated[int, Meta(ge=0, le=20)] | None = None
     logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
 
 
@@ -61,7 +62,7 @@ class LegacyParams(Struct, omit_defaults=True):
 
     temperature: Annotated[float, Meta(ge=0, le=2)] | UnsetType | None = UNSET
     top_p: Annotated[float, Meta(ge=0, le=1)] | UnsetType | None = UNSET
-    max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)] | UnsetType | None = UNSET
+    max_tokens: Annotated[int, Meta(ge=0, le=MAX_TOKENS_LIMIT)] | UnsetType | None = UNSET
     n: Annotated[int, Meta(ge=1, le=128)] | UnsetType | None = UNSET
     stop: str | Annotated[list[str], Meta(max_length=4)] | UnsetType | None = UNSET
     seed: Seed | UnsetType | None = UNSET
@@ -135,7 +136,7 @@ def legacy_prompt(envelope: CompletionEnvelope) -> str:
         raise BadRequest("you must provide a model parameter", param="model")
     if envelope.suffix:
         raise BadRequest("suffix is not supported by chat models", param="suffix")
-    if envelope.best_of not in (None, 1):
+    if envelope.best_of not in (None, 0, 1):
         raise BadRequest("best_of is not supported by chat models", param="best_of")
     return prompt_text(envelope.prompt)
 

@@ -46,11 +46,13 @@ from proxy.http.drain import Drain
 from proxy.http.edges import HttpEdges, error_response, is_anthropic_request
 from proxy.http.responses_routes import ResponsesRoutes
 from proxy.http.side_routes import SideRoutes
+from proxy.http.stored_chat_routes import StoredChatRoutes, chat_store, with_chat_state
 from proxy.runtime.config import ConfigError, ResponsesConfig, load_config
 from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import WEAKENINGS, Loader, ReloadRefused, Runtime, Snapshot
 from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState
+from proxy.stored.chat_state import ChatState
 from proxy.stored.response_state import ResponseState
 from proxy.stored.response_store import MemoryResponseStore, ResponseStore
 from proxy.stored.responses_db import DatabaseResponseStore
@@ -158,8 +160,17 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         lambda request: read_body(request, config.server),
         edges.request_id,
     )
+    chats = ChatState(  # stored chat completions (store: true), kept as responses are
+        chat_store(config.responses, database, bool(uses_database)),
+        lambda: app[RUNTIME].snapshot.logger,
+    )
+    StoredChatRoutes(
+        lambda: app[RUNTIME].snapshot, chats, lambda request: read_body(request, config.server)
+    ).add_to(app, edges.plain)
     for dialect in (*all_dialects(), *other_dialects()):
         around = with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
+        if dialect.name == "openai":
+            around = with_chat_state(chats)
         handler = dialect_handler(dialect, app, edges.request_id, around)
         for path in dialect.paths:
             app.router.add_post(path, handler)

@@ -203,7 +203,7 @@ async def test_unknown_route_and_wrong_method(gateway: Running) -> None:
         async with session.get(gateway.url + "/v1/nothing") as response:
             assert response.status == 404
             assert (await response.json())["error"]["code"] == "not_found"
-        async with session.get(gateway.url + CHAT) as response:
+        async with session.get(gateway.url + "/v1/embeddings") as response:
             assert response.status == 405
 
 

@@ -95,7 +95,7 @@ DIALECT_TARGETS = (  # name, spec, operation, paths sent to, a valid body, examp
     ("responses", "openai-responses", "POST /responses", ("/v1/responses", "/responses"),
      {"model": "chat", "input": "hi"}, 30),
 )  # fmt: skip
-SIDE_TARGETS = (  # the same, for the routes beside the dialects (no body)
+SIDE_TARGETS = (  # the same, for the routes beside the dialects (no body but an update's)
     ("stored response", "openai-responses", "GET /responses/{response_id}",
      ("/v1/responses/{}", "/responses/{}"), None, 15),
     ("delete stored response", "openai-responses", "DELETE /responses/{response_id}",
@@ -109,6 +109,19 @@ SIDE_TARGETS = (  # the same, for the routes beside the dialects (no body)
     ("compact response", "openai-responses", "POST /responses/compact",
      ("/v1/responses/compact", "/responses/compact"), None, 10),
     ("models", "openai-chat", "GET /models", ("/v1/models", "/models"), None, 8),
+    ("stored chat completions", "openai-stored-chat", "GET /chat/completions",
+     ("/v1/chat/completions", "/chat/completions"), None, 15),
+    ("stored chat completion", "openai-stored-chat", "GET /chat/completions/{completion_id}",
+     ("/v1/chat/completions/{}", "/chat/completions/{}"), None, 10),
+    ("update stored chat completion", "openai-stored-chat",
+     "POST /chat/completions/{completion_id}", ("/v1/chat/completions/{}", "/chat/completions/{}"),
+     {"metadata": {"k": "v"}}, 15),
+    ("delete stored chat completion", "openai-stored-chat",
+     "DELETE /chat/completions/{completion_id}",
+     ("/v1/chat/completions/{}", "/chat/completions/{}"), None, 10),
+    ("stored chat messages", "openai-stored-chat",
+     "GET /chat/completions/{completion_id}/messages",
+     ("/v1/chat/completions/{}/messages", "/chat/completions/{}/messages"), None, 10),
     ("model", "anthropic-count-tokens-models", "GET /v1/models/{model_id}",
      ("/v1/models/{}", "/models/{}"), None, 15),
 )  # fmt: skip

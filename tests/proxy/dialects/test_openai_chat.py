@@ -40,7 +40,7 @@ from proxy.core.reply import (
     Response,
     ToolCallDelta,
 )
-from proxy.dialects.openai_chat import DONE_FRAME, OpenAIChatDialect
+from proxy.dialects.openai_chat import DONE_FRAME, STORE, OpenAIChatDialect
 from proxy.providers.mock.provider import MockConfig, MockProvider
 from tests.schemas import validate
 
@@ -196,7 +196,8 @@ def test_wrong_type_names_the_field(fields, param):
         ({"temperature": 2.5}, "temperature"),
         ({"temperature": -0.1}, "temperature"),
         ({"top_p": 1.5}, "top_p"),
-        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -1}, "max_tokens"),
+        ({"max_completion_tokens": -1}, "max_completion_tokens"),
         ({"n": 0}, "n"),
         ({"presence_penalty": 3}, "presence_penalty"),
         ({"top_logprobs": 21}, "top_logprobs"),
@@ -238,14 +239,40 @@ def test_json_that_is_not_an_object(raw: bytes):
 def test_unknown_fields_are_kept_raw_in_extra():
     raw = (
         b'{"model": "m", "messages": [{"role": "user", "content": "x"}],'
-        b' "top_k": 40, "provider": {"order": ["a", "b"]}, "metadata": {"k":  "v"}}'
+        b' "top_k": 40, "provider": {"order": ["a", "b"]}, "labels": {"k":  "v"}}'
     )
     call = decode(raw)
-    assert set(call.extra) == {"top_k", "provider", "metadata"}
+    assert set(call.extra) == {"top_k", "provider", "labels"}
     assert all(isinstance(value, msgspec.Raw) for value in call.extra.values())
     assert bytes(call.extra["top_k"]) == b"40"
     assert bytes(call.extra["provider"]) == b'{"order": ["a", "b"]}'
-    assert bytes(call.extra["metadata"]) == b'{"k":  "v"}'  # verbatim, spacing included
+    assert bytes(call.extra["labels"]) == b'{"k":  "v"}'  # verbatim, spacing included
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_zero_token_limit_is_accepted_as_the_schema_allows(field: str):
+    assert getattr(decode(body(**{field: 0})).params, field) == 0
+
+
+def test_store_and_metadata_are_the_gateways_and_never_sent_upstream():
+    call = decode(body(store=True, metadata={"ticket": "T-1"}))
+    assert call.dialect_state[STORE] == {"ticket": "T-1"}
+    assert not call.extra
+    assert STORE not in decode(body(store=False, metadata={"a": "b"}, top_k=1)).dialect_state
+    assert "metadata" not in decode(body(metadata={"a": "b"}, top_k=1)).extra
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {f"k{i}": "v" for i in range(17)},
+        {"k" * 65: "v"},
+        {"k": "v" * 513},
+        {"k": 1},
+    ],
+)
+def test_metadata_beyond_openais_bounds_names_the_field(metadata: dict[str, object]):
+    assert bad(body(store=True, metadata=metadata)).param.startswith("metadata")
 
 
 @pytest.mark.parametrize("field", ["api_key", "api_base", "base_url"])

@@ -116,8 +116,14 @@ def test_empty_or_null_suffix_is_fine():
 
 
 def test_best_of():
-    assert bad(body(best_of=3)).param == "best_of"
+    assert bad(body(best_of=3)).param == "best_of"  # more candidates: chat models cannot
+    assert bad(body(best_of=21)).param == "best_of"  # beyond OpenAI's schema
     decode(body(best_of=1))
+    decode(body(best_of=0))  # OpenAI's schema allows it
+
+
+def test_max_tokens_zero_is_accepted_as_the_schema_allows():
+    assert decode(body(max_tokens=0)).params.max_tokens == 0
 
 
 def test_logprobs_integer_asks_for_top_logprobs():
@@ -148,7 +154,7 @@ def test_missing_model(model):
     [
         ({"prompt": 5}, "prompt"),
         ({"max_tokens": "many"}, "max_tokens"),
-        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -1}, "max_tokens"),
         ({"temperature": "warm"}, "temperature"),
         ({"echo": "yes"}, "echo"),
     ],

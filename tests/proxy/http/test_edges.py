@@ -59,7 +59,7 @@ async def fetch(
     [
         *(("GET", route, 200) for route in PLAIN_ROUTES),
         ("GET", "/no/such/route", 404),
-        ("GET", "/v1/chat/completions", 405),
+        ("GET", "/v1/embeddings", 405),
         ("POST", "/metrics", 405),
         ("POST", "/v1/chat/completions", 200),
     ],
@@ -125,7 +125,7 @@ def test_fresh_request_ids_stay_unique_past_the_last_groups_range() -> None:
 
 
 async def test_405_says_which_methods_the_route_takes(gateway: str) -> None:
-    status, headers, body = await fetch(gateway + "/v1/chat/completions")
+    status, headers, body = await fetch(gateway + "/v1/embeddings")
     assert (status, headers["Allow"]) == (405, "POST")
     assert json.loads(body)["error"]["code"] == "method_not_allowed"
     status, headers, _ = await fetch(gateway + "/health/live", "DELETE")
@@ -142,15 +142,12 @@ async def test_other_routes_and_unknown_paths_are_counted_under_a_bounded_label(
 ) -> None:
     for path in ("/secret-probe-1", "/secret-probe-2", "/admin/../x"):
         await fetch(gateway + path)
-    await fetch(gateway + "/v1/chat/completions")  # 405 on a known path
+    await fetch(gateway + "/v1/embeddings")  # 405 on a known path
     await fetch(gateway + "/health/ready")
     _, _, text = await fetch(gateway + "/metrics")
     metrics = text.decode()
     assert 'crossway_http_requests_total{route="unmatched",status_class="4xx"} 3.0' in metrics
-    assert (
-        'crossway_http_requests_total{route="/v1/chat/completions",status_class="4xx"} 1.0'
-        in metrics
-    )
+    assert 'crossway_http_requests_total{route="/v1/embeddings",status_class="4xx"} 1.0' in metrics
     assert 'crossway_http_requests_total{route="/health/ready",status_class="2xx"} 1.0' in metrics
     assert "secret-probe" not in metrics
 
@@ -179,7 +176,7 @@ async def test_a_configured_origin_gets_preflights_and_cors_headers(gateway: str
     status, headers, _ = await fetch(gateway + "/v1/chat/completions", "OPTIONS", **preflight)
     assert status == 204
     assert headers["Access-Control-Allow-Origin"] == "https://app.example.com"
-    assert headers["Access-Control-Allow-Methods"] == "POST, OPTIONS"
+    assert headers["Access-Control-Allow-Methods"] == "GET, HEAD, POST, OPTIONS"  # stored too
     assert headers["Access-Control-Allow-Headers"] == "authorization, content-type"
     assert headers["Access-Control-Max-Age"] == "600"
     assert headers["x-request-id"]
