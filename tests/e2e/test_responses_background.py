@@ -22,7 +22,7 @@ CONFIG = """\
 server: {access_log: false}
 database: {url: "sqlite:///DATABASE"}
 providers:
-  mock: {type: mock}
+  mock: {type: mock, faults: true}
   slow: {type: mock, tokens_per_second: 20}
 plugins:
   - plugin: tests.e2e.key_plugin:HeaderKey
@@ -114,7 +114,7 @@ async def test_a_streamed_background_create_reads_live_and_resumes(url: str) -> 
 
 async def test_cancel_stops_a_running_one_and_is_idempotent(url: str) -> None:
     async with sdk(url, "alice") as alice, sdk(url, "bob") as bob:
-        created = await alice.responses.create(model="mock/stall-1", input=WORDS, background=True)
+        created = await alice.responses.create(model="mock/stall-0", input=WORDS, background=True)
         with pytest.raises(openai.NotFoundError):
             await bob.responses.cancel(created.id)
         cancelled = await alice.responses.cancel(created.id)
