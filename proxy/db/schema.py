@@ -180,7 +180,9 @@ responses = sa.Table(
     sa.Column("size", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False, index=True),
     sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("lease_until", UtcDateTime, nullable=True),
     sa.Index("ix_responses_owner", "owner", "created_at"),
+    sa.Index("ix_responses_lease", "lease_until"),
 )
 
 chat_completions = sa.Table(

@@ -13,6 +13,7 @@ from proxy.core.metrics import Metrics
 from proxy.http.drain import Drain
 from proxy.runtime.config import ServerConfig
 from proxy.runtime.snapshot import Runtime
+from proxy.stored.background import BackgroundRunner
 from proxy.stored.response_state import ResponseState
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -20,3 +21,4 @@ METRICS = web.AppKey("metrics", Metrics)
 SERVER = web.AppKey("server", ServerConfig)
 RESPONSES = web.AppKey("responses", ResponseState)
 DRAIN = web.AppKey("drain", Drain)
+BACKGROUND = web.AppKey("background", BackgroundRunner)

@@ -53,9 +53,11 @@ from proxy.http.compat_headers import add_litellm_headers
 from proxy.http.drain import shutting_down
 from proxy.http.edges import REQUEST_ID, SERVER_HEADER, RequestIds
 from proxy.http.request_body import read_request_body
+from proxy.http.responses_routes import background_answer
 from proxy.http.sse_answer import stream_answer
 from proxy.runtime.config import ServerConfig
 from proxy.runtime.snapshot import Snapshot
+from proxy.stored.background import BackgroundRunner, Ran
 from proxy.stored.response_state import ResponseState
 
 _MAX_LOGGED_MODEL = 256
@@ -84,10 +86,18 @@ def with_response_state(state: ResponseState) -> Around:
 
 
 def dialect_handler(
-    dialect: Dialect, app: web.Application, request_ids: RequestIds, around: Around | None = None
+    dialect: Dialect,
+    app: web.Application,
+    request_ids: RequestIds,
+    around: Around | None = None,
+    background: BackgroundRunner | None = None,
 ) -> Any:
     """The request pipeline for one dialect (see the module docstring); ``around``, when given,
-    runs the chain in its place (it calls the snapshot's chain itself)."""
+    runs the chain in its place (it calls the snapshot's chain itself). A call ``background``
+    accepts (``background: true``) is handed to it once authenticated, decoded and resolved:
+    the request is answered at once (:func:`~proxy.http.responses_routes.background_answer`)
+    and the chain runs in the runner's task, which holds the snapshot and does the request's
+    accounting (metrics, access line, ``finished`` hooks: once) when the response ends."""
     metrics = app[METRICS]
     server = app[SERVER]  # limits apply as the process started (aiohttp enforces them too)
     drain = app[DRAIN]
@@ -102,6 +112,7 @@ def dialect_handler(
         in_flight.inc()
         outcome = Outcome()
         call: Call | None = None
+        handed_over = False
         demands_key = snapshot.demands_key
         try:
             try:
@@ -121,6 +132,15 @@ def dialect_handler(
                 except NoReadyDeployment:  # the upstream refuses, unless a plugin reroutes
                     call.deployments = []
                 outcome.model = metrics.model_label(call.model)
+                if background is not None and background.accepts(call):
+                    streamed = call.stream  # the job streams whatever the client asked
+                    job, queued = await background.start(
+                        call, _runs(call, snapshot), _ends(call, snapshot, outcome, start)
+                    )
+                    snapshot.enter()  # held by the job (its task runs from the next await on)
+                    in_flight.inc()
+                    handed_over = True  # the job leaves both and does the accounting
+                    return await background_answer(request, streamed, job, queued, request_id)
                 if around is None:
                     reply = await snapshot.chain(call)
                 else:
@@ -150,12 +170,43 @@ def dialect_handler(
             raise
         finally:
             in_flight.dec()
+            if not handed_over:
+                _observe(metrics, name, call, outcome, start)
+                if snapshot.config.server.access_log or outcome.status >= 500:
+                    _access_log(snapshot.access_log, name, call, outcome, start, request_id)
+                if snapshot.finishers:
+                    _finished(snapshot, name, call, outcome, start, request_id)
+            snapshot.leave()
+
+    def _runs(call: Call, snapshot: Snapshot) -> Callable[[], Awaitable[Reply]]:
+        if around is None:
+            return lambda: snapshot.chain(call)
+        return lambda: around(call, snapshot)
+
+    def _ends(
+        call: Call, snapshot: Snapshot, outcome: Outcome, start: float
+    ) -> Callable[[Ran], None]:
+        def ended(ran: Ran) -> None:
+            reply = ran.reply
+            if reply is not None:
+                outcome.provider = reply.provider
+                outcome.upstream_model = reply.model
+                outcome.attempts = reply.attempts
+            outcome.usage = ran.usage
+            if ran.error is not None:
+                outcome.failed(ran.error, ran.error.status)
+            else:
+                outcome.status = CLIENT_CLOSED if ran.cancelled else 200
+            in_flight.dec()
             _observe(metrics, name, call, outcome, start)
+            request_id = call.request_id
             if snapshot.config.server.access_log or outcome.status >= 500:
                 _access_log(snapshot.access_log, name, call, outcome, start, request_id)
             if snapshot.finishers:
                 _finished(snapshot, name, call, outcome, start, request_id)
             snapshot.leave()
+
+        return ended
 
     return handle
 

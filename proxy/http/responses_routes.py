@@ -1,10 +1,15 @@
 """The Responses API's routes beside ``POST /v1/responses``: they answer without running the
 plugin chain, each scoped to the caller's key, every error in OpenAI's shape.
 
-- ``GET`` / ``DELETE /v1/responses/{id}``: the caller's stored response, or a 404; with
-  ``stream=true`` (the SDK's ``responses.retrieve(id, stream=True)``) a 400 naming
-  ``stream``, as OpenAI answers for a response that was not created with ``background: true``
-  (the gateway runs none in the background, so none can be streamed again).
+- ``GET`` / ``DELETE /v1/responses/{id}``: the caller's stored response, or a 404 (a
+  background one as it stands: ``queued``, ``in_progress``, then how it ended). With
+  ``stream=true`` (the SDK's ``responses.retrieve(id, stream=True)``) and ``starting_after=N``
+  (default: from the start), the events of a background response this process runs or ran,
+  from ``sequence_number`` N+1, those kept then the rest live until it ends
+  (:class:`proxy.stored.background.EventLog`); a 400 naming ``stream`` for a response that was
+  not created with ``background: true`` (as OpenAI answers) or whose events this process does
+  not hold (another process runs it, or they expired), a 400 naming ``starting_after`` when the
+  events asked for are no longer kept.
 - ``GET /v1/responses/{id}/input_items``: the input items of the caller's stored response
   (:mod:`proxy.dialects.responses.input_list`), with ``after`` / ``before`` / ``limit`` (1 to 100)
   / ``order`` (``asc`` / ``desc``) as OpenAI has them; ``include`` is accepted (the items carry
@@ -17,9 +22,14 @@ plugin chain, each scoped to the caller's key, every error in OpenAI's shape.
   ``x-crossway-token-count`` header says which (``exact`` or ``estimate``).
 - ``POST /v1/responses/compact``: a 400 ``compaction_unsupported``: compaction is OpenAI's own
   server-side operation, and no provider the gateway serves offers it.
-- ``POST /v1/responses/{id}/cancel``: 404 for a response the caller does not have; else a 400
-  ``Cannot cancel a synchronous response.``, as OpenAI answers for a response that was not
-  created with ``background: true`` (the gateway stores none that is).
+- ``POST /v1/responses/{id}/cancel``: cancels the caller's queued or in-progress background
+  response and answers it ``cancelled`` (again, idempotently, for one already cancelled); 404
+  for a response the caller does not have; a 400 ``Cannot cancel a synchronous response.`` for
+  one not created with ``background: true``, as OpenAI answers, and a 400 for one that already
+  ended otherwise (:meth:`proxy.stored.background.BackgroundRunner.cancel`).
+
+:func:`background_answer` is what ``POST /v1/responses`` answers for ``background: true``: the
+``queued`` response object, or with ``stream: true`` its events as they come.
 
 The caller is authenticated before any body is read (a request without a valid key is a 401,
 its body unread). An unexpected failure is a logged 500 ``internal gateway error``.
@@ -27,6 +37,7 @@ its body unread). An unexpected failure is a logged 500 ``internal gateway error
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -39,16 +50,29 @@ from proxy.core.errors import BadRequest, GatewayError, InternalError, Permissio
 from proxy.core.token_estimate import estimate_input_tokens
 from proxy.dialects.responses import ResponsesDialect, envelope_of
 from proxy.dialects.responses.input_list import DEFAULT_LIMIT, MAX_LIMIT, input_items, page
-from proxy.http.edges import error_response
+from proxy.http.edges import REQUEST_ID, error_response
 from proxy.runtime.snapshot import Snapshot
+from proxy.stored.background import BackgroundRunner, Job
 from proxy.stored.response_state import ResponseState
 
 TOKEN_COUNT_HEADER = "x-crossway-token-count"
 _JSON = "application/json"
 _ENCODER = msgspec.json.Encoder()
 _DIALECT = ResponsesDialect()
+_SSE_HEADERS = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
 
-Handler = Callable[[web.Request, Principal], Awaitable[web.Response]]
+
+class _Head(msgspec.Struct):
+    background: bool = False
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+
+Handler = Callable[[web.Request, Principal], Awaitable[web.StreamResponse]]
 
 
 class ResponsesRoutes:
@@ -60,39 +84,41 @@ class ResponsesRoutes:
         self,
         snapshot: Callable[[], Snapshot],
         responses: ResponseState,
+        background: BackgroundRunner,
         read_body: Callable[[web.Request], Awaitable[bytes]],
         request_id: Callable[[web.Request], str],
     ) -> None:
         self._snapshot = snapshot
         self._responses = responses
+        self._background = background
         self._read_body = read_body
         self._request_id = request_id
 
-    async def retrieve(self, request: web.Request) -> web.Response:
+    async def retrieve(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/responses/{response_id}``."""
         return await self._answer(request, self._retrieve)
 
-    async def delete(self, request: web.Request) -> web.Response:
+    async def delete(self, request: web.Request) -> web.StreamResponse:
         """``DELETE /v1/responses/{response_id}``."""
         return await self._answer(request, self._delete)
 
-    async def input_items(self, request: web.Request) -> web.Response:
+    async def input_items(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/responses/{response_id}/input_items``."""
         return await self._answer(request, self._input_items)
 
-    async def input_tokens(self, request: web.Request) -> web.Response:
+    async def input_tokens(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/responses/input_tokens``."""
         return await self._answer(request, self._input_tokens)
 
-    async def compact(self, request: web.Request) -> web.Response:
+    async def compact(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/responses/compact``."""
         return await self._answer(request, _compact)
 
-    async def cancel(self, request: web.Request) -> web.Response:
+    async def cancel(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/responses/{response_id}/cancel``."""
         return await self._answer(request, self._cancel)
 
-    async def _answer(self, request: web.Request, handler: Handler) -> web.Response:
+    async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         snapshot = self._snapshot()
         request_id = self._request_id(request)
         try:
@@ -105,16 +131,25 @@ class ResponsesRoutes:
             internal = InternalError("internal gateway error")
             return error_response(internal, anthropic_shape=False, request_id=request_id)
 
-    async def _retrieve(self, request: web.Request, principal: Principal) -> web.Response:
+    async def _retrieve(self, request: web.Request, principal: Principal) -> web.StreamResponse:
         response_id = request.match_info["response_id"]
         body = await self._responses.fetch(response_id, principal)
-        if _flag(request.query.get("stream"), "stream"):
+        if not _flag(request.query.get("stream"), "stream"):
+            return _json(body)
+        after = _starting_after(request.query.get("starting_after"))
+        job = self._background.job(response_id, principal)
+        if job is None:
+            background = _HEAD.decode(body).background
             raise BadRequest(
-                "Streaming a stored response is only possible for a background response; "
+                f"The events of {response_id!r} are not held by this gateway process: they "
+                "expired, or another process runs it; poll it without stream."
+                if background
+                else "Streaming a stored response is only possible for a background response; "
                 f"{response_id!r} was not created with background: true.",
                 param="stream",
             )
-        return _json(body)
+        job.log.check(after)
+        return await _events(request, job, after, self._request_id(request))
 
     async def _delete(self, request: web.Request, principal: Principal) -> web.Response:
         return _json(await self._responses.delete(request.match_info["response_id"], principal))
@@ -158,8 +193,32 @@ class ResponsesRoutes:
         return _json(_ENCODER.encode(answer), {TOKEN_COUNT_HEADER: how})
 
     async def _cancel(self, request: web.Request, principal: Principal) -> web.Response:
-        await self._responses.record(request.match_info["response_id"], principal)
-        raise BadRequest("Cannot cancel a synchronous response.", code="invalid_request")
+        return _json(await self._background.cancel(request.match_info["response_id"], principal))
+
+
+async def background_answer(
+    request: web.Request, streamed: bool, job: Job, queued: bytes, request_id: str
+) -> web.StreamResponse:
+    """What creating a background response answers: the ``queued`` response object, or with
+    ``stream`` its events from the first, live until it ends. A client that goes away stops
+    only its stream, never the response."""
+    if not streamed:
+        return _json(queued, {REQUEST_ID: request_id})
+    return await _events(request, job, -1, request_id)
+
+
+async def _events(
+    request: web.Request, job: Job, after: int, request_id: str
+) -> web.StreamResponse:
+    """An SSE answer of ``job``'s events after ``after`` (see
+    :meth:`~proxy.stored.background.EventLog.follow`)."""
+    response = web.StreamResponse(headers={**_SSE_HEADERS, REQUEST_ID: request_id})
+    await response.prepare(request)
+    with contextlib.suppress(ConnectionResetError):  # the client went away: the job runs on
+        async for frames in job.log.follow(after):
+            await response.write(frames)
+        await response.write_eof()
+    return response
 
 
 async def _compact(request: web.Request, principal: Principal) -> web.Response:
@@ -179,6 +238,21 @@ def _flag(value: str | None, name: str) -> bool:
     if value in ("true", "1"):
         return True
     raise BadRequest(f"Invalid value for {name!r}: expected true or false.", param=name)
+
+
+def _starting_after(value: str | None) -> int:
+    if value is None:
+        return -1
+    try:
+        after = int(value)
+    except ValueError:
+        after = -2
+    if after < -1:
+        raise BadRequest(
+            "Invalid 'starting_after': expected a sequence number (an integer from 0).",
+            param="starting_after",
+        )
+    return after
 
 
 def _limit(value: str | None) -> int:

@@ -5,7 +5,8 @@ into a snapshot and swaps it on SIGHUP (:func:`reload_runtime`), routes every di
 request pipeline (:mod:`proxy.http.dialect_route`), and adds the other routes: models, metrics and
 health here; model lookup and token counts (:mod:`proxy.http.side_routes`); stored responses and the
 Responses API's other routes (:mod:`proxy.http.responses_routes`); admin and UI. On stop, the
-requests in flight get ``server.shutdown_timeout`` and no more (:mod:`proxy.http.drain`). Request
+requests in flight get ``server.shutdown_timeout`` and no more (:mod:`proxy.http.drain`), and so
+do background responses (:mod:`proxy.stored.background`). Request
 ids, CORS and the metrics of the other routes are :mod:`proxy.http.edges`'s. The keys the parts are
 kept under (:data:`RUNTIME`, :data:`METRICS`, :data:`SERVER`, :data:`RESPONSES`, :data:`DRAIN`) are
 :mod:`proxy.http.app_keys`'s, re-exported here. This is the only module that knows every piece.
@@ -40,7 +41,14 @@ from proxy.governance.ledger.journal import Journal, default_directory
 from proxy.governance.ledger.rollup import SpendRollup, warm_in_background
 from proxy.governance.ledger.spend_db import SpendRepository
 from proxy.governance.ledger.writer import LedgerWriter
-from proxy.http.app_keys import DRAIN, METRICS, RESPONSES, RUNTIME, SERVER  # re-exported
+from proxy.http.app_keys import (  # re-exported
+    BACKGROUND,
+    DRAIN,
+    METRICS,
+    RESPONSES,
+    RUNTIME,
+    SERVER,
+)
 from proxy.http.dialect_route import dialect_handler, read_body, with_response_state
 from proxy.http.drain import Drain
 from proxy.http.edges import HttpEdges, error_response, is_anthropic_request
@@ -52,6 +60,7 @@ from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import WEAKENINGS, Loader, ReloadRefused, Runtime, Snapshot
 from proxy.state.events import KeyEvents
 from proxy.state.policy import SharedState
+from proxy.stored.background import BackgroundRunner
 from proxy.stored.chat_state import ChatState
 from proxy.stored.response_state import ResponseState
 from proxy.stored.response_store import MemoryResponseStore, ResponseStore
@@ -106,6 +115,12 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     uses_database = authentication(blueprint.plugins) is not anonymous or config.auth.master_key
     store = _response_store(config.responses, database, bool(uses_database))
     app[RESPONSES] = ResponseState(store, lambda: app[RUNTIME].snapshot.logger)
+    app[BACKGROUND] = BackgroundRunner(
+        app[RESPONSES],
+        lambda: app[RUNTIME].snapshot.logger,
+        ttl=config.responses.ttl,
+        max_kept=config.responses.max_entries_per_owner or config.responses.max_entries,
+    )
 
     def on_upstream_error(provider: str, error: GatewayError) -> None:
         metrics.upstream_errors(provider, error.kind).inc()
@@ -124,6 +139,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             warming.append(asyncio.ensure_future(warm_in_background(rollup, blueprint.logger)))
         await snapshot.start()
         app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
+        warming.append(asyncio.ensure_future(_sweep(store, blueprint.logger)))
         unbridge.append(route_stdlib_logging(lambda: app[RUNTIME].snapshot.logger))
         events.start()
         _export_readiness(metrics, snapshot)
@@ -157,6 +173,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     responses = ResponsesRoutes(
         lambda: app[RUNTIME].snapshot,
         app[RESPONSES],
+        app[BACKGROUND],
         lambda request: read_body(request, config.server),
         edges.request_id,
     )
@@ -168,10 +185,12 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         lambda: app[RUNTIME].snapshot, chats, lambda request: read_body(request, config.server)
     ).add_to(app, edges.plain)
     for dialect in (*all_dialects(), *other_dialects()):
-        around = with_response_state(app[RESPONSES]) if dialect.name == "responses" else None
-        if dialect.name == "openai":
+        around, background = None, None
+        if dialect.name == "responses":
+            around, background = with_response_state(app[RESPONSES]), app[BACKGROUND]
+        elif dialect.name == "openai":
             around = with_chat_state(chats)
-        handler = dialect_handler(dialect, app, edges.request_id, around)
+        handler = dialect_handler(dialect, app, edges.request_id, around, background)
         for path in dialect.paths:
             app.router.add_post(path, handler)
     for prefix in ("/v1", ""):
@@ -281,9 +300,24 @@ async def _drain(app: web.Application) -> None:
     ``server.shutdown_timeout`` seconds, then those still running are ended
     (:meth:`proxy.http.drain.Drain.stop`) and the count logged."""
     timeout = app[SERVER].shutdown_timeout
-    ended = await app[DRAIN].stop(timeout)
-    if ended:
-        app[RUNTIME].snapshot.logger.warning("shutdown_deadline", ended=ended, timeout=timeout)
+    ended, stopped = await asyncio.gather(app[DRAIN].stop(timeout), app[BACKGROUND].stop(timeout))
+    if ended or stopped:
+        app[RUNTIME].snapshot.logger.warning(
+            "shutdown_deadline", ended=ended, background_stopped=stopped, timeout=timeout
+        )
+
+
+async def _sweep(store: ResponseStore, logger: Any) -> None:
+    """At start-up: the background responses a stopped process left running are written
+    ``failed`` once their lease has passed (:meth:`ResponseStore.sweep`); a store that cannot
+    answer is logged and left to the reads, which report them so anyway."""
+    try:
+        swept = await store.sweep()
+    except Exception:
+        logger.exception("background_sweep_failed")
+        return
+    if swept:
+        logger.warning("background_responses_failed_at_start", count=swept)
 
 
 def _install_reload_signal(app: web.Application) -> None:

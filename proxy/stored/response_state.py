@@ -144,16 +144,27 @@ class ResponseState:
             )
         return _MESSAGES.decode(record.messages)
 
-    async def _remember(self, response_id: str, record: StoredResponse) -> None:
+    async def _remember(self, response_id: str, record: StoredResponse) -> bool:
         try:
             kept = await self._store.put(response_id, record)
         except Exception:  # a store outage must not fail a response that was generated
             self._logger().exception("response_store_failed", response_id=response_id)
-            return
+            return False
         if not kept:
             self._logger().warning(
                 "response_not_stored", response_id=response_id, bytes=record.size, why="too large"
             )
+        return kept
+
+    async def remember(self, response_id: str, record: StoredResponse) -> bool:
+        """Store ``record`` (a background response's state); False, logged, when the store
+        cannot answer or the record is too large to keep."""
+        return await self._remember(response_id, record)
+
+    @property
+    def store(self) -> ResponseStore:
+        """Where the responses are stored."""
+        return self._store
 
 
 def _not_found(response_id: str) -> NotFound:

@@ -30,12 +30,18 @@ import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
+import msgspec
 from msgspec import Struct
 
 Clock = Callable[[], float]
 Owner = str | None
+
+LEASE_SECONDS = 10.0
+"""How long a shared store holds a running background response for the process running it
+without news from that process (:meth:`ResponseStore.renew`); past it, the response is reported
+``failed`` (its process stopped), and the sweep at start-up writes it so."""
 
 
 class StoredResponse(Struct, frozen=True):
@@ -43,12 +49,15 @@ class StoredResponse(Struct, frozen=True):
     of canonical :class:`~proxy.core.canonical.Message` values — the conversation through this
     response's output, its instructions excluded (they do not carry over); ``input`` the same
     kind of array holding only what this response's request contributed (its ``input``: what
-    ``input_items`` lists; empty: none recorded)."""
+    ``input_items`` lists; empty: none recorded); ``running`` marks a background response still
+    ``queued`` or ``in_progress`` (a store shared between processes holds it under a lease, see
+    :data:`LEASE_SECONDS`)."""
 
     owner: str | None
     body: bytes
     messages: bytes
     input: bytes = b""
+    running: bool = False
 
     @property
     def size(self) -> int:
@@ -72,6 +81,17 @@ class ResponseStore(Protocol):
 
     async def delete(self, response_id: str, owner: str | None) -> bool:
         """Remove the record if :meth:`get` would find it; whether there was one."""
+        ...
+
+    async def renew(self, response_ids: list[str]) -> list[str]:
+        """The process running these background responses is alive: extend their leases (a
+        store that only this process reads holds none). Returns those of them it no longer holds
+        as running (cancelled or deleted meanwhile, perhaps by another process)."""
+        ...
+
+    async def sweep(self) -> int:
+        """Write every running background response whose lease has passed as ``failed`` (its
+        process stopped before it ended); how many. Run at start-up."""
         ...
 
 
@@ -208,6 +228,15 @@ class MemoryResponseStore:
         self._drop(response_id)
         return True
 
+    async def renew(self, response_ids: list[str]) -> list[str]:
+        """See :meth:`ResponseStore.renew` (no lease: this store dies with its process)."""
+        records = self._records
+        return [i for i in response_ids if i not in records or not records[i][0].running]
+
+    async def sweep(self) -> int:
+        """See :meth:`ResponseStore.sweep`: none (this store dies with its process)."""
+        return 0
+
     def _within_owner(self, owner: str, size: int) -> None:
         """Drop ``owner``'s oldest records until one more of ``size`` bytes fits its bound."""
         holding = self._owners.get(owner)
@@ -254,6 +283,22 @@ class MemoryResponseStore:
             if expires > now:
                 return
             self._drop(response_id)
+
+
+STOPPED = "the gateway stopped before this background response finished; create it again"
+"""The error message of a background response its process did not finish."""
+
+_JSON = msgspec.json.Decoder(dict[str, Any])
+_ENCODER = msgspec.json.Encoder()
+
+
+def interrupted(body: bytes) -> bytes:
+    """The response object ``body`` as ``failed`` with a ``server_error`` saying that the gateway
+    stopped (:data:`STOPPED`)."""
+    response = _JSON.decode(body)
+    response["status"] = "failed"
+    response["error"] = {"code": "server_error", "message": STOPPED}
+    return _ENCODER.encode(response)
 
 
 def owner_bounds(

@@ -5,7 +5,11 @@ them durably and shares them between worker processes and instances (the memory 
 process). Semantics are the memory store's (:mod:`proxy.stored.response_store`): a record is found
 only by its owner and before it expires; a write first drops expired records, then the
 writer's oldest while its own bounds would be passed, then the heaviest owner's oldest while the
-store's would be; a record larger than a byte bound it is subject to is not stored. Each method
+store's would be; a record larger than a byte bound it is subject to is not stored. A running
+background response (``StoredResponse.running``) is held under a lease of ``lease`` seconds that
+the process running it renews (:meth:`DatabaseResponseStore.renew`); one whose lease has passed
+is read as ``failed`` (:func:`~proxy.stored.response_store.interrupted`), and written so by
+:meth:`DatabaseResponseStore.sweep` at start-up. Each method
 is one transaction; the database is opened (created, migrated) on first use. A database that cannot
 answer raises what its driver raises: the caller decides (a response is still answered when it
 cannot be stored).
@@ -23,7 +27,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.db import Database
 from proxy.db.schema import responses
-from proxy.stored.response_store import Owner, StoredResponse, owner_bounds, victim
+from proxy.stored.response_store import (
+    LEASE_SECONDS,
+    Owner,
+    StoredResponse,
+    interrupted,
+    owner_bounds,
+    victim,
+)
 
 Clock = Callable[[], float]
 
@@ -41,6 +52,7 @@ class DatabaseResponseStore:
         max_bytes: int,
         max_entries_per_owner: int | None = None,
         max_bytes_per_owner: int | None = None,
+        lease: float = LEASE_SECONDS,
         clock: Clock = time.time,
     ) -> None:
         self._owner_entries, self._owner_bytes = owner_bounds(
@@ -50,6 +62,7 @@ class DatabaseResponseStore:
         self._ttl = ttl
         self._max_entries = max_entries
         self._max_bytes = max_bytes
+        self._lease = lease
         self._clock = clock
 
     async def put(self, response_id: str, record: StoredResponse) -> bool:
@@ -76,6 +89,7 @@ class DatabaseResponseStore:
                     size=size,
                     created_at=_at(now),
                     expires_at=_at(now + self._ttl),
+                    lease_until=_at(now + self._lease) if record.running else None,
                 )
             )
         return True
@@ -83,7 +97,8 @@ class DatabaseResponseStore:
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
         """See :meth:`proxy.stored.response_store.ResponseStore.get`."""
         await self._database.open()
-        query = sa.select(responses.c.body, responses.c.messages, responses.c.input).where(
+        columns = (responses.c.body, responses.c.messages, responses.c.input)
+        query = sa.select(*columns, responses.c.lease_until).where(
             self._visible(response_id, owner)
         )
         async with self._database.connect() as connection:
@@ -91,9 +106,47 @@ class DatabaseResponseStore:
         if row is None:
             return None
         stored_input = bytes(row.input) if row.input is not None else b""  # stored before 0006
+        body, running = bytes(row.body), row.lease_until is not None
+        if running and row.lease_until <= _at(self._clock()):  # its process stopped
+            body, running = interrupted(body), False
         return StoredResponse(
-            owner=owner, body=bytes(row.body), messages=bytes(row.messages), input=stored_input
+            owner=owner,
+            body=body,
+            messages=bytes(row.messages),
+            input=stored_input,
+            running=running,
         )
+
+    async def renew(self, response_ids: list[str]) -> list[str]:
+        """See :meth:`proxy.stored.response_store.ResponseStore.renew`."""
+        if not response_ids:
+            return []
+        await self._database.open()
+        held = sa.and_(responses.c.id.in_(response_ids), responses.c.lease_until.is_not(None))
+        until = _at(self._clock() + self._lease)
+        async with self._database.connect() as connection:
+            kept = {
+                row.id for row in await connection.execute(sa.select(responses.c.id).where(held))
+            }
+            await connection.execute(responses.update().where(held).values(lease_until=until))
+        return [i for i in response_ids if i not in kept]
+
+    async def sweep(self) -> int:
+        """See :meth:`proxy.stored.response_store.ResponseStore.sweep`."""
+        await self._database.open()
+        passed = responses.c.lease_until <= _at(self._clock())
+        query = sa.select(responses.c.id, responses.c.body, responses.c.size).where(passed)
+        async with self._database.connect() as connection:
+            rows = list(await connection.execute(query))
+            for row in rows:
+                body = interrupted(bytes(row.body))
+                size = row.size - len(row.body) + len(body)
+                await connection.execute(
+                    responses.update()
+                    .where(sa.and_(responses.c.id == row.id, passed))
+                    .values(body=body, size=size, lease_until=None)
+                )
+        return len(rows)
 
     async def delete(self, response_id: str, owner: str | None) -> bool:
         """See :meth:`proxy.stored.response_store.ResponseStore.delete`."""

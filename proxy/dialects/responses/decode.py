@@ -14,8 +14,10 @@
 ``instructions`` is the first, system, message. ``tools`` are function tools; a built-in tool
 (``web_search``, ``file_search``, ``computer_use_preview``, ``code_interpreter``, ``mcp`` …), a
 built-in tool's item, ``item_reference``, an image or file given by ``file_id`` only where the
-gateway cannot resolve it, ``background: true``, ``conversation`` and ``prompt`` are 400s naming
-the field: the gateway cannot do them, and ignoring them would answer something else.
+gateway cannot resolve it, ``conversation`` and ``prompt`` are 400s naming the field: the
+gateway cannot do them, and ignoring them would answer something else. ``background: true`` is
+kept in the envelope (the route runs the response in the background,
+:mod:`proxy.stored.background`); with ``store: false`` it is a 400 naming ``store``.
 ``tool_choice`` auto/none/required/a named function, ``parallel_tool_calls``,
 ``max_output_tokens`` (→ ``max_completion_tokens``), ``temperature``, ``top_p``, ``user``,
 ``reasoning.effort`` (→ ``reasoning_effort``) and ``text.format`` (json_schema or json_object →
@@ -173,6 +175,7 @@ def decode_request(
         created_at=int(time.time()),
         model=request.model,
         store=request.store is not False,
+        background=bool(request.background),
         instructions=request.instructions,
         max_output_tokens=request.max_output_tokens,
         metadata=request.metadata or {},
@@ -208,8 +211,8 @@ def decode_request(
 
 
 def _refuse_unsupported(request: _Request) -> None:
-    if request.background:
-        raise invalid("background responses are not supported by the gateway", "background")
+    if request.background and request.store is False:
+        raise invalid("a background response must be stored: background needs store", "store")
     if request.conversation is not None:
         raise invalid(
             "conversations are not supported by the gateway: use previous_response_id",
