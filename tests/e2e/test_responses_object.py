@@ -75,3 +75,28 @@ async def test_a_streamed_response_names_the_model_asked_for(tmp_path: Path) -> 
         final = await events.get_final_response()
     assert final.model == "mock/echo"
     assert final.completed_at is not None
+
+
+async def test_temperature_and_top_p_are_numbers_whether_or_not_the_request_set_them(
+    tmp_path: Path,
+) -> None:
+    """Open Responses' ResponseResource requires both as numbers (its compliance suite refuses
+    null): the request's values, else the API's default of 1, streamed or not, and stored."""
+    async with (
+        serve(tmp_path) as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0) as client,
+    ):
+        unset = await client.responses.create(model="mock/echo", input="hi")
+        chosen = await client.responses.create(
+            model="mock/echo", input="hi", temperature=0.2, top_p=0.5
+        )
+        async with client.responses.stream(model="mock/echo", input="hi") as events:
+            streamed = await events.get_final_response()
+        stored = await client.responses.retrieve(unset.id)
+        raw = await post(url, "/v1/responses", {"model": "mock/echo", "input": "hi"})
+    assert (unset.temperature, unset.top_p) == (1.0, 1.0)
+    assert (chosen.temperature, chosen.top_p) == (0.2, 0.5)
+    assert (streamed.temperature, streamed.top_p) == (1.0, 1.0)
+    assert (stored.temperature, stored.top_p) == (1.0, 1.0)
+    assert (raw.json()["temperature"], raw.json()["top_p"]) == (1.0, 1.0)
+    validate_in(SPEC, "Response", raw.json())

@@ -249,11 +249,11 @@ class ResponseObject(Struct, kw_only=True):
     previous_response_id: str | None
     reasoning: ReasoningConfig
     store: bool
-    temperature: float | None
+    temperature: float
     text: dict[str, Any]
     tool_choice: str | dict[str, Any]
     tools: list[FunctionTool]
-    top_p: float | None
+    top_p: float
     truncation: str
     usage: ResponsesUsage | None
     user: str | None
@@ -290,7 +290,9 @@ def response_object(
 ) -> ResponseObject:
     """The response object of ``envelope``'s call with this output and outcome. Its ``model``
     is the envelope's (what the request named), ``model`` only when the envelope names none;
-    ``completed_at`` is now when ``status`` is ``completed`` and none is given, else null."""
+    ``completed_at`` is now when ``status`` is ``completed`` and none is given, else null.
+    ``temperature`` and ``top_p`` are numbers, as the Open Responses schema requires: the
+    request's, else the API's default (:data:`SAMPLING_DEFAULT`)."""
     if completed_at is None and status == "completed":
         completed_at = int(time.time())
     return ResponseObject(
@@ -310,11 +312,11 @@ def response_object(
         previous_response_id=envelope.previous_response_id,
         reasoning=envelope.reasoning,
         store=envelope.store,
-        temperature=envelope.temperature,
+        temperature=_or_default(envelope.temperature),
         text=envelope.text,
         tool_choice=envelope.tool_choice,
         tools=envelope.tools,
-        top_p=envelope.top_p,
+        top_p=_or_default(envelope.top_p),
         truncation=envelope.truncation,
         usage=ResponsesUsage.of(usage) if usage is not None else None,
         user=envelope.user,
@@ -327,6 +329,16 @@ def response_object(
         presence_penalty=envelope.presence_penalty,
         frequency_penalty=envelope.frequency_penalty,
     )
+
+
+SAMPLING_DEFAULT = 1.0
+"""What a response reports for ``temperature`` or ``top_p`` when the request set none: the
+default OpenAI's API documents (and reports) for both. The gateway sends neither upstream then,
+so the upstream's own default applies."""
+
+
+def _or_default(value: float | None) -> float:
+    return SAMPLING_DEFAULT if value is None else value
 
 
 class DeletedResponse(Struct):
