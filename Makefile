@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 
 .PHONY: run test lint bench setup setup-test setup-dev setup-litellm engines browser clean \
-        lock test-latest sbom audit
+        lock test-latest sbom audit compliance
 
 # uv, the one installer, lives in a virtualenv of its own (so that syncing the project's
 # virtualenv to the lock, which removes whatever the lock does not name, never removes uv), and
@@ -111,6 +111,15 @@ sbom: $(UV)
 # that service on the network, so it is a command of its own, not a step of `make test`.
 audit: $(UV)
 	$(UV) audit --locked
+
+# The Open Responses compliance suite's HTTP checks against a gateway on the mock provider
+# (tools/open_responses.py: the suite's pinned commit cloned with git, its run-time dependencies
+# installed with npm, both under .openresponses/). It needs GitHub and the npm registry the first
+# time, so it is a command of its own, not a step of `make test`. SUITE=<checkout> runs a checkout
+# of your own (moved to the pinned commit); ARGS="-v" is passed to the suite.
+SUITE ?= .openresponses/suite
+compliance: setup
+	$(BIN)/python tools/open_responses.py --suite $(SUITE) -- $(ARGS)
 
 bench: setup
 	$(BIN)/python -m bench
