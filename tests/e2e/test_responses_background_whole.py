@@ -131,8 +131,8 @@ async def test_a_whole_tool_call_carries_its_arguments_once(whole: str) -> None:
         created = await client.responses.create(
             model="mock/tools",
             input="Paris",
-            tools=[WEATHER],
-            background=True,  # type: ignore[list-item]
+            tools=[WEATHER],  # type: ignore[list-item]
+            background=True,
         )
         stored = await settled(client, created.id)
         events = await replayed(client, created.id)
