@@ -6,7 +6,8 @@ created them.
 survives its client going away: the task stores it ``in_progress``, runs the chain (``run``,
 which the route gives: the same chain as a foreground request, its conversation state
 included, which stores the finished response), reads the reply as a stream (a background call
-always streams: its events are what ``GET …?stream=true`` replays) and frames every event with
+always streams: its events are what ``GET …?stream=true`` replays; a reply a plugin answered
+whole is framed as the stream that carries it) and frames every event with
 the Responses stream encoder into the job's :class:`EventLog`. A failure is stored ``failed``
 with its error (and framed as ``response.failed``); a cancelled job is stored ``cancelled``. When
 the job ends, ``done`` gets a :class:`Ran` (usage, error, reply) once: the route's accounting
@@ -39,11 +40,12 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from proxy.cache.replay import replay_chunks
 from proxy.core.canonical import Call, Principal, Usage
 from proxy.core.errors import BadRequest, GatewayError, InternalError
 from proxy.core.reply import Reply
 from proxy.core.streams import ReplyStream, batched, is_closable
-from proxy.dialects.responses import ResponsesDialect, envelope_of, whole_response
+from proxy.dialects.responses import ResponsesDialect, envelope_of
 from proxy.dialects.responses.objects import ENCODER, ResponseError, Status, response_object
 from proxy.dialects.responses.stream import ResponsesStreamEncoder
 from proxy.stored.response_state import ResponseState
@@ -313,9 +315,9 @@ class BackgroundRunner:
             )
             reply = ran.reply = await run()
             encoder = _DIALECT.stream_encoder(call, reply)
-            if reply.stream is None:
+            if reply.stream is None:  # framed as the stream that carries it, item events and all
                 ran.usage = reply.whole_usage()
-                job.log.add(encoder.whole(whole_response(call, reply)))
+                _frame_whole(reply, encoder, job.log)
             else:
                 await _pump(reply.stream, encoder, job.log, ran)
         except asyncio.CancelledError:
@@ -404,6 +406,18 @@ async def _pump(
     finally:
         if is_closable(stream):
             await stream.aclose()
+
+
+def _frame_whole(reply: Reply, encoder: ResponsesStreamEncoder, log: EventLog) -> None:
+    """Frame a reply that came whole (a plugin answered at once) into ``log`` as the events of
+    the stream that carries it (:func:`~proxy.cache.replay.replay_chunks`), so that a streaming
+    reader sees its output items, text and arguments as it would from an upstream stream."""
+    if reply.response is not None:
+        for chunk in replay_chunks(reply.response):
+            data = encoder.chunk(chunk)
+            if data:
+                log.add(data)
+    log.add(encoder.end())
 
 
 def _record(owner: str | None, body: bytes, given: bytes, running: bool = False) -> StoredResponse:

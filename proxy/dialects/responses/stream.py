@@ -127,13 +127,6 @@ class ResponsesStreamEncoder:
         terminal = ResponseIncomplete if response.status == "incomplete" else ResponseCompleted
         return out + self._frame(terminal(response))
 
-    def whole(self, response: ResponseObject) -> bytes:
-        """The events of a reply that came whole (a background run a plugin answered at once):
-        the opening events, then the terminal one carrying ``response`` (its output items are
-        in it; no item events are framed)."""
-        terminal = ResponseIncomplete if response.status == "incomplete" else ResponseCompleted
-        return self._start() + self._frame(terminal(response))
-
     def ping(self) -> bytes:
         """See :meth:`proxy.dialects.base.StreamEncoder.ping`: an SSE comment."""
         return KEEPALIVE_FRAME
