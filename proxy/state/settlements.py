@@ -38,7 +38,7 @@ from proxy.state.store import RateBucket, StoreUnavailable
 
 WAIT_TURNS = 4  # loop turns a settlement waits for an admission before it leaves on its own
 MAX_PENDING = 256  # keys; past it the pending settlements are flushed at once
-MAX_RETRIED = 100_000  # steps a Retries keeps; past it the oldest is dropped
+MAX_RETRIED = 20_000  # steps a Retries keeps; past it new ones are dropped
 RETRY_BATCH = 1024  # steps one attempt sends (their commands leave in one write)
 FIRST_DELAY = 0.05  # seconds before the next attempt after one that failed, doubled while
 MAX_DELAY = 2.0  # attempts keep failing, up to this
@@ -218,10 +218,12 @@ class Retries:
     again — :data:`FIRST_DELAY` after an attempt that failed, the delay doubling while attempts
     keep failing, up to :data:`MAX_DELAY` — until it lands or its ``keep_for`` seconds are up;
     one that raises anything else is dropped (it cannot land: a key of another kind). At most
-    ``cap`` steps are kept: past it the oldest is dropped. ``on_dropped(count)`` is told of
-    the steps given up (expired, over the cap, or still kept at :meth:`close`). An attempt runs
-    up to :data:`RETRY_BATCH` steps together, so that their commands leave in one write. Use
-    from one loop."""
+    ``cap`` steps are kept: past it new steps are dropped — the first kept are those of the
+    first failures of an outage, which may have reached the server; later ones were mostly
+    refused at once by the store's breaker, never sent. ``on_dropped(count)`` is told of the
+    steps given up (expired, over the cap, or still kept at :meth:`close`), at most once an
+    attempt. An attempt runs up to :data:`RETRY_BATCH` steps together, so that their commands
+    leave in one write. Use from one loop."""
 
     def __init__(
         self, *, cap: int = MAX_RETRIED, on_dropped: Callable[[int], None] | None = None
@@ -229,6 +231,7 @@ class Retries:
         self._cap = cap
         self._on_dropped = on_dropped
         self._steps: collections.deque[tuple[float, Step]] = collections.deque()
+        self._over = 0  # steps dropped over the cap, not reported yet
         self._delay = 0.0
         self._handle: asyncio.Handle | None = None
         self._running: asyncio.Task[None] | None = None
@@ -238,11 +241,10 @@ class Retries:
 
     def add(self, step: Step, keep_for: float) -> None:
         """Run ``step`` until it lands, for at most ``keep_for`` seconds."""
-        self._steps.append((asyncio.get_running_loop().time() + keep_for, step))
-        excess = len(self._steps) - self._cap
-        for _ in range(excess):
-            self._steps.popleft()
-        self._dropped(excess)
+        if len(self._steps) < self._cap:
+            self._steps.append((asyncio.get_running_loop().time() + keep_for, step))
+        else:
+            self._over += 1
         self._schedule()
 
     async def close(self) -> None:
@@ -254,8 +256,9 @@ class Retries:
             await asyncio.gather(self._running, return_exceptions=True)
         if self._steps:
             await self._attempt()
-        self._dropped(len(self._steps))
+        self._dropped(len(self._steps) + self._over)
         self._steps.clear()
+        self._over = 0
 
     def _schedule(self) -> None:
         if self._handle is not None or self._running is not None or not self._steps:
@@ -288,7 +291,8 @@ class Retries:
                 steps.append((deadline, step))
             else:
                 expired += 1
-        self._dropped(expired)
+        self._dropped(expired + self._over)
+        self._over = 0
         results = await asyncio.gather(*(step() for _, step in steps), return_exceptions=True)
         failed = [
             kept

@@ -15,13 +15,14 @@ import contextlib
 import os
 import random
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
 from proxy.state.config import BreakerConfig, RedisConfig
 from proxy.state.memory_store import MemoryStore
 from proxy.state.redis import RedisStore
+from proxy.state.settlements import Retries
 from proxy.state.store import Admission, LimitPlan, Store, StoreUnavailable
 from tests.engines import RedisServer, free_port, redis_command
 
@@ -298,3 +299,39 @@ async def test_an_add_that_timed_out_is_voided_so_that_it_can_be_repeated(
     assert integer(redis_command(own_redis.port, "GET", "crossway:spend:k")) == 5
     # Repeated by its caller (as the budgets repeat a correction): applied once.
     assert await impatient.incr_within(keys, -2, [100], ttls) == (None, [3])
+
+
+# -- the retry queue -------------------------------------------------------------------------
+
+
+async def test_retries_keep_the_first_steps_and_report_what_they_drop() -> None:
+    down = True
+    landed: list[str] = []
+    dropped: list[int] = []
+
+    def step(name: str) -> Callable[[], Awaitable[None]]:
+        async def send() -> None:
+            if down:
+                raise StoreUnavailable("down")
+            landed.append(name)
+
+        return send
+
+    retries = Retries(cap=2, on_dropped=dropped.append)
+    for name in ("first", "second", "third"):  # the third is over the cap
+        retries.add(step(name), keep_for=60)
+    retries.add(step("brief"), keep_for=0.01)  # over the cap too
+    await eventually(lambda: sum(dropped) == 2, seconds=5, what="the drops reported")
+    assert len(dropped) == 1, "once an attempt"
+    down = False
+    await eventually(lambda: len(landed) == 2, seconds=5, what="the kept steps landing")
+    assert landed == ["first", "second"]
+    assert len(retries) == 0
+    await retries.close()
+    # A step whose time is up is dropped (a release once its lease has ended).
+    down = True
+    retries = Retries(on_dropped=dropped.append)
+    retries.add(step("late"), keep_for=0.2)
+    await eventually(lambda: sum(dropped) == 3, seconds=5, what="the expired step dropped")
+    assert len(retries) == 0
+    await retries.close()
