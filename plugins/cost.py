@@ -31,10 +31,11 @@ budget refuses: 429 ``budget_exceeded`` with ``x-should-retry: false``, naming t
 the request may cost and what is left (or that the budget is spent), and when it resets;
 nothing is sent upstream. When the request ends the reservation becomes the real cost (the
 correction rides in the next reservation of the same scopes, or leaves at the end of the loop
-turn). A scope's spend therefore never passes its budget but by what a request costs beyond its
-own worst case: an upstream that answers more than the output limit asked (or, when the call
-set none, more than ``reserve_output_tokens`` per answer, as reported or as its text is
-estimated), a prompt that has more tokens than estimated, a provider-billed amount above the
+turn; one the shared store cannot take is sent again until it lands, so that the counters end
+equal to the ledger). A scope's spend therefore never passes its budget but by what a request
+costs beyond its own worst case: an upstream that answers more than the output limit asked (or,
+when the call set none, more than ``reserve_output_tokens`` per answer, as reported or as its
+text is estimated), a prompt that has more tokens than estimated, a provider-billed amount above the
 price book's, or a fallback or load-balancer target dearer than every deployment of the model
 asked for — and, beside the rule, by what ``on_unavailable`` lets through unchecked (below),
 and per worker with the in-process store. Scopes without
@@ -104,7 +105,9 @@ class CostPlugin:
         self._metrics = context.metrics
         self._logger = context.logger
         self._state = context.state
-        self._counters = SpendCounters(context.state.store_for("budgets"))
+        self._counters = SpendCounters(
+            context.state.store_for("budgets"), on_lost=self._corrections_lost
+        )
         self._fail_closed = context.state.policy("budgets") == "closed"
         self._ledger = context.ledger if options.ledger else None
         self._ids = RecordIds().next
@@ -198,9 +201,9 @@ class CostPlugin:
         self._ledger.start()
 
     async def close(self) -> None:
-        """Send the budget corrections still owed; stop pending alert deliveries and counter
-        re-reads."""
-        self._counters.send_corrections()
+        """Send the budget corrections still owed (what the store cannot take is logged as
+        lost); stop pending alert deliveries and counter re-reads."""
+        await self._counters.close()
         self._sync.close()
         await self._alerts.close()
 
@@ -226,6 +229,12 @@ class CostPlugin:
     def _reserved_on(self, scope: Scope, ident: str) -> int:
         """What the requests in flight have reserved on ``scope`` / ``ident``."""
         return sum(r.nanos for r in self._in_flight if r.holds(scope, ident))
+
+    def _corrections_lost(self, nanos: int) -> None:
+        """Budget corrections the store never took were dropped (see
+        :mod:`proxy.governance.budgets.counters`): the counters read ``nanos`` more than the
+        ledger until they are re-read or the period passes."""
+        self._logger.warning("budget_corrections_lost", usd=format_usd(nanos))
 
     def _unchecked(self) -> None:
         """The budgets cannot be checked: refuse (:class:`BudgetUnavailable`) when the policy

@@ -4,8 +4,10 @@ Place it right after ``auth``. A call whose principal has no limits (no key limi
 limits; the master key; an open gateway) passes untouched. Otherwise, per scope (the key, and
 its team, whose counters every key of the team shares):
 
-- ``max_parallel``: requests in flight, counted in the state store, released when the reply
-  is over (a stream when it ends, fails or is closed).
+- ``max_parallel``: requests in flight, each holding a lease in the state store's slot
+  (:mod:`proxy.state.store`: kept while the request runs, released when the reply is over — a
+  stream when it ends, fails or is closed — and, on Redis, ended on its own if its gateway
+  dies; an admission the store gave up on holds none).
 - ``rpm`` and ``tpm``: GCRA buckets in the state store (:mod:`proxy.state.store`'s docstring states
   the algorithm and its accuracy), taken all or nothing across scopes.
   ``tpm`` counts input + output tokens: a call reserves its worst case when it starts

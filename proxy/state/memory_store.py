@@ -24,10 +24,12 @@ class MemoryStore(MemoryCounters):
     :meth:`admit_now`, and :meth:`incr_within_now` of its counters' base).
 
     Values and integer counters live in one dict, GCRA buckets (their TAT, a float) and
-    in-flight counters (an int, gone at zero) in one each, so that the limits' hot path reads
-    and writes a number, not an entry. Keys never mix kinds: a key holds one kind at a time, as
-    in Redis (``set`` and ``delete`` clear it of any kind; using a key of one kind as another
-    raises :class:`ValueError`).
+    in-flight slots (their count of leases, an int, gone at zero) in one each, so that the
+    limits' hot path reads and writes a number, not an entry. An admission's holder (a number)
+    is kept with its slots until it is settled, so that settling it again releases nothing;
+    leases live as long as the process (nothing here can lose a settlement). Keys never mix
+    kinds: a key holds one kind at a time, as in Redis (``set`` and ``delete`` clear it of any
+    kind; using a key of one kind as another raises :class:`ValueError`).
 
     Expired values are dropped when read; expired values, full buckets and in-flight counters
     back at zero (all of which read as missing) are dropped every ``sweep_every`` writes. When
@@ -50,6 +52,8 @@ class MemoryStore(MemoryCounters):
         self._data: dict[str, tuple[bytes | int, float | None]] = {}
         self._tats: dict[str, float] = {}
         self._slots: dict[str, int] = {}
+        self._held: dict[int, tuple[str, ...]] = {}  # holder -> its slots, until settled
+        self._holders = 0  # the last holder given out
 
     async def get(self, key: str) -> bytes | None:
         """See :meth:`Store.get`. A bucket reads as its TAT, a slot counter as its count."""
@@ -183,6 +187,10 @@ class MemoryStore(MemoryCounters):
             self._sweep()
         else:
             self._writes = writes
+        holder = 0
+        if plan.slots:
+            holder = self._holders = self._holders + 1
+            self._held[holder] = plan.slots
         return Admission(
             requests=None if least_requests < 0 else RateState(True, left_requests, reset_requests),
             tokens=None if least_tokens < 0 else RateState(True, left_tokens, reset_tokens),
@@ -190,6 +198,7 @@ class MemoryStore(MemoryCounters):
             tokens_bucket=least_tokens if least_tokens > 0 else 0,
             plan=plan,
             reserved=tokens,
+            holder=holder,
         )
 
     def _full(self, plan: LimitPlan, index: int) -> Admission:
@@ -214,17 +223,20 @@ class MemoryStore(MemoryCounters):
         return summarise(plan, tokens, self._take(plan.buckets(tokens), now)[0])
 
     def settle(self, admission: Admission, used: int) -> None:
-        """See :meth:`Store.settle`: :meth:`_release` and :meth:`_adjust` in one pass."""
+        """See :meth:`Store.settle`: :meth:`_release` (of its holder's leases, once; an
+        admission without a holder: as :meth:`release`) and :meth:`_adjust` in one pass."""
         plan = admission.plan
         if plan is None:
             raise ValueError("only an admission that held and took is settled")
         slots = self._slots
-        for key in plan.slots:
-            count = slots.get(key)
-            if count is None:
-                self._not_a(key, "an in-flight counter")
-            elif count > 0:
-                slots[key] = count - 1  # kept at zero until the next sweep
+        holder = admission.holder
+        if not holder or self._held.pop(holder, None) is not None:
+            for key in plan.slots:
+                count = slots.get(key)
+                if count is None:
+                    self._not_a(key, "an in-flight counter")
+                elif count > 0:
+                    slots[key] = count - 1  # kept at zero until the next sweep
         reserved = admission.reserved
         if used == reserved:
             return

@@ -17,10 +17,32 @@ operation on keys of different slots raises :class:`ValueError` (Redis's ``CROSS
 
 Keys are namespaced: a key that does not start with ``crossway:`` gets that prefix. Every key
 has a TTL, so that nothing grows without bound: a write that gives none (a lifetime budget
-counter, an in-flight counter) sets ``max_idle`` (in-flight counters: :data:`HOLD_IDLE`), renewed
-by every later write, so such a key outlives its last write by that much. :meth:`ttl`
-therefore reports that idle expiry where :class:`~proxy.state.memory_store.MemoryStore` would say
-None.
+counter) sets ``max_idle``, renewed by every later write, so such a key outlives its last write
+by that much. :meth:`ttl` therefore reports that idle expiry where
+:class:`~proxy.state.memory_store.MemoryStore` would say None.
+
+Leases: an in-flight slot is a count key (its live leases, as text: what ``GET`` reads) and a
+sorted set beside it (:func:`~proxy.state.scripts.lease_key`) of holders, each scored with when
+its lease ends. An admission's holder is this store's instance id and an operation number; its
+lease lasts :data:`LEASE_TTL` and is renewed every :data:`RENEW_EVERY` while its admission is
+not settled (:class:`~proxy.state.settlements.HeldLeases`), taken again if a failover lost it.
+The scripts that count a slot drop the leases that ended. So a lease outlives the request
+that held it only by a missed release: a process that died, a release that could not be sent
+(retried, :class:`~proxy.state.settlements.Retries`, until it lands or the lease has ended) —
+at most :data:`LEASE_TTL` after the last renewal. An anonymous :meth:`hold` lasts
+:data:`HOLD_IDLE`, unrenewed.
+
+Operations given up on: an operation's answer that does not come within ``timeout_ms`` (or
+whose caller is cancelled) may still be applied — a stalled server runs what it had received
+when it resumes. Each :meth:`hold`, :meth:`admit` (of a plan with slots) and
+:meth:`incr_within` therefore has two bits in an ops bitmap of this store instance
+(:func:`~proxy.state.scripts.ops_key`; :data:`OPS_PER_KEY` operations a key, expiring
+:data:`OPS_TTL` after its last write): set when the add was applied, set when the operation was
+voided. One that raises :class:`~proxy.state.store.StoreUnavailable` or is cancelled is voided
+(retried for :data:`KEEP_VOIDS`): its leases released, its add taken back if it was applied,
+and if it runs later it does nothing. The bitmaps cost about six bits per limited and budgeted
+request, kept an hour: some 3 MB at a thousand such requests a second.
+(:class:`~proxy.state.settlements.Operations` keeps the numbers, the leases and the retries.)
 
 Failures: every operation is bounded by ``timeout_ms``. A refused or lost connection, a
 timeout or a server that cannot serve (loading, read-only) raises
@@ -53,11 +75,16 @@ from proxy.state.scripts import (
     INCR_WITHIN,
     RATE_ADJUST,
     RATE_TAKE,
-    RELEASE,
     SETTLE,
     Script,
 )
-from proxy.state.settlements import Detached, PendingSettlements
+from proxy.state.settlements import (
+    Detached,
+    Operations,
+    PendingSettlements,
+    Release,
+    release_keys,
+)
 from proxy.state.store import (
     Admission,
     LimitPlan,
@@ -76,7 +103,17 @@ SPEND_SLOT = "crossway:spend:"
 """On Redis Cluster, the budgets' spend counters share one hash slot, as ``crossway:{spend}:…``:
 a request reserves on its key's, its team's and its end user's counters in one script."""
 _SPEND_TAGGED = "crossway:{spend}:"
-HOLD_IDLE = 600.0  # seconds an in-flight counter outlives its last hold or release
+LEASE_TTL = 30.0
+"""Seconds an admission's lease lasts unless renewed: how long a slot stays held after its
+holder's process died or lost Redis for good — short, since requests in flight renew theirs."""
+RENEW_EVERY = 10.0
+"""Seconds between renewals: a third of :data:`LEASE_TTL`, so that a lease survives two missed
+renewals (a failover takes a few seconds) and a renewal costs one script per limited principal
+with requests in flight every ten seconds."""
+HOLD_IDLE = 600.0  # seconds an anonymous hold (Store.hold) lasts
+OPS_PER_KEY = 1 << 19  # operations an ops bitmap key holds (two bits each: 128 KiB)
+OPS_TTL = 3600.0  # seconds an ops bitmap key outlives its last write
+KEEP_VOIDS = 1800.0  # seconds a void is retried (well within OPS_TTL)
 
 
 class RedisStore:
@@ -109,6 +146,17 @@ class RedisStore:
         self._closed = False
         self._pending = PendingSettlements(self.flush)
         self._later = Detached()
+        self._book = Operations(
+            self._script,
+            cluster=config.cluster,
+            lease_ttl=LEASE_TTL,
+            renew_every=RENEW_EVERY,
+            ops_ttl=OPS_TTL,
+            ops_per_key=OPS_PER_KEY,
+            keep_voids=KEEP_VOIDS,
+            keep_releases=LEASE_TTL + timeout,
+            logger=lambda: self.logger,
+        )
 
     @property
     def up(self) -> bool:
@@ -134,6 +182,7 @@ class RedisStore:
                 await self.flush()
         await self._pending.drain()
         await self._later.drain()
+        await self._book.close()
         self._closed = True
         prober, self._prober = self._prober, None
         if prober is not None:
@@ -191,71 +240,117 @@ class RedisStore:
             )
 
     async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
-        """See :meth:`proxy.state.store.Store.hold`."""
+        """See :meth:`proxy.state.store.Store.hold`: an anonymous lease of :data:`HOLD_IDLE`,
+        voided if the call fails (module docstring)."""
         await self.flush()  # pending settlements first: the same order as settled
         if len(keys) != len(limits):
             raise ValueError("hold needs one limit per key")
-        reply = await self._script(
-            HOLD, [self._name(k) for k in keys], (*limits, self._hold_idle_ms)
-        )
+        if not keys:
+            return None
+        book = self._book
+        slots = book.slot_keys([self._name(k) for k in keys])
+        holder, ops, bit = book.operation(slots[0])
+        member = book.member(holder)
+        try:
+            reply = await self._script(
+                HOLD, [*slots, ops], (*limits, self._hold_idle_ms, member, bit)
+            )
+        except (StoreUnavailable, asyncio.CancelledError):
+            book.give_up(ops, bit, member, slots, 0)
+            raise
+        if reply == -2:
+            raise StoreUnavailable("the hold was given up on")
         return None if reply < 0 else int(reply)
 
     async def release(self, keys: Sequence[str]) -> None:
         """See :meth:`proxy.state.store.Store.release`."""
         await self.flush()  # pending settlements first: the same order as settled
         if keys:
-            await self._script(RELEASE, [self._name(k) for k in keys], (self._hold_idle_ms,))
+            slots = self._book.slot_keys([self._name(k) for k in keys])
+            await self._script(SETTLE, slots, (len(keys), *[""] * len(keys)))
 
     async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
         """See :meth:`proxy.state.store.Store.admit`. The settlements pending here
-        (:mod:`proxy.state.settlements`) go in the same script, applied first."""
+        (:mod:`proxy.state.settlements`) go in the same script, applied first. Its holder's
+        leases are renewed until it is settled; if the call fails or is cancelled, they are
+        voided and the riding releases retried (module docstring)."""
         buckets = plan.buckets(tokens)
         releases, adjusts = self._pending.take()
-        name = self._name
-        reply = await self._script(
-            ADMIT,
-            [
-                *releases,
-                *(name(b.key) for b in adjusts),
-                *(name(k) for k in plan.slots),
-                *(name(b.key) for b in buckets),
-            ],
-            (
-                len(releases),
-                len(adjusts),
-                len(plan.slots),
-                self._hold_idle_ms,
-                *_bucket_args(adjusts),
-                *plan.slot_limits,
-                *_bucket_args(buckets),
-            ),
-        )
+        name, book = self._name, self._book
+        slots = book.slot_keys([name(k) for k in plan.slots])
+        keys = [*release_keys(releases), *(name(b.key) for b in adjusts), *slots]
+        holder = bit = 0
+        member = ops = ""
+        if slots:
+            holder, ops, bit = book.operation(slots[0])
+            member = book.member(holder)
+            keys.append(ops)
+        keys += (name(b.key) for b in buckets)
+        args = (len(releases), len(adjusts), len(plan.slots), book.lease_ms, member, bit)
+        try:
+            reply = await self._script(
+                ADMIT,
+                keys,
+                (
+                    *args,
+                    *(release.holder for release in releases),
+                    *_bucket_args(adjusts),
+                    *plan.slot_limits,
+                    *_bucket_args(buckets),
+                ),
+            )
+        except (StoreUnavailable, asyncio.CancelledError):
+            book.retry_releases(releases)
+            if holder:
+                book.give_up(ops, bit, member, slots, 0)
+            raise
+        if reply[0] == -2:
+            raise StoreUnavailable("the admission was given up on")
         if reply[0] >= 0:
             return Admission(full=int(reply[0]))
-        return summarise(plan, tokens, _states(reply, 1))
+        admission = summarise(plan, tokens, _states(reply, 1), holder)
+        if admission.holder:
+            book.held.add(holder, tuple(slots))
+        return admission
 
     def settle(self, admission: Admission, used: int) -> None:
         """See :meth:`proxy.state.store.Store.settle`: kept to ride on this process's next
-        admission, or sent on its own a few loop turns later (:mod:`proxy.state.settlements`). A
-        settlement that cannot be sent is lost; its slots then expire after
-        :data:`HOLD_IDLE`."""
+        admission, or sent on its own a few loop turns later (:mod:`proxy.state.settlements`).
+        A release that cannot be sent is retried until it lands or the lease has ended; a
+        correction that cannot be sent is dropped."""
         plan = admission.plan
         if plan is None:
             raise ValueError("only an admission that held and took is settled")
         reserved = admission.reserved
         corrections = plan.corrections(reserved, used) if used != reserved else []
-        if plan.slots or corrections:
-            self._pending.add([self._name(k) for k in plan.slots], corrections)
+        releases: list[Release] = []
+        if plan.slots:
+            book = self._book
+            book.held.discard(admission.holder)
+            member = book.member(admission.holder) if admission.holder else ""
+            slots = book.slot_keys([self._name(k) for k in plan.slots])
+            releases = [Release(slots[i], slots[i + 1], member) for i in range(0, len(slots), 2)]
+        if releases or corrections:
+            self._pending.add(releases, corrections)
 
     async def flush(self) -> None:
-        """Send the pending settlements now, in one script (nothing when none is pending)."""
+        """Send the pending settlements now, in one script (nothing when none is pending); if
+        that fails, their releases are retried."""
         releases, adjusts = self._pending.take()
         if releases or adjusts:
-            await self._script(
-                SETTLE,
-                [*releases, *(self._name(b.key) for b in adjusts)],
-                (len(releases), self._hold_idle_ms, *_bucket_args(adjusts)),
-            )
+            try:
+                await self._script(
+                    SETTLE,
+                    [*release_keys(releases), *(self._name(b.key) for b in adjusts)],
+                    (
+                        len(releases),
+                        *(release.holder for release in releases),
+                        *_bucket_args(adjusts),
+                    ),
+                )
+            except (StoreUnavailable, asyncio.CancelledError):
+                self._book.retry_releases(releases)
+                raise
 
     async def publish(self, channel: str, message: bytes) -> None:
         """Send ``message`` to the subscribers of ``channel`` (namespaced like keys)."""
@@ -332,13 +427,25 @@ class RedisStore:
         limits: Sequence[int] | None,
         ttls: Sequence[float | None],
     ) -> tuple[int | None, list[int]]:
-        """See :meth:`proxy.state.store.Store.incr_within` (one script, one round trip)."""
+        """See :meth:`proxy.state.store.Store.incr_within` (one script, one round trip); voided
+        if the call fails or is cancelled (module docstring)."""
         if len(keys) != len(ttls) or (limits is not None and len(limits) != len(keys)):
             raise ValueError("incr_within needs one ttl (and limit) per key")
-        args: list[Any] = [amount, 0 if limits is None else 1, self._idle_ms]
+        if not keys:
+            return None, []
+        names = [self._name(k) for k in keys]
+        book = self._book
+        _, ops, bit = book.operation(names[0])
+        args: list[Any] = [amount, 0 if limits is None else 1, self._idle_ms, bit, book.ops_ms]
         for index, ttl in enumerate(ttls):
             args += (0 if limits is None else limits[index], 0 if ttl is None else self._ms(ttl))
-        reply = await self._script(INCR_WITHIN, [self._name(k) for k in keys], args)
+        try:
+            reply = await self._script(INCR_WITHIN, [*names, ops], args)
+        except (StoreUnavailable, asyncio.CancelledError):
+            book.give_up(ops, bit, "", names, amount)
+            raise
+        if reply[0] == -2:
+            raise StoreUnavailable("the add was given up on")
         return None if reply[0] < 0 else int(reply[0]), [int(value) for value in reply[1:]]
 
     def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:

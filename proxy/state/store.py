@@ -9,9 +9,20 @@ nothing to install, state lost on restart, not shared between worker processes.
 
 Every method is a coroutine. A backend raises :class:`StoreUnavailable` when it cannot answer
 (a Redis outage); each caller decides its own failure policy (fail open or closed). The memory
-backend never raises it. A backend that can answer the hot paths' steps without awaiting them
-(the memory one) also offers :class:`AnswersNow`, which a caller checks once, when it takes the
-store (``isinstance``), never per request.
+backend never raises it. A :meth:`Store.hold`, :meth:`Store.admit` or :meth:`Store.incr_within`
+that fails that way, or is cancelled, holds no slot and adds nothing, now or later: a remote
+backend voids it (an operation whose answer timed out may have been applied, or may still be
+when a stalled server resumes), so that a caller may repeat it. (A voided admission's take from
+its rate buckets may stand: a bucket drains within its period.) A backend that can answer the
+hot paths' steps without awaiting them (the memory one) also offers :class:`AnswersNow`, which a
+caller checks once, when it takes the store (``isinstance``), never per request.
+
+In-flight slots (:meth:`Store.hold`, :meth:`Store.admit`) are leases: a count of holders, each
+holding one lease that the backend keeps while the holder's request runs and that ends when it
+is released (:meth:`Store.settle`). A remote backend's leases also end on their own a short
+time after their holder stops renewing them — its process died, or lost the store — so that no
+slot is held for good by a request nobody will release; the memory backend's live as long as
+their process.
 
 Rate limits (:meth:`Store.rate_take`, :meth:`Store.rate_adjust`) use GCRA, the generic cell
 rate algorithm, which is a token bucket kept as one number per bucket: its *theoretical arrival
@@ -134,9 +145,9 @@ class Admission(msgspec.Struct, frozen=True):
     indexes among the plan's buckets (``requests_bucket``, ``tokens_bucket``).
 
     An admission that held and took (neither full nor refused) is ended by
-    :meth:`Store.settle`: it names its ``plan``, the tokens it ``reserved``, and whether a
-    policy answered it from a ``local`` store while the shared one was unavailable (then it
-    is settled there)."""
+    :meth:`Store.settle`: it names its ``plan``, the tokens it ``reserved``, the ``holder`` of its
+    slots' leases (0 when the plan has no slots), and whether a policy answered it from a
+    ``local`` store while the shared one was unavailable (then it is settled there)."""
 
     full: int | None = None
     refused: int | None = None
@@ -148,11 +159,15 @@ class Admission(msgspec.Struct, frozen=True):
     plan: LimitPlan | None = None
     reserved: int = 0
     local: bool = False
+    holder: int = 0
 
 
-def summarise(plan: LimitPlan, tokens: int, states: Sequence[RateState]) -> Admission:
+def summarise(
+    plan: LimitPlan, tokens: int, states: Sequence[RateState], holder: int = 0
+) -> Admission:
     """The :class:`Admission` of ``plan`` for a call of ``tokens`` from
-    :meth:`Store.rate_take`'s ``states`` (one per bucket of the plan, in order)."""
+    :meth:`Store.rate_take`'s ``states`` (one per bucket of the plan, in order); ``holder``: the
+    holder of its leases, kept when the take happened."""
     refused = next((index for index, state in enumerate(states) if not state.allowed), None)
     retry = max((s.retry_after for s in states if not s.allowed), default=0.0)
     split = plan.requests
@@ -167,6 +182,7 @@ def summarise(plan: LimitPlan, tokens: int, states: Sequence[RateState]) -> Admi
         tokens_bucket=least_tokens or 0,
         plan=plan,
         reserved=tokens,
+        holder=holder if refused is None else 0,
     )
 
 
@@ -227,31 +243,39 @@ class Store(Protocol):
         ...
 
     async def hold(self, keys: Sequence[str], limits: Sequence[int]) -> int | None:
-        """Add one to every counter of ``keys`` unless one is already at its limit (the same
-        index of ``limits``): atomically, all or nothing.
+        """Take a lease in every in-flight slot of ``keys`` (its count: its live leases) unless
+        one already counts its limit (the same index of ``limits``): atomically, all or nothing.
 
-        Returns None when every counter was incremented, else the index of the first counter
-        at its limit (nothing changed). Counters of requests in flight: :meth:`release` them.
+        Returns None when every slot took the lease, else the index of the first slot at its
+        limit (nothing changed). ``get`` reads a slot as its count. An anonymous lease: a
+        remote backend ends it on its own after an idle time (``max_idle``'s role for
+        counters), unless :meth:`release` ends one first.
         """
         ...
 
     async def release(self, keys: Sequence[str]) -> None:
-        """Subtract one from every counter of ``keys`` (never below zero)."""
+        """End one lease of every slot of ``keys`` — the one that would end first — if it has
+        any (a count never goes below zero)."""
         ...
 
     async def admit(self, plan: LimitPlan, tokens: int) -> Admission:
-        """Hold a slot in every counter of ``plan`` and take from every bucket (``tokens`` from
-        its token buckets), as one atomic step, all or nothing: one round trip for a remote
-        backend. A full slot or a refusing bucket changes nothing (see :class:`Admission`)."""
+        """Take a lease for one holder (:attr:`Admission.holder`) in every slot of ``plan``
+        and take from every bucket (``tokens`` from its token buckets), as one atomic step,
+        all or nothing: one round trip for a remote backend. A full slot or a refusing bucket
+        changes nothing (see :class:`Admission`). The backend keeps the leases of an admission
+        that held and took until it is :meth:`settle`-d (a remote one renews them); an
+        admission that raises or is cancelled holds none (module docstring)."""
         ...
 
     def settle(self, admission: Admission, used: int) -> None:
-        """The call of ``admission`` (one that held and took) is over: release its plan's
-        slots and correct its token reservation to ``used`` tokens
-        (:meth:`LimitPlan.corrections`), as one step. Never waits and never raises
-        :class:`StoreUnavailable`: the memory backend applies it at once, a remote one sends it
-        within this process's next :meth:`admit` (applied before that admission: one round
-        trip for both) or a few loop turns later, and loses it when it cannot be sent."""
+        """The call of ``admission`` (one that held and took) is over: end its holder's
+        leases — once: settling it again ends no other lease — and correct its token
+        reservation to ``used`` tokens (:meth:`LimitPlan.corrections`), as one step. Never
+        waits and never raises :class:`StoreUnavailable`: the memory backend applies it at
+        once; a remote one sends it within this process's next :meth:`admit` (applied before
+        that admission: one round trip for both) or a few loop turns later, retries the release
+        until it lands or the leases have ended on their own, and drops the correction when it
+        cannot be sent (a bucket drains within its period)."""
         ...
 
     async def incr_within(
@@ -268,16 +292,20 @@ class Store(Protocol):
         only to a counter the call creates. Returns ``(None, values)`` with the counters' new
         values when the amount was added, else ``(index, values)``: the first counter at its
         limit and every counter's value as it is (nothing changed). Raises :class:`ValueError`
-        (nothing changed) if a key holds a non-integer value.
+        (nothing changed) if a key holds a non-integer value. One that raises
+        :class:`StoreUnavailable` or is cancelled added nothing and never will (module
+        docstring): a caller that must not lose the add repeats it.
         """
         ...
 
     def incr_later(self, keys: Sequence[str], amount: int, ttls: Sequence[float | None]) -> None:
         """Add ``amount`` to every counter of ``keys`` (``ttls`` as :meth:`incr_within`'s)
-        without waiting for it: a correction whose outcome the caller does not read (a spend
-        reservation settled to the real cost). Never waits and never raises
-        :class:`StoreUnavailable`: the memory backend applies it at once, a remote one sends it
-        as one :meth:`incr_within` a loop turn later, and loses it when it cannot be sent."""
+        without waiting for it: a correction whose outcome the caller does not read. Never
+        waits and never raises :class:`StoreUnavailable`: the memory backend applies it at
+        once, a remote one sends it as one :meth:`incr_within` a loop turn later, and drops it
+        when it cannot be sent (never applying it: a failed add is voided). A caller that must
+        not lose a correction awaits :meth:`incr_within` and repeats it instead (the budgets:
+        :mod:`proxy.governance.budgets.counters`)."""
         ...
 
 

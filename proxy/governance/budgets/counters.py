@@ -13,8 +13,16 @@ kept up by the requests of scopes that have a budget — the day counters for a 
 the lifetime counter for a ``lifetime`` one: one store operation
 (:meth:`~proxy.state.store.Store.incr_within`, one round trip on Redis) reserves on every scope of a
 request at once, and one corrects them to the real cost when it ends — without waiting
-(:meth:`~proxy.state.store.Store.incr_later`) unless a scope has a soft limit, whose crossing needs
-the counters read back.
+(:meth:`SpendCounters.correct`) unless a scope has a soft limit, whose crossing needs the
+counters read back.
+
+A correction a shared store does not take (:class:`~proxy.state.store.StoreUnavailable`) added
+nothing and never will (the store voids it), so it is owed and sent again — in the next
+reservation of its scopes, or alone after :data:`FIRST_RETRY` s, doubling while sends fail up to
+:data:`MAX_RETRY` — until it lands. What is owed is one sum per set of scopes, at most
+:data:`MAX_OWING` sets (past that the oldest is dropped, as is what is owed at close; both
+reported to ``on_lost``): a dropped correction leaves its counters above the ledger by it
+until they are re-read or the period passes.
 A scope that starts to have a budget is re-read from the ledger (:meth:`SpendCounters.
 overwrite`; the ``cost`` plugin does it in the background the first time it sees the budget).
 
@@ -61,7 +69,7 @@ from proxy.governance.budgets.plans import (
     day_of,
     soft_nanos,
 )
-from proxy.state.store import AnswersNow, Store
+from proxy.state.store import AnswersNow, Store, StoreUnavailable
 
 Clock = Callable[[], float]
 AddNow = Callable[
@@ -75,6 +83,9 @@ _DAY_TTL = _KEEP_DAYS * DAY
 _CLOSED_TTL = 60.0
 _WINDOW_DAYS = {"1d": 1, "7d": 7, "30d": 30}
 _MAX_CACHED = 10_000
+FIRST_RETRY = 0.05  # seconds before correcting again after a send that failed (doubled while
+MAX_RETRY = 2.0  # sends keep failing, up to this)
+MAX_OWING = 100_000  # sets of scopes with corrections owed; past it the oldest is dropped
 
 
 class SpendCounters:
@@ -83,12 +94,21 @@ class SpendCounters:
     Every method may raise :class:`~proxy.state.store.StoreUnavailable`; the caller applies its
     failure policy. ``clock`` is wall time (UNIX seconds) so that days agree between instances.
     Whether the store answers at once (:class:`~proxy.state.store.AnswersNow`, which
-    :meth:`reserve_now` needs) is decided here, once.
+    :meth:`reserve_now` needs) is decided here, once. ``on_lost(nanos)`` is told of
+    corrections dropped (module docstring).
     """
 
-    def __init__(self, store: Store, clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock = time.time,
+        on_lost: Callable[[int], None] | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._on_lost = on_lost
+        self._retry = 0.0  # seconds before the next send while sends fail; 0: at once
+        self._sends: set[asyncio.Task[None]] = set()
         self._closed: dict[tuple[str, str, int, str], tuple[float, int]] = {}
         self._generation = 0  # moves whenever past days' sums may have changed
         self._names: dict[tuple[str, str, int], tuple[str, str]] = {}
@@ -212,9 +232,9 @@ class SpendCounters:
 
         The difference is owed to the counters until the next reservation on the same scopes
         carries it (in its store operation), or :meth:`send_corrections` sends it, at the
-        latest at the end of this loop turn (:meth:`~proxy.state.store.Store.incr_later`: a
-        correction a remote store cannot take is lost, leaving the reservation counted).
-        Reservations meanwhile are checked as if it had been applied."""
+        latest at the end of this loop turn — or, while the store cannot take it, until a send
+        lands (module docstring). Reservations meanwhile are checked as if it had been
+        applied."""
         if reservation.soft:
             return False
         nanos -= reservation.nanos
@@ -227,34 +247,100 @@ class SpendCounters:
 
     def _owe(self, plan: Plan, nanos: int) -> None:
         """Owe ``nanos`` to ``plan``'s counters, sent at the end of this loop turn at the
-        latest."""
+        latest (while sends fail, after the retry's wait)."""
         if not nanos:
             return
         plan.owed += nanos
         if not plan.owing:
             plan.owing = True
             self._owing.append(plan)
+            if len(self._owing) > MAX_OWING:
+                self._drop(self._owing.pop(0))
             if self._sending is None:
-                self._sending = asyncio.get_running_loop().call_soon(self.send_corrections)
+                loop = asyncio.get_running_loop()
+                self._sending = (
+                    loop.call_later(self._retry, self.send_corrections)
+                    if self._retry
+                    else loop.call_soon(self.send_corrections)
+                )
 
     def send_corrections(self) -> None:
-        """Send every correction still owed now (:meth:`correct`)."""
+        """Send every correction still owed now (:meth:`correct`): to the memory store at once
+        (:meth:`~proxy.state.store.Store.incr_later`, which cannot fail), to another in one
+        background send that owes again what the store did not take."""
+        if self._sending is not None:
+            self._sending.cancel()
+            self._sending = None
+        owing, self._owing = self._owing, []
+        sends: list[tuple[Plan, int]] = []
+        for plan in owing:
+            plan.owing = False
+            owed, plan.owed = plan.owed, 0
+            if not owed:
+                continue
+            if self._add_now is not None:
+                self._store.incr_later(plan.keys, owed, plan.ttls)
+            else:
+                sends.append((plan, owed))
+        if sends:
+            task = asyncio.get_running_loop().create_task(self._send(sends))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+
+    async def _send(self, sends: list[tuple[Plan, int]]) -> None:
+        """Add each owed amount to its counters (their commands leave together); owe again
+        what the store did not take, and drop what it never can (a key that is no counter)."""
+        store = self._store
+        results = await asyncio.gather(
+            *(store.incr_within(plan.keys, owed, None, plan.ttls) for plan, owed in sends),
+            return_exceptions=True,
+        )
+        retried = (StoreUnavailable, asyncio.CancelledError)
+        down = any(isinstance(result, retried) for result in results)
+        self._retry = min(max(2 * self._retry, FIRST_RETRY), MAX_RETRY) if down else 0.0
+        for (plan, owed), result in zip(sends, results, strict=True):
+            if isinstance(result, retried):
+                self._owe(plan, owed)
+            elif isinstance(result, BaseException) and self._on_lost is not None:
+                self._on_lost(owed)
+
+    def _drop(self, plan: Plan) -> None:
+        """Give up what ``plan`` is owed (past :data:`MAX_OWING`, or at close)."""
+        plan.owing = False
+        owed, plan.owed = plan.owed, 0
+        if owed and self._on_lost is not None:
+            self._on_lost(owed)
+
+    async def _sent(self) -> None:
+        """Send what is owed and wait for the sends under way (what the store did not take
+        is owed again)."""
+        self.send_corrections()
+        while self._sends:
+            await asyncio.gather(*self._sends, return_exceptions=True)
+
+    async def close(self) -> None:
+        """:meth:`_sent`; then what the store still did not take is dropped (reported to
+        ``on_lost``)."""
+        await self._sent()
         if self._sending is not None:
             self._sending.cancel()
             self._sending = None
         owing, self._owing = self._owing, []
         for plan in owing:
-            plan.owing = False
-            owed, plan.owed = plan.owed, 0
-            if owed:
-                self._store.incr_later(plan.keys, owed, plan.ttls)
+            self._drop(plan)
 
     async def settle(self, reservation: Reservation, nanos: int) -> list[Crossing]:
         """Correct ``reservation`` to the real cost ``nanos`` (one store operation) and return
-        the scopes whose soft limit this charge crossed."""
+        the scopes whose soft limit this charge crossed. When the store cannot take it, the
+        correction is owed (and sent as :meth:`correct`'s are, crossing no soft limit) and the
+        error raised."""
         plan = reservation.plan
         delta = nanos - reservation.nanos
-        _, totals = await self._store.incr_within(plan.keys, delta, None, plan.ttls)
+        try:
+            _, totals = await self._store.incr_within(plan.keys, delta, None, plan.ttls)
+        except (StoreUnavailable, asyncio.CancelledError):
+            self._owe(plan, delta)  # the add was voided: sent again
+            raise
         crossings: list[Crossing] = []
         for index, (scope, ident, budget) in enumerate(plan.scopes):
             soft = soft_nanos(budget)
@@ -273,7 +359,7 @@ class SpendCounters:
         """Set one scope's counters to what the ledger holds: ``days`` as ``(day, nanos)`` (the
         kept days without an entry become 0) and ``total`` ever (a scope that starts to have a
         budget, whose counters were not kept up meanwhile)."""
-        self.send_corrections()
+        await self._sent()
         now_day = day_of(self._clock())
         spent = dict(days)
         for day in range(now_day - _KEEP_DAYS + 1, now_day + 1):
@@ -302,8 +388,9 @@ class SpendCounters:
         return await self._store.incr(key, 1, ttl=_DAY_TTL) == 1
 
     async def spent(self, scope: Scope, ident: str, period: BudgetPeriod) -> int:
-        """What ``scope`` / ``ident`` spent in ``period`` so far (reservations included)."""
-        self.send_corrections()
+        """What ``scope`` / ``ident`` spent in ``period`` so far (reservations included; the
+        corrections owed sent first)."""
+        await self._sent()
         day = day_of(self._clock())
         day_key, all_key = self._keys(scope, ident, day)
         if period == "lifetime":
