@@ -129,12 +129,6 @@ class Guarded:
         breaker.succeeded()
         return reply
 
-    async def probe(self, *args: Any) -> Any:
-        """:meth:`call`, whatever the breaker says (its owner's probe): a reply closes it."""
-        reply = await self.connection.call(*args)
-        self.breaker.succeeded()
-        return reply
-
     async def ready(self, prepare: Prepare) -> None:
         """``prepare`` the server, whatever the breaker says, then close the breaker. Raises
         :class:`StoreUnavailable` (the breaker left as it is) when the server does not answer."""

@@ -297,19 +297,21 @@ class ClusterConnection:
             reading.exception()  # retrieved: the callers that waited got it
 
     async def _read_map(self, *, probing: bool) -> None:
-        """Read the map from the first node that answers ``CLUSTER SLOTS`` — the last map's
-        primaries, its replicas, the seeds; those whose breaker is open only when ``probing``
-        (then an answer closes it). Raises :class:`StoreUnavailable` when none does."""
+        """Read the map from the first node that answers ``CLUSTER SLOTS`` with one — the last
+        map's primaries, its replicas, the seeds; those whose breaker is open only when
+        ``probing`` (then a map closes it). Raises :class:`StoreUnavailable` when none does."""
         candidates = dict.fromkeys([*self._primaries, *self._replicas, *self._seeds])
         for candidate in candidates:
             node = self._guarded(candidate)
             if node.breaker.open and not probing:
                 continue
             try:
-                reply = await (node.probe if probing else node.call)("CLUSTER", "SLOTS")
+                reply = await (node.connection.call if probing else node.call)("CLUSTER", "SLOTS")
             except StoreUnavailable:
                 continue
             if isinstance(reply, list) and reply:
+                if probing:
+                    node.breaker.succeeded()
                 await self._apply(reply, candidate)
                 return
         raise StoreUnavailable("no Redis Cluster node answered CLUSTER SLOTS")

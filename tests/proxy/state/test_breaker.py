@@ -67,15 +67,23 @@ async def test_a_guarded_server_is_refused_at_once_while_its_breaker_is_open() -
         await server.connection.close()
 
 
-async def test_a_probe_that_answers_closes_the_breaker(own_redis: RedisServer) -> None:
+async def test_a_server_made_ready_closes_its_breaker(own_redis: RedisServer) -> None:
     told: list[bool] = []
     connection = RespConnection(RedisAddress(own_redis.url), 2.0)
     server = Guarded("n", connection, CircuitBreaker(1, 60.0, told.append))
+
+    async def prepare(call) -> None:
+        assert await call("PING") == b"PONG"
+
     try:
         server.breaker.trip()
-        assert await server.probe("PING") == b"PONG"
+        await server.ready(prepare)  # whatever the breaker says: the owner's probe
         assert told == [False, True]
         assert await server.call("PING") == b"PONG"
+        own_redis.kill()
+        with pytest.raises(StoreUnavailable):
+            await server.ready(prepare)
+        assert told == [False, True], "a failed probe leaves the breaker as it is"
     finally:
         await connection.close()
 
