@@ -6,8 +6,8 @@ state:
   backend: redis                       # memory (default) | redis
   redis:
     url: "${REDIS_URL:-redis://127.0.0.1:6379/0}"   # redis://, rediss:// (TLS), unix://
-    cluster: false                     # Redis Cluster (the URL names one node; database 0)
     # url: [redis://10.0.0.1:6379, redis://10.0.0.2:6379]   # a Redis Cluster's seed nodes
+    cluster: false                     # Redis Cluster (the URL names one node; database 0)
     timeout_ms: 50                     # per operation; past it the use's failure policy applies
     breaker: {failures: 3, cooldown_ms: 1000}
     max_idle: 2592000                  # seconds a key written without a TTL outlives its last write

@@ -35,7 +35,9 @@ from tests.e2e.scaleout import COST, FREE, LIMITED, Client, config, poll
 from tests.engines import PostgresServer, RedisCluster, RedisServer, redis_command
 
 MULTI = "sk-cw-multi-bucket-key-for-cluster-faults-0123456"
-"""rpm 600 and its team's rpm 600: every admission takes two buckets of the limits' slot."""
+"""rpm 600 and its team's rpm 600: every admission takes two buckets of the limits' slot, which
+the scenario's hundred or so requests never fill, and which stay in Redis while it runs (each
+request puts a bucket 100 ms further from full: its key expires only once it is full again)."""
 FRESH = "sk-cw-fresh-limited-key-for-cluster-faults-012345"
 FRESH_RPM = 30
 SPENDER = "sk-cw-spender-key-for-cluster-faults-0123456789ab"
@@ -273,14 +275,14 @@ async def test_a_dead_primary_with_only_cache_entries_leaves_limits_and_budgets_
             assert await client.metric(url, "crossway_state_up", node=f"127.0.0.1:{node.port}") == 1
         assert _alert_fires_for(await _state_up(client, url)) == {dead}
 
-    # A gateway started now, its first seed the dead node: the second gives it the map, and it
-    # counts in the same bucket (counted on its own, it would admit all ten).
+    # A gateway started now, its first seed the dead node: the second gives it the map. It
+    # reads the budget spent through the others, and counts in the same rate-limit bucket.
     seeds = [victim.url, alive[0].url]
     with gateway(directory, "third", seeds, database) as third:
         later = [(await client.chat(third.url, FRESH, f"third {i}"))[0] for i in range(10)]
         elapsed = loop.time() - started
         assert ok + later.count(200) <= FRESH_RPM + int(elapsed * FRESH_RPM / 60) + 1, elapsed
-        assert later.count(429) == 10 - later.count(200) > 0
+        assert later.count(429) == 10 - later.count(200)
         status, _, body = await client.completion(third.url, SPENDER, "third", max_tokens=10)
         assert (status, body["error"]["code"]) == (429, "budget_exceeded")
         assert (await client.chat(third.url, FREE, "third"))[0] == 200

@@ -1,6 +1,8 @@
-"""proxy/state/cluster.py against a real Redis Cluster of three nodes: hash slots as Redis
-computes them, commands sent to the node serving their key, the multi-key scripts of the
-limits on one slot, and MOVED and ASK followed while a slot changes hands."""
+"""proxy/state/cluster.py against real Redis Clusters: hash slots as Redis computes them,
+commands sent to the node serving their key, the limits' multi-key scripts on one slot, MOVED
+and ASK followed (one after the other too; a loop ends unavailable after 16 sends), TRYAGAIN and
+CLUSTERDOWN retried within the timeout, the map read from any seed, a dead node breaking alone,
+and a failover followed. Tests that leave the slots where they are share the module's cluster."""
 
 from __future__ import annotations
 
@@ -168,15 +170,28 @@ def test_a_cluster_has_database_0_and_no_unix_socket() -> None:
     assert msgspec.convert({"url": "rediss://h:7000/0", "cluster": True}, RedisConfig).cluster
 
 
+def test_several_urls_are_the_seeds_of_a_cluster() -> None:
+    seeds = ["redis://:pw@10.0.0.1:7000", "redis://:pw@10.0.0.2:7000/0"]
+    config = msgspec.convert({"url": seeds, "cluster": True}, RedisConfig)
+    assert config.urls == seeds
+    assert config.description == "redis://10.0.0.1:7000/0, redis://10.0.0.2:7000/0"
+    assert RedisConfig().urls == ["redis://127.0.0.1:6379/0"]
+    refused = {
+        "cluster: true": {"url": seeds},
+        "same scheme and credentials": {"url": [seeds[0], "rediss://:pw@h:7000"], "cluster": True},
+        "length >= 1": {"url": [], "cluster": True},
+    }
+    for message, fields in refused.items():
+        with pytest.raises(msgspec.ValidationError, match=message):
+            msgspec.convert(fields, RedisConfig)
+
+
 async def test_a_requests_spend_counters_share_one_slot(store: RedisStore) -> None:
     keys = [f"crossway:spend:key:k{i}:d20000" for i in range(5)] + ["crossway:spend:team:t:all"]
     assert await store.incr_within(keys, 3, [5] * 6, [60.0] * 5 + [None]) == (None, [3] * 6)
     assert await store.incr_within(keys, 3, [5] * 6, [60.0] * 5 + [None]) == (None, [6] * 6)
     assert await store.incr_within(keys, 1, [5] * 6, [60.0] * 6) == (0, [6] * 6)
     assert await store.get("crossway:spend:key:k3:d20000") == b"6"
-
-
-# Faults: redirects and retries within their bounds, several seeds, a breaker per node.
 
 
 def reply_of(node: RedisServer, *command: str) -> bytes:
@@ -208,8 +223,7 @@ def migrate(source: RedisServer, target: RedisServer, *keys: str) -> None:
 def end_migration(cluster: RedisCluster, slot: int, target: RedisServer) -> None:
     """``slot`` is ``target``'s, on every primary (the order Redis documents)."""
     target_id = cluster.node_id(target)
-    others = [node for node in cluster.primaries if node is not target]
-    for node in (target, *others):
+    for node in sorted(cluster.primaries, key=lambda node: node is not target):
         reply_of(node, "CLUSTER", "SETSLOT", str(slot), "NODE", target_id)
 
 
