@@ -306,9 +306,10 @@ class Metrics:
         )
         self.state_up = self._gauge(
             "crossway_state_up",
-            "1 while the shared state store answers (always 1 for the memory backend), 0 while"
-            " its circuit breaker is open; the lowest of the workers.",
-            [],
+            "1 while the Redis server (host:port; each node of a Redis Cluster's slot map) serving"
+            " the shared state answers, 0 while its circuit breaker is open; 1 once a node left"
+            ' the map; node="memory", always 1, for the memory backend. The lowest of the workers.',
+            ["node"],
             "livemin",
         )
         self.cache_requests = self._counter(

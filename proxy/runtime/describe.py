@@ -42,12 +42,12 @@ def describe(blueprint: Any, label: str, out: TextIO) -> None:
 
 def _print_state(config: Any, out: TextIO) -> None:
     """Where shared state lives, its policies, and what stays per worker."""
-    from proxy.state.config import USES, RedisAddress, per_worker, per_worker_message
+    from proxy.state.config import USES, per_worker, per_worker_message
 
     state = config.state
     if state.backend == "redis":
         policies = ", ".join(f"{use}: {getattr(state.on_unavailable, use)}" for use in USES)
-        where = RedisAddress(state.redis.url).description
+        where = state.redis.description
         print(f"state: redis {where}; when unavailable: {policies}", file=out)
     else:
         print("state: memory (this process only)", file=out)

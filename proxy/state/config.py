@@ -6,12 +6,18 @@ state:
   backend: redis                       # memory (default) | redis
   redis:
     url: "${REDIS_URL:-redis://127.0.0.1:6379/0}"   # redis://, rediss:// (TLS), unix://
+    # url: [redis://10.0.0.1:6379, redis://10.0.0.2:6379]   # a Redis Cluster's seed nodes
     cluster: false                     # Redis Cluster (the URL names one node; database 0)
     timeout_ms: 50                     # per operation; past it the use's failure policy applies
     breaker: {failures: 3, cooldown_ms: 1000}
     max_idle: 2592000                  # seconds a key written without a TTL outlives its last write
   on_unavailable: {limits: local, budgets: closed, cache: open, health: local}
 ```
+
+``url`` is one URL or, for a Redis Cluster, a list of them (its seed nodes, as redis-py's
+``startup_nodes`` or node-redis's ``rootNodes``): the slot map is read from the first that
+answers, so a gateway starts while some seeds are down. Every seed of a list uses the same
+scheme and credentials, which apply to every node the map names.
 
 The section applies as the process started (a reload keeps the connection and the counters in
 it). The policies (:mod:`proxy.state.policy` says what each does):
@@ -37,6 +43,7 @@ Backend = Literal["memory", "redis"]
 Use = Literal["limits", "budgets", "cache", "health"]
 USES: tuple[Use, ...] = ("limits", "budgets", "cache", "health")
 _REDIS_URL = r"^(redis|rediss|unix)://.+$"
+RedisUrl = Annotated[str, Meta(pattern=_REDIS_URL)]
 
 
 class RedisAddress:
@@ -74,6 +81,11 @@ class RedisAddress:
         self.password = unquote(password) if password else None
 
     @property
+    def node(self) -> str:
+        """The server as ``host:port`` (a unix socket: its path): a metric's label."""
+        return self.path if self.path is not None else f"{self.host}:{self.port}"
+
+    @property
     def description(self) -> str:
         """The address without credentials, for logs."""
         if self.path is not None:
@@ -103,21 +115,42 @@ class BreakerConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class RedisConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    """How to reach Redis; see the module docstring. The URL may carry a password
+    """How to reach Redis; see the module docstring. A URL may carry a password
     (``redis://:secret@host``): it is never logged."""
 
-    url: Annotated[str, Meta(pattern=_REDIS_URL)] = "redis://127.0.0.1:6379/0"
+    url: RedisUrl | Annotated[list[RedisUrl], Meta(min_length=1)] = "redis://127.0.0.1:6379/0"
     cluster: bool = False
     timeout_ms: Annotated[int, Meta(ge=1, le=60_000)] = 50
     breaker: BreakerConfig = BreakerConfig()
     max_idle: Annotated[int, Meta(ge=60)] = 2_592_000
 
     def __post_init__(self) -> None:
-        address = RedisAddress(self.url)  # a ValueError is a validation error at $.state.redis
-        if self.cluster and (address.path is not None or address.database):
+        # A ValueError is a validation error at $.state.redis.
+        addresses = [RedisAddress(url) for url in self.urls]
+        if len(addresses) > 1 and not self.cluster:
+            raise ValueError(
+                "several Redis URLs name the seeds of a Redis Cluster: set cluster: true"
+            )
+        if self.cluster and any(a.path is not None or a.database for a in addresses):
             raise ValueError(
                 "a Redis Cluster is reached over redis:// or rediss:// and has database 0 only"
             )
+        first = addresses[0]
+        if any(
+            (a.tls, a.username, a.password) != (first.tls, first.username, first.password)
+            for a in addresses
+        ):
+            raise ValueError("every seed of a Redis Cluster has the same scheme and credentials")
+
+    @property
+    def urls(self) -> list[str]:
+        """``url``, or each URL of its list, in order."""
+        return [self.url] if isinstance(self.url, str) else list(self.url)
+
+    @property
+    def description(self) -> str:
+        """Where Redis is, without credentials (every seed of a list), for logs."""
+        return ", ".join(RedisAddress(url).description for url in self.urls)
 
 
 class OnUnavailable(Struct, frozen=True, forbid_unknown_fields=True):

@@ -20,7 +20,10 @@ Every degraded decision is counted in ``crossway_state_degraded_total{use,decisi
 ``decision`` is ``local`` (answered from this process's memory; counted by the view, once per
 operation), ``open`` (went on without the state), ``closed`` (refused) or ``miss`` (the
 cache) — which the callers count through :meth:`SharedState.degraded`.
-``crossway_state_up`` is 1 while the shared store answers, 0 while its circuit breaker is open.
+``crossway_state_up{node}`` is 1 while a Redis server serving the store (``host:port``; each
+node of a Redis Cluster's slot map) answers, 0 while its circuit breaker is open; a node that
+leaves the map reads 1 from then on (it serves nothing). The memory backend reports one
+series, ``node="memory"``, always 1.
 
 With the memory backend nothing is ever unavailable: every view is the memory store itself.
 """
@@ -41,6 +44,8 @@ from proxy.state.settlements import Detached
 from proxy.state.store import Admission, LimitPlan, RateBucket, RateState, Store, StoreUnavailable
 
 Decision = Literal["local", "open", "closed", "miss"]
+MEMORY_NODE = "memory"
+"""The ``node`` label of ``crossway_state_up`` with the memory backend."""
 T = TypeVar("T")
 
 
@@ -68,14 +73,13 @@ class SharedState:
         every use as it is."""
         self.config = config
         self._metrics = metrics
-        self._up = metrics.state_up()
         self.redis: RedisStore | None = None
         if config.backend == "redis":
             self.redis = RedisStore(config.redis, on_up=self._set_up, logger=logger)
             self.store: Store = self.redis
         else:
             self.store = MemoryStore() if store is None else store
-            self._up.set(1)
+            self._set_up(MEMORY_NODE, True)
         self._views: dict[str, Store] = {}
         for use in USES:
             policy = self.policy(use)
@@ -118,8 +122,8 @@ class SharedState:
         if self.redis is not None:
             await self.redis.close()
 
-    def _set_up(self, up: bool) -> None:
-        self._up.set(1 if up else 0)
+    def _set_up(self, node: str, up: bool) -> None:
+        self._metrics.state_up(node).set(1 if up else 0)
 
     def _counter(self, use: str, decision: str) -> Callable[[], None]:
         count: Callable[[], None] = self._metrics.state_degraded(use, decision).inc

@@ -44,15 +44,19 @@ and if it runs later it does nothing. The bitmaps cost about six bits per limite
 request, kept an hour: some 3 MB at a thousand such requests a second.
 (:class:`~proxy.state.settlements.Operations` keeps the numbers, the leases and the retries.)
 
-Failures: every operation is bounded by ``timeout_ms``. A refused or lost connection, a
-timeout or a server that cannot serve (loading, read-only) raises
-:class:`~proxy.state.store.StoreUnavailable`; after ``breaker.failures`` of them in a row the
-circuit breaker (:mod:`proxy.state.breaker`) opens and operations raise at once, while a probe
-(loading the scripts) every ``breaker.cooldown_ms`` reconnects and closes it once Redis
-answers. The store never fails to start: with Redis down it starts with the breaker open.
-``on_up(bool)`` reports each change of the connection (the ``crossway_state_up`` gauge). A
-value of the wrong kind (a counter that is not an integer) raises :class:`ValueError`, as
-the memory store does.
+Failures: every command is bounded by ``timeout_ms``. A refused or lost connection, a
+timeout, a server that cannot serve (loading, read-only…) or a reply that means "not now" (a
+Redis Cluster's redirect or ``TRYAGAIN`` left over once :mod:`proxy.state.cluster` has followed
+and retried within its bounds, ``CLUSTERDOWN``) raises
+:class:`~proxy.state.store.StoreUnavailable`, so that the use's failure policy applies; after
+``breaker.failures`` failures of a server in a row its circuit breaker
+(:mod:`proxy.state.breaker`) opens and the operations it serves raise at once, while a probe
+(loading the scripts on it) every ``breaker.cooldown_ms`` reconnects and closes it once it
+answers. A single Redis has one breaker; a Redis Cluster one per node, so that a dead node makes
+only the keys of its slots unavailable. The store never fails to start: with Redis down it
+starts with the breakers open. ``on_up(node, up)`` reports each change of each server
+(``host:port``) serving the store: the ``crossway_state_up{node}`` gauge. A value of the wrong
+kind (a counter that is not an integer) raises :class:`ValueError`, as the memory store does.
 """
 
 from __future__ import annotations
@@ -63,10 +67,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from proxy.state.breaker import CircuitBreaker
+from proxy.state.breaker import Call, Standalone
 from proxy.state.cluster import ClusterConnection
 from proxy.state.config import RedisAddress, RedisConfig
-from proxy.state.resp import ReplyError, RespConnection
+from proxy.state.resp import ReplyError, cannot_serve
 from proxy.state.scripts import (
     ADMIT,
     ALL,
@@ -123,15 +127,17 @@ class RedisStore:
         self,
         config: RedisConfig,
         *,
-        on_up: Callable[[bool], None] | None = None,
+        on_up: Callable[[str, bool], None] | None = None,
         logger: Any = None,
     ) -> None:
-        self.address = RedisAddress(config.url)
+        self.addresses = [RedisAddress(url) for url in config.urls]
+        """Where Redis is: the URL's server, or each seed of a Redis Cluster."""
+        self.address = self.addresses[0]
         timeout = config.timeout_ms / 1000
-        self._connection: RespConnection | ClusterConnection = (
-            ClusterConnection(self.address, timeout)
+        self._connection: Standalone | ClusterConnection = (
+            ClusterConnection(self.addresses, timeout, config.breaker, _prepare, self._changed)
             if config.cluster
-            else RespConnection(self.address, timeout)
+            else Standalone(self.address, timeout, config.breaker, _prepare, self._changed)
         )
         self._name = _cluster_key if config.cluster else _key
         self._idle_ms = config.max_idle * 1000
@@ -139,10 +145,6 @@ class RedisStore:
         self._on_up = on_up
         self.logger = logger
         """Where connection changes are logged (may be replaced; None: not logged)."""
-        self._breaker = CircuitBreaker(
-            config.breaker.failures, config.breaker.cooldown_ms / 1000, self._changed
-        )
-        self._prober: asyncio.Task[None] | None = None
         self._closed = False
         self._pending = PendingSettlements(self.flush)
         self._later = Detached()
@@ -160,19 +162,14 @@ class RedisStore:
 
     @property
     def up(self) -> bool:
-        """Whether operations are sent to Redis now (the breaker is closed)."""
-        return not self._breaker.open
+        """Whether every operation is sent to Redis now: no breaker is open (and, on a Redis
+        Cluster, the slot map is known)."""
+        return self._connection.up
 
     async def start(self) -> None:
-        """Connect once (bounded by the timeout); with Redis down, start with the breaker open
-        and probing. Never raises."""
-        try:
-            await self._load_scripts()
-        except StoreUnavailable:
-            self._breaker.trip()
-            return
-        if self._on_up is not None:
-            self._on_up(True)
+        """Connect and load the scripts once (bounded by the timeout, per server); a server that
+        does not answer starts with its breaker open, probed. Never raises."""
+        await self._connection.start()
 
     async def close(self) -> None:
         """Send what settlements are pending, stop probing and close the connection
@@ -184,11 +181,6 @@ class RedisStore:
         await self._later.drain()
         await self._book.close()
         self._closed = True
-        prober, self._prober = self._prober, None
-        if prober is not None:
-            prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await prober
         await self._connection.close()
 
     async def get(self, key: str) -> bytes | None:
@@ -221,6 +213,8 @@ class RedisStore:
     async def ttl(self, key: str) -> float | None:
         """See :meth:`proxy.state.store.Store.ttl` (and the module docstring on idle expiry)."""
         reply = await self._call("PTTL", self._name(key))
+        if type(reply) is ReplyError:
+            raise ValueError(f"PTTL {key!r}: {str(reply)[:200]}")
         return None if reply < 0 else reply / 1000
 
     async def rate_take(self, buckets: Sequence[RateBucket]) -> list[RateState]:
@@ -356,24 +350,13 @@ class RedisStore:
         """Send ``message`` to the subscribers of ``channel`` (namespaced like keys)."""
         await self._call("PUBLISH", self._name(channel), message)
 
-    async def _load_scripts(self) -> None:
-        """Load every script (so that ``EVALSHA`` finds them): the probe of a connection."""
-        for reply in await asyncio.gather(
-            *(self._connection.call("SCRIPT", "LOAD", s.source) for s in ALL)
-        ):
-            if type(reply) is ReplyError:
-                raise StoreUnavailable(f"Redis refused a script: {str(reply)[:80]}")
-
     async def _call(self, *args: Any) -> Any:
-        breaker = self._breaker
-        if breaker.open:
-            raise StoreUnavailable("Redis is unavailable (circuit open)")
-        try:
-            reply = await self._connection.call(*args)
-        except StoreUnavailable:
-            breaker.failed()
-            raise
-        breaker.succeeded()
+        """One command's reply (a :class:`ReplyError` for the command's own error). Raises
+        :class:`StoreUnavailable` as the module docstring says, for a reply that means "not
+        now" too."""
+        reply = await self._connection.call(*args)
+        if type(reply) is ReplyError and cannot_serve(reply):
+            raise StoreUnavailable(f"Redis cannot serve now: {str(reply)[:80]}")
         return reply
 
     async def _script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -392,33 +375,16 @@ class RedisStore:
             raise ValueError("ttl must be positive")
         return max(1, math.ceil(ttl * 1000))
 
-    def _changed(self, up: bool) -> None:
+    def _changed(self, node: str, up: bool) -> None:
+        """A server serving the store answers again (``up``), or no more: logged, told."""
         logger = self.logger
         if logger is not None:
             if up:
-                logger.info("state_store_reconnected", redis=self.address.description)
+                logger.info("state_store_reconnected", node=node)
             else:
-                logger.warning("state_store_unavailable", redis=self.address.description)
+                logger.warning("state_store_unavailable", node=node)
         if self._on_up is not None:
-            self._on_up(up)
-        if not up and self._prober is None and not self._closed:
-            self._prober = asyncio.get_running_loop().create_task(self._probe())
-
-    async def _probe(self) -> None:
-        """While the breaker is open: try every cooldown; close it when Redis answers."""
-        breaker = self._breaker
-        try:
-            while breaker.open:
-                await asyncio.sleep(breaker.cooldown)
-                if not breaker.probe_due():
-                    continue
-                try:
-                    await self._load_scripts()
-                except StoreUnavailable:
-                    continue
-                breaker.succeeded()
-        finally:
-            self._prober = None
+            self._on_up(node, up)
 
     async def incr_within(
         self,
@@ -453,6 +419,14 @@ class RedisStore:
         started now and not waited for (the RESP connection sends it with the loop turn's other
         commands)."""
         self._later.start(self.incr_within(keys, amount, None, ttls))
+
+
+async def _prepare(call: Call) -> None:
+    """Load every script on the server ``call`` reaches (so that ``EVALSHA`` finds them): its
+    start and its probe. Raises :class:`StoreUnavailable` when it cannot."""
+    for reply in await asyncio.gather(*(call("SCRIPT", "LOAD", s.source) for s in ALL)):
+        if type(reply) is ReplyError:
+            raise StoreUnavailable(f"Redis refused a script: {str(reply)[:80]}")
 
 
 def _key(key: str) -> str:

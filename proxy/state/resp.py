@@ -4,19 +4,22 @@ Why not redis-py's client on the hot path: measured on this project's machine at
 64, one ``GET`` or ``EVALSHA`` through ``redis.asyncio`` costs 85 to 180 µs of the gateway's CPU
 (connection pool, retry and observability layers per command), the same command through this
 module 8 to 10 µs. A gateway makes one or two such calls per request, so the difference is the
-whole governance budget. A Redis Cluster is one such connection per primary
+whole governance budget. A Redis Cluster is one such connection per node
 (:mod:`proxy.state.cluster`).
 
 :class:`RespConnection` keeps one TCP (or TLS, or unix-socket) connection and pipelines every
 command on it: commands sent in one turn of the event loop leave in one write at its end,
 and replies are matched to callers in order. :meth:`RespConnection.call` connects on first
 use (and again after a failure), bounded by ``timeout``; every command is bounded by
-``timeout`` too. Any failure — refused or lost connection, timeout, a server that is loading
-or read-only — raises
-:class:`~proxy.state.store.StoreUnavailable` and drops the connection, failing every command still
-waiting on it, so that no reply can ever be matched to the wrong caller. A Redis error reply
-(a script error, ``WRONGTYPE``) is returned to the caller as a :class:`ReplyError`, which the
-caller interprets. Use it from one event loop.
+``timeout`` too. Any failure of the server — refused or lost connection, timeout, a server
+that is loading, busy, read-only, out of memory or without its primary
+(:data:`_UNAVAILABLE_REPLIES`) — raises :class:`~proxy.state.store.StoreUnavailable` (a lost
+connection or a timeout also drops the connection, failing every command still waiting on it,
+so that no reply can ever be matched to the wrong caller). Any other Redis error reply (a
+script error, ``WRONGTYPE``, and a Redis Cluster's ``MOVED``, ``ASK``, ``TRYAGAIN`` and
+``CLUSTERDOWN``, which :mod:`proxy.state.cluster` acts on) is returned to the caller as a
+:class:`ReplyError`, which the caller interprets; :func:`cannot_serve` tells the replies that
+mean "not now" from the command's own errors. Use it from one event loop.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ _UNAVAILABLE_REPLIES = (
     b"BUSY",
     b"READONLY",
     b"MASTERDOWN",
-    b"CLUSTERDOWN",
-    b"TRYAGAIN",
     b"OOM",  # over maxmemory with no eviction: writes refused until memory is freed
 )
+"""Error replies that mean the server cannot serve anything now: raised as unavailability."""
+_NOT_NOW_REPLIES = (*_UNAVAILABLE_REPLIES, b"MOVED", b"ASK", b"TRYAGAIN", b"CLUSTERDOWN")
+"""Error replies that mean this command cannot be served now, here (see :func:`cannot_serve`)."""
 
 
 def encode(args: tuple[Any, ...]) -> bytes:
@@ -56,6 +60,9 @@ def encode(args: tuple[Any, ...]) -> bytes:
             data = repr(arg).encode() if type(arg) is float else str(arg).encode()
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
+
+
+_ASKING = encode(("ASKING",))
 
 
 class _Protocol(asyncio.Protocol):
@@ -185,6 +192,25 @@ class RespConnection:
             raise StoreUnavailable(f"Redis cannot serve now: {str(reply)[:80]}")
         return reply
 
+    async def call_asking(self, *args: Any) -> Any:
+        """``ASKING``, then the command, as a Redis Cluster's ``ASK`` redirect requires: the two
+        are queued at once, so nothing of another caller comes between them on this connection
+        (``ASKING`` applies to the next command of a connection). The command's reply, as
+        :meth:`call` returns and raises it."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost.done():
+            protocol = await self._connect()
+        asking = protocol.send(_ASKING)
+        future = protocol.send(encode(args))
+        try:
+            reply = await future
+        finally:
+            if asking.done() and not asking.cancelled():
+                asking.exception()  # retrieved: what the command got is what counts
+        if type(reply) is ReplyError and reply.args and _unavailable(reply):
+            raise StoreUnavailable(f"Redis cannot serve now: {str(reply)[:80]}")
+        return reply
+
     async def subscribe(self, channel: str) -> asyncio.Queue[Any]:
         """Turn this connection into a subscriber of ``channel``: every message pushed to it
         arrives in the returned queue as ``[b"message", channel, data]``; a lost connection
@@ -247,3 +273,10 @@ class RespConnection:
 
 def _unavailable(reply: ReplyError) -> bool:
     return str(reply).encode()[:12].startswith(_UNAVAILABLE_REPLIES)
+
+
+def cannot_serve(reply: ReplyError) -> bool:
+    """Whether an error reply means that the command cannot be served now (a server loading,
+    read-only…, or a Redis Cluster's redirect, ``TRYAGAIN`` or ``CLUSTERDOWN`` left over), not
+    that the command itself is wrong (``WRONGTYPE``, a script's error)."""
+    return str(reply).encode()[:12].startswith(_NOT_NOW_REPLIES)

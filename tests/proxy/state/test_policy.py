@@ -46,17 +46,19 @@ async def down() -> AsyncIterator[tuple[SharedState, Metrics]]:
 
 
 async def test_the_memory_backend_is_one_store_for_every_use():
-    state = SharedState(StateConfig(), Metrics())
+    metrics = Metrics()
+    state = SharedState(StateConfig(), metrics)
     assert isinstance(state.store, MemoryStore)
     assert {id(state.store_for(use)) for use in ("limits", "budgets", "cache", "health")} == {
         id(state.store)
     }
     assert not state.shared
+    assert sample(metrics, "crossway_state_up", node="memory") == 1
 
 
 async def test_redis_down_at_start_the_gateway_state_still_starts(down):
     state, metrics = down
-    assert sample(metrics, "crossway_state_up") == 0
+    assert sample(metrics, "crossway_state_up", node="127.0.0.1:9") == 0
     assert state.shared
 
 
@@ -91,7 +93,7 @@ async def test_a_use_goes_back_to_the_shared_store_when_redis_returns(own_redis:
         await limits.set("crossway:k", b"local")
         own_redis.start()
         await until(lambda: state.redis is not None and state.redis.up, seconds=10)
-        assert sample(metrics, "crossway_state_up") == 1
+        assert sample(metrics, "crossway_state_up", node=f"127.0.0.1:{own_redis.port}") == 1
         assert await limits.get("crossway:k") is None  # the shared store's answer
         await limits.set("crossway:k", b"shared")
         assert await state.store.get("crossway:k") == b"shared"

@@ -256,10 +256,10 @@ async def test_a_server_out_of_memory_is_unavailable_for_writes(own_redis: Redis
 
 async def test_redis_down_at_start_then_up_reconnects(own_redis: RedisServer):
     own_redis.kill()
-    ups: list[bool] = []
+    ups: list[tuple[str, bool]] = []
     store = RedisStore(
         config(own_redis.url, breaker=BreakerConfig(failures=2, cooldown_ms=50)),
-        on_up=ups.append,
+        on_up=lambda node, up: ups.append((node, up)),
     )
     await store.start()  # does not raise
     try:
@@ -268,7 +268,8 @@ async def test_redis_down_at_start_then_up_reconnects(own_redis: RedisServer):
             await store.get("k")
         own_redis.start()
         await until(lambda: store.up, seconds=10, what="the probe to reconnect")
-        assert ups == [False, True]
+        node = f"127.0.0.1:{own_redis.port}"
+        assert ups == [(node, False), (node, True)]
         await store.set("k", b"v")
         assert await store.get("k") == b"v"
     finally:
@@ -281,7 +282,7 @@ async def test_the_breaker_opens_after_failures_so_an_outage_costs_no_timeout(
     metrics = Metrics()
     store = RedisStore(
         config(own_redis.url, timeout_ms=50, breaker=BreakerConfig(failures=3, cooldown_ms=100)),
-        on_up=lambda up: metrics.state_up().set(1 if up else 0),
+        on_up=lambda node, up: metrics.state_up(node).set(1 if up else 0),
     )
     await store.start()
     try:
