@@ -155,14 +155,18 @@ class Client:
 
     async def metric(self, url: str, name: str, **labels: str) -> float:
         """One sample of ``url``'s ``/metrics`` (summed over matching lines; 0 when absent)."""
+        return sum(await self.samples(url, name, **labels))
+
+    async def samples(self, url: str, name: str, **labels: str) -> list[float]:
+        """Every sample of ``name`` in ``url``'s ``/metrics`` whose labels match, one per line."""
         async with self.session.get(f"{url}/metrics") as response:
             text = await response.text()
-        total = 0.0
         wanted = [f'{k}="{v}"' for k, v in labels.items()]
-        for line in text.splitlines():
-            if line.startswith(name) and line[len(name)] in "{ " and all(w in line for w in wanted):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+        return [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and line[len(name)] in "{ " and all(w in line for w in wanted)
+        ]
 
 
 async def poll(condition, *, seconds: float, what: str, every: float = 0.01) -> float:
