@@ -259,8 +259,11 @@ async def test_a_dead_primary_with_only_cache_entries_leaves_limits_and_budgets_
     ok = [status for status, _ in limited].count(200)
     # Shared: one bucket of 30 for both gateways (counted per process it would be 60).
     assert FRESH_RPM <= ok <= FRESH_RPM + int(elapsed * FRESH_RPM / 60) + 1, (ok, elapsed)
-    budget = Decimal(str(SPENDER_USD))
-    assert budget - Decimal(str(RESERVATION_USD)) < spent <= budget, spent
+    # One budget for both (counted per process, each would admit its own). It refuses once a
+    # reservation does not fit what is left; the previous request's correction, sent by the
+    # other gateway after its answer, may not have landed yet: at most one reservation early.
+    budget, reservation = Decimal(str(SPENDER_USD)), Decimal(str(RESERVATION_USD))
+    assert budget - 2 * reservation < spent <= budget, spent
     for use in ("limits", "budgets"):
         assert await degraded(client, gateways, use=use) == 0, use
     assert await degraded(client, gateways, use="cache") > 0, "the victim held cache entries"

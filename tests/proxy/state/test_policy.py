@@ -3,6 +3,7 @@ limits plugin applying ``local``, ``open`` and ``closed`` when Redis is down."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -215,3 +216,36 @@ def test_kept_objects_are_made_once_per_process_state() -> None:
     assert state.keep("plugin:other", make) is not first
     assert len(made) == 2
     assert SharedState(StateConfig(), Metrics()).keep("plugin:thing", make) is not first
+
+
+async def test_the_gauge_follows_a_redis_killed_under_concurrent_operations(
+    own_redis: RedisServer,
+):
+    # What /metrics serves, read after Redis dies under 100 concurrent budget reservations (the
+    # issue saw it stay 1 while budgets refused with 503): 0 for that node until it is back.
+    metrics = Metrics()
+    config = RedisConfig(url=own_redis.url, breaker=BreakerConfig(failures=3, cooldown_ms=100))
+    state = SharedState(StateConfig(backend="redis", redis=config), metrics)
+    await state.start()
+    node = f'node="127.0.0.1:{own_redis.port}"'
+    budgets = state.store_for("budgets")  # closed: raises while Redis is unavailable
+
+    async def reserve(i: int) -> bool:
+        try:
+            await budgets.incr_within([f"crossway:spend:key:k{i}:all"], 1, [10], [None])
+        except StoreUnavailable:
+            return False
+        return True
+
+    try:
+        assert f"crossway_state_up{{{node}}} 1.0" in metrics.render().decode()
+        assert all(await asyncio.gather(*(reserve(i) for i in range(100))))
+        own_redis.kill()
+        assert not any(await asyncio.gather(*(reserve(i) for i in range(100))))
+        assert f"crossway_state_up{{{node}}} 0.0" in metrics.render().decode()
+        await asyncio.sleep(0.3)  # probes fail meanwhile: still 0
+        assert f"crossway_state_up{{{node}}} 0.0" in metrics.render().decode()
+        own_redis.start()
+        await until(lambda: f"crossway_state_up{{{node}}} 1.0" in metrics.render().decode())
+    finally:
+        await state.close()
