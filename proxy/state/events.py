@@ -67,8 +67,9 @@ _PUBLISH_RETRY_AFTER = 0.2
 
 
 def seeds_of(redis: RedisStore) -> list[RedisAddress]:
-    """Where the listener looks first: the store's configured address."""
-    return [redis.address]
+    """Where the listener looks first: the store's configured addresses (a cluster's seeds, in
+    the order given), so that a gateway started while its first seed is down still subscribes."""
+    return list(redis.addresses)
 
 
 def _identity(address: RedisAddress) -> tuple[str | None, str, int]:
