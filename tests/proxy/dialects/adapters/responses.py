@@ -237,7 +237,9 @@ class ResponsesAdapter:
                 {**base, "metadata": {f"k{i}": "v" for i in range(17)}},
                 "metadata",
             ),
-            ErrorCase("background", {**base, "background": True}, "background"),
+            ErrorCase(  # a background response is stored: store false cannot go with it
+                "background-unstored", {**base, "background": True, "store": False}, "store"
+            ),
             ErrorCase(  # OpenAI's wording names the id (``param`` is previous_response_id)
                 "unknown-previous-response",
                 {**base, "previous_response_id": "resp_nowhere"},
