@@ -200,6 +200,12 @@ def reply_of(node: RedisServer, *command: str) -> bytes:
     return reply
 
 
+def keys_of_slot(node: RedisServer, slot: int) -> list[str]:
+    """The keys of ``slot`` that ``node`` holds (at most 1000)."""
+    reply = redis_command(node.port, "CLUSTER", "GETKEYSINSLOT", str(slot), "1000").decode()
+    return [line for line in reply.split("\r\n")[1:] if line and line[0] not in "$*"]
+
+
 def errors_counted(node: RedisServer, kind: str) -> int:
     """How many ``kind`` error replies (MOVED, ASK, TRYAGAIN…) ``node`` has sent."""
     for line in redis_command(node.port, "INFO", "errorstats").decode().splitlines():
@@ -221,8 +227,12 @@ def migrate(source: RedisServer, target: RedisServer, *keys: str) -> None:
 
 
 def end_migration(cluster: RedisCluster, slot: int, target: RedisServer) -> None:
-    """``slot`` is ``target``'s, on every primary (the order Redis documents)."""
+    """``slot`` is ``target``'s, on every primary (the order Redis documents); what keys of it
+    are still elsewhere (a lease a store wrote beside the keys a test moved) move first."""
     target_id = cluster.node_id(target)
+    for node in cluster.primaries:
+        if node is not target:
+            migrate(node, target, *keys_of_slot(node, slot))
     for node in sorted(cluster.primaries, key=lambda node: node is not target):
         reply_of(node, "CLUSTER", "SETSLOT", str(slot), "NODE", target_id)
 
