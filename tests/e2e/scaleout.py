@@ -141,6 +141,22 @@ class Client:
             headers = {name.lower(): value for name, value in response.headers.items()}
             return response.status, headers, json.loads(await response.read())
 
+    async def budgeted(
+        self, url: str, key: str, text: str, *, settle: float = 2.0
+    ) -> tuple[int, dict[str, str], dict]:
+        """One completion of ``max_tokens`` 10 for a budgeted key, asked again while it is
+        refused for up to ``settle`` seconds: the correction of a request another instance just
+        served is sent after its reply, off its path, so a refusal that comes a moment before it
+        lands still counts that request's reservation. A refusal that outlasts ``settle`` is one
+        of the spend alone."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + settle
+        while True:
+            answer = await self.completion(url, key, text, max_tokens=10)
+            if answer[0] != 429 or loop.time() > until:
+                return answer
+            await asyncio.sleep(0.05)
+
     async def admin(
         self, method: str, url: str, path: str, body: object = None
     ) -> tuple[int, dict]:

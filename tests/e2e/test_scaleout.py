@@ -101,8 +101,8 @@ async def test_one_budget_holds_across_every_process(gateways: list[str], client
     # Concurrent requests on every process, then one at a time until the budget refuses (the
     # concurrent ones may stop short of it while reservations are in flight).
     replies = list(await asyncio.gather(*(one(next(targets)) for _ in range(40))))
-    while True:  # nothing in flight now: a refusal means the spend reached the budget
-        replies.append(await one(next(targets)))
+    while True:  # nothing in flight now: a settled refusal means the spend reached the budget
+        replies.append(await client.budgeted(next(targets), BUDGETED, f"budget {next(counter)}"))
         if replies[-1][0] != 200:
             break
         assert len(replies) < 100, "the budget never refused"
@@ -345,9 +345,7 @@ async def test_two_instances_over_a_redis_cluster_share_limits_budgets_and_cache
 
         spent = 0.0
         for i in range(40):
-            status, headers, _ = await client.completion(
-                next(targets), BUDGETED, text=f"budget {i}", max_tokens=10
-            )
+            status, headers, _ = await client.budgeted(next(targets), BUDGETED, f"budget {i}")
             if status != 200:
                 break
             spent += float(headers["x-crossway-cost-usd"])
