@@ -116,10 +116,11 @@ audit: $(UV)
 # (tools/open_responses.py: the suite's pinned commit cloned with git, its run-time dependencies
 # installed with npm, both under .openresponses/). It needs GitHub and the npm registry the first
 # time, so it is a command of its own, not a step of `make test`. SUITE=<checkout> runs a checkout
-# of your own (moved to the pinned commit); ARGS="-v" is passed to the suite.
+# of your own (moved to the pinned commit); UNPINNED=1 runs SUITE as it is, without git (its
+# result is not tied to the pinned commit); ARGS="-v" is passed to the suite.
 SUITE ?= .openresponses/suite
 compliance: setup
-	$(BIN)/python tools/open_responses.py --suite $(SUITE) -- $(ARGS)
+	$(BIN)/python tools/open_responses.py --suite $(SUITE) $(if $(UNPINNED),--unpinned) -- $(ARGS)
 
 bench: setup
 	$(BIN)/python -m bench

@@ -7,8 +7,12 @@
    from :data:`SUITE_REPO`; an existing checkout is moved to the pinned commit (fetched when it
    lacks it). A directory that is not a git checkout at that commit is refused, so a result always
    names the suite's code that produced it. The suite's code is never copied into this repository.
+   ``--unpinned`` runs ``--suite`` as it is instead (say, files of the suite gathered without git):
+   it only has to hold ``bin/compliance-test.ts``, and the run says that its result is not tied to
+   :data:`SUITE_COMMIT`.
 2. **Its dependencies**: what its HTTP checks import at run time, ``zod`` at the version the
-   suite's ``bun.lock`` pins, and :data:`TSX_VERSION` of ``tsx`` (the suite is written for bun;
+   suite's ``bun.lock`` pins (with ``--unpinned`` and no ``bun.lock``: the exact version its
+   ``package.json`` names), and :data:`TSX_VERSION` of ``tsx`` (the suite is written for bun;
    ``tsx`` runs the same TypeScript on node), installed with ``npm`` into
    ``.openresponses/node`` (ignored by git) and linked into the checkout as ``node_modules``.
 3. **A gateway**: ``crossway serve`` on a free port of 127.0.0.1 with :data:`CONFIG` (the
@@ -26,6 +30,7 @@ failed (git, npm or the gateway), with the reason on stderr. Steps 1 and 2 need 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -86,8 +91,30 @@ def checkout(suite: Path, commit: str) -> None:
     _run(["git", "checkout", "--quiet", "--detach", commit], cwd=suite)
 
 
-def pinned_zod(suite: Path) -> str:
-    """The zod version the suite's ``bun.lock`` pins; :class:`StepFailed` when it names none."""
+def accept_unpinned(suite: Path) -> None:
+    """Accept ``suite`` as it is, for ``--unpinned``: it must hold ``bin/compliance-test.ts``.
+
+    Raises :class:`StepFailed` otherwise. Prints that the result is not tied to the pinned commit.
+    """
+    if not (suite / "bin" / "compliance-test.ts").is_file():
+        raise StepFailed(f"{suite} holds no bin/compliance-test.ts")
+    print(
+        f"compliance: {suite} is run as it is (--unpinned): "
+        f"the result is not tied to the pinned commit {SUITE_COMMIT}",
+        flush=True,
+    )
+
+
+def pinned_zod(suite: Path, *, unpinned: bool = False) -> str:
+    """The zod version the suite's ``bun.lock`` pins; :class:`StepFailed` when it names none.
+
+    With ``unpinned`` and no ``bun.lock``, the exact version the suite's ``package.json`` names
+    among its dependencies (a range is refused: the run must name the zod it used).
+    """
+    if unpinned and not (suite / "bun.lock").exists():
+        return _package_json_zod(suite)
+    if not (suite / "bun.lock").is_file():
+        raise StepFailed(f"{suite} has no bun.lock")
     lock = (suite / "bun.lock").read_text()
     found = re.search(r'"zod@(\d+\.\d+\.\d+)"', lock)
     if found is None:
@@ -95,13 +122,24 @@ def pinned_zod(suite: Path) -> str:
     return found.group(1)
 
 
-def install(suite: Path, node_dir: Path) -> None:
+def _package_json_zod(suite: Path) -> str:
+    try:
+        package = json.loads((suite / "package.json").read_text())
+    except (OSError, ValueError) as error:
+        raise StepFailed(f"{suite} has no bun.lock and no readable package.json: {error}") from None
+    version = str(package.get("dependencies", {}).get("zod", ""))
+    if re.fullmatch(r"\d+\.\d+\.\d+", version) is None:
+        raise StepFailed(f"{suite / 'package.json'} names no exact zod version (found {version!r})")
+    return version
+
+
+def install(suite: Path, node_dir: Path, *, unpinned: bool = False) -> None:
     """Install the checks' run-time dependencies into ``node_dir`` and link them into ``suite``.
 
     Raises :class:`StepFailed` when npm fails or ``suite/node_modules`` is something else.
     """
     node_dir.mkdir(parents=True, exist_ok=True)
-    wanted = [f"zod@{pinned_zod(suite)}", f"tsx@{TSX_VERSION}"]
+    wanted = [f"zod@{pinned_zod(suite, unpinned=unpinned)}", f"tsx@{TSX_VERSION}"]
     stamp = node_dir / ".installed"
     if not stamp.exists() or stamp.read_text() != " ".join(wanted):
         (node_dir / "package.json").write_text('{"private": true}\n')
@@ -182,12 +220,12 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run_checks(suite: Path, node_dir: Path, base_url: str, extra: list[str]) -> int:
+def run_checks(suite: Path, node_dir: Path, base_url: str, extra: list[str], label: str) -> int:
     """Run the suite's ``bin/compliance-test.ts`` against ``base_url``; its exit status."""
     tsx = node_dir / "node_modules" / ".bin" / "tsx"
     command = [str(tsx), "bin/compliance-test.ts", "--base-url", f"{base_url}/v1"]
     command += ["--api-key", "crossway-compliance", "--model", MODEL, *extra]
-    print(f"open responses suite {SUITE_COMMIT[:12]} against {base_url}", flush=True)
+    print(f"open responses suite {label} against {base_url}", flush=True)
     return subprocess.run(command, cwd=suite, check=False).returncode
 
 
@@ -195,15 +233,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", type=Path, default=WORK / "suite", help="the suite's checkout")
     parser.add_argument("--commit", default=SUITE_COMMIT, help="the suite's commit to run")
+    parser.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="run --suite as it is (no git): the result is not tied to the pinned commit",
+    )
     parser.add_argument("extra", nargs="*", help="passed to the suite (after --), e.g. -v")
     args = parser.parse_args(argv)
     suite = args.suite.resolve()
     node_dir = WORK / "node"
     try:
-        checkout(suite, args.commit)
-        install(suite, node_dir)
+        if args.unpinned:
+            accept_unpinned(suite)
+            label = f"at {suite} (unpinned)"
+        else:
+            checkout(suite, args.commit)
+            label = args.commit[:12]
+        install(suite, node_dir, unpinned=args.unpinned)
         with gateway() as url:
-            return run_checks(suite, node_dir, url, args.extra)
+            return run_checks(suite, node_dir, url, args.extra, label)
     except StepFailed as failure:
         print(f"compliance: {failure}", file=sys.stderr)
         return 2

@@ -2,7 +2,10 @@
 the gateway it starts answers the Responses API and no longer answers once the block ends (it
 is stopped by its PID); a
 suite directory that is not a git checkout is refused (exit 2, the reason on stderr) before any
-gateway starts; the zod version is the one the suite's ``bun.lock`` pins."""
+gateway starts; the zod version is the one the suite's ``bun.lock`` pins. With ``--unpinned``
+a directory is run as it is when it holds the suite's entry point (said on stdout: the result is
+not tied to the pinned commit), refused otherwise, and without a ``bun.lock`` zod is the exact
+version its ``package.json`` names."""
 
 from __future__ import annotations
 
@@ -44,3 +47,35 @@ def test_zod_is_the_version_the_suites_lock_pins(tmp_path: Path) -> None:
     (tmp_path / "bun.lock").write_text("{}")
     with pytest.raises(open_responses.StepFailed, match="pins no zod"):
         open_responses.pinned_zod(tmp_path)
+
+
+def test_unpinned_refuses_a_directory_without_the_suites_entry_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert open_responses.main(["--suite", str(tmp_path), "--unpinned"]) == 2
+    assert f"{tmp_path} holds no bin/compliance-test.ts" in capsys.readouterr().err
+
+
+def test_unpinned_accepts_a_plain_directory_and_says_the_result_is_not_pinned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "compliance-test.ts").write_text("")
+    open_responses.accept_unpinned(tmp_path)
+    said = capsys.readouterr().out
+    assert f"{tmp_path} is run as it is (--unpinned)" in said
+    assert f"not tied to the pinned commit {open_responses.SUITE_COMMIT}" in said
+
+
+def test_unpinned_without_a_lock_takes_the_exact_zod_of_package_json(tmp_path: Path) -> None:
+    with pytest.raises(open_responses.StepFailed, match=r"has no bun\.lock"):
+        open_responses.pinned_zod(tmp_path)
+    with pytest.raises(open_responses.StepFailed, match=r"no readable package\.json"):
+        open_responses.pinned_zod(tmp_path, unpinned=True)
+    (tmp_path / "package.json").write_text('{"dependencies": {"zod": "^3.25.76"}}')
+    with pytest.raises(open_responses.StepFailed, match="no exact zod version"):
+        open_responses.pinned_zod(tmp_path, unpinned=True)
+    (tmp_path / "package.json").write_text('{"dependencies": {"zod": "3.25.76"}}')
+    assert open_responses.pinned_zod(tmp_path, unpinned=True) == "3.25.76"
+    (tmp_path / "bun.lock").write_text('{"packages": {"zod": ["zod@3.24.1", "", {}, "sha"]}}')
+    assert open_responses.pinned_zod(tmp_path, unpinned=True) == "3.24.1"
