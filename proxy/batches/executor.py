@@ -1,0 +1,289 @@
+"""The gateway-executed batches: each process claims batches still to run and runs their lines
+through the chain (:class:`~proxy.batches.lines.LineRunner`), resumable after a restart.
+
+:class:`BatchExecutor` looks for a batch to run every ``batches.poll_interval`` seconds, and at
+once when one is created here (:meth:`BatchExecutor.wake`): a new one, or one whose process
+stopped (its lease, :data:`LEASE_SECONDS`, released at a clean stop or passed after a crash).
+It holds each batch it runs under that lease, renewed every third of it; the renewal also reads
+whether the batch was asked to cancel (by any process).
+
+A batch runs its lines without a result, in order, at most ``batches.concurrency`` at a time and
+at most ``batches.rate`` a second. Each line's result is stored as soon as it is known (results
+that end together are written in one transaction), and a line with a stored result never runs
+again: after a restart the batch resumes with the lines that have none. A line in flight when
+the process dies (SIGKILL, a crash) has no stored result and runs again when the batch resumes
+— at most ``concurrency`` lines, plus those whose result was being written. At a clean stop
+(:meth:`BatchExecutor.stop`) no new line starts, the lines in flight get the drain's deadline
+to end and have their results stored, and the lease is released so that the next process
+resumes at once; a line still running at the deadline is cancelled, stores no result and runs
+again later.
+
+When every line has a result (or a cancel was asked: the lines without one are left out), the
+batch is ``finalizing``: its output file (the lines that succeeded) and error file (those that
+failed), in line order, are written as the owner's files (``purpose: batch_output``), then it is
+``completed`` (or ``cancelled``) with its ``request_counts``. A failure of the database while a
+batch runs is logged and leaves the batch to its lease: another pass resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from proxy.batches.batches_db import BatchStore, Held, Result
+from proxy.batches.files import FileStore
+from proxy.batches.lines import LineRunner
+from proxy.batches.objects import Batch
+from proxy.core.canonical import Principal
+from proxy.runtime.config import BatchesConfig
+
+LEASE_SECONDS = 10.0
+"""How long a process holds a batch it runs without renewing it."""
+PAGE = 512
+"""Lines read from the database at a time."""
+
+
+class _Recorder:
+    """Stores results as they come: whatever ended while the previous write ran is written in
+    the next transaction."""
+
+    def __init__(self, store: BatchStore, batch_id: str) -> None:
+        self._store = store
+        self._batch_id = batch_id
+        self._held: list[Result] = []
+        self._ready = asyncio.Event()
+        self._task = asyncio.create_task(self._write())
+        self._closing = False
+
+    def add(self, result: Result) -> None:
+        self._held.append(result)
+        self._ready.set()
+
+    async def _write(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            held, self._held = self._held, []
+            await self._store.record(self._batch_id, held)
+            if self._closing and not self._held:
+                return
+
+    async def close(self) -> None:
+        """Write what is held, then stop (raises what a write raised)."""
+        self._closing = True
+        self._ready.set()
+        await self._task
+
+
+class BatchExecutor:
+    """See the module docstring. ``logger()`` gives the current logger."""
+
+    def __init__(
+        self,
+        store: BatchStore,
+        files: FileStore,
+        runner: LineRunner,
+        config: BatchesConfig,
+        logger: Callable[[], Any],
+        *,
+        lease: float = LEASE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._files = files
+        self._runner = runner
+        self._config = config
+        self._logger = logger
+        self._lease = lease
+        self._clock = clock
+        self._wakeup = asyncio.Event()
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        """Begin looking for batches to run."""
+        self._poller = asyncio.create_task(self._poll())
+
+    def wake(self) -> None:
+        """Look for batches to run now (one was created, or a file: the database is in use);
+        start looking if this process did not yet."""
+        if self._poller is None and not self._stopping:
+            self.start()
+        self._wakeup.set()
+
+    async def stop(self, seconds: float) -> int:
+        """Start no more lines; give the running batches ``seconds`` to store the results of
+        their lines in flight and release their leases, then cancel those left; how many were
+        cancelled. Never raises."""
+        self._stopping = True
+        self._wakeup.set()
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        running = list(self._running.values())
+        if running:
+            await asyncio.wait(running, timeout=seconds)
+        late = [task for task in running if not task.done()]
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=1.0)
+        return len(late)
+
+    async def _poll(self) -> None:
+        while not self._stopping:
+            try:
+                while held := await self._store.claim(self._lease, list(self._running)):
+                    batch_id = held.batch.id
+                    task = asyncio.create_task(self._run(held))
+                    self._running[batch_id] = task
+                    task.add_done_callback(self._forget(batch_id))
+            except Exception:
+                self._logger().exception("batch_claim_failed")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._config.poll_interval):
+                    await self._wakeup.wait()
+            self._wakeup.clear()
+
+    def _forget(self, batch_id: str) -> Callable[[asyncio.Task[None]], None]:
+        """What drops ``batch_id``'s task once it ended."""
+
+        def forget(_: asyncio.Task[None]) -> None:
+            self._running.pop(batch_id, None)
+
+        return forget
+
+    async def _run(self, held: Held) -> None:
+        batch = held.batch
+        cancel = asyncio.Event()
+        if batch.status == "cancelling":
+            cancel.set()
+        renewer = asyncio.create_task(self._renew(batch.id, cancel))
+        try:
+            if batch.status == "validating":
+                batch.status = "in_progress"
+                batch.in_progress_at = int(self._clock())
+                if not await self._store.save(batch, lease=self._lease):
+                    cancel.set()
+            if batch.status == "in_progress" and not cancel.is_set():
+                await self._lines(batch, held.principal, cancel)
+                if self._stopping:
+                    await self._store.save(batch, lease=None)  # the next process resumes it
+                    return
+            await self._finish(batch, held.principal, cancel.is_set())
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._logger().exception("batch_run_failed", batch_id=batch.id)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def _renew(self, batch_id: str, cancel: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            try:
+                status = await self._store.renew(batch_id, self._lease)
+            except Exception:
+                self._logger().exception("batch_renew_failed", batch_id=batch_id)
+                continue
+            if status in (None, "cancelling"):
+                cancel.set()
+
+    async def _lines(self, batch: Batch, principal: Principal, cancel: asyncio.Event) -> None:
+        """Run ``batch``'s lines without a result until none is left, a cancel is asked, or the
+        executor stops; their results stored."""
+        config = self._config
+        slots = asyncio.Semaphore(config.concurrency)
+        spacing = 0.0 if config.rate is None else 1.0 / config.rate
+        recorder = _Recorder(self._store, batch.id)
+        flying: set[asyncio.Task[None]] = set()
+        next_start = time.monotonic()
+
+        async def one(line: Any) -> None:
+            try:
+                recorder.add(await self._runner.run(batch.endpoint, batch.id, principal, line))
+            finally:
+                slots.release()
+
+        try:
+            after = -1
+            while not (cancel.is_set() or self._stopping):
+                lines = await self._store.pending(batch.id, after, PAGE)
+                if not lines:
+                    break
+                for line in lines:
+                    await slots.acquire()
+                    if cancel.is_set() or self._stopping:
+                        slots.release()
+                        break
+                    if spacing:
+                        now = time.monotonic()
+                        if next_start > now:
+                            await asyncio.sleep(next_start - now)
+                        next_start = max(next_start, now) + spacing
+                    task = asyncio.create_task(one(line))
+                    flying.add(task)
+                    task.add_done_callback(flying.discard)
+                    after = line.number
+            if flying:
+                await asyncio.gather(*flying)
+        finally:
+            for task in flying:
+                task.cancel()
+            if flying:
+                await asyncio.wait(flying)
+            await asyncio.shield(recorder.close())
+
+    async def _finish(self, batch: Batch, principal: Principal, cancelled: bool) -> None:
+        """Write ``batch``'s output and error files and end it (module docstring)."""
+        if batch.status != "finalizing":
+            batch.status = "cancelling" if cancelled else "finalizing"
+            now = int(self._clock())
+            if cancelled:
+                batch.cancelling_at = batch.cancelling_at or now
+            else:
+                batch.finalizing_at = now
+            await self._store.save(batch, lease=self._lease)
+        counts = await self._store.counts(batch.id)
+        if counts.completed:
+            batch.output_file_id = await self._file(batch, principal, "output", failed=False)
+        if counts.failed:
+            batch.error_file_id = await self._file(batch, principal, "error", failed=True)
+        batch.request_counts = counts
+        now = int(self._clock())
+        if cancelled:
+            batch.status, batch.cancelled_at = "cancelled", now
+        else:
+            batch.status, batch.completed_at = "completed", now
+        await self._store.save(batch, lease=None)
+        self._logger().info(
+            "batch_ended",
+            batch_id=batch.id,
+            status=batch.status,
+            completed=counts.completed,
+            failed=counts.failed,
+        )
+
+    async def _file(self, batch: Batch, principal: Principal, kind: str, failed: bool) -> str:
+        """Write the results of ``batch`` that failed (or did not) as one JSONL file of the
+        owner's; its id."""
+        store = self._store
+
+        async def pieces() -> AsyncIterator[bytes]:
+            after = -1
+            while results := await store.results(batch.id, failed, after, PAGE):
+                yield b"".join(result.line + b"\n" for result in results)
+                after = results[-1].number
+
+        name = f"{batch.id}_{kind}.jsonl"
+        created = await self._files.create(principal, name, "batch_output", pieces(), sys.maxsize)
+        return created.id
