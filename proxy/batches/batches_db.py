@@ -20,7 +20,14 @@ from datetime import UTC, datetime
 import msgspec
 import sqlalchemy as sa
 
-from proxy.batches.objects import BATCH_DECODER, ENCODER, RUNNABLE, Batch, RequestCounts
+from proxy.batches.objects import (
+    BATCH_DECODER,
+    ENCODER,
+    MESSAGES,
+    RUNNABLE,
+    Batch,
+    RequestCounts,
+)
 from proxy.core.canonical import Principal
 from proxy.core.errors import NotFound
 from proxy.db import Database
@@ -72,6 +79,7 @@ class BatchStore:
                     id=batch.id,
                     owner=principal.key_id,
                     team=principal.team,
+                    endpoint=batch.endpoint,
                     principal=ENCODER.encode(principal),
                     body=ENCODER.encode(batch),
                     status=batch.status,
@@ -94,22 +102,24 @@ class BatchStore:
         async with self._database.connect() as connection:
             body = (await connection.execute(query)).scalar()
         if body is None:
-            raise NotFound(f"No such Batch object: {batch_id[:80]}", param="batch_id")
+            raise missing_batch(batch_id)
         return BATCH_DECODER.decode(body)
 
     async def page(
-        self, owner: Principal, *, after: str | None, limit: int
+        self, owner: Principal, *, after: str | None, limit: int, messages: bool = False
     ) -> tuple[list[Batch], bool]:
-        """``owner``'s batches, newest first, after the one named ``after``; at most ``limit``
-        and whether more follow. An ``after`` the owner does not have is a 404."""
+        """``owner``'s batches (``messages``: its message batches, else its others), newest
+        first, after the one named ``after``; at most ``limit`` and whether more follow. An
+        ``after`` the owner does not have is a 404."""
         await self._database.open()
-        where = [_owned(owner)]
+        kind = batches.c.endpoint == MESSAGES if messages else batches.c.endpoint != MESSAGES
+        where = [_owned(owner), kind]
         async with self._database.connect() as connection:
             if after is not None:
                 query = sa.select(batches.c.seq).where(_visible(after, owner))
                 seq = (await connection.execute(query)).scalar()
                 if seq is None:
-                    raise NotFound(f"No such Batch object: {after[:80]}", param="after")
+                    raise missing_batch(after)
                 where.append(batches.c.seq < seq)
             query = (
                 sa.select(batches.c.body)
@@ -123,10 +133,10 @@ class BatchStore:
     async def save(self, batch: Batch, *, lease: float | None) -> bool:
         """Write ``batch`` as it now stands, holding it ``lease`` seconds more (None: released);
         whether it was written. A batch asked to cancel meanwhile is not written back to
-        ``validating`` or ``in_progress`` (False: the caller reads the cancel on renewal)."""
+        ``validating``, ``in_progress`` or ``finalizing`` (False: it is to be cancelled)."""
         until = None if lease is None else _at(self._clock() + lease)
         where = batches.c.id == batch.id
-        if batch.status in ("validating", "in_progress"):
+        if batch.status in ("validating", "in_progress", "finalizing"):
             where = sa.and_(where, batches.c.status != "cancelling")
         async with self._database.connect() as connection:
             written = await connection.execute(
@@ -259,6 +269,36 @@ class BatchStore:
         async with self._database.connect() as connection:
             rows = list(await connection.execute(query))
         return [Result(row.line, bytes(row.result), failed) for row in rows]
+
+    async def outcomes(
+        self, batch_id: str, after: int, limit: int
+    ) -> list[tuple[int, str, bytes | None]]:
+        """At most ``limit`` lines of ``batch_id`` after line ``after``, in order: each line's
+        number, ``custom_id`` and stored result (None: it did not run)."""
+        query = (
+            sa.select(batch_lines.c.line, batch_lines.c.custom_id, batch_lines.c.result)
+            .where(batch_lines.c.batch_id == batch_id, batch_lines.c.line > after)
+            .order_by(batch_lines.c.line)
+            .limit(limit)
+        )
+        async with self._database.connect() as connection:
+            rows = list(await connection.execute(query))
+        return [
+            (row.line, row.custom_id, None if row.result is None else bytes(row.result))
+            for row in rows
+        ]
+
+    async def delete(self, batch_id: str, owner: Principal) -> None:
+        """Delete ``owner``'s batch ``batch_id`` and its lines (a 404 when it has none such)."""
+        await self.get(batch_id, owner)
+        async with self._database.connect() as connection:
+            await connection.execute(batch_lines.delete().where(batch_lines.c.batch_id == batch_id))
+            await connection.execute(batches.delete().where(_visible(batch_id, owner)))
+
+
+def missing_batch(batch_id: str) -> NotFound:
+    """The 404 of a batch the caller does not have."""
+    return NotFound(f"No such batch: {batch_id[:80]}", param="batch_id")
 
 
 def _owned(owner: Principal) -> sa.ColumnElement[bool]:

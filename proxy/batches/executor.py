@@ -5,7 +5,8 @@ through the chain (:class:`~proxy.batches.lines.LineRunner`), resumable after a 
 once when one is created here (:meth:`BatchExecutor.wake`): a new one, or one whose process
 stopped (its lease, :data:`LEASE_SECONDS`, released at a clean stop or passed after a crash).
 It holds each batch it runs under that lease, renewed every third of it; the renewal also reads
-whether the batch was asked to cancel (by any process).
+whether the batch was asked to cancel by another process (a cancel asked of this one stops its
+lines at once, :meth:`BatchExecutor.cancel`), and so does writing it ``finalizing``.
 
 A batch runs its lines without a result, in order, at most ``batches.concurrency`` at a time and
 at most ``batches.rate`` a second. Each line's result is stored as soon as it is known (results
@@ -20,8 +21,9 @@ again later.
 
 When every line has a result (or a cancel was asked: the lines without one are left out), the
 batch is ``finalizing``: its output file (the lines that succeeded) and error file (those that
-failed), in line order, are written as the owner's files (``purpose: batch_output``), then it is
-``completed`` (or ``cancelled``) with its ``request_counts``. A failure of the database while a
+failed), in line order, are written as the owner's files (``purpose: batch_output``; not for a
+message batch, whose results are read from its lines), then it is ``completed`` (or
+``cancelled``) with its ``request_counts``. A failure of the database while a
 batch runs is logged and leaves the batch to its lease: another pass resumes it.
 """
 
@@ -37,7 +39,7 @@ from typing import Any
 from proxy.batches.batches_db import BatchStore, Held, Result
 from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
-from proxy.batches.objects import Batch
+from proxy.batches.objects import MESSAGES, Batch
 from proxy.core.canonical import Principal
 from proxy.runtime.config import BatchesConfig
 
@@ -102,6 +104,7 @@ class BatchExecutor:
         self._clock = clock
         self._wakeup = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._cancels: dict[str, asyncio.Event] = {}
         self._poller: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -115,6 +118,15 @@ class BatchExecutor:
         if self._poller is None and not self._stopping:
             self.start()
         self._wakeup.set()
+
+    def cancel(self, batch_id: str) -> None:
+        """A cancel of ``batch_id`` was stored: if this process runs it, start no more of its
+        lines now (another process sees it on its next renewal); else look for it to end it."""
+        cancel = self._cancels.get(batch_id)
+        if cancel is not None:
+            cancel.set()
+        else:
+            self.wake()
 
     async def stop(self, seconds: float) -> int:
         """Start no more lines; give the running batches ``seconds`` to store the results of
@@ -157,12 +169,13 @@ class BatchExecutor:
 
         def forget(_: asyncio.Task[None]) -> None:
             self._running.pop(batch_id, None)
+            self._cancels.pop(batch_id, None)
 
         return forget
 
     async def _run(self, held: Held) -> None:
         batch = held.batch
-        cancel = asyncio.Event()
+        cancel = self._cancels[batch.id] = asyncio.Event()
         if batch.status == "cancelling":
             cancel.set()
         renewer = asyncio.create_task(self._renew(batch.id, cancel))
@@ -245,18 +258,19 @@ class BatchExecutor:
 
     async def _finish(self, batch: Batch, principal: Principal, cancelled: bool) -> None:
         """Write ``batch``'s output and error files and end it (module docstring)."""
-        if batch.status != "finalizing":
-            batch.status = "cancelling" if cancelled else "finalizing"
+        if batch.status != "finalizing" or cancelled:
             now = int(self._clock())
-            if cancelled:
-                batch.cancelling_at = batch.cancelling_at or now
-            else:
-                batch.finalizing_at = now
-            await self._store.save(batch, lease=self._lease)
+            if not cancelled:
+                batch.status, batch.finalizing_at = "finalizing", now
+                cancelled = not await self._store.save(batch, lease=self._lease)
+            if cancelled:  # asked (here, or found on writing finalizing)
+                batch.status, batch.cancelling_at = "cancelling", batch.cancelling_at or now
+                await self._store.save(batch, lease=self._lease)
         counts = await self._store.counts(batch.id)
-        if counts.completed:
+        files = batch.endpoint != MESSAGES  # a message batch's results are read from its lines
+        if files and counts.completed:
             batch.output_file_id = await self._file(batch, principal, "output", failed=False)
-        if counts.failed:
+        if files and counts.failed:
             batch.error_file_id = await self._file(batch, principal, "error", failed=True)
         batch.request_counts = counts
         now = int(self._clock())

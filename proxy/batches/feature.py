@@ -1,5 +1,6 @@
 """Files and batches assembled for the application: the stores, the executor and the routes
-from the ``batches`` config section, with the hooks the app runs at start and stop.
+(OpenAI's files and batches, Anthropic's message batches) from the ``batches`` config section,
+with the hooks the app runs at start and stop.
 
 At start the executor looks for batches to run when the gateway opened its database (it uses
 keys or a master key); otherwise from the first use of a file or batch route in the process —
@@ -18,6 +19,7 @@ from proxy.batches.contents import Contents, DatabaseContents, DirectoryContents
 from proxy.batches.executor import BatchExecutor
 from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
+from proxy.batches.message_batches import MessageBatchRoutes
 from proxy.batches.routes import BatchRoutes
 from proxy.core.metrics import Metrics
 from proxy.db import Database
@@ -56,11 +58,15 @@ class BatchesFeature:
         self._routes = BatchRoutes(
             config, self.files, self.batches, self.executor, snapshot, read_body, request_id
         )
+        self._message_routes = MessageBatchRoutes(
+            config, self.batches, self.executor, snapshot, read_body, request_id
+        )
 
     def add_to(self, app: web.Application, plain: Callable[[str, Any], Any]) -> None:
         """Add the routes (:mod:`proxy.batches.routes`) and the start and stop hooks; the stop
         gives the running batches ``server.shutdown_timeout``."""
         self._routes.add_to(app, plain)
+        self._message_routes.add_to(app, plain)
         timeout = app[SERVER].shutdown_timeout
 
         async def start(app: web.Application) -> None:

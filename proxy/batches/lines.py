@@ -9,7 +9,10 @@ on its :class:`~proxy.core.canonical.Accounting` (the ledger records it), and ac
 as a request (metrics, access line, ``finished`` hooks: one ledger record per line). What the
 dialect answered becomes the line's ``response``: its status and body, an error's too; a failed
 line also carries its error's ``code`` and ``message`` (``budget_exceeded`` when a budget ran
-out). It never raises but for cancellation (then the line is accounted as 499 and has no
+out; a line whose body does not decode is recorded with an empty model). A message batch's
+line (Anthropic's) is its result instead: ``{"custom_id", "result":
+{"type": "succeeded", "message"}}`` or ``{"type": "errored", "error"}`` with Anthropic's error
+body. It never raises but for cancellation (then the line is accounted as 499 and has no
 result: it runs again).
 """
 
@@ -23,11 +26,12 @@ from typing import Any
 import msgspec
 
 from proxy.batches.batches_db import Line, Result
-from proxy.batches.objects import ENCODER, LineError, LineResponse, OutputLine
-from proxy.core.canonical import Principal
+from proxy.batches.objects import ENCODER, MESSAGES, LineError, LineResponse, OutputLine
+from proxy.core.canonical import Call, Principal
 from proxy.core.errors import GatewayError, InternalError, NoReadyDeployment
 from proxy.core.metrics import Metrics
 from proxy.core.streams import is_closable
+from proxy.dialects.anthropic import AnthropicDialect
 from proxy.dialects.base import Dialect
 from proxy.dialects.openai_chat import OpenAIChatDialect
 from proxy.dialects.openai_embeddings import OpenAIEmbeddingsDialect
@@ -40,6 +44,7 @@ DIALECTS: dict[str, Dialect] = {
     "/v1/chat/completions": OpenAIChatDialect(),
     "/v1/responses": ResponsesDialect(),
     "/v1/embeddings": OpenAIEmbeddingsDialect(),
+    MESSAGES: AnthropicDialect(),
 }
 """The dialect each batch endpoint's lines are read and answered in."""
 _NO_HEADERS: dict[str, str] = {}
@@ -70,7 +75,12 @@ class LineRunner:
         call = None
         try:
             try:
-                call = dialect.decode(line.body, _NO_HEADERS, rid, start)
+                try:
+                    call = dialect.decode(line.body, _NO_HEADERS, rid, start)
+                except GatewayError:  # its ledger record still names the batch
+                    call = Call(rid, dialect.name, "", [], principal=principal)
+                    call.accounting.batch_id = batch_id
+                    raise
                 call.stream = False
                 router = snapshot.router
                 if not call.model:
@@ -93,6 +103,8 @@ class LineRunner:
                 outcome.usage = reply.whole_usage()
                 body = dialect.encode_response(call, reply)
                 outcome.status = 200
+                if endpoint == MESSAGES:
+                    return Result(line.number, _result(line.custom_id, "message", body), False)
                 return Result(line.number, _output(rid, line.custom_id, 200, body), False)
             except GatewayError as refused:
                 failure: GatewayError = refused
@@ -102,6 +114,8 @@ class LineRunner:
             status = dialect.error_status(failure)
             outcome.failed(failure, status)
             body = dialect.encode_error(failure, rid)
+            if endpoint == MESSAGES:
+                return Result(line.number, _result(line.custom_id, "error", body), True)
             named = LineError(failure.code, failure.message)
             return Result(line.number, _output(rid, line.custom_id, status, body, named), True)
         except BaseException:
@@ -119,6 +133,28 @@ def failed_line(custom_id: str, status: int, code: str, message: str) -> bytes:
     body["error"].update(param=None, code=code)
     rid = request_id()
     return _output(rid, custom_id, status, ENCODER.encode(body), LineError(code, message))
+
+
+class _Message(msgspec.Struct):
+    type: str
+    message: msgspec.Raw
+
+
+class _Errored(msgspec.Struct):
+    type: str
+    error: msgspec.Raw
+
+
+class _Individual(msgspec.Struct):
+    custom_id: str
+    result: _Message | _Errored
+
+
+def _result(custom_id: str, kind: str, body: bytes) -> bytes:
+    """A message batch's result line: ``succeeded`` with the message, or ``errored``."""
+    raw = msgspec.Raw(body)
+    result = _Message("succeeded", raw) if kind == "message" else _Errored("errored", raw)
+    return ENCODER.encode(_Individual(custom_id, result))
 
 
 def _output(

@@ -29,7 +29,9 @@ Status = Literal[
 RUNNABLE: tuple[Status, ...] = ("validating", "in_progress", "finalizing", "cancelling")
 """The statuses of a batch a process still has to take to its end."""
 ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
-"""The endpoints a batch's lines may call."""
+"""The endpoints an OpenAI batch's lines may call."""
+MESSAGES = "/v1/messages"
+"""The endpoint of an Anthropic message batch's lines (:mod:`proxy.batches.message_batches`)."""
 COMPLETION_WINDOW = "24h"
 WINDOW_SECONDS = 24 * 3600
 ENCODER = msgspec.json.Encoder()
@@ -85,9 +87,9 @@ class Batch(msgspec.Struct):
 BATCH_DECODER = msgspec.json.Decoder(Batch)
 
 
-def new_batch_id() -> str:
-    """A fresh batch id, as OpenAI spells them."""
-    return "batch_" + uuid.uuid4().hex
+def new_batch_id(prefix: str = "batch_") -> str:
+    """A fresh batch id, as OpenAI spells them (Anthropic's: ``msgbatch_``)."""
+    return prefix + uuid.uuid4().hex
 
 
 class InputLine(msgspec.Struct, forbid_unknown_fields=True):

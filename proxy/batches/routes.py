@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 from aiohttp import BodyPartReader, web
 
-from proxy.batches.batches_db import BatchStore
+from proxy.batches.batches_db import BatchStore, missing_batch
 from proxy.batches.contents import too_large
 from proxy.batches.executor import BatchExecutor
 from proxy.batches.files import FileStore, encode_file
@@ -37,6 +37,7 @@ from proxy.batches.objects import (
     COMPLETION_WINDOW,
     ENCODER,
     ENDPOINTS,
+    MESSAGES,
     RUNNABLE,
     WINDOW_SECONDS,
     Batch,
@@ -117,20 +118,7 @@ class BatchRoutes:
                     app.router.add_route(method, prefix + path, route)
 
     def _answering(self, handler: Handler) -> Callable[[web.Request], Awaitable[Any]]:
-        async def answer(request: web.Request) -> web.StreamResponse:
-            snapshot = self._snapshot()
-            request_id = self._request_id(request)
-            try:
-                principal = await snapshot.authenticate(request.headers)
-                return await handler(request, principal)
-            except GatewayError as error:
-                return error_response(error, anthropic_shape=False, request_id=request_id)
-            except Exception:
-                snapshot.logger.exception("unhandled_error", request_id=request_id, route="batches")
-                internal = InternalError("internal gateway error")
-                return error_response(internal, anthropic_shape=False, request_id=request_id)
-
-        return answer
+        return answering(self._snapshot, self._request_id, handler, anthropic_shape=False)
 
     async def _upload(self, request: web.Request, principal: Principal) -> web.Response:
         limit = self._config.max_file_bytes
@@ -240,16 +228,51 @@ class BatchRoutes:
         found, more = await self._batches.page(principal, after=query.get("after"), limit=limit)
         return _json(page_of([ENCODER.encode(b) for b in found], [b.id for b in found], more))
 
-    async def _batch(self, request: web.Request, principal: Principal) -> web.Response:
+    async def _mine(self, request: web.Request, principal: Principal) -> Batch:
+        """The caller's batch the path names (a message batch is not one: 404)."""
         batch = await self._batches.get(request.match_info["batch_id"], principal)
+        if batch.endpoint == MESSAGES:
+            raise missing_batch(batch.id)
+        return batch
+
+    async def _batch(self, request: web.Request, principal: Principal) -> web.Response:
+        batch = await self._mine(request, principal)
         if batch.status in RUNNABLE:
             batch.request_counts = await self._batches.counts(batch.id)
         return _json(ENCODER.encode(batch))
 
     async def _cancel(self, request: web.Request, principal: Principal) -> web.Response:
-        batch = await self._batches.request_cancel(request.match_info["batch_id"], principal)
-        self._executor.wake()
+        batch = await self._batches.request_cancel(
+            (await self._mine(request, principal)).id, principal
+        )
+        self._executor.cancel(batch.id)
         return _json(ENCODER.encode(batch))
+
+
+def answering(
+    snapshot: Callable[[], Snapshot],
+    request_id: Callable[[web.Request], str],
+    handler: Handler,
+    *,
+    anthropic_shape: bool,
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``handler`` given the caller's principal (authenticated before any body is read), its
+    errors answered in OpenAI's shape (or Anthropic's), an unexpected failure logged as a 500."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        current = snapshot()
+        rid = request_id(request)
+        try:
+            principal = await current.authenticate(request.headers)
+            return await handler(request, principal)
+        except GatewayError as error:
+            return error_response(error, anthropic_shape=anthropic_shape, request_id=rid)
+        except Exception:
+            current.logger.exception("unhandled_error", request_id=rid, route="batches")
+            internal = InternalError("internal gateway error")
+            return error_response(internal, anthropic_shape=anthropic_shape, request_id=rid)
+
+    return answer
 
 
 async def _pieces(part: BodyPartReader) -> AsyncIterator[bytes]:

@@ -236,6 +236,7 @@ batches = sa.Table(
     sa.Column("id", sa.String(64), nullable=False, unique=True),
     sa.Column("owner", sa.String(128), nullable=True),
     sa.Column("team", sa.String(64), nullable=True),
+    sa.Column("endpoint", sa.String(64), nullable=False),  # /v1/messages: a message batch
     sa.Column("principal", sa.LargeBinary, nullable=False),  # who its lines run as (no key)
     sa.Column("body", sa.LargeBinary, nullable=False),  # the batch object as last written
     sa.Column("status", sa.String(16), nullable=False),

@@ -39,6 +39,7 @@ def upgrade() -> None:
         sa.Column("id", sa.String(64), nullable=False, unique=True),
         sa.Column("owner", sa.String(128), nullable=True),
         sa.Column("team", sa.String(64), nullable=True),
+        sa.Column("endpoint", sa.String(64), nullable=False),
         sa.Column("principal", sa.LargeBinary, nullable=False),
         sa.Column("body", sa.LargeBinary, nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
