@@ -55,10 +55,12 @@ class Result(msgspec.Struct, frozen=True):
 
 
 class Held(msgspec.Struct, frozen=True):
-    """A batch a process claimed: its object and who its lines run as."""
+    """A batch a process claimed: its object, who its lines run as, and its native plan (the
+    encoded :class:`~proxy.batches.native.NativePlan`; None: gateway-executed)."""
 
     batch: Batch
     principal: Principal
+    native: bytes | None = None
 
 
 class BatchStore:
@@ -69,9 +71,14 @@ class BatchStore:
         self._clock = clock
 
     async def create(
-        self, batch: Batch, principal: Principal, lines: Sequence[tuple[str, bytes]]
+        self,
+        batch: Batch,
+        principal: Principal,
+        lines: Sequence[tuple[str, bytes]],
+        native: bytes | None = None,
     ) -> None:
-        """Store ``batch`` of ``principal`` with its input ``lines`` (``custom_id``, body)."""
+        """Store ``batch`` of ``principal`` with its input ``lines`` (``custom_id``, body) and
+        its encoded native plan (None: gateway-executed)."""
         await self._database.open()
         async with self._database.connect() as connection:
             await connection.execute(
@@ -82,6 +89,7 @@ class BatchStore:
                     endpoint=batch.endpoint,
                     principal=ENCODER.encode(principal),
                     body=ENCODER.encode(batch),
+                    native=native,
                     status=batch.status,
                     lease_until=None,
                 )
@@ -190,10 +198,20 @@ class BatchStore:
                     .values(lease_until=_at(self._clock() + lease))
                 )
                 if taken.rowcount == 1:
-                    query = sa.select(batches.c.body, batches.c.principal)
+                    query = sa.select(batches.c.body, batches.c.principal, batches.c.native)
                     held = (await connection.execute(query.where(batches.c.id == row.id))).one()
-                    return Held(BATCH_DECODER.decode(held.body), _PRINCIPAL.decode(held.principal))
+                    native = None if held.native is None else bytes(held.native)
+                    return Held(
+                        BATCH_DECODER.decode(held.body), _PRINCIPAL.decode(held.principal), native
+                    )
         return None
+
+    async def save_native(self, batch_id: str, native: bytes) -> None:
+        """Write ``batch_id``'s native plan as it now stands (its upstream batch's id)."""
+        async with self._database.connect() as connection:
+            await connection.execute(
+                batches.update().where(batches.c.id == batch_id).values(native=native)
+            )
 
     async def renew(self, batch_id: str, lease: float) -> str | None:
         """Hold ``batch_id`` ``lease`` seconds more; its status as stored (None: deleted)."""

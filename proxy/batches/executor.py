@@ -36,10 +36,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from proxy.batches.batches_db import BatchStore, Held, Result
+import msgspec
+
+from proxy.batches.batches_db import BatchStore, Held, Line, Result
 from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
-from proxy.batches.objects import MESSAGES, Batch
+from proxy.batches.native import ENDED, PLAN_DECODER, NativeRunner
+from proxy.batches.objects import ENCODER, MESSAGES, Batch, BatchErrors
 from proxy.core.canonical import Principal
 from proxy.runtime.config import BatchesConfig
 
@@ -89,6 +92,7 @@ class BatchExecutor:
         store: BatchStore,
         files: FileStore,
         runner: LineRunner,
+        native: NativeRunner,
         config: BatchesConfig,
         logger: Callable[[], Any],
         *,
@@ -98,6 +102,7 @@ class BatchExecutor:
         self._store = store
         self._files = files
         self._runner = runner
+        self._native_runner = native
         self._config = config
         self._logger = logger
         self._lease = lease
@@ -185,7 +190,10 @@ class BatchExecutor:
                 batch.in_progress_at = int(self._clock())
                 if not await self._store.save(batch, lease=self._lease):
                     cancel.set()
-            if batch.status == "in_progress" and not cancel.is_set():
+            if held.native is not None and batch.status in ("in_progress", "cancelling"):
+                if not await self._native(batch, held, cancel):
+                    return
+            elif batch.status == "in_progress" and not cancel.is_set():
                 await self._lines(batch, held.principal, cancel)
                 if self._stopping:
                     await self._store.save(batch, lease=None)  # the next process resumes it
@@ -255,6 +263,72 @@ class BatchExecutor:
             if flying:
                 await asyncio.wait(flying)
             await asyncio.shield(recorder.close())
+
+    async def _native(self, batch: Batch, held: Held, cancel: asyncio.Event) -> bool:
+        """Run ``batch`` through its provider's batch API (:mod:`proxy.batches.native`):
+        submit it once, poll it until it ends (asking it to cancel when asked), record its
+        results; whether to finish it now (False: the executor stops, or it failed upstream)."""
+        assert held.native is not None
+        plan = PLAN_DECODER.decode(held.native)
+        store, native = self._store, self._native_runner
+        if plan.upstream_id is None:
+            if cancel.is_set():
+                return True
+            lines: list[Line] = []
+            while page := await store.pending(batch.id, lines[-1].number if lines else -1, PAGE):
+                lines += page
+            plan.upstream_id = await native.submit(plan, batch.endpoint, lines)
+            await store.save_native(batch.id, ENCODER.encode(plan))
+        while True:
+            if cancel.is_set() and not plan.cancel_sent:
+                await native.cancel(plan)
+                plan.cancel_sent = True
+                await store.save_native(batch.id, ENCODER.encode(plan))
+            upstream = await native.status(plan)
+            if upstream.get("status") in ENDED:
+                break
+            if self._stopping:
+                await store.save(batch, lease=None)
+                return False
+            if plan.cancel_sent:
+                await asyncio.sleep(self._config.poll_interval)
+                continue
+            with contextlib.suppress(TimeoutError):  # a cancel asked meanwhile is sent at once
+                async with asyncio.timeout(self._config.poll_interval):
+                    await cancel.wait()
+        if upstream.get("status") == "failed":
+            batch.status, batch.failed_at = "failed", int(self._clock())
+            errors = upstream.get("errors") or {}
+            batch.errors = msgspec.convert(
+                {"data": errors.get("data") or [], "object": "list"}, BatchErrors, strict=False
+            )
+            await store.save(batch, lease=None)
+            return False
+        numbers = {custom_id: n for n, custom_id, _ in await self._all_lines(batch.id)}
+        results: list[Result] = []
+        for key, failed in (("output_file_id", False), ("error_file_id", True)):
+            file_id = upstream.get(key)
+            if not file_id:
+                continue
+            for raw in (await native.download(plan, str(file_id))).splitlines():
+                line = msgspec.json.decode(raw)
+                if not isinstance(line, dict) or line.get("custom_id") not in numbers:
+                    continue
+                number = numbers[line["custom_id"]]
+                response = line.get("response") or {}
+                bad = failed or bool(line.get("error")) or response.get("status_code", 200) >= 400
+                results.append(Result(number, raw, bad))
+                native.account(plan, batch.id, held.principal, line)
+        await store.record(batch.id, results)
+        if upstream.get("status") == "cancelled":
+            cancel.set()
+        return True
+
+    async def _all_lines(self, batch_id: str) -> list[tuple[int, str, bytes | None]]:
+        found: list[tuple[int, str, bytes | None]] = []
+        while page := await self._store.outcomes(batch_id, found[-1][0] if found else -1, PAGE):
+            found += page
+        return found
 
     async def _finish(self, batch: Batch, principal: Principal, cancelled: bool) -> None:
         """Write ``batch``'s output and error files and end it (module docstring)."""

@@ -20,6 +20,7 @@ from proxy.batches.executor import BatchExecutor
 from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
 from proxy.batches.message_batches import MessageBatchRoutes
+from proxy.batches.native import NativeRunner
 from proxy.batches.routes import BatchRoutes
 from proxy.core.metrics import Metrics
 from proxy.db import Database
@@ -52,6 +53,7 @@ class BatchesFeature:
             self.batches,
             self.files,
             LineRunner(snapshot, metrics),
+            NativeRunner(snapshot),
             config,
             lambda: snapshot().logger,
         )

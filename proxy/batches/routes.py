@@ -33,6 +33,7 @@ from proxy.batches.batches_db import BatchStore, missing_batch
 from proxy.batches.contents import too_large
 from proxy.batches.executor import BatchExecutor
 from proxy.batches.files import FileStore, encode_file
+from proxy.batches.native import plan_of
 from proxy.batches.objects import (
     COMPLETION_WINDOW,
     ENCODER,
@@ -214,11 +215,15 @@ class BatchRoutes:
             request_counts=RequestCounts(total=len(lines)),
             metadata=asked.metadata,
         )
+        native = None
         if errors:
             batch.status, batch.failed_at = "failed", now
             batch.errors, batch.request_counts = BatchErrors(errors), RequestCounts()
             lines = []
-        await self._batches.create(batch, principal, lines)
+        else:
+            plan = plan_of(self._snapshot().config, lines)
+            native = None if plan is None else ENCODER.encode(plan)
+        await self._batches.create(batch, principal, lines, native)
         self._executor.wake()
         return _json(ENCODER.encode(batch))
 

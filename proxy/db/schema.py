@@ -239,6 +239,7 @@ batches = sa.Table(
     sa.Column("endpoint", sa.String(64), nullable=False),  # /v1/messages: a message batch
     sa.Column("principal", sa.LargeBinary, nullable=False),  # who its lines run as (no key)
     sa.Column("body", sa.LargeBinary, nullable=False),  # the batch object as last written
+    sa.Column("native", sa.LargeBinary, nullable=True),  # a provider's batch runs it (no key)
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("lease_until", UtcDateTime, nullable=True),  # held by the process running it
     sa.Index("ix_batches_owner", "owner", "seq"),

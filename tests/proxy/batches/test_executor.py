@@ -15,6 +15,7 @@ from proxy.batches.batches_db import BatchStore, Line, Result
 from proxy.batches.contents import DatabaseContents
 from proxy.batches.executor import BatchExecutor
 from proxy.batches.files import FileStore
+from proxy.batches.native import NativeRunner
 from proxy.batches.objects import Batch, RequestCounts
 from proxy.core.canonical import Principal
 from proxy.db import Database
@@ -60,7 +61,8 @@ def executor(database: Database, runner: Runner, concurrency: int) -> BatchExecu
     config = BatchesConfig(concurrency=concurrency, poll_interval=0.05)
     store = BatchStore(database)
     files = FileStore(database, DatabaseContents(database))
-    return BatchExecutor(store, files, runner, config, structlog.get_logger)  # type: ignore[arg-type]
+    native = NativeRunner(lambda: None)  # type: ignore[arg-type,return-value]  # no native batch here
+    return BatchExecutor(store, files, runner, native, config, structlog.get_logger)  # type: ignore[arg-type]
 
 
 async def create(database: Database, lines: int) -> BatchStore:

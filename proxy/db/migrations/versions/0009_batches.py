@@ -42,6 +42,7 @@ def upgrade() -> None:
         sa.Column("endpoint", sa.String(64), nullable=False),
         sa.Column("principal", sa.LargeBinary, nullable=False),
         sa.Column("body", sa.LargeBinary, nullable=False),
+        sa.Column("native", sa.LargeBinary, nullable=True),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("lease_until", UtcDateTime, nullable=True),
     )
