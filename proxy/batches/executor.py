@@ -24,7 +24,9 @@ batch is ``finalizing``: its output file (the lines that succeeded) and error fi
 failed), in line order, are written as the owner's files (``purpose: batch_output``; not for a
 message batch, whose results are read from its lines), then it is ``completed`` (or
 ``cancelled``) with its ``request_counts``. A failure of the database while a
-batch runs is logged and leaves the batch to its lease: another pass resumes it.
+batch runs is logged and leaves the batch to its lease: another pass resumes it. A native batch
+(:mod:`proxy.batches.native`) is submitted to its provider instead, polled, and its results
+recorded; a provider that refuses it (a 4xx but 429) fails it, naming the refusal.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ import msgspec
 from proxy.batches.batches_db import BatchStore, Held, Line, Result
 from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
-from proxy.batches.native import ENDED, PLAN_DECODER, NativeRunner
-from proxy.batches.objects import ENCODER, MESSAGES, Batch, BatchErrors
+from proxy.batches.native import ENDED, PLAN_DECODER, NativeFailed, NativeRunner
+from proxy.batches.objects import ENCODER, MESSAGES, Batch, BatchError, BatchErrors
 from proxy.core.canonical import Principal
 from proxy.runtime.config import BatchesConfig
 
@@ -201,6 +203,8 @@ class BatchExecutor:
             await self._finish(batch, held.principal, cancel.is_set())
         except asyncio.CancelledError:
             raise
+        except NativeFailed as failure:
+            await self._native_failed(batch, failure)
         except Exception:
             self._logger().exception("batch_run_failed", batch_id=batch.id)
         finally:
@@ -323,6 +327,17 @@ class BatchExecutor:
         if upstream.get("status") == "cancelled":
             cancel.set()
         return True
+
+    async def _native_failed(self, batch: Batch, failure: NativeFailed) -> None:
+        """A provider's batch API refused (a 4xx but 429): the batch is ``failed``, naming it;
+        anything else (unreachable, 429, 5xx) is logged and left to the lease: tried again."""
+        status = failure.status
+        if status is None or status == 429 or status >= 500:
+            self._logger().warning("native_batch_retry", batch_id=batch.id, error=str(failure))
+            return
+        batch.status, batch.failed_at = "failed", int(self._clock())
+        batch.errors = BatchErrors([BatchError("native_batch_failed", str(failure))])
+        await self._store.save(batch, lease=None)
 
     async def _all_lines(self, batch_id: str) -> list[tuple[int, str, bytes | None]]:
         found: list[tuple[int, str, bytes | None]] = []

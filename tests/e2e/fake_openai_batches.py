@@ -7,7 +7,8 @@ Each input line is answered as a chat completion with fixed usage (10 prompt tok
 completion tokens), quoting its last message; a line whose message contains ``refuse`` goes to
 the error file with a 400. Every request's ``authorization`` header and every uploaded line is
 recorded, and ``chat_calls`` counts calls to ``/v1/chat/completions`` (which a native batch must
-never make)."""
+never make). A request with the key :data:`REFUSED_KEY` gets a 401 naming it, as some upstreams
+echo keys."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+REFUSED_KEY = "prov-refused-upstream-key-0123456789"
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
@@ -47,6 +49,9 @@ class FakeBatchAPI:
 
     async def upload(self, request: web.Request) -> web.Response:
         self._seen(request)
+        if request.headers.get("authorization") == f"Bearer {REFUSED_KEY}":
+            message = f"Incorrect API key provided: {REFUSED_KEY}"
+            return web.json_response({"error": {"message": message}}, status=401)
         form = await request.post()
         upload = form["file"]
         data = upload.file.read() if hasattr(upload, "file") else bytes(str(upload), "utf-8")

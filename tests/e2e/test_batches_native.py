@@ -20,7 +20,7 @@ import openai
 
 from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
-from tests.e2e.fake_openai_batches import FakeBatchAPI
+from tests.e2e.fake_openai_batches import REFUSED_KEY, FakeBatchAPI
 from tests.schemas import validate_in
 
 SPEC = "openai-batches.openapi.json"
@@ -43,9 +43,11 @@ def config(tmp_path: Path, upstream: str) -> Path:
               keys: [{{key: "{KEY}", alias: native}}]
             providers:
               up: {{type: openai, base_url: "{upstream}/v1", api_key: "{UPSTREAM_KEY}"}}
+              denied: {{type: openai, base_url: "{upstream}/v1", api_key: "{REFUSED_KEY}"}}
             models:
               cheap:
                 - {{target: up/gpt-batch, batch: native, prices: {{input: 1, output: 2}}}}
+              refused: [{{target: denied/gpt-batch, batch: native}}]
             plugins:
               - auth: {{}}
               - cost: {{}}
@@ -55,7 +57,7 @@ def config(tmp_path: Path, upstream: str) -> Path:
     return path
 
 
-def lines(count: int) -> bytes:
+def lines(count: int, model: str = "cheap") -> bytes:
     return b"".join(
         json.dumps(
             {
@@ -63,7 +65,7 @@ def lines(count: int) -> bytes:
                 "method": "POST",
                 "url": "/v1/chat/completions",
                 "body": {
-                    "model": "cheap",
+                    "model": model,
                     "messages": [{"role": "user", "content": "refuse" if n == 3 else f"ask {n}"}],
                 },
             }
@@ -111,6 +113,37 @@ async def test_a_native_batch_is_submitted_polled_mapped_back_and_priced_at_the_
     assert spend["requests"] == 8
     assert spend["cost_usd"] == round(7 * LINE_NANOS / 1e9, 9)
     assert UPSTREAM_KEY not in logs.getvalue()
+
+
+async def test_a_native_batch_the_provider_refuses_fails_naming_the_refusal_not_the_key(
+    tmp_path: Path,
+) -> None:
+    fake = FakeBatchAPI()
+    upstream_runner, upstream = await start_site(fake.app())
+    logs = io.StringIO()
+    runner, url = await start_site(create_app(config(tmp_path, upstream), log_stream=logs))
+    try:
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0) as client:
+            uploaded = await client.files.create(
+                file=("in.jsonl", lines(2, "refused")), purpose="batch"
+            )
+            created = await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+            batch = await finished(client, created.id)
+    finally:
+        await runner.cleanup()
+        await upstream_runner.cleanup()
+    assert batch.status == "failed"
+    assert batch.errors is not None
+    assert batch.errors.data is not None
+    ((error),) = batch.errors.data
+    assert error.code == "native_batch_failed"
+    assert "401" in (error.message or "")
+    assert REFUSED_KEY not in batch.model_dump_json()
+    assert REFUSED_KEY not in logs.getvalue()
 
 
 async def finished(client: openai.AsyncOpenAI, batch_id: str) -> Any:
