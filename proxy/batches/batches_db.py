@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 import msgspec
 import sqlalchemy as sa
 
+from proxy.batches.files import is_id
 from proxy.batches.objects import (
     BATCH_DECODER,
     ENCODER,
@@ -105,6 +106,8 @@ class BatchStore:
 
     async def get(self, batch_id: str, owner: Principal) -> Batch:
         """``owner``'s batch ``batch_id``; a 404 when it has none such."""
+        if not is_id(batch_id):
+            raise missing_batch(batch_id)
         await self._database.open()
         query = sa.select(batches.c.body).where(_visible(batch_id, owner))
         async with self._database.connect() as connection:
@@ -124,6 +127,8 @@ class BatchStore:
         where = [_owned(owner), kind]
         async with self._database.connect() as connection:
             if after is not None:
+                if not is_id(after):
+                    raise missing_batch(after)
                 query = sa.select(batches.c.seq).where(_visible(after, owner))
                 seq = (await connection.execute(query)).scalar()
                 if seq is None:

@@ -11,6 +11,7 @@ record no listing shows (and :meth:`FileStore.sweep` removes). The object answer
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +27,7 @@ from proxy.db import Database
 from proxy.db.schema import batch_files
 
 MAX_FILENAME = 256
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -41,6 +43,12 @@ class FileObject(msgspec.Struct, frozen=True):
     status: str = "processed"
     expires_at: int | None = None
     status_details: str | None = None
+
+
+def is_id(value: str) -> bool:
+    """Whether ``value`` can be an id the gateway gave (a file's or a batch's): 1 to 64 ASCII
+    letters, digits, ``-`` and ``_``; anything else is looked up nowhere."""
+    return _ID.fullmatch(value) is not None
 
 
 def new_file_id() -> str:
@@ -70,7 +78,7 @@ class FileStore:
         (nothing is kept); whatever else ``pieces`` or the storage raise, likewise."""
         file_id = new_file_id()
         created = int(self._clock())
-        filename = filename[:MAX_FILENAME]
+        filename = filename[:MAX_FILENAME].encode("utf-8", "replace").decode("utf-8")
         await self._database.open()
         async with self._database.connect() as connection:
             await connection.execute(
@@ -100,6 +108,8 @@ class FileStore:
 
     async def get(self, file_id: str, owner: Principal) -> FileObject:
         """``owner``'s file ``file_id``; a 404 when it has none such."""
+        if not is_id(file_id):
+            raise _missing(file_id)
         await self._database.open()
         query = sa.select(batch_files).where(_visible(file_id, owner))
         async with self._database.connect() as connection:
@@ -120,6 +130,8 @@ class FileStore:
             where.append(batch_files.c.purpose == purpose)
         async with self._database.connect() as connection:
             if after is not None:
+                if not is_id(after):
+                    raise _missing(after)
                 seq = (
                     await connection.execute(
                         sa.select(batch_files.c.seq).where(_visible(after, owner))

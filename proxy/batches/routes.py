@@ -32,7 +32,7 @@ from aiohttp import BodyPartReader, web
 from proxy.batches.batches_db import BatchStore, missing_batch
 from proxy.batches.contents import too_large
 from proxy.batches.executor import BatchExecutor
-from proxy.batches.files import FileStore, encode_file
+from proxy.batches.files import FileStore, encode_file, is_id
 from proxy.batches.native import plan_of
 from proxy.batches.objects import (
     COMPLETION_WINDOW,
@@ -129,9 +129,15 @@ class BatchRoutes:
         if request.content_type != "multipart/form-data":
             raise BadRequest("upload a file as multipart/form-data (purpose, then file)")
         try:
-            reader = await request.multipart()
-        except (AssertionError, ValueError):
-            raise BadRequest("the multipart body cannot be read") from None
+            return await self._store_upload(request, principal, limit)
+        except (ValueError, AssertionError, LookupError) as exc:  # aiohttp's multipart parser
+            raise BadRequest(f"the multipart body cannot be read: {type(exc).__name__}") from None
+
+    async def _store_upload(
+        self, request: web.Request, principal: Principal, limit: int
+    ) -> web.Response:
+        """Read the multipart upload (``purpose``, then ``file``) and store its file."""
+        reader = await request.multipart()
         purpose: str | None = None
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
@@ -160,11 +166,14 @@ class BatchRoutes:
         query = request.query
         raw = query.get("limit")
         limit = MAX_FILES_LIMIT if raw is None else query_limit(raw, MAX_FILES_LIMIT)
+        purpose = query.get("purpose")
+        if purpose is not None and not is_id(purpose):
+            raise BadRequest("purpose is not a file purpose", param="purpose")
         found, more = await self._files.page(
             principal,
             after=query.get("after"),
             limit=limit,
-            purpose=query.get("purpose"),
+            purpose=purpose,
             desc=_descending(query.get("order")),
         )
         return _json(page_of([encode_file(f) for f in found], [f.id for f in found], more))
