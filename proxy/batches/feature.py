@@ -21,7 +21,7 @@ from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
 from proxy.batches.message_batches import MessageBatchRoutes
 from proxy.batches.native import NativeRunner
-from proxy.batches.routes import BatchRoutes
+from proxy.batches.routes import BatchRoutes, RouteParts
 from proxy.core.metrics import Metrics
 from proxy.db import Database
 from proxy.http.app_keys import SERVER
@@ -57,12 +57,11 @@ class BatchesFeature:
             config,
             lambda: snapshot().logger,
         )
-        self._routes = BatchRoutes(
+        parts = RouteParts(
             config, self.files, self.batches, self.executor, snapshot, read_body, request_id
         )
-        self._message_routes = MessageBatchRoutes(
-            config, self.batches, self.executor, snapshot, read_body, request_id
-        )
+        self._routes = BatchRoutes(parts)
+        self._message_routes = MessageBatchRoutes(parts)
 
     def add_to(self, app: web.Application, plain: Callable[[str, Any], Any]) -> None:
         """Add the routes (:mod:`proxy.batches.routes`) and the start and stop hooks; the stop

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from proxy.batches.batches_db import BatchStore, missing_batch
-from proxy.batches.executor import PAGE, BatchExecutor
+from proxy.batches.batches_db import missing_batch
+from proxy.batches.executor import PAGE
 from proxy.batches.objects import (
     COMPLETION_WINDOW,
     ENCODER,
@@ -40,12 +40,11 @@ from proxy.batches.objects import (
     RequestCounts,
     new_batch_id,
 )
-from proxy.batches.routes import answering
+from proxy.batches.routes import Handler, RouteParts, add_routes
 from proxy.core.canonical import Principal
 from proxy.core.errors import BadRequest
-from proxy.runtime.config import BatchesConfig
-from proxy.runtime.snapshot import Snapshot
 
+BASE = "/v1/messages/batches"
 MAX_LIST = 1000
 DEFAULT_LIST = 20
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -89,41 +88,24 @@ class MessageBatch(msgspec.Struct):
 class MessageBatchRoutes:
     """The handlers (module docstring), over the parts the OpenAI routes use."""
 
-    def __init__(
-        self,
-        config: BatchesConfig,
-        batches: BatchStore,
-        executor: BatchExecutor,
-        snapshot: Callable[[], Snapshot],
-        read_body: Callable[[web.Request], Awaitable[bytes]],
-        request_id: Callable[[web.Request], str],
-    ) -> None:
-        self._config = config
-        self._batches = batches
-        self._executor = executor
-        self._snapshot = snapshot
-        self._read_body = read_body
-        self._request_id = request_id
+    def __init__(self, parts: RouteParts) -> None:
+        self._parts = parts
+        self._config = parts.config
+        self._batches = parts.batches
+        self._executor = parts.executor
+        self._read_body = parts.read_body
 
     def add_to(self, app: web.Application, plain: Callable[[str, Any], Any]) -> None:
         """Route every path, each wrapped by ``plain``."""
-        base = "/v1/messages/batches"
-        for method, path, handler in (
-            ("POST", base, self._create),
-            ("GET", base, self._list),
-            ("GET", base + "/{batch_id}/results", self._results),
-            ("POST", base + "/{batch_id}/cancel", self._cancel),
-            ("GET", base + "/{batch_id}", self._retrieve),
-            ("DELETE", base + "/{batch_id}", self._delete),
-        ):
-            route = plain(
-                path,
-                answering(self._snapshot, self._request_id, handler, anthropic_shape=True),
-            )
-            if method == "GET":
-                app.router.add_get(path, route)
-            else:
-                app.router.add_route(method, path, route)
+        table: list[tuple[str, str, Handler]] = [
+            ("POST", "", self._create),
+            ("GET", "", self._list),
+            ("GET", "/{batch_id}/results", self._results),
+            ("POST", "/{batch_id}/cancel", self._cancel),
+            ("GET", "/{batch_id}", self._retrieve),
+            ("DELETE", "/{batch_id}", self._delete),
+        ]
+        add_routes(app, plain, self._parts, table, prefix=BASE, anthropic_shape=True)
 
     async def _create(self, request: web.Request, principal: Principal) -> web.Response:
         try:
@@ -251,7 +233,7 @@ class MessageBatchRoutes:
         results = None
         if ended:
             origin = request.url.origin()
-            results = f"{origin}/v1/messages/batches/{batch.id}/results"
+            results = f"{origin}{BASE}/{batch.id}/results"
         return MessageBatch(
             id=batch.id,
             processing_status="canceling"

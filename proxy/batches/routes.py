@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from aiohttp import BodyPartReader, web
@@ -75,33 +75,57 @@ class _CreateBatch(msgspec.Struct):
 _CREATE = msgspec.json.Decoder(_CreateBatch)
 
 
-class BatchRoutes:
-    """The handlers (module docstring). ``snapshot()`` gives the current runtime snapshot;
-    ``read_body`` reads a JSON body under the server's limits; ``request_id`` names a request
-    as the dialect routes do."""
+class RouteParts(NamedTuple):
+    """What the batch routes work with: the ``batches`` config, the stores and the executor;
+    ``snapshot()`` gives the current runtime snapshot, ``read_body`` reads a JSON body under the
+    server's limits, ``request_id`` names a request as the dialect routes do."""
 
-    def __init__(
-        self,
-        config: BatchesConfig,
-        files: FileStore,
-        batches: BatchStore,
-        executor: BatchExecutor,
-        snapshot: Callable[[], Snapshot],
-        read_body: Callable[[web.Request], Awaitable[bytes]],
-        request_id: Callable[[web.Request], str],
-    ) -> None:
-        self._config = config
-        self._files = files
-        self._batches = batches
-        self._executor = executor
-        self._snapshot = snapshot
-        self._read_body = read_body
-        self._request_id = request_id
+    config: BatchesConfig
+    files: FileStore
+    batches: BatchStore
+    executor: BatchExecutor
+    snapshot: Callable[[], Snapshot]
+    read_body: Callable[[web.Request], Awaitable[bytes]]
+    request_id: Callable[[web.Request], str]
+
+
+def add_routes(
+    app: web.Application,
+    plain: Callable[[str, Any], Any],
+    parts: RouteParts,
+    table: list[tuple[str, str, Handler]],
+    *,
+    prefix: str = "",
+    anthropic_shape: bool,
+) -> None:
+    """Route each ``(method, path, handler)`` of ``table`` under ``prefix``, each handler given
+    the caller's principal (:func:`answering`) and wrapped by ``plain``."""
+    for method, path, handler in table:
+        route = plain(
+            prefix + path,
+            answering(parts.snapshot, parts.request_id, handler, anthropic_shape=anthropic_shape),
+        )
+        if method == "GET":  # with HEAD, as every GET route
+            app.router.add_get(prefix + path, route)
+        else:
+            app.router.add_route(method, prefix + path, route)
+
+
+class BatchRoutes:
+    """The handlers (module docstring)."""
+
+    def __init__(self, parts: RouteParts) -> None:
+        self._parts = parts
+        self._config = parts.config
+        self._files = parts.files
+        self._batches = parts.batches
+        self._executor = parts.executor
+        self._read_body = parts.read_body
 
     def add_to(self, app: web.Application, plain: Callable[[str, Any], Any]) -> None:
         """Route every path, under ``/v1`` and without it, each wrapped by ``plain``."""
         for prefix in ("/v1", ""):
-            for method, path, handler in (
+            table: list[tuple[str, str, Handler]] = [
                 ("POST", "/files", self._upload),
                 ("GET", "/files", self._list_files),
                 ("GET", "/files/{file_id}/content", self._content),
@@ -111,15 +135,8 @@ class BatchRoutes:
                 ("GET", "/batches", self._list_batches),
                 ("POST", "/batches/{batch_id}/cancel", self._cancel),
                 ("GET", "/batches/{batch_id}", self._batch),
-            ):
-                route = plain(prefix + path, self._answering(handler))
-                if method == "GET":
-                    app.router.add_get(prefix + path, route)
-                else:
-                    app.router.add_route(method, prefix + path, route)
-
-    def _answering(self, handler: Handler) -> Callable[[web.Request], Awaitable[Any]]:
-        return answering(self._snapshot, self._request_id, handler, anthropic_shape=False)
+            ]
+            add_routes(app, plain, self._parts, table, prefix=prefix, anthropic_shape=False)
 
     async def _upload(self, request: web.Request, principal: Principal) -> web.Response:
         limit = self._config.max_file_bytes
@@ -230,7 +247,7 @@ class BatchRoutes:
             batch.errors, batch.request_counts = BatchErrors(errors), RequestCounts()
             lines = []
         else:
-            plan = plan_of(self._snapshot().config, lines)
+            plan = plan_of(self._parts.snapshot().config, lines)
             native = None if plan is None else ENCODER.encode(plan)
         await self._batches.create(batch, principal, lines, native)
         self._executor.wake()
