@@ -4,14 +4,17 @@
 completions, responses and embeddings; every body validated against OpenAI's schema; each line
 one ledger record tagged with its batch (``/admin/spend?group_by=batch``); another key sees none
 of it; a budget that runs out midway fails the remaining lines with ``budget_exceeded``; an
-upload past the bound is a 413, whether or not it says its length, and nothing of it is kept."""
+upload past the bound is a 413, whether or not it says its length, and nothing of it is kept; a
+batch's lines start no faster than its rate."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import textwrap
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,13 +57,20 @@ class Gateway:
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with serving(tmp_path, "") as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, more: str) -> AsyncIterator[Gateway]:
+    """A gateway with ``more`` added to its ``batches`` section."""
     config = tmp_path / "gateway.yaml"
     config.write_text(
         textwrap.dedent(
             f"""
             server: {{access_log: false}}
             database: {{url: "sqlite:///{tmp_path}/crossway.db"}}
-            batches: {{max_file_bytes: {MAX_FILE_BYTES}, concurrency: 4, poll_interval: 0.2}}
+            batches: {{max_file_bytes: {MAX_FILE_BYTES}, concurrency: 4, poll_interval: 0.2{more}}}
             auth:
               master_key: "{MASTER}"
               keys:
@@ -368,3 +378,17 @@ async def test_a_cancelled_batch_ends_cancelled_with_the_lines_that_ran(gateway:
         assert len(await lines_of(alice, batch.output_file_id)) == counts.completed
         again = await alice.batches.cancel(created.id)  # an ended batch is answered as it is
         assert again.status == "cancelled"
+
+
+async def test_a_batch_starts_its_lines_no_faster_than_its_rate(tmp_path: Path) -> None:
+    async with serving(tmp_path, ", rate: 40") as gateway, gateway.client() as alice:
+        started = time.monotonic()
+        created = await alice.batches.create(
+            input_file_id=await upload(alice, chat_lines(9)),
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
+        batch = await finished(alice, created.id)
+        took = time.monotonic() - started
+    assert batch.status == "completed"
+    assert took >= 8 / 40  # nine lines at 40 a second: the last starts 0.2 s after the first
