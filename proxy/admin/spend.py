@@ -1,10 +1,11 @@
 """The spend API: what was spent, by whom, on what — read from the ledger.
 
-- ``GET /admin/spend?group_by=key|team|model|provider|user|day[,…]&from=&to=[&team=&key_id=]``
+- ``GET /admin/spend?group_by=key|team|model|provider|user|day|batch[,…]&from=&to=[&team=&key_id=]``
   (master key) → ``{"data": [{<group fields>, requests, input_tokens, cache_read_tokens,
   cache_write_tokens, output_tokens, reasoning_tokens, cost_usd, saved_usd}], "total": {…}}``,
   groups largest cost first; group fields are named ``key_id``, ``team``, ``model``,
-  ``provider``, ``user``, ``day``. Without ``group_by``, ``data`` holds one row: the total.
+  ``provider``, ``user``, ``day``, ``batch_id``. Without ``group_by``, ``data`` holds one row: the
+  total.
 - ``GET /admin/spend/logs?from=&to=[&team=&key_id=&user=&model=&status=&cache=]&limit=&cursor=``
   (master key) → ``{"data": [records], "next": <cursor or null>}``, newest first; ``limit`` 1
   to 1000 (100). ``model`` is the name the client asked for, ``status`` a code (``429``) or a

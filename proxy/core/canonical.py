@@ -386,6 +386,8 @@ class Accounting(Struct):
     - ``saved_nanos``: on a cache hit, the cost of the original answer (stored with the
       entry, from ``cost_nanos`` of the request that filled it): what the hit saved.
     - ``fallback``: the model (alias or ``provider/model``) that served after a fallback.
+    - ``batch_id``: the batch this request is a line of (:mod:`proxy.batches`), set by the
+      batch executor before the chain runs.
     """
 
     cost_nanos: int | None = None
@@ -394,6 +396,7 @@ class Accounting(Struct):
     cache: CacheResult | None = None
     saved_nanos: int | None = None
     fallback: str | None = None
+    batch_id: str | None = None
 
 
 EncodingFormat = Literal["float", "base64"]

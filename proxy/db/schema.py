@@ -129,6 +129,7 @@ spend = sa.Table(
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("fallback", sa.String(256), nullable=True),
     sa.Column("cache", sa.String(8), nullable=True),
+    sa.Column("batch_id", sa.String(64), nullable=True),  # the batch a line of ran in
     sa.Index("ix_spend_time", "time"),
     sa.Index("ix_spend_key_time", "key_id", "time"),
     sa.Index("ix_spend_team_time", "team", "time"),
@@ -201,4 +202,58 @@ chat_completions = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
     sa.Index("ix_chat_completions_owner", "owner", "seq"),
+)
+
+# Files and batches (proxy/batches): a file's record, its contents in parts when kept in the
+# database; a batch, and each of its input lines with its result once it ran.
+batch_files = sa.Table(
+    "batch_files",
+    METADATA,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),  # creation order
+    sa.Column("id", sa.String(64), nullable=False, unique=True),
+    sa.Column("owner", sa.String(128), nullable=True),
+    sa.Column("team", sa.String(64), nullable=True),
+    sa.Column("filename", sa.String(256), nullable=False),
+    sa.Column("purpose", sa.String(32), nullable=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("complete", sa.Boolean, nullable=False),  # False while its upload runs
+    sa.Index("ix_batch_files_owner", "owner", "seq"),
+)
+
+batch_file_parts = sa.Table(
+    "batch_file_parts",
+    METADATA,
+    sa.Column("file_id", sa.String(64), primary_key=True),
+    sa.Column("part", sa.Integer, primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
+batches = sa.Table(
+    "batches",
+    METADATA,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),  # creation order
+    sa.Column("id", sa.String(64), nullable=False, unique=True),
+    sa.Column("owner", sa.String(128), nullable=True),
+    sa.Column("team", sa.String(64), nullable=True),
+    sa.Column("endpoint", sa.String(64), nullable=False),  # /v1/messages: a message batch
+    sa.Column("principal", sa.LargeBinary, nullable=False),  # who its lines run as (no key)
+    sa.Column("body", sa.LargeBinary, nullable=False),  # the batch object as last written
+    sa.Column("native", sa.LargeBinary, nullable=True),  # a provider's batch runs it (no key)
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("lease_until", UtcDateTime, nullable=True),  # held by the process running it
+    sa.Index("ix_batches_owner", "owner", "seq"),
+    sa.Index("ix_batches_status", "status"),
+)
+
+batch_lines = sa.Table(
+    "batch_lines",
+    METADATA,
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("line", sa.Integer, primary_key=True),
+    sa.Column("custom_id", sa.String(512), nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("result", sa.LargeBinary, nullable=True),  # None: not run yet
+    sa.Column("failed", sa.Boolean, nullable=True),
+    sa.Index("ix_batch_lines_pending", "batch_id", "failed", "line"),
 )

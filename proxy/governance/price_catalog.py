@@ -10,6 +10,8 @@ apart: ``{above_tokens: 200000, input: 6, ...}`` applies to the *whole* request 
 field a tier leaves out keeps the base's price when the base gives one, else follows the tier's
 own ``input`` (cache buckets) or ``output`` (reasoning). A price may have at most six decimals
 (it is held as an integer number of micro-dollars per million tokens: pico-dollars per token).
+``batch`` is the fraction of the prices a provider's own batch API charges (default 0.5, as
+OpenAI, Azure and Anthropic discount batches; a native batch is priced so, :mod:`proxy.batches`).
 
 Every function raises :class:`PricingError` for a bad price, naming its YAML path;
 :func:`load_catalog` is this module's only I/O.
@@ -58,6 +60,8 @@ class PriceSpec(Struct, frozen=True, forbid_unknown_fields=True):
     cache_write: Price | None = None
     reasoning: Price | None = None
     tiers: tuple[TierSpec, ...] = ()
+    batch: Annotated[float, Meta(gt=0, le=1)] = 0.5
+    """What a provider's own batch API charges, as a fraction of these prices."""
 
 
 class PricingConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -77,7 +81,7 @@ def price_of(spec: PriceSpec, path: str = "$") -> ModelPrice:
         if any(threshold == tier.above_tokens for threshold, _ in tiers):
             raise PricingError(f"{where}.above_tokens: {tier.above_tokens} appears twice")
         tiers.append((tier.above_tokens, _rates(tier, spec, where)))
-    return ModelPrice(base, tiers)
+    return ModelPrice(base, tiers, batch=spec.batch)
 
 
 def _rates(prices: PriceSpec | TierSpec, base: PriceSpec, path: str) -> Rates:

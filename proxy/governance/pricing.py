@@ -86,11 +86,16 @@ class Rates(msgspec.Struct, frozen=True, gc=False):
 class ModelPrice:
     """A model's prices, ready for exact arithmetic. Build it with :meth:`of`."""
 
-    __slots__ = ("base", "dearest", "tiers")
+    __slots__ = ("base", "batch", "dearest", "tiers")
 
-    def __init__(self, base: Rates, tiers: Sequence[tuple[int, Rates]] = ()) -> None:
+    def __init__(
+        self, base: Rates, tiers: Sequence[tuple[int, Rates]] = (), *, batch: float = 0.5
+    ) -> None:
         self.base = base
         self.tiers = tuple(sorted(tiers, reverse=True))  # largest threshold first
+        self.batch = batch
+        """The fraction of these prices a provider's own batch API charges (OpenAI's, Azure's
+        and Anthropic's: half, the default)."""
         self.dearest = _dearest(base)
         """The base tier's dearest input and output rates (:meth:`worst_nanos`)."""
 
@@ -117,6 +122,10 @@ class ModelPrice:
         )
         return (picos + 500) // 1000
 
+    def batch_nanos(self, usage: Usage) -> int:
+        """The cost of ``usage`` run through the provider's own batch API (rounded half up)."""
+        return int(self.cost_nanos(usage) * self.batch + 0.5)
+
     def estimate_nanos(self, input_tokens: int, output_tokens: int) -> int:
         """The cost of ``input_tokens`` uncached input and ``output_tokens`` output."""
         r = self.rates(input_tokens) if self.tiers else self.base
@@ -138,11 +147,14 @@ class ModelPrice:
 
     def __eq__(self, other: object) -> bool:
         return (
-            isinstance(other, ModelPrice) and self.base == other.base and self.tiers == other.tiers
+            isinstance(other, ModelPrice)
+            and self.base == other.base
+            and self.tiers == other.tiers
+            and self.batch == other.batch
         )
 
     def __hash__(self) -> int:
-        return hash((self.base, self.tiers))
+        return hash((self.base, self.tiers, self.batch))
 
     def __repr__(self) -> str:
         return f"ModelPrice({self.base!r}, tiers={list(self.tiers)!r})"

@@ -171,11 +171,7 @@ def dialect_handler(
         finally:
             in_flight.dec()
             if not handed_over:
-                _observe(metrics, name, call, outcome, start)
-                if snapshot.config.server.access_log or outcome.status >= 500:
-                    _access_log(snapshot.access_log, name, call, outcome, start, request_id)
-                if snapshot.finishers:
-                    _finished(snapshot, name, call, outcome, start, request_id)
+                account(snapshot, metrics, name, call, outcome, start, request_id)
             snapshot.leave()
 
     def _runs(call: Call, snapshot: Snapshot) -> Callable[[], Awaitable[Reply]]:
@@ -198,17 +194,31 @@ def dialect_handler(
             else:
                 outcome.status = CLIENT_CLOSED if ran.cancelled else 200
             in_flight.dec()
-            _observe(metrics, name, call, outcome, start)
-            request_id = call.request_id
-            if snapshot.config.server.access_log or outcome.status >= 500:
-                _access_log(snapshot.access_log, name, call, outcome, start, request_id)
-            if snapshot.finishers:
-                _finished(snapshot, name, call, outcome, start, request_id)
+            account(snapshot, metrics, name, call, outcome, start, call.request_id)
             snapshot.leave()
 
         return ended
 
     return handle
+
+
+def account(
+    snapshot: Snapshot,
+    metrics: Metrics,
+    dialect: str,
+    call: Call | None,
+    outcome: Outcome,
+    start: float,
+    request_id: str,
+) -> None:
+    """A request's accounting once it ended: counted in the metrics, logged as one access line
+    (when ``server.access_log`` is on, and always for a 5xx), handed to the plugins'
+    ``finished`` hooks (how the ledger records it). Also the batch lines' (:mod:`proxy.batches`)."""
+    _observe(metrics, dialect, call, outcome, start)
+    if snapshot.config.server.access_log or outcome.status >= 500:
+        _access_log(snapshot.access_log, dialect, call, outcome, start, request_id)
+    if snapshot.finishers:
+        _finished(snapshot, dialect, call, outcome, start, request_id)
 
 
 def _whole(

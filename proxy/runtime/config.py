@@ -131,6 +131,29 @@ class ResponsesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_bytes_per_owner: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
 
 
+class BatchesConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Files and batches (``/v1/files``, ``/v1/batches``; :mod:`proxy.batches`, as the process
+    started). ``storage`` is where file contents go: ``database`` (the gateway's database, in
+    parts) or ``directory`` (files under ``directory``, which it then names). An upload past
+    ``max_file_bytes`` (200 MB, OpenAI's bound on a batch input file) is refused with 413; a
+    batch holds at most ``max_lines`` requests. Each process runs a batch's lines
+    ``concurrency`` at a time, at most ``rate`` a second (None: as fast as they end), and looks
+    for batches to run (new ones, or those a stopped process left) every ``poll_interval``
+    seconds."""
+
+    storage: Literal["database", "directory"] = "database"
+    directory: str | None = None
+    max_file_bytes: Annotated[int, Meta(ge=1)] = 200 * 1024 * 1024
+    max_lines: Annotated[int, Meta(ge=1)] = 50_000
+    concurrency: Annotated[int, Meta(ge=1, le=1024)] = 16
+    rate: Annotated[float, Meta(gt=0)] | None = None
+    poll_interval: PositiveSeconds = 2.0
+
+    def __post_init__(self) -> None:
+        if self.storage == "directory" and not self.directory:
+            raise ValueError("storage: directory needs a directory")
+
+
 class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """Compatibility layers for clients of other gateways. ``litellm``: LiteLLM's routes
     (``/key/*``, ``/spend/logs``, ``/model/info``, ``/health/liveliness``,
@@ -173,6 +196,7 @@ class GatewayConfig(Struct, frozen=True):
     auth: AuthConfig = AuthConfig()
     state: StateConfig = StateConfig()
     compat: CompatConfig = CompatConfig()
+    batches: BatchesConfig = BatchesConfig()
 
 
 class ConfigError(Exception):
@@ -201,6 +225,7 @@ _TOP_LEVEL = frozenset(
         "auth",
         "state",
         "compat",
+        "batches",
     }
 )
 
@@ -253,6 +278,7 @@ def parse_config(
     auth = _auth(tree.get("auth"), errors)
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
+    batches = _convert(tree.get("batches", {}), BatchesConfig, "$.batches", errors)
     if (
         errors
         or server is None
@@ -263,6 +289,7 @@ def parse_config(
         or auth is None
         or state is None
         or compat is None
+        or batches is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -281,6 +308,7 @@ def parse_config(
         auth=auth,
         state=state,
         compat=compat,
+        batches=batches,
     )
 
 

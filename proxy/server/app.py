@@ -30,6 +30,7 @@ from proxy.admin.litellm.routes import LiteLLMRoutes, add_litellm_routes
 from proxy.admin.overview import Overview
 from proxy.admin.readings import Sampler, read
 from proxy.admin.ui import add_ui_routes
+from proxy.batches.feature import BatchesFeature
 from proxy.core.canonical import ANONYMOUS
 from proxy.core.errors import AuthenticationFailed, GatewayError
 from proxy.core.logs import route_stdlib_logging
@@ -210,6 +211,14 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
                 app.router.add_get(prefix + path, route)
             else:
                 app.router.add_route(method, prefix + path, route)
+    BatchesFeature(  # files and batches (/v1/files, /v1/batches), their executor
+        config.batches,
+        database,
+        metrics,
+        lambda: app[RUNTIME].snapshot,
+        lambda request: read_body(request, config.server),
+        edges.request_id,
+    ).add_to(app, edges.plain)
     count = "/v1/messages/count_tokens"
     app.router.add_post(count, edges.plain(count, side.count_tokens))
     app.router.add_get("/metrics", edges.plain("/metrics", _metrics))

@@ -12,7 +12,7 @@ provider.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
@@ -28,11 +28,14 @@ the names, so the memo is bounded; a name past it is resolved afresh each time).
 
 class DeploymentConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """One deployment of a model alias: ``provider/model``, its load-balancing weight and,
-    optionally, its own ``prices`` (USD per million tokens; see :mod:`proxy.governance.pricing`)."""
+    optionally, its own ``prices`` (USD per million tokens; see :mod:`proxy.governance.pricing`).
+    ``batch`` says how a batch of this alias runs (:mod:`proxy.batches`): ``gateway`` (each
+    line through the chain) or ``native`` (the provider's own batch API, OpenAI's shape)."""
 
     target: str
     weight: Annotated[float, Meta(gt=0)] = 1.0
     prices: PriceSpec | None = None
+    batch: Literal["gateway", "native"] = "gateway"
 
 
 class Router:

@@ -36,6 +36,7 @@ _KEYS_NAMED = {
 }  # /key/delete
 _SPEND = {"from": _TIME, "to": _TIME}
 _QUERIES: dict[str, dict[str, dict[str, Any]]] = {
+    "GET /v1/messages/batches": {"limit": _LIMIT, "after_id": _TEXT},
     "GET /admin/keys": {
         "team": _TEXT,
         "limit": _LIMIT,
@@ -80,6 +81,20 @@ _BODIES: dict[str, Any] = {
     "POST /key/delete": _KEYS_NAMED,
     "POST /key/block": _KEY_NAMED,
     "POST /key/unblock": _KEY_NAMED,
+    "POST /v1/messages/batches": {
+        "type": "object",
+        "properties": {
+            "requests": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"custom_id": _TEXT, "params": {"type": "object"}},
+                    "required": ["custom_id", "params"],
+                },
+            }
+        },
+        "required": ["requests"],
+    },
 }
 ROUTES = (
     "POST /admin/keys",
@@ -113,6 +128,12 @@ ROUTES = (
     "GET /metrics",
     "GET /ui",
     "GET /ui/{path}",
+    "POST /v1/messages/batches",
+    "GET /v1/messages/batches",
+    "GET /v1/messages/batches/{id}",
+    "DELETE /v1/messages/batches/{id}",
+    "POST /v1/messages/batches/{id}/cancel",
+    "GET /v1/messages/batches/{id}/results",
     "GET /{tail}",
     "POST /{tail}",
 )

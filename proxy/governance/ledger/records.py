@@ -33,7 +33,8 @@ class SpendRecord(msgspec.Struct, gc=False):
     orq ``identity.id``), else the user the key belongs to. ``model`` is the model the client
     asked for (an alias or ``provider/model``), ``provider`` / ``upstream_model`` the deployment
     that answered. ``status`` is the HTTP status the client got (499: it went away first);
-    ``cache`` the cache's verdict (``hit`` costs 0 and records what it saved).
+    ``cache`` the cache's verdict (``hit`` costs 0 and records what it saved); ``batch_id``
+    the batch the request was a line of.
     """
 
     id: str
@@ -62,6 +63,7 @@ class SpendRecord(msgspec.Struct, gc=False):
     attempts: int
     fallback: str | None
     cache: str | None
+    batch_id: str | None = None
 
 
 class RecordIds:
@@ -122,13 +124,14 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
     usage = request.usage
     if call is None:
         model = user = ttft = None
-        cost = source = saved = fallback = cache = None
+        cost = source = saved = fallback = cache = batch = None
     else:
         accounting = call.accounting
         if accounting.usage is not None:
             usage = accounting.usage
         cost, source = accounting.cost_nanos, accounting.cost_source
         saved, fallback, cache = accounting.saved_nanos, accounting.fallback, accounting.cache
+        batch = accounting.batch_id
         model = call.model[:_MAX_TEXT]  # the string itself when it is short enough
         # end_user(call), without its call when nothing names a user (the common case)
         named = call.params.user or call.options.metadata or call.principal.user
@@ -167,6 +170,7 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         request.attempts,
         fallback,
         cache,
+        batch,
     )
 
 

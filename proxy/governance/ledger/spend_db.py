@@ -37,7 +37,7 @@ from proxy.governance.ledger.records import SpendRecord
 from proxy.governance.ledger.rollup import SUMS as _SUM_NAMES
 from proxy.governance.ledger.rollup import SpendRollup, merge
 
-Group = Literal["key", "team", "model", "provider", "user", "day"]
+Group = Literal["key", "team", "model", "provider", "user", "day", "batch"]
 BudgetScope = Literal["key", "team", "user"]
 """Whose spend a budget counts (:data:`proxy.governance.budgets.plans.Scope`)."""
 GROUPS: dict[str, tuple[str, sa.Column[Any]]] = {
@@ -47,6 +47,7 @@ GROUPS: dict[str, tuple[str, sa.Column[Any]]] = {
     "provider": ("provider", spend.c.provider),
     "user": ("user", spend.c.end_user),
     "day": ("day", spend.c.day),
+    "batch": ("batch_id", spend.c.batch_id),
 }
 TOKEN_FIELDS = (
     "input_tokens",

@@ -1,0 +1,392 @@
+"""The gateway-executed batches: each process claims batches still to run and runs their lines
+through the chain (:class:`~proxy.batches.lines.LineRunner`), resumable after a restart.
+
+:class:`BatchExecutor` looks for a batch to run every ``batches.poll_interval`` seconds, and at
+once when one is created here (:meth:`BatchExecutor.wake`): a new one, or one whose process
+stopped (its lease, :data:`LEASE_SECONDS`, released at a clean stop or passed after a crash).
+It holds each batch it runs under that lease, renewed every third of it; the renewal also reads
+whether the batch was asked to cancel by another process (a cancel asked of this one stops its
+lines at once, :meth:`BatchExecutor.cancel`), and so does writing it ``finalizing``.
+
+A batch runs its lines without a result, in order, at most ``batches.concurrency`` at a time and
+at most ``batches.rate`` a second. Each line's result is stored as soon as it is known (results
+that end together are written in one transaction), and a line with a stored result never runs
+again: after a restart the batch resumes with the lines that have none. A line in flight when
+the process dies (SIGKILL, a crash) has no stored result and runs again when the batch resumes
+— at most ``concurrency`` lines, plus those whose result was being written. At a clean stop
+(:meth:`BatchExecutor.stop`) no new line starts, the lines in flight get the drain's deadline
+to end and have their results stored, and the lease is released so that the next process
+resumes at once; a line still running at the deadline is cancelled, stores no result and runs
+again later.
+
+When every line has a result (or a cancel was asked: the lines without one are left out), the
+batch is ``finalizing``: its output file (the lines that succeeded) and error file (those that
+failed), in line order, are written as the owner's files (``purpose: batch_output``; not for a
+message batch, whose results are read from its lines), then it is ``completed`` (or
+``cancelled``) with its ``request_counts``. A failure of the database while a
+batch runs is logged and leaves the batch to its lease: another pass resumes it. A native batch
+(:mod:`proxy.batches.native`) is submitted to its provider instead, polled, and its results
+recorded; a provider that refuses it (a 4xx but 429) fails it, naming the refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+
+from proxy.batches.batches_db import BatchStore, Held, Line, Result
+from proxy.batches.files import FileStore
+from proxy.batches.lines import LineRunner
+from proxy.batches.native import ENDED, PLAN_DECODER, NativeFailed, NativeRunner
+from proxy.batches.objects import ENCODER, MESSAGES, Batch, BatchError, BatchErrors
+from proxy.core.canonical import Principal
+from proxy.runtime.config import BatchesConfig
+
+LEASE_SECONDS = 10.0
+"""How long a process holds a batch it runs without renewing it."""
+PAGE = 512
+"""Lines read from the database at a time."""
+
+
+class _Recorder:
+    """Stores results as they come: whatever ended while the previous write ran is written in
+    the next transaction."""
+
+    def __init__(self, store: BatchStore, batch_id: str) -> None:
+        self._store = store
+        self._batch_id = batch_id
+        self._held: list[Result] = []
+        self._ready = asyncio.Event()
+        self._task = asyncio.create_task(self._write())
+        self._closing = False
+
+    def add(self, result: Result) -> None:
+        self._held.append(result)
+        self._ready.set()
+
+    async def _write(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            held, self._held = self._held, []
+            await self._store.record(self._batch_id, held)
+            if self._closing and not self._held:
+                return
+
+    async def close(self) -> None:
+        """Write what is held, then stop (raises what a write raised)."""
+        self._closing = True
+        self._ready.set()
+        await self._task
+
+
+class BatchExecutor:
+    """See the module docstring. ``logger()`` gives the current logger."""
+
+    def __init__(
+        self,
+        store: BatchStore,
+        files: FileStore,
+        runner: LineRunner,
+        native: NativeRunner,
+        config: BatchesConfig,
+        logger: Callable[[], Any],
+        *,
+        lease: float = LEASE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._files = files
+        self._runner = runner
+        self._native_runner = native
+        self._config = config
+        self._logger = logger
+        self._lease = lease
+        self._clock = clock
+        self._wakeup = asyncio.Event()
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._cancels: dict[str, asyncio.Event] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        """Begin looking for batches to run."""
+        self._poller = asyncio.create_task(self._poll())
+
+    def wake(self) -> None:
+        """Look for batches to run now (one was created, or a file: the database is in use);
+        start looking if this process did not yet."""
+        if self._poller is None and not self._stopping:
+            self.start()
+        self._wakeup.set()
+
+    def cancel(self, batch_id: str) -> None:
+        """A cancel of ``batch_id`` was stored: if this process runs it, start no more of its
+        lines now (another process sees it on its next renewal); else look for it to end it."""
+        cancel = self._cancels.get(batch_id)
+        if cancel is not None:
+            cancel.set()
+        else:
+            self.wake()
+
+    async def stop(self, seconds: float) -> int:
+        """Start no more lines; give the running batches ``seconds`` to store the results of
+        their lines in flight and release their leases, then cancel those left; how many were
+        cancelled. Never raises."""
+        self._stopping = True
+        self._wakeup.set()
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        running = list(self._running.values())
+        if running:
+            await asyncio.wait(running, timeout=seconds)
+        late = [task for task in running if not task.done()]
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=1.0)
+        return len(late)
+
+    async def _poll(self) -> None:
+        while not self._stopping:
+            try:
+                while held := await self._store.claim(self._lease, list(self._running)):
+                    batch_id = held.batch.id
+                    task = asyncio.create_task(self._run(held))
+                    self._running[batch_id] = task
+                    task.add_done_callback(self._forget(batch_id))
+            except Exception:
+                self._logger().exception("batch_claim_failed")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._config.poll_interval):
+                    await self._wakeup.wait()
+            self._wakeup.clear()
+
+    def _forget(self, batch_id: str) -> Callable[[asyncio.Task[None]], None]:
+        """What drops ``batch_id``'s task once it ended."""
+
+        def forget(_: asyncio.Task[None]) -> None:
+            self._running.pop(batch_id, None)
+            self._cancels.pop(batch_id, None)
+
+        return forget
+
+    async def _run(self, held: Held) -> None:
+        batch = held.batch
+        cancel = self._cancels[batch.id] = asyncio.Event()
+        if batch.status == "cancelling":
+            cancel.set()
+        renewer = asyncio.create_task(self._renew(batch.id, cancel))
+        try:
+            if batch.status == "validating":
+                batch.status = "in_progress"
+                batch.in_progress_at = int(self._clock())
+                if not await self._store.save(batch, lease=self._lease):
+                    cancel.set()
+            if held.native is not None and batch.status in ("in_progress", "cancelling"):
+                if not await self._native(batch, held, cancel):
+                    return
+            elif batch.status == "in_progress" and not cancel.is_set():
+                await self._lines(batch, held.principal, cancel)
+                if self._stopping:
+                    await self._store.save(batch, lease=None)  # the next process resumes it
+                    return
+            await self._finish(batch, held.principal, cancel.is_set())
+        except asyncio.CancelledError:
+            raise
+        except NativeFailed as failure:
+            await self._native_failed(batch, failure)
+        except Exception:
+            self._logger().exception("batch_run_failed", batch_id=batch.id)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def _renew(self, batch_id: str, cancel: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            try:
+                status = await self._store.renew(batch_id, self._lease)
+            except Exception:
+                self._logger().exception("batch_renew_failed", batch_id=batch_id)
+                continue
+            if status in (None, "cancelling"):
+                cancel.set()
+
+    async def _lines(self, batch: Batch, principal: Principal, cancel: asyncio.Event) -> None:
+        """Run ``batch``'s lines without a result until none is left, a cancel is asked, or the
+        executor stops; their results stored."""
+        config = self._config
+        slots = asyncio.Semaphore(config.concurrency)
+        spacing = 0.0 if config.rate is None else 1.0 / config.rate
+        recorder = _Recorder(self._store, batch.id)
+        flying: set[asyncio.Task[None]] = set()
+        next_start = time.monotonic()
+
+        async def one(line: Any) -> None:
+            try:
+                recorder.add(await self._runner.run(batch.endpoint, batch.id, principal, line))
+            finally:
+                slots.release()
+
+        try:
+            after = -1
+            while not (cancel.is_set() or self._stopping):
+                lines = await self._store.pending(batch.id, after, PAGE)
+                if not lines:
+                    break
+                for line in lines:
+                    await slots.acquire()
+                    if cancel.is_set() or self._stopping:
+                        slots.release()
+                        break
+                    if spacing:
+                        now = time.monotonic()
+                        if next_start > now:
+                            await asyncio.sleep(next_start - now)
+                        next_start = max(next_start, now) + spacing
+                    task = asyncio.create_task(one(line))
+                    flying.add(task)
+                    task.add_done_callback(flying.discard)
+                    after = line.number
+            if flying:
+                await asyncio.gather(*flying)
+        finally:
+            for task in flying:
+                task.cancel()
+            if flying:
+                await asyncio.wait(flying)
+            await asyncio.shield(recorder.close())
+
+    async def _native(self, batch: Batch, held: Held, cancel: asyncio.Event) -> bool:
+        """Run ``batch`` through its provider's batch API (:mod:`proxy.batches.native`):
+        submit it once, poll it until it ends (asking it to cancel when asked), record its
+        results; whether to finish it now (False: the executor stops, or it failed upstream)."""
+        assert held.native is not None
+        plan = PLAN_DECODER.decode(held.native)
+        store, native = self._store, self._native_runner
+        if plan.upstream_id is None:
+            if cancel.is_set():
+                return True
+            lines: list[Line] = []
+            while page := await store.pending(batch.id, lines[-1].number if lines else -1, PAGE):
+                lines += page
+            plan.upstream_id = await native.submit(plan, batch.endpoint, lines)
+            await store.save_native(batch.id, ENCODER.encode(plan))
+        while True:
+            if cancel.is_set() and not plan.cancel_sent:
+                await native.cancel(plan)
+                plan.cancel_sent = True
+                await store.save_native(batch.id, ENCODER.encode(plan))
+            upstream = await native.status(plan)
+            if upstream.get("status") in ENDED:
+                break
+            if self._stopping:
+                await store.save(batch, lease=None)
+                return False
+            if plan.cancel_sent:
+                await asyncio.sleep(self._config.poll_interval)
+                continue
+            with contextlib.suppress(TimeoutError):  # a cancel asked meanwhile is sent at once
+                async with asyncio.timeout(self._config.poll_interval):
+                    await cancel.wait()
+        if upstream.get("status") == "failed":
+            batch.status, batch.failed_at = "failed", int(self._clock())
+            errors = upstream.get("errors") or {}
+            batch.errors = msgspec.convert(
+                {"data": errors.get("data") or [], "object": "list"}, BatchErrors, strict=False
+            )
+            await store.save(batch, lease=None)
+            return False
+        numbers = {custom_id: n for n, custom_id, _ in await self._all_lines(batch.id)}
+        results: list[Result] = []
+        for key, failed in (("output_file_id", False), ("error_file_id", True)):
+            file_id = upstream.get(key)
+            if not file_id:
+                continue
+            for raw in (await native.download(plan, str(file_id))).splitlines():
+                line = msgspec.json.decode(raw)
+                if not isinstance(line, dict) or line.get("custom_id") not in numbers:
+                    continue
+                number = numbers[line["custom_id"]]
+                response = line.get("response") or {}
+                bad = failed or bool(line.get("error")) or response.get("status_code", 200) >= 400
+                results.append(Result(number, raw, bad))
+                native.account(plan, batch.id, held.principal, line)
+        await store.record(batch.id, results)
+        if upstream.get("status") == "cancelled":
+            cancel.set()
+        return True
+
+    async def _native_failed(self, batch: Batch, failure: NativeFailed) -> None:
+        """A provider's batch API refused (a 4xx but 429): the batch is ``failed``, naming it;
+        anything else (unreachable, 429, 5xx) is logged and left to the lease: tried again."""
+        status = failure.status
+        if status is None or status == 429 or status >= 500:
+            self._logger().warning("native_batch_retry", batch_id=batch.id, error=str(failure))
+            return
+        batch.status, batch.failed_at = "failed", int(self._clock())
+        batch.errors = BatchErrors([BatchError("native_batch_failed", str(failure))])
+        await self._store.save(batch, lease=None)
+
+    async def _all_lines(self, batch_id: str) -> list[tuple[int, str, bytes | None]]:
+        found: list[tuple[int, str, bytes | None]] = []
+        while page := await self._store.outcomes(batch_id, found[-1][0] if found else -1, PAGE):
+            found += page
+        return found
+
+    async def _finish(self, batch: Batch, principal: Principal, cancelled: bool) -> None:
+        """Write ``batch``'s output and error files and end it (module docstring)."""
+        if batch.status != "finalizing" or cancelled:
+            now = int(self._clock())
+            if not cancelled:
+                batch.status, batch.finalizing_at = "finalizing", now
+                cancelled = not await self._store.save(batch, lease=self._lease)
+            if cancelled:  # asked (here, or found on writing finalizing)
+                batch.status, batch.cancelling_at = "cancelling", batch.cancelling_at or now
+                await self._store.save(batch, lease=self._lease)
+        counts = await self._store.counts(batch.id)
+        files = batch.endpoint != MESSAGES  # a message batch's results are read from its lines
+        if files and counts.completed:
+            batch.output_file_id = await self._file(batch, principal, "output", failed=False)
+        if files and counts.failed:
+            batch.error_file_id = await self._file(batch, principal, "error", failed=True)
+        batch.request_counts = counts
+        now = int(self._clock())
+        if cancelled:
+            batch.status, batch.cancelled_at = "cancelled", now
+        else:
+            batch.status, batch.completed_at = "completed", now
+        await self._store.save(batch, lease=None)
+        self._logger().info(
+            "batch_ended",
+            batch_id=batch.id,
+            status=batch.status,
+            completed=counts.completed,
+            failed=counts.failed,
+        )
+
+    async def _file(self, batch: Batch, principal: Principal, kind: str, failed: bool) -> str:
+        """Write the results of ``batch`` that failed (or did not) as one JSONL file of the
+        owner's; its id."""
+        store = self._store
+
+        async def pieces() -> AsyncIterator[bytes]:
+            after = -1
+            while results := await store.results(batch.id, failed, after, PAGE):
+                yield b"".join(result.line + b"\n" for result in results)
+                after = results[-1].number
+
+        name = f"{batch.id}_{kind}.jsonl"
+        created = await self._files.create(principal, name, "batch_output", pieces(), sys.maxsize)
+        return created.id

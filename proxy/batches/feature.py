@@ -1,0 +1,81 @@
+"""Files and batches assembled for the application: the stores, the executor and the routes
+(OpenAI's files and batches, Anthropic's message batches) from the ``batches`` config section,
+with the hooks the app runs at start and stop.
+
+At start the executor looks for batches to run when the gateway opened its database (it uses
+keys or a master key); otherwise from the first use of a file or batch route in the process —
+a gateway without keys that restarts resumes its batches once it is asked about one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from proxy.batches.batches_db import BatchStore
+from proxy.batches.contents import Contents, DatabaseContents, DirectoryContents
+from proxy.batches.executor import BatchExecutor
+from proxy.batches.files import FileStore
+from proxy.batches.lines import LineRunner
+from proxy.batches.message_batches import MessageBatchRoutes
+from proxy.batches.native import NativeRunner
+from proxy.batches.routes import BatchRoutes, RouteParts
+from proxy.core.metrics import Metrics
+from proxy.db import Database
+from proxy.http.app_keys import SERVER
+from proxy.runtime.config import BatchesConfig
+from proxy.runtime.snapshot import Snapshot
+
+
+class BatchesFeature:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        config: BatchesConfig,
+        database: Database,
+        metrics: Metrics,
+        snapshot: Callable[[], Snapshot],
+        read_body: Callable[[web.Request], Awaitable[bytes]],
+        request_id: Callable[[web.Request], str],
+    ) -> None:
+        contents: Contents = (
+            DirectoryContents(config.directory)
+            if config.storage == "directory" and config.directory
+            else DatabaseContents(database)
+        )
+        self._database = database
+        self.files = FileStore(database, contents)
+        self.batches = BatchStore(database)
+        self.executor = BatchExecutor(
+            self.batches,
+            self.files,
+            LineRunner(snapshot, metrics),
+            NativeRunner(snapshot),
+            config,
+            lambda: snapshot().logger,
+        )
+        parts = RouteParts(
+            config, self.files, self.batches, self.executor, snapshot, read_body, request_id
+        )
+        self._routes = BatchRoutes(parts)
+        self._message_routes = MessageBatchRoutes(parts)
+
+    def add_to(self, app: web.Application, plain: Callable[[str, Any], Any]) -> None:
+        """Add the routes (:mod:`proxy.batches.routes`) and the start and stop hooks; the stop
+        gives the running batches ``server.shutdown_timeout``."""
+        self._routes.add_to(app, plain)
+        self._message_routes.add_to(app, plain)
+        timeout = app[SERVER].shutdown_timeout
+
+        async def start(app: web.Application) -> None:
+            if self._database.is_open:
+                self.executor.start()
+
+        async def stop(app: web.Application) -> None:
+            await self.executor.stop(timeout)
+
+        app.on_startup.append(start)
+        app.on_shutdown.append(stop)
