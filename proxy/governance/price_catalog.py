@@ -11,6 +11,12 @@ field a tier leaves out keeps the base's price when the base gives one, else fol
 own ``input`` (cache buckets) or ``output`` (reasoning). A price may have at most six decimals
 (it is held as an integer number of micro-dollars per million tokens: pico-dollars per token).
 
+Audio, image and rerank models add prices per unit, in USD **per unit** (at most twelve
+decimals: pico-dollars): ``audio_second`` (audio transcribed or translated), ``character``
+(text spoken), ``search_unit`` (a rerank query over up to 100 documents) and ``image``: one
+price for every image, or a mapping from ``"<quality>/<size>"``, ``"<size>"``, ``"<quality>"``
+or ``"*"`` to a price (see :class:`~proxy.governance.pricing.MediaRates`).
+
 Every function raises :class:`PricingError` for a bad price, naming its YAML path;
 :func:`load_catalog` is this module's only I/O.
 """
@@ -25,11 +31,12 @@ import msgspec
 import yaml
 from msgspec import Meta, Struct
 
-from proxy.governance.pricing import Catalog, ModelPrice, Rates
+from proxy.governance.pricing import Catalog, MediaRates, ModelPrice, Rates
 
 SHIPPED_CATALOG = Path(__file__).resolve().parents[2] / "config" / "prices.yaml"
 CATALOG_FILE = "prices.yaml"
 _MICROS = Decimal(1_000_000)
+_PICOS = Decimal(1_000_000_000_000)
 
 Price = Annotated[float, Meta(ge=0)]
 
@@ -58,6 +65,10 @@ class PriceSpec(Struct, frozen=True, forbid_unknown_fields=True):
     cache_write: Price | None = None
     reasoning: Price | None = None
     tiers: tuple[TierSpec, ...] = ()
+    audio_second: Price | None = None
+    character: Price | None = None
+    search_unit: Price | None = None
+    image: Price | dict[str, Price] | None = None
 
 
 class PricingConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -77,7 +88,42 @@ def price_of(spec: PriceSpec, path: str = "$") -> ModelPrice:
         if any(threshold == tier.above_tokens for threshold, _ in tiers):
             raise PricingError(f"{where}.above_tokens: {tier.above_tokens} appears twice")
         tiers.append((tier.above_tokens, _rates(tier, spec, where)))
-    return ModelPrice(base, tiers)
+    return ModelPrice(base, tiers, _media_rates(spec, path))
+
+
+def _media_rates(spec: PriceSpec, path: str) -> MediaRates | None:
+    """The per-unit prices of ``spec`` (USD per unit as pico-dollars); None when it has none."""
+    image = spec.image
+    if (
+        spec.audio_second is None
+        and spec.character is None
+        and spec.search_unit is None
+        and image is None
+    ):
+        return None
+    images = {"*": image} if isinstance(image, float | int) else dict(image or {})
+    return MediaRates(
+        audio_second=_picos(spec.audio_second, f"{path}.audio_second"),
+        character=_picos(spec.character, f"{path}.character"),
+        search_unit=_picos(spec.search_unit, f"{path}.search_unit"),
+        image=tuple(
+            (str(kind).lower(), _picos(price, f"{path}.image.{kind}"))
+            for kind, price in images.items()
+        ),
+    )
+
+
+def _picos(usd: float | None, path: str) -> int:
+    """``usd`` per unit as an exact integer of pico-dollars (0 when not given)."""
+    if usd is None:
+        return 0
+    try:
+        exact = Decimal(repr(usd)) * _PICOS
+    except InvalidOperation:
+        raise PricingError(f"{path}: not a price") from None
+    if exact != exact.to_integral_value() or exact < 0:
+        raise PricingError(f"{path}: a price per unit has at most twelve decimals (USD)")
+    return int(exact)
 
 
 def _rates(prices: PriceSpec | TierSpec, base: PriceSpec, path: str) -> Rates:

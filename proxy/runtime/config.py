@@ -140,6 +140,15 @@ class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):
     litellm: bool = True
 
 
+class MediaConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """The media routes (audio, images, moderations, rerank; ``docs/media.md``):
+    ``max_upload_bytes`` bounds a multipart upload (transcriptions, translations, image
+    edits), read part by part and refused with 413 as soon as it passes the bound (25 MiB,
+    OpenAI's audio limit, by default)."""
+
+    max_upload_bytes: Annotated[int, Meta(ge=1024)] = 25 * 1024 * 1024
+
+
 class PluginSpec(Struct, frozen=True):
     """A plugin entry as written: a built-in name or ``module:Class``, its options, its path.
 
@@ -173,6 +182,7 @@ class GatewayConfig(Struct, frozen=True):
     auth: AuthConfig = AuthConfig()
     state: StateConfig = StateConfig()
     compat: CompatConfig = CompatConfig()
+    media: MediaConfig = MediaConfig()
 
 
 class ConfigError(Exception):
@@ -201,6 +211,7 @@ _TOP_LEVEL = frozenset(
         "auth",
         "state",
         "compat",
+        "media",
     }
 )
 
@@ -253,6 +264,7 @@ def parse_config(
     auth = _auth(tree.get("auth"), errors)
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
+    media = _convert(tree.get("media", {}), MediaConfig, "$.media", errors)
     if (
         errors
         or server is None
@@ -263,6 +275,7 @@ def parse_config(
         or auth is None
         or state is None
         or compat is None
+        or media is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -281,6 +294,7 @@ def parse_config(
         auth=auth,
         state=state,
         compat=compat,
+        media=media,
     )
 
 
