@@ -163,8 +163,12 @@ class _MediaDialect(OpenAIErrors):
 
 
 def _fields(body: bytes) -> dict[str, Any]:
-    """The body's members to pass on: all but the model and credentials."""
-    fields = _OBJECT.decode(body)
+    """The body's members to pass on: all but the model and credentials (a member the typed
+    pass skipped, such as a number past 64 bits, is a 400 here)."""
+    try:
+        fields = _OBJECT.decode(body)
+    except msgspec.DecodeError as exc:
+        raise bad_request(exc) from None
     return {
         key: value for key, value in fields.items() if key != "model" and key not in NEVER_FORWARDED
     }

@@ -74,7 +74,11 @@ def config_text(tmp_path: Path, upstream: str) -> str:
         plugins:
           - auth: {{}}
           - limits: {{}}
+          - masking: {{}}
+          - cache: {{}}
           - cost: {{}}
+          - fallback: {{chains: {{broken-tts: [tts]}}}}
+          - retry: {{retries: 1, backoff_base: 0}}
         """
     )
 
@@ -444,12 +448,28 @@ async def test_an_operation_a_provider_lacks_is_a_400_naming_both(gateway: Gatew
     assert gateway.upstream.requests == []
 
 
-async def test_an_upstream_failure_is_sanitised(gateway: Gateway) -> None:
+async def test_a_failing_upstream_falls_back_and_its_error_is_sanitised(
+    gateway: Gateway,
+) -> None:
+    raw = await gateway.client().audio.speech.with_raw_response.create(
+        model="broken-tts", voice="alloy", input="hi"
+    )
+    assert raw.parse().content.startswith(b"crossway-mock-audio:mp3:")
+    assert raw.headers["x-crossway-fallback"] == "tts"
+    # The upstream failed twice (a retry, then the fallback) and echoed the key it was sent.
+    assert [request.fields["model"] for request in gateway.upstream.requests] == ["fail-500"] * 2
     status, _, body = await gateway.post(
-        "/v1/audio/speech", {"model": "broken-tts", "voice": "x", "input": "hi"}
+        "/v1/audio/speech", {"model": "up/fail-500", "voice": "x", "input": "hi"}
     )
     assert status == 502
     assert UPSTREAM_KEY not in body.decode()
+
+
+async def test_the_cache_lets_media_calls_by(gateway: Gateway) -> None:
+    client = gateway.client()
+    for _ in range(2):
+        await client.moderations.create(model="openai-omni", input="same words")
+    assert len(gateway.upstream.requests) == 2
 
 
 # -- limits, budgets, the ledger -------------------------------------------------------------

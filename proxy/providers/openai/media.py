@@ -113,7 +113,7 @@ def _form(boundary: str, model: str, call: Call) -> bytes:
 
     def text(name: str, value: Any) -> None:
         disposition = f'Content-Disposition: form-data; name="{_quoted(name)}"\r\n\r\n'
-        parts.extend((mark, disposition.encode(), str(value).encode(), b"\r\n"))
+        parts.extend((mark, _utf8(disposition), _utf8(str(value)), b"\r\n"))
 
     text("model", model)
     for name, value in media.fields.items():
@@ -125,9 +125,14 @@ def _form(boundary: str, model: str, call: Call) -> bytes:
             f'filename="{_quoted(file.filename)}"\r\n'
             f"Content-Type: {_quoted(file.content_type)}\r\n\r\n"
         )
-        parts.extend((mark, head.encode(), file.data, b"\r\n"))
+        parts.extend((mark, _utf8(head), file.data, b"\r\n"))
     parts.append(f"--{boundary}--\r\n".encode())
     return b"".join(parts)
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8 (a lone surrogate a client's file name may hold becomes ``?``)."""
+    return text.encode("utf-8", "replace")
 
 
 def _quoted(value: str) -> str:
