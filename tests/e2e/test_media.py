@@ -74,7 +74,7 @@ def config_text(tmp_path: Path, upstream: str) -> str:
         plugins:
           - auth: {{}}
           - limits: {{}}
-          - masking: {{}}
+          - masking: {{entities: {{email: mask, credit_card: block}}}}
           - cache: {{}}
           - cost: {{}}
           - fallback: {{chains: {{broken-tts: [tts]}}}}
@@ -463,6 +463,27 @@ async def test_a_failing_upstream_falls_back_and_its_error_is_sanitised(
     )
     assert status == 502
     assert UPSTREAM_KEY not in body.decode()
+
+
+async def test_pii_in_media_texts_is_masked_or_blocked(gateway: Gateway) -> None:
+    client = gateway.client()
+    await client.audio.speech.create(
+        model="openai-tts", voice="alloy", input="Write to jane.doe@example.com today"
+    )
+    await client.moderations.create(model="openai-omni", input=["fine", "mail bob@example.org"])
+    speech, moderation = gateway.upstream.requests
+    assert "jane.doe@example.com" not in speech.fields["input"]
+    assert "EMAIL" in speech.fields["input"]
+    assert speech.fields["input"].startswith("Write to ")
+    assert moderation.fields["input"][0] == "fine"
+    assert "bob@example.org" not in moderation.fields["input"][1]
+    status, _, body = await gateway.post(
+        "/v1/rerank",
+        {"model": "cohere-rerank", "query": "card 4111 1111 1111 1111", "documents": ["a"]},
+    )
+    assert status == 400
+    assert error_of(body)["code"] == "pii_blocked"
+    assert len(gateway.upstream.requests) == 2
 
 
 async def test_the_cache_lets_media_calls_by(gateway: Gateway) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from proxy.core.canonical import Call, Message, Params, Usage
+from proxy.core.canonical import Call, MediaUnits, Message, Params, Usage
 from proxy.core.token_estimate import estimate_prompt_tokens, expected_tokens
 from proxy.governance.price_catalog import (
     SHIPPED_CATALOG,
@@ -430,8 +430,6 @@ def test_prompt_estimate_counts_text_at_four_characters_a_token_plus_a_little_pe
 
 
 def test_media_units_are_priced_per_unit_exactly() -> None:
-    from proxy.core.canonical import MediaUnits
-
     price = parse_price(
         {
             "input": 1,
@@ -458,8 +456,6 @@ def test_media_units_are_priced_per_unit_exactly() -> None:
 
 
 def test_an_image_of_unknown_kind_is_priced_at_the_dearest_it_may_be() -> None:
-    from proxy.core.canonical import MediaUnits
-
     price = parse_price(
         {
             "input": 0,
@@ -483,8 +479,6 @@ def test_an_image_of_unknown_kind_is_priced_at_the_dearest_it_may_be() -> None:
 
 
 def test_a_flat_image_price_and_a_model_without_media_prices() -> None:
-    from proxy.core.canonical import MediaUnits
-
     flat = parse_price({"input": 0, "output": 0, "image": 0.02}, "$.m")
     assert flat.cost_nanos(Usage(media=MediaUnits(images=3, image_size="x"))) == 60_000_000
     plain = parse_price({"input": 1, "output": 1}, "$.m")
@@ -498,8 +492,6 @@ def test_a_per_unit_price_has_at_most_twelve_decimals() -> None:
 
 
 def test_the_shipped_catalog_prices_media_models() -> None:
-    from proxy.core.canonical import MediaUnits
-
     catalog = load_catalog(SHIPPED_CATALOG)
     book = PriceBook(catalog, {"up": ProviderPricing("openai")})
     whisper = book.cost("up", "whisper-1", Usage(media=MediaUnits(audio_seconds=60)))

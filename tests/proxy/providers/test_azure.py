@@ -17,7 +17,7 @@ import pytest
 from multidict import CIMultiDict
 
 from proxy.core import errors
-from proxy.core.canonical import Call, Message, Params
+from proxy.core.canonical import Call, MediaFile, MediaRequest, Message, Params
 from proxy.providers.azure import DEFAULT_API_VERSION, AzureConfig, AzureProvider
 from proxy.providers.base import HttpProvider
 
@@ -206,8 +206,6 @@ def test_a_dot_segment_deployment_is_400(deployment: str):
 
 
 def test_media_goes_to_the_deployments_audio_and_image_paths() -> None:
-    from proxy.core.canonical import MediaFile, MediaRequest
-
     provider = AzureProvider(
         "az",
         AzureConfig(endpoint=ENDPOINT, api_key=KEY, deployments={"whisper-1": "whisper-prod"}),
