@@ -243,6 +243,23 @@ async def test_transcription_formats_from_the_mock(gateway: Gateway) -> None:
     assert "00:00:00,000 --> 00:00:01,000" in srt
 
 
+async def test_streamed_transcription_and_images_from_the_mock(gateway: Gateway) -> None:
+    client = gateway.client()
+    stream = await client.audio.transcriptions.create(
+        model="whisper", file=("s.wav", wav(0.25), "audio/wav"), stream=True
+    )
+    events = [event.model_dump(exclude_none=True) async for event in stream]
+    for event in events:
+        validate_in(SPEC, "CreateTranscriptionResponseStreamEvent", event)
+    assert events[-1]["type"] == "transcript.text.done"
+    assert "".join(e["delta"] for e in events[:-1]) == events[-1]["text"]
+    images = await client.images.generate(model="painter", prompt="sea", n=2, stream=True)
+    completed = [event.model_dump(exclude_none=True) async for event in images]
+    assert [event["type"] for event in completed] == ["image_generation.completed"] * 2
+    for event in completed:
+        validate_in(SPEC, "ImageGenStreamEvent", event)
+
+
 async def test_transcription_is_relayed_to_an_openai_upstream(gateway: Gateway) -> None:
     audio = b"not really mp3 " * 100
     raw = await gateway.client().audio.transcriptions.with_raw_response.create(

@@ -8,10 +8,13 @@ speech              ``crossway-mock-audio:<format>:`` and a SHA-256 of the voice
                     sse``: a ``speech.audio.delta`` and a ``speech.audio.done`` event
 transcription,      ``mock transcript of <file name> (<bytes> bytes)`` in the format asked
 translation         (``json`` with ``usage.seconds``, ``verbose_json`` with ``duration``, ``text``,
-                    ``srt``, ``vtt``); the audio's length is a WAV file's own, else one second
-                    per 16,000 bytes
+                    ``srt``, ``vtt``; ``stream``: ``transcript.text.delta`` events, one a
+                    word, and ``transcript.text.done``); the audio's length is a WAV file's
+                    own, else one second per 16,000 bytes
 image generation,   ``n`` one-pixel PNG images whose colour is a hash of the prompt (and, for an
-image edit          edit, of the images given), as ``b64_json`` or as ``data:`` URLs (``url``)
+image edit          edit, of the images given), as ``b64_json`` or as ``data:`` URLs (``url``);
+                    ``stream``: one ``image_generation.completed`` (``image_edit.completed``)
+                    event per image
 moderation          one result per input: a category is flagged when its name is a word of the
                     input (``violence``, ``hate`` …), every score 0.9 if flagged, else 0.001
 rerank              Cohere's shape: documents scored by the share of the query's words they
@@ -106,15 +109,14 @@ def _speech(fields: dict[str, Any]) -> MediaAnswer:
         kind = _AUDIO_TYPES.get(audio_format, "application/octet-stream")
         return MediaAnswer(body=audio, content_type=kind, usage=usage)
     tokens = -(-len(text) // 4)
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()},
         {
             "type": "speech.audio.done",
             "usage": {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens},
         },
     ]
-    body = b"".join(b"data: " + _ENCODER.encode(event) + b"\n\n" for event in events)
-    return MediaAnswer(body=body, content_type="text/event-stream", usage=usage)
+    return _event_stream(events, usage)
 
 
 def _transcript(call: Call, operation: MediaOperation) -> MediaAnswer:
@@ -126,6 +128,12 @@ def _transcript(call: Call, operation: MediaOperation) -> MediaAnswer:
         seconds = round(len(audio.data) / BYTES_PER_SECOND, 3)
     text = f"mock transcript of {audio.filename} ({len(audio.data)} bytes)"
     usage = Usage(media=MediaUnits(audio_seconds=seconds))
+    if _streamed(media.fields):
+        events = [
+            *({"type": "transcript.text.delta", "delta": word} for word in _words(text)),
+            {"type": "transcript.text.done", "text": text},
+        ]
+        return _event_stream(events, usage)
     answer_format = media.fields.get("response_format", "json")
     if answer_format == "text":
         return MediaAnswer(body=text.encode(), content_type="text/plain", usage=usage)
@@ -174,8 +182,44 @@ def _images(call: Call) -> MediaAnswer:
             images=count, image_size=worst.image_size, image_quality=worst.image_quality
         )
     )
+    if _streamed(fields):
+        kind = "image_edit" if media.operation == "image_edit" else "image_generation"
+        return _event_stream([_completed(kind, item) for item in data], usage)
     body = _ENCODER.encode({"created": int(time.time()), "data": data})
     return MediaAnswer(body=body, content_type=_JSON, usage=usage)
+
+
+def _completed(kind: str, item: dict[str, str]) -> dict[str, Any]:
+    """The ``<kind>.completed`` event of one image (a GPT image model's stream)."""
+    image = item.get("b64_json") or item["url"].partition(",")[2]
+    tokens = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    return {
+        "type": f"{kind}.completed",
+        "b64_json": image,
+        "created_at": int(time.time()),
+        "size": "auto",
+        "quality": "auto",
+        "background": "auto",
+        "output_format": "png",
+        "usage": {**tokens, "input_tokens_details": {"text_tokens": 0, "image_tokens": 0}},
+    }
+
+
+def _streamed(fields: dict[str, Any]) -> bool:
+    """Whether the request asked for an event stream (``stream``: JSON true, or a form's
+    ``true``)."""
+    return fields.get("stream") in (True, "true", "True", "1")
+
+
+def _words(text: str) -> list[str]:
+    """``text`` in pieces that join back to it (each word with the space before it)."""
+    words = text.split(" ")
+    return [words[0], *(f" {word}" for word in words[1:])]
+
+
+def _event_stream(events: list[dict[str, Any]], usage: Usage) -> MediaAnswer:
+    body = b"".join(b"data: " + _ENCODER.encode(event) + b"\n\n" for event in events)
+    return MediaAnswer(body=body, content_type="text/event-stream", usage=usage)
 
 
 def _pixel(rgb: bytes) -> bytes:

@@ -84,3 +84,19 @@ async def test_the_provider_serves_every_operation_under_its_faults() -> None:
     assert "rerank" in provider.media_operations
     answer = await provider.media(_call("moderation", {"input": "x"}), "omni")
     assert json.loads(answer.body)["model"] == "omni"
+
+
+def test_a_streamed_transcript_and_streamed_images_are_event_streams() -> None:
+    audio = MediaFile("file", "a.wav", "audio/wav", b"x" * 100)
+    answer = media_answer(_call("transcription", {"stream": "true"}, [audio]), "whisper")
+    assert answer.content_type == "text/event-stream"
+    events = [json.loads(line[6:]) for line in answer.body.decode().splitlines() if line]
+    assert events[-1] == {
+        "type": "transcript.text.done",
+        "text": "mock transcript of a.wav (100 bytes)",
+    }
+    assert "".join(event["delta"] for event in events[:-1]) == events[-1]["text"]
+    images = media_answer(_call("image_edit", {"prompt": "p", "stream": True}), "gpt-image-1")
+    [event] = [json.loads(line[6:]) for line in images.body.decode().splitlines() if line]
+    assert event["type"] == "image_edit.completed"
+    assert base64.b64decode(event["b64_json"]).startswith(b"\x89PNG")
