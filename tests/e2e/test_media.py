@@ -503,6 +503,14 @@ async def test_pii_in_media_texts_is_masked_or_blocked(gateway: Gateway) -> None
     assert len(gateway.upstream.requests) == 2
 
 
+async def test_a_model_the_config_does_not_route_is_refused_clearly(gateway: Gateway) -> None:
+    # No model: OpenAI's default (dall-e-2), which this config does not route.
+    status, _, body = await gateway.post("/v1/images/generations", {"prompt": "x"})
+    error = error_of(body)
+    assert (status, error["code"]) == (404, "model_not_found"), error
+    assert "dall-e-2" in error["message"]
+
+
 async def test_the_cache_lets_media_calls_by(gateway: Gateway) -> None:
     client = gateway.client()
     for _ in range(2):
