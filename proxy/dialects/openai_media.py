@@ -30,8 +30,8 @@ text, audio bytes, an event stream), with its content type. Errors are OpenAI's 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import Meta, Struct
@@ -181,96 +181,103 @@ def _decode(decoder: msgspec.json.Decoder[_Request], body: bytes) -> _Request:
         raise bad_request(exc) from None
 
 
-class SpeechDialect(_MediaDialect):
+class _Planned(NamedTuple):
+    """What a JSON media request asks for: its ``model``, the most it can bill (None: not
+    known), and the characters of text in it."""
+
+    model: str
+    worst: MediaUnits | None
+    text: int = 0
+
+
+class _JsonDialect(_MediaDialect, Generic[_Request]):
+    """A JSON media route: the body checked by ``decoder`` (a 400 naming the field), then
+    ``plan``\ned; its fields are passed on as sent."""
+
+    decoder: msgspec.json.Decoder[_Request]
+    plan: Callable[[_Request], _Planned]
+
+    def decode(
+        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
+    ) -> Call:
+        """See :meth:`proxy.dialects.base.Dialect.decode`."""
+        planned = self.plan(_decode(self.decoder, body))
+        return self._call(
+            planned.model,
+            _fields(body),
+            headers,
+            request_id,
+            start,
+            worst=planned.worst,
+            text=planned.text,
+        )
+
+
+def _plan_speech(request: _Speech) -> _Planned:
+    return _Planned(request.model, MediaUnits(characters=len(request.input)))
+
+
+def _plan_images(request: _ImageGeneration) -> _Planned:
+    worst = _images(request.n or 1, request.size, request.quality)
+    return _Planned(request.model, worst, len(request.prompt))
+
+
+def _plan_moderation(request: _Moderation) -> _Planned:
+    inputs = [request.input] if isinstance(request.input, str) else request.input
+    if not inputs:
+        raise invalid("expected at least one input", "input")
+    text = sum(len(item) if isinstance(item, str) else len(str(item)) for item in inputs)
+    return _Planned(request.model, MediaUnits(), text)
+
+
+def _plan_rerank(request: _Rerank) -> _Planned:
+    documents = request.documents
+    units = math.ceil(len(documents) / DOCUMENTS_PER_SEARCH_UNIT)
+    text = len(request.query) + sum(
+        len(doc) if isinstance(doc, str) else len(str(doc.get("text", doc))) for doc in documents
+    )
+    return _Planned(request.model, MediaUnits(search_units=units), text)
+
+
+class SpeechDialect(_JsonDialect[_Speech]):
     """``POST /v1/audio/speech``: text to audio (see the module docstring)."""
 
     name = "openai_speech"
     operation: MediaOperation = "speech"
     paths = ("/v1/audio/speech", "/audio/speech")
-
-    def decode(
-        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
-    ) -> Call:
-        """See :meth:`proxy.dialects.base.Dialect.decode`."""
-        request = _decode(_SPEECH, body)
-        characters = len(request.input)
-        worst = MediaUnits(characters=characters)
-        return self._call(request.model, _fields(body), headers, request_id, start, worst=worst)
+    decoder = _SPEECH
+    plan = staticmethod(_plan_speech)
 
 
-class ImageGenerationDialect(_MediaDialect):
+class ImageGenerationDialect(_JsonDialect[_ImageGeneration]):
     """``POST /v1/images/generations`` (see the module docstring)."""
 
     name = "openai_images"
     operation: MediaOperation = "image_generation"
     paths = ("/v1/images/generations", "/images/generations")
-
-    def decode(
-        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
-    ) -> Call:
-        """See :meth:`proxy.dialects.base.Dialect.decode`."""
-        request = _decode(_IMAGE, body)
-        worst = _images(request.n or 1, request.size, request.quality)
-        return self._call(
-            request.model,
-            _fields(body),
-            headers,
-            request_id,
-            start,
-            worst=worst,
-            text=len(request.prompt),
-        )
+    decoder = _IMAGE
+    plan = staticmethod(_plan_images)
 
 
-class ModerationDialect(_MediaDialect):
+class ModerationDialect(_JsonDialect[_Moderation]):
     """``POST /v1/moderations`` (see the module docstring)."""
 
     name = "openai_moderations"
     operation: MediaOperation = "moderation"
     paths = ("/v1/moderations", "/moderations")
-
-    def decode(
-        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
-    ) -> Call:
-        """See :meth:`proxy.dialects.base.Dialect.decode`."""
-        request = _decode(_MODERATION, body)
-        inputs = [request.input] if isinstance(request.input, str) else request.input
-        if not inputs:
-            raise invalid("expected at least one input", "input")
-        text = sum(len(item) if isinstance(item, str) else len(str(item)) for item in inputs)
-        return self._call(
-            request.model, _fields(body), headers, request_id, start, worst=MediaUnits(), text=text
-        )
+    decoder = _MODERATION
+    plan = staticmethod(_plan_moderation)
 
 
-class RerankDialect(_MediaDialect):
+class RerankDialect(_JsonDialect[_Rerank]):
     """Cohere's rerank request and answer, on ``/v1/rerank``, ``/v2/rerank`` and ``/rerank``
     (the paths LiteLLM serves; see the module docstring)."""
 
     name = "rerank"
     operation: MediaOperation = "rerank"
     paths = ("/v1/rerank", "/v2/rerank", "/rerank")
-
-    def decode(
-        self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
-    ) -> Call:
-        """See :meth:`proxy.dialects.base.Dialect.decode`."""
-        request = _decode(_RERANK, body)
-        documents = request.documents
-        units = math.ceil(len(documents) / DOCUMENTS_PER_SEARCH_UNIT)
-        text = len(request.query) + sum(
-            len(doc) if isinstance(doc, str) else len(str(doc.get("text", doc)))
-            for doc in documents
-        )
-        return self._call(
-            request.model,
-            _fields(body),
-            headers,
-            request_id,
-            start,
-            worst=MediaUnits(search_units=units),
-            text=text,
-        )
+    decoder = _RERANK
+    plan = staticmethod(_plan_rerank)
 
 
 class _FormDialect(_MediaDialect):

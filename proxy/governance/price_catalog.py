@@ -117,13 +117,7 @@ def _picos(usd: float | None, path: str) -> int:
     """``usd`` per unit as an exact integer of pico-dollars (0 when not given)."""
     if usd is None:
         return 0
-    try:
-        exact = Decimal(repr(usd)) * _PICOS
-    except InvalidOperation:
-        raise PricingError(f"{path}: not a price") from None
-    if exact != exact.to_integral_value() or exact < 0:
-        raise PricingError(f"{path}: a price per unit has at most twelve decimals (USD)")
-    return int(exact)
+    return _exact(usd, _PICOS, path, "at most twelve decimals (USD per unit)")
 
 
 def _rates(prices: PriceSpec | TierSpec, base: PriceSpec, path: str) -> Rates:
@@ -158,12 +152,18 @@ def _or(value: float | None, default: float) -> float:
 
 def _micros(usd_per_million: float, path: str) -> int:
     """``usd_per_million`` as an exact integer of micro-dollars (its shortest decimal form)."""
+    return _exact(usd_per_million, _MICROS, path, "at most six decimals (USD per million tokens)")
+
+
+def _exact(value: float, scale: Decimal, path: str, rule: str) -> int:
+    """``value`` times ``scale`` as an exact integer (from its shortest decimal form); a
+    :class:`PricingError` naming ``path`` and ``rule`` when it is not one, or negative."""
     try:
-        exact = Decimal(repr(usd_per_million)) * _MICROS
+        exact = Decimal(repr(value)) * scale
     except InvalidOperation:
         raise PricingError(f"{path}: not a price") from None
     if exact != exact.to_integral_value() or exact < 0:
-        raise PricingError(f"{path}: a price has at most six decimals (USD per million tokens)")
+        raise PricingError(f"{path}: a price has {rule}")
     return int(exact)
 
 

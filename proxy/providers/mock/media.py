@@ -31,7 +31,7 @@ import re
 import struct
 import time
 import zlib
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -39,17 +39,7 @@ from proxy.core.audio import wav_seconds
 from proxy.core.canonical import Call, MediaOperation, MediaUnits, Usage
 from proxy.core.reply import MediaAnswer
 
-OPERATIONS: frozenset[MediaOperation] = frozenset(
-    {
-        "speech",
-        "transcription",
-        "translation",
-        "image_generation",
-        "image_edit",
-        "moderation",
-        "rerank",
-    }
-)
+OPERATIONS: frozenset[MediaOperation] = frozenset(get_args(MediaOperation))
 BYTES_PER_SECOND = 16_000
 """The mock's idea of audio that is not WAV: 16,000 bytes a second."""
 
