@@ -37,7 +37,7 @@ message(s) are embedded and compared with the questions already answered in the 
 ``x-crossway-cache: semantic`` and ``x-crossway-cache-similarity``. A miss stores its vector with
 its answer. The embedding's cost is added to the request's (by this plugin's ``finished`` hook,
 before the ``cost`` plugin's records it: list ``cache`` before ``cost``). Embeddings calls
-themselves pass by the cache.
+themselves, and media calls (audio, images, moderations, rerank), pass by the cache.
 
 ``backend: memory`` keeps entries in this process: one LRU bounded by ``max_bytes`` (each entry
 kept decoded too once read, so that hits decode nothing), kept across config reloads (a reloaded
@@ -148,7 +148,7 @@ class CachePlugin:
         """Answer ``call`` from the cache, a call in flight, or ``next`` (see the module
         docstring). Raises :class:`~proxy.core.errors.BadRequest` for a malformed
         ``x-crossway-cache-ttl``; otherwise only what ``next`` raises."""
-        if call.embedding is not None:  # embeddings calls pass by (see the module docstring)
+        if call.embedding is not None or call.media is not None:  # see the module docstring
             return await next(call)
         options = self._options
         rules = directives(

@@ -65,7 +65,15 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import ANONYMOUS, Budget, Call, CostSource, Principal, Usage
+from proxy.core.canonical import (
+    ANONYMOUS,
+    Budget,
+    Call,
+    CostSource,
+    MediaUnits,
+    Principal,
+    Usage,
+)
 from proxy.core.errors import BudgetExceeded, BudgetUnavailable
 from proxy.core.headers import COST_HEADER
 from proxy.core.metered import message_tokens
@@ -82,6 +90,7 @@ from proxy.governance.pricing import NANOS_PER_USD, ModelPrice, PriceBook, forma
 from proxy.runtime.plugins import PluginContext
 from proxy.state.store import StoreUnavailable
 
+_NO_UNITS = MediaUnits()
 _MAX_PRINCIPALS = 10_000
 _MAX_COUNTERS = 4096
 
@@ -269,14 +278,22 @@ class CostPlugin:
         """Nano-dollars the call may cost at most: its estimated input and output limit
         (:func:`~proxy.core.token_estimate.expected_tokens`) at the dearest price among its
         deployments (:meth:`~proxy.governance.pricing.ModelPrice.worst_nanos`; 0, and no estimate,
-        when none has a price)."""
+        when none has a price). A media call's worst case is its text and the units it names
+        (:meth:`~proxy.governance.pricing.ModelPrice.worst_media_nanos`: the characters to speak,
+        the images asked for, the search units; a transcription of audio other than WAV
+        reserves only its prompt, its length being known only to the upstream)."""
         price_of = self._prices.price
         worst = 0
         prompt = -1  # not estimated yet
         output = 0
+        media = call.media
         for deployment in call.deployments:
             price = price_of(deployment.provider, deployment.model)
             if price is not None:
+                if media is not None:  # its units, when the request says (else its text)
+                    units = media.worst or _NO_UNITS
+                    worst = max(worst, price.worst_media_nanos(media.tokens, units))
+                    continue
                 if prompt < 0:
                     prompt, output = expected_tokens(call, self._reserve_output)
                 nanos = price.worst_nanos(prompt, output)

@@ -7,7 +7,9 @@ by its entity's action: ``mask`` (a placeholder, restored in the reply), ``redac
 ``pii_blocked``, naming the entity types found, never a value, and nothing is sent). The masked
 call stays in place for the inner links, so a cache keys on masked text. An embeddings call's
 text inputs are scanned as user messages (when ``user`` is among the roles): the embedding
-provider sees placeholders, and nothing is restored (the answer is vectors). ``output`` says what
+provider sees placeholders, and nothing is restored (the answer is vectors); a media call's texts
+likewise (speech's input, a moderation's input, image and transcription prompts, a rerank's query
+and documents: the answer is audio, images, scores). ``output`` says what
 happens to the reply: ``restore`` placeholders (default), ``scan`` (also redact values the model
 writes itself), or ``none``. See :mod:`proxy.pii` for detection, placeholders and restoring.
 
@@ -37,7 +39,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import Call, GatewayOptions, Message
+from proxy.core.canonical import Call, GatewayOptions, MediaRequest, Message
 from proxy.core.errors import BadRequest, GatewayError, InternalError
 from proxy.core.plugin import Next
 from proxy.core.reply import Reply
@@ -162,7 +164,10 @@ class MaskingPlugin:
         rules, fail_closed = self._request_rules(call.options)
         if not rules:
             return await self._send(call, next, None)
+        media = _media_texts(call.media) if call.media is not None else None
         texts = call.embedding.texts if call.embedding is not None else None
+        if media is not None:
+            texts = [text for _, _, text in media]
         messages = call.messages if texts is None else _as_user_messages(texts)
         try:
             masked = mask_messages(
@@ -193,6 +198,8 @@ class MaskingPlugin:
             raise error
         if texts is None:
             call.messages = masked.messages
+        elif call.media is not None and media is not None:  # its texts, masked as user text
+            call.media = _with_texts(call.media, media, masked.messages)
         else:  # an embeddings call: its inputs are masked as user text
             embedding = call.embedding
             assert embedding is not None  # its texts are what was masked
@@ -280,6 +287,48 @@ class MaskingPlugin:
         redactor = OutputRedactor(self._scanner(everything), self._labels, lambda _: None, 0)
         error.message = redactor.whole(error.message)
         error.args = (error.message,)
+
+
+_MEDIA_TEXTS = ("input", "prompt", "query", "instructions", "documents")
+"""The fields of a media call whose text a model reads: speech's ``input`` and
+``instructions``, a moderation's ``input`` (strings, or ``{"type": "text", "text"}`` parts), an
+image or transcription ``prompt``, a rerank's ``query`` and ``documents`` (strings or
+``{"text"}`` objects)."""
+
+MediaText = tuple[str, int | None, str]
+"""Where one text of a media call is (its field, its index in a list field or None) and the
+text."""
+
+
+def _media_texts(media: MediaRequest) -> list[MediaText]:
+    """Every text of ``media`` a model reads (:data:`_MEDIA_TEXTS`), in field order."""
+    found: list[MediaText] = []
+    for name in _MEDIA_TEXTS:
+        value = media.fields.get(name)
+        if isinstance(value, str):
+            found.append((name, None, value))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, str):
+                    found.append((name, index, item))
+                elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                    found.append((name, index, item["text"]))
+    return found
+
+
+def _with_texts(media: MediaRequest, where: list[MediaText], masked: list[Message]) -> MediaRequest:
+    """``media`` with each text of ``where`` replaced by its masked message's (a new fields
+    mapping: the client's stays as it was)."""
+    fields = dict(media.fields)
+    for (name, index, _), message in zip(where, masked, strict=True):
+        text = message.text()
+        if index is None:
+            fields[name] = text
+            continue
+        items = fields[name] = list(fields[name])
+        item = items[index]
+        items[index] = {**item, "text": text} if isinstance(item, dict) else text
+    return msgspec.structs.replace(media, fields=fields)
 
 
 def _as_user_messages(texts: list[str]) -> list[Message]:

@@ -140,13 +140,27 @@ class Tool(Struct):
 # ---------------------------------------------------------------------------------------------
 
 
+class MediaUnits(Struct, frozen=True, omit_defaults=True):
+    """What an audio, image or rerank call bills beyond tokens: ``audio_seconds`` of audio
+    transcribed or translated, ``characters`` of text spoken, ``images`` made (of
+    ``image_size`` / ``image_quality``, empty when not known) and rerank ``search_units``."""
+
+    audio_seconds: float = 0.0
+    characters: int = 0
+    images: int = 0
+    image_size: str = ""
+    image_quality: str = ""
+    search_units: int = 0
+
+
 class Usage(Struct, omit_defaults=True):
     """Token usage in disjoint buckets: their sum is everything the provider billed.
 
     ``input`` excludes cache reads and writes; ``output`` excludes ``reasoning``. Providers fill
     these from their own counts (e.g. OpenAI's ``prompt_tokens`` includes cached tokens, Anthropic's
     ``input_tokens`` does not), so a price per bucket gives an exact cost whatever the provider.
-    ``cost_usd`` is set only when the provider itself reported the cost.
+    ``cost_usd`` is set only when the provider itself reported the cost; ``media`` holds the
+    units of an audio, image or rerank call (:class:`MediaUnits`).
     """
 
     input: int = 0
@@ -155,6 +169,7 @@ class Usage(Struct, omit_defaults=True):
     output: int = 0
     reasoning: int = 0
     cost_usd: float | None = None
+    media: MediaUnits | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -429,6 +444,51 @@ class EmbeddingRequest(Struct):
         return sum(max(1, -(-len(text) // 4)) for text in self.texts or ())
 
 
+MediaOperation = Literal[
+    "speech",
+    "transcription",
+    "translation",
+    "image_generation",
+    "image_edit",
+    "moderation",
+    "rerank",
+]
+"""The operations of the media routes (``/v1/audio/*``, ``/v1/images/*``, ``/v1/moderations``,
+``/v1/rerank``)."""
+
+
+class MediaFile(Struct, frozen=True):
+    """One file of a multipart request: its form ``field`` (``file``, ``image``, ``mask``),
+    the ``filename`` and ``content_type`` the client gave, and its bytes."""
+
+    field: str
+    filename: str
+    content_type: str
+    data: bytes
+
+
+class MultipartForm(Struct):
+    """A ``multipart/form-data`` request as read: its text ``fields`` (a repeated field as a
+    list, in order) and its ``files``."""
+
+    fields: dict[str, str | list[str]]
+    files: list[MediaFile]
+
+
+class MediaRequest(Struct):
+    """What a media call asks for: ``operation``, the request's ``fields`` (the JSON body's
+    members, or a multipart form's text fields as strings, a repeated field as a list; the
+    model is :attr:`Call.model`, never among them) and its ``files``. ``worst`` is the most it
+    can bill, known from the request alone (None when it cannot be known: a transcription's
+    audio length); ``tokens`` its text's estimated tokens (rate limits)."""
+
+    operation: MediaOperation
+    fields: dict[str, Any]
+    files: list[MediaFile] = msgspec.field(default_factory=list)
+    worst: MediaUnits | None = None
+    tokens: int = 0
+
+
 class Call(Struct):
     """One client request in canonical form, passed explicitly through the plugin chain.
 
@@ -443,7 +503,9 @@ class Call(Struct):
     is calling (:data:`ANONYMOUS` until the ``auth`` plugin says otherwise). ``accounting``
     is the request's :class:`Accounting`, shared by every copy of the call. ``embedding`` is
     set, and ``messages`` empty, for an embeddings call: its reply carries
-    :attr:`Reply.embeddings` instead of a chat response or stream.
+    :attr:`Reply.embeddings` instead of a chat response or stream. ``media`` is set, and
+    ``messages`` empty, for an audio, image, moderation or rerank call: its reply carries
+    :attr:`Reply.media`.
     """
 
     request_id: str
@@ -464,3 +526,4 @@ class Call(Struct):
     timings: Timings = msgspec.field(default_factory=lambda: Timings(start=time.perf_counter()))
     accounting: Accounting = msgspec.field(default_factory=Accounting)
     embedding: EmbeddingRequest | None = None
+    media: MediaRequest | None = None

@@ -194,6 +194,15 @@ class Embeddings(Struct):
     usage: Usage | None = None
 
 
+class MediaAnswer(Struct):
+    """The answer of a media call, as the client gets it: ``body`` (JSON, text or audio bytes,
+    passed on undecoded) of ``content_type``; ``usage`` what it billed (None: not known)."""
+
+    body: bytes
+    content_type: str
+    usage: Usage | None = None
+
+
 class Encoded(Struct, frozen=True):
     """A whole answer's body made ahead for one dialect (a cache hit's stored answer): exactly
     what ``dialect``'s encoder makes of ``response``."""
@@ -205,10 +214,11 @@ class Encoded(Struct, frozen=True):
 
 class Reply(Struct):
     """What the chain returns: a whole :class:`Response`, a stream of :class:`Chunk`, or, for
-    an embeddings call (:attr:`Call.embedding`), :class:`Embeddings`.
+    an embeddings call (:attr:`Call.embedding`), :class:`Embeddings`; for a media call
+    (:attr:`Call.media`), :class:`MediaAnswer`.
 
-    Exactly one of ``response``, ``stream`` and ``embeddings`` is set: a plugin that wraps
-    streams or rewrites responses leaves a reply with neither alone. A stream returned by the
+    Exactly one of ``response``, ``stream``, ``embeddings`` and ``media`` is set: a plugin that
+    wraps streams or rewrites responses leaves a reply with neither alone. A stream returned by the
     upstream is *primed*: its first chunk has already arrived, so any failure before the first
     byte reaches the client surfaces as an exception from ``await next(call)`` (where retry and
     fallback act), and a failure while iterating is a mid-stream failure. Whoever stops
@@ -232,6 +242,7 @@ class Reply(Struct):
     attempts: int = 1
     embeddings: Embeddings | None = None
     encoded: Encoded | None = None
+    media: MediaAnswer | None = None
 
     def whole_usage(self) -> Usage | None:
         """The usage a whole reply (a response or embeddings) reported; None for a stream,
@@ -240,4 +251,6 @@ class Reply(Struct):
             return self.response.usage
         if self.embeddings is not None:
             return self.embeddings.usage
+        if self.media is not None:
+            return self.media.usage
         return None

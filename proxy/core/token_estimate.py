@@ -96,9 +96,12 @@ def estimate_tokens(characters: int) -> int:
 def estimate_prompt_tokens(call: Call) -> int:
     """The prompt tokens of ``call``: its messages' text (one token per four characters) plus
     four per message. Images, audio and tool definitions are not counted. For an embeddings
-    call, its inputs' (:meth:`~proxy.core.canonical.EmbeddingRequest.estimated_tokens`)."""
+    call, its inputs' (:meth:`~proxy.core.canonical.EmbeddingRequest.estimated_tokens`); for a
+    media call, its text's (:attr:`~proxy.core.canonical.MediaRequest.tokens`)."""
     if call.embedding is not None:
         return call.embedding.estimated_tokens()
+    if call.media is not None:
+        return call.media.tokens
     messages = call.messages
     characters = 0
     for message in messages:
@@ -136,9 +139,12 @@ def output_limit(call: Call) -> int | None:
 def expected_tokens(call: Call, default_output: int) -> tuple[int, int]:
     """The worst-case token mix of ``call``: its estimated input
     (:func:`estimate_input_tokens`; an embeddings call's inputs) and its :func:`output_limit`,
-    or ``default_output`` per answer when it set no limit."""
+    or ``default_output`` per answer when it set no limit. A media call: its text's tokens
+    (:attr:`~proxy.core.canonical.MediaRequest.tokens`) and no output."""
     if call.embedding is not None:
         return call.embedding.estimated_tokens(), 0
+    if call.media is not None:
+        return call.media.tokens, 0
     output = output_limit(call)
     if output is None:
         output = default_output * answers(call)

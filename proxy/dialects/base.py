@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from itertools import accumulate
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from proxy.core.canonical import Call
+from proxy.core.canonical import Call, MultipartForm
 from proxy.core.errors import BadRequest, GatewayError
 from proxy.core.reply import Chunk, Reply
 
@@ -103,6 +103,20 @@ class Dialect(Protocol):
 
     def error_headers(self, error: GatewayError, request_id: str) -> dict[str, str]:
         """Dialect-specific headers for an error answer (beyond Retry-After, x-request-id)."""
+        ...
+
+
+@runtime_checkable
+class DecodesForms(Protocol):
+    """A dialect whose requests are ``multipart/form-data`` (uploads): the app reads the form
+    within ``media.max_upload_bytes`` and hands it here instead of to
+    :meth:`Dialect.decode`."""
+
+    def decode_form(
+        self, form: MultipartForm, headers: Mapping[str, str], request_id: str, start: float
+    ) -> Call:
+        """The canonical call for a form. Raises :class:`~proxy.core.errors.BadRequest`
+        naming the offending field."""
         ...
 
 

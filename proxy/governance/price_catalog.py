@@ -13,6 +13,12 @@ own ``input`` (cache buckets) or ``output`` (reasoning). A price may have at mos
 ``batch`` is the fraction of the prices a provider's own batch API charges (default 0.5, as
 OpenAI, Azure and Anthropic discount batches; a native batch is priced so, :mod:`proxy.batches`).
 
+Audio, image and rerank models add prices per unit, in USD **per unit** (at most twelve
+decimals: pico-dollars): ``audio_second`` (audio transcribed or translated), ``character``
+(text spoken), ``search_unit`` (a rerank query over up to 100 documents) and ``image``: one
+price for every image, or a mapping from ``"<quality>/<size>"``, ``"<size>"``, ``"<quality>"``
+or ``"*"`` to a price (see :class:`~proxy.governance.pricing.MediaRates`).
+
 Every function raises :class:`PricingError` for a bad price, naming its YAML path;
 :func:`load_catalog` is this module's only I/O.
 """
@@ -27,11 +33,12 @@ import msgspec
 import yaml
 from msgspec import Meta, Struct
 
-from proxy.governance.pricing import Catalog, ModelPrice, Rates
+from proxy.governance.pricing import Catalog, MediaRates, ModelPrice, Rates
 
 SHIPPED_CATALOG = Path(__file__).resolve().parents[2] / "config" / "prices.yaml"
 CATALOG_FILE = "prices.yaml"
 _MICROS = Decimal(1_000_000)
+_PICOS = Decimal(1_000_000_000_000)
 
 Price = Annotated[float, Meta(ge=0)]
 
@@ -62,6 +69,10 @@ class PriceSpec(Struct, frozen=True, forbid_unknown_fields=True):
     tiers: tuple[TierSpec, ...] = ()
     batch: Annotated[float, Meta(gt=0, le=1)] = 0.5
     """What a provider's own batch API charges, as a fraction of these prices."""
+    audio_second: Price | None = None
+    character: Price | None = None
+    search_unit: Price | None = None
+    image: Price | dict[str, Price] | None = None
 
 
 class PricingConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -81,7 +92,36 @@ def price_of(spec: PriceSpec, path: str = "$") -> ModelPrice:
         if any(threshold == tier.above_tokens for threshold, _ in tiers):
             raise PricingError(f"{where}.above_tokens: {tier.above_tokens} appears twice")
         tiers.append((tier.above_tokens, _rates(tier, spec, where)))
-    return ModelPrice(base, tiers, batch=spec.batch)
+    return ModelPrice(base, tiers, _media_rates(spec, path), batch=spec.batch)
+
+
+def _media_rates(spec: PriceSpec, path: str) -> MediaRates | None:
+    """The per-unit prices of ``spec`` (USD per unit as pico-dollars); None when it has none."""
+    image = spec.image
+    if (
+        spec.audio_second is None
+        and spec.character is None
+        and spec.search_unit is None
+        and image is None
+    ):
+        return None
+    images = {"*": image} if isinstance(image, float | int) else dict(image or {})
+    return MediaRates(
+        audio_second=_picos(spec.audio_second, f"{path}.audio_second"),
+        character=_picos(spec.character, f"{path}.character"),
+        search_unit=_picos(spec.search_unit, f"{path}.search_unit"),
+        image=tuple(
+            (str(kind).lower(), _picos(price, f"{path}.image.{kind}"))
+            for kind, price in images.items()
+        ),
+    )
+
+
+def _picos(usd: float | None, path: str) -> int:
+    """``usd`` per unit as an exact integer of pico-dollars (0 when not given)."""
+    if usd is None:
+        return 0
+    return _exact(usd, _PICOS, path, "at most twelve decimals (USD per unit)")
 
 
 def _rates(prices: PriceSpec | TierSpec, base: PriceSpec, path: str) -> Rates:
@@ -116,12 +156,18 @@ def _or(value: float | None, default: float) -> float:
 
 def _micros(usd_per_million: float, path: str) -> int:
     """``usd_per_million`` as an exact integer of micro-dollars (its shortest decimal form)."""
+    return _exact(usd_per_million, _MICROS, path, "at most six decimals (USD per million tokens)")
+
+
+def _exact(value: float, scale: Decimal, path: str, rule: str) -> int:
+    """``value`` times ``scale`` as an exact integer (from its shortest decimal form); a
+    :class:`PricingError` naming ``path`` and ``rule`` when it is not one, or negative."""
     try:
-        exact = Decimal(repr(usd_per_million)) * _MICROS
+        exact = Decimal(repr(value)) * scale
     except InvalidOperation:
         raise PricingError(f"{path}: not a price") from None
     if exact != exact.to_integral_value() or exact < 0:
-        raise PricingError(f"{path}: a price has at most six decimals (USD per million tokens)")
+        raise PricingError(f"{path}: a price has {rule}")
     return int(exact)
 
 

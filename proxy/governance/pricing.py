@@ -39,7 +39,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from proxy.core.canonical import CostSource, Deployment, Usage
+from proxy.core.canonical import CostSource, Deployment, MediaUnits, Usage
 
 NANOS_PER_USD = 1_000_000_000
 _MAX_MEMO = 4096
@@ -83,16 +83,68 @@ class Rates(msgspec.Struct, frozen=True, gc=False):
     reasoning: int
 
 
-class ModelPrice:
-    """A model's prices, ready for exact arithmetic. Build it with :meth:`of`."""
+class MediaRates(msgspec.Struct, frozen=True, gc=False):
+    """Integer prices of the media units (:class:`~proxy.core.canonical.MediaUnits`), in
+    pico-dollars per unit: per second of audio, per character spoken, per search unit, and per
+    image by ``"<quality>/<size>"``, ``"<size>"``, ``"<quality>"`` or ``"*"`` (looked up in that
+    order; an image of no listed kind, or whose size or quality is not known, is charged at the
+    dearest of the kinds it may be)."""
 
-    __slots__ = ("base", "batch", "dearest", "tiers")
+    audio_second: int = 0
+    character: int = 0
+    search_unit: int = 0
+    image: tuple[tuple[str, int], ...] = ()
+
+    def image_picos(self, size: str, quality: str) -> int:
+        """The price of one image of ``size`` and ``quality`` (see the class docstring); when
+        one of them is not known (empty), the dearest of the kinds the image may be."""
+        table = dict(self.image)
+        if size and quality:
+            for name in (f"{quality}/{size}", size, quality, "*"):
+                found = table.get(name)
+                if found is not None:
+                    return found
+        fitting = [price for kind, price in self.image if _may_be(kind, size, quality)]
+        return max(fitting or table.values(), default=0)
+
+    def picos(self, units: MediaUnits) -> int:
+        """What ``units`` cost, in pico-dollars (audio counted to the millisecond)."""
+        picos = units.characters * self.character + units.search_units * self.search_unit
+        if units.audio_seconds:
+            picos += round(units.audio_seconds * 1000) * self.audio_second // 1000
+        if units.images:
+            picos += units.images * self.image_picos(units.image_size, units.image_quality)
+        return picos
+
+
+def _may_be(kind: str, size: str, quality: str) -> bool:
+    """Whether an image of ``size`` and ``quality`` (either empty: not known) may be of the
+    price kind ``kind`` (``"<quality>/<size>"``, ``"<size>"``, ``"<quality>"`` or ``"*"``)."""
+    if kind == "*":
+        return True
+    kind_quality, _, kind_size = kind.rpartition("/")
+    if kind_quality:
+        return quality in ("", kind_quality) and size in ("", kind_size)
+    return kind in (size, quality) or not (size and quality)
+
+
+class ModelPrice:
+    """A model's prices, ready for exact arithmetic. Build it with :meth:`of`. ``media``
+    prices the units of audio, image and rerank calls (None: it has none, and they cost 0)."""
+
+    __slots__ = ("base", "batch", "dearest", "media", "tiers")
 
     def __init__(
-        self, base: Rates, tiers: Sequence[tuple[int, Rates]] = (), *, batch: float = 0.5
+        self,
+        base: Rates,
+        tiers: Sequence[tuple[int, Rates]] = (),
+        media: MediaRates | None = None,
+        *,
+        batch: float = 0.5,
     ) -> None:
         self.base = base
         self.tiers = tuple(sorted(tiers, reverse=True))  # largest threshold first
+        self.media = media
         self.batch = batch
         """The fraction of these prices a provider's own batch API charges (OpenAI's, Azure's
         and Anthropic's: half, the default)."""
@@ -120,6 +172,8 @@ class ModelPrice:
             + usage.output * r.output
             + usage.reasoning * r.reasoning
         )
+        if usage.media is not None and self.media is not None:
+            picos += self.media.picos(usage.media)
         return (picos + 500) // 1000
 
     def batch_nanos(self, usage: Usage) -> int:
@@ -145,19 +199,25 @@ class ModelPrice:
                 per_output = max(per_output, tier_output)
         return (input_tokens * per_input + output_tokens * per_output + 500) // 1000
 
+    def worst_media_nanos(self, tokens: int, units: MediaUnits) -> int:
+        """The most a media call with ``tokens`` of input text and at most ``units`` can cost
+        (an image of no listed kind at the dearest image price)."""
+        return self.worst_nanos(tokens, 0) + self.cost_nanos(Usage(media=units))
+
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, ModelPrice)
             and self.base == other.base
             and self.tiers == other.tiers
+            and self.media == other.media
             and self.batch == other.batch
         )
 
     def __hash__(self) -> int:
-        return hash((self.base, self.tiers, self.batch))
+        return hash((self.base, self.tiers, self.media, self.batch))
 
     def __repr__(self) -> str:
-        return f"ModelPrice({self.base!r}, tiers={list(self.tiers)!r})"
+        return f"ModelPrice({self.base!r}, tiers={list(self.tiers)!r}, media={self.media!r})"
 
 
 def _dearest(rates: Rates) -> tuple[int, int]:

@@ -5,7 +5,9 @@ snapshot's ``authenticate`` when it demands a key, before the body is read (a cl
 key costs no decoding), read the
 body bounded in size and time (``server.max_body_bytes``, ``server.body_read_timeout``; a
 ``gzip`` or ``deflate`` body inflated within the same size, :mod:`proxy.http.request_body`) and
-checked for nesting, decode it with the dialect, resolve the model, run the plugin chain on the
+checked for nesting (an upload route's multipart form read part by part within
+``media.max_upload_bytes`` instead, :mod:`proxy.http.multipart`), decode it with the dialect,
+resolve the model, run the plugin chain on the
 snapshot (a Responses call inside its conversation state), and answer in the dialect — as one
 JSON body, or as an SSE stream (:func:`proxy.http.sse_answer.stream_answer`, which flushes chunks as
 they arrive). Each request is counted in the metrics, logged as one access line (when
@@ -45,13 +47,14 @@ from proxy.core.logs import AccessLog
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import FinishedRequest
 from proxy.core.reply import Reply
-from proxy.dialects.base import Dialect, check_json_depth
+from proxy.dialects.base import DecodesForms, Dialect, check_json_depth
 from proxy.governance.pricing import nanos_to_usd
 from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
 from proxy.http.app_keys import DRAIN, METRICS, RUNTIME, SERVER
 from proxy.http.compat_headers import add_litellm_headers
 from proxy.http.drain import shutting_down
 from proxy.http.edges import REQUEST_ID, SERVER_HEADER, RequestIds
+from proxy.http.multipart import read_form
 from proxy.http.request_body import read_request_body
 from proxy.http.responses_routes import background_answer
 from proxy.http.sse_answer import stream_answer
@@ -103,6 +106,7 @@ def dialect_handler(
     drain = app[DRAIN]
     in_flight = metrics.in_flight(dialect.name)
     name = dialect.name
+    forms = dialect if isinstance(dialect, DecodesForms) else None  # uploads: multipart
 
     async def handle(request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
@@ -121,8 +125,13 @@ def dialect_handler(
                     await snapshot.authenticate(request.headers) if demands_key else ANONYMOUS
                 )
                 outcome.principal = principal
-                body = await read_body(request, server)
-                call = dialect.decode(body, request.headers, request_id, start)
+                if forms is None:
+                    body = await read_body(request, server)
+                    call = dialect.decode(body, request.headers, request_id, start)
+                else:
+                    limit = snapshot.config.media.max_upload_bytes
+                    form = await read_form(request, limit, server.body_read_timeout)
+                    call = forms.decode_form(form, request.headers, request_id, start)
                 if not call.model:  # a dialect that lets the client omit it (Fabro)
                     call.model = snapshot.router.default_model(call.options.provider)
                 if demands_key:
@@ -236,7 +245,7 @@ def _whole(
         body = dialect.encode_response(call, reply)
     outcome.status = 200
     headers = reply_headers(dialect, call, reply, request_id)
-    headers["content-type"] = _JSON
+    headers.setdefault("content-type", _JSON)  # a media answer's is its own (audio, text)
     return WholeResponse(body, headers)
 
 

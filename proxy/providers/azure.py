@@ -12,6 +12,10 @@ module composes one). What differs:
   (no choices), and in its asynchronous filter mode interleaves events that only annotate
   choices (no delta). Such events carry nothing for the client and are skipped, so the first
   chunk the gateway sees is the first real one;
+- media: speech, transcriptions, translations, image generations and edits go to the
+  deployment's ``audio/…`` and ``images/…`` paths (OpenAI's wire format,
+  :mod:`proxy.providers.openai.media`); Azure OpenAI has no moderations or rerank route, so
+  those are a 400 naming the provider and the operation;
 - errors: a request refused by Azure's content filter (``code: content_filter``) is a
   :class:`~proxy.core.errors.ContentPolicyViolation`, as OpenAI's own policy errors are.
 """
@@ -23,10 +27,11 @@ from urllib.parse import quote
 
 import msgspec
 
-from proxy.core.canonical import Call
+from proxy.core.canonical import Call, MediaOperation
 from proxy.core.errors import UpstreamError
-from proxy.core.reply import Chunk, Delta, Embeddings, Response
+from proxy.core.reply import Chunk, Delta, Embeddings, MediaAnswer, Response
 from proxy.providers.base import HttpRequest, ProviderConfig, path_segment
+from proxy.providers.openai.media import PATHS, build_media_at, parse_media
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 DEFAULT_API_VERSION = "2024-10-21"
@@ -66,6 +71,10 @@ class AzureConfig(
 class AzureProvider:
     """Pure translation for Azure OpenAI; see the module docstring."""
 
+    media_operations: frozenset[MediaOperation] = frozenset(
+        {"speech", "transcription", "translation", "image_generation", "image_edit"}
+    )
+
     def __init__(self, name: str, config: AzureConfig) -> None:
         self.name = name
         self.config = config
@@ -86,6 +95,8 @@ class AzureProvider:
         self._base = config.endpoint.rstrip("/") + "/openai/deployments/"
         self._query = "/chat/completions?api-version=" + quote(config.api_version, safe="")
         self._embeddings_query = "/embeddings?api-version=" + quote(config.api_version, safe="")
+        self._version = "?api-version=" + quote(config.api_version, safe="")
+        self._headers = headers
 
     def deployment(self, model: str) -> str:
         """The Azure deployment that serves ``model``."""
@@ -112,6 +123,20 @@ class AzureProvider:
     def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
         """The vectors of an embeddings answer (OpenAI's wire format)."""
         return self._openai.parse_embeddings(bodies, call, model)
+
+    def build_media(self, call: Call, model: str) -> HttpRequest:
+        """A media call to the deployment serving ``model`` (OpenAI's wire format)."""
+        media = call.media
+        assert media is not None  # a media call
+        deployment = self.deployment(model)
+        url = self._base + path_segment(deployment) + PATHS[media.operation] + self._version
+        return build_media_at(url, self._headers, call, deployment)
+
+    def parse_media(
+        self, headers: Mapping[str, str], body: bytes, call: Call, model: str
+    ) -> MediaAnswer:
+        """A media answer, passed on as it came (OpenAI's wire format)."""
+        return parse_media(self.name, headers, body, call)
 
     def parse_event(self, event: str, data: bytes) -> Chunk | None:
         """See :meth:`proxy.providers.base.HttpProvider.parse_event`; annotations give None."""

@@ -8,7 +8,8 @@ the same clocks (:class:`Timeouts`) and the same stream priming.
 
 Beyond its kind's methods a provider may offer optional capabilities, one small protocol each:
 counting tokens (:class:`CountsTokens` over HTTP, :class:`CountsTokensLocally` in-process),
-embeddings (:class:`Embeds`, :class:`EmbedsLocally`), stream framing and parsing
+embeddings (:class:`Embeds`, :class:`EmbedsLocally`), audio, images, moderations and rerank
+(:class:`ServesMedia`, :class:`ServesMediaLocally`), stream framing and parsing
 (:class:`DecodesStreams`, :class:`ParsesStreams`), verbatim frames (:class:`VouchesFrames`), the
 request fields it drops (:class:`DropsFields`) and the models it lists (:class:`ListsModels`).
 What a provider offers is decided once, when its snapshot is built (:func:`capabilities_of`,
@@ -26,9 +27,9 @@ from urllib.parse import quote
 import msgspec
 from msgspec import Meta, Struct
 
-from proxy.core.canonical import Call
+from proxy.core.canonical import Call, MediaOperation
 from proxy.core.errors import BadRequest, UpstreamError
-from proxy.core.reply import Chunk, Embeddings, RawFrames, Response
+from proxy.core.reply import Chunk, Embeddings, MediaAnswer, RawFrames, Response
 
 Seconds = Annotated[float, Meta(gt=0)]
 _Block = TypeVar("_Block")
@@ -70,7 +71,8 @@ class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field=
 
 
 class HttpRequest(Struct):
-    """An upstream request, ready to send: ``body`` is the encoded JSON."""
+    """An upstream request, ready to send: ``body`` is the encoded JSON (or, for a media call,
+    a multipart form, its boundary in ``headers``)."""
 
     url: str
     headers: dict[str, str]
@@ -87,7 +89,7 @@ class HttpProvider(Protocol):
 
     Optional capabilities of an HTTP provider: :class:`ParsesStreams`, :class:`DecodesStreams`,
     :class:`VouchesFrames`, :class:`CountsTokens`, :class:`Embeds` (without it an embeddings
-    call to it is a 400), :class:`DropsFields`, :class:`ListsModels`.
+    call to it is a 400), :class:`ServesMedia`, :class:`DropsFields`, :class:`ListsModels`.
     """
 
     name: str
@@ -130,7 +132,8 @@ class LocalProvider(Protocol):
     """An upstream answered in-process (the ``mock`` provider).
 
     Optional capabilities of a local provider: :class:`CountsTokensLocally`,
-    :class:`EmbedsLocally` (without it an embeddings call to it is a 400), :class:`ListsModels`.
+    :class:`EmbedsLocally` (without it an embeddings call to it is a 400),
+    :class:`ServesMediaLocally`, :class:`ListsModels`.
     """
 
     name: str
@@ -292,6 +295,39 @@ class EmbedsLocally(Protocol):
 
 
 @runtime_checkable
+class ServesMedia(Protocol):
+    """An HTTP provider that serves some media operations (audio, images, moderations,
+    rerank: :data:`~proxy.core.canonical.MediaOperation`), named in ``media_operations``; a
+    media call of another operation to it is a 400 naming the provider and the operation."""
+
+    media_operations: frozenset[MediaOperation]
+
+    def build_media(self, call: Call, model: str) -> HttpRequest:
+        """The upstream request for the media call ``call`` (``call.media`` set) to ``model``:
+        a JSON body, or a multipart one (its boundary in the ``content-type`` header)."""
+        ...
+
+    def parse_media(
+        self, headers: Mapping[str, str], body: bytes, call: Call, model: str
+    ) -> MediaAnswer:
+        """The client's answer from a 2xx answer (errors go through
+        :meth:`HttpProvider.parse_error`): the body passed on as it came, and what it billed.
+        Raises :class:`UpstreamError` for a body it must read and cannot."""
+        ...
+
+
+@runtime_checkable
+class ServesMediaLocally(Protocol):
+    """A local provider that answers some media operations (``media_operations``) in-process."""
+
+    media_operations: frozenset[MediaOperation]
+
+    async def media(self, call: Call, model: str) -> MediaAnswer:
+        """The answer of the media call ``call``."""
+        ...
+
+
+@runtime_checkable
 class DropsFields(Protocol):
     """An HTTP provider that removes request fields its vendor rejects (named in a debug log)."""
 
@@ -333,6 +369,9 @@ class Capabilities(Struct, frozen=True):
     embed: Callable[[Call, str], Awaitable[Embeddings]] | None = None
     dropped_fields: Callable[[Call, str], list[str]] | None = None
     listed_models: tuple[str, ...] = ()
+    media_server: ServesMedia | None = None
+    media: Callable[[Call, str], Awaitable[MediaAnswer]] | None = None
+    media_operations: frozenset[MediaOperation] = frozenset()
 
     @property
     def embeds(self) -> bool:
@@ -362,7 +401,19 @@ def capabilities_of(provider: Provider) -> Capabilities:
         embed=provider.embed if isinstance(provider, EmbedsLocally) else None,
         dropped_fields=provider.dropped_fields if isinstance(provider, DropsFields) else None,
         listed_models=provider.listed_models if isinstance(provider, ListsModels) else (),
+        media_server=provider if isinstance(provider, ServesMedia) else None,
+        media=provider.media if isinstance(provider, ServesMediaLocally) else None,
+        media_operations=_media_operations(provider),
     )
+
+
+def _media_operations(provider: Provider) -> frozenset[MediaOperation]:
+    """The media operations ``provider`` serves (none unless it has a media capability)."""
+    if isinstance(provider, ServesMedia):
+        return provider.media_operations
+    if isinstance(provider, ServesMediaLocally):
+        return provider.media_operations
+    return frozenset()
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

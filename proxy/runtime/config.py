@@ -163,6 +163,15 @@ class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):
     litellm: bool = True
 
 
+class MediaConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """The media routes (audio, images, moderations, rerank; ``docs/media.md``):
+    ``max_upload_bytes`` bounds a multipart upload (transcriptions, translations, image
+    edits), read part by part and refused with 413 as soon as it passes the bound (25 MiB,
+    OpenAI's audio limit, by default)."""
+
+    max_upload_bytes: Annotated[int, Meta(ge=1024)] = 25 * 1024 * 1024
+
+
 class PluginSpec(Struct, frozen=True):
     """A plugin entry as written: a built-in name or ``module:Class``, its options, its path.
 
@@ -197,6 +206,7 @@ class GatewayConfig(Struct, frozen=True):
     state: StateConfig = StateConfig()
     compat: CompatConfig = CompatConfig()
     batches: BatchesConfig = BatchesConfig()
+    media: MediaConfig = MediaConfig()
 
 
 class ConfigError(Exception):
@@ -226,6 +236,7 @@ _TOP_LEVEL = frozenset(
         "state",
         "compat",
         "batches",
+        "media",
     }
 )
 
@@ -279,6 +290,7 @@ def parse_config(
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
     batches = _convert(tree.get("batches", {}), BatchesConfig, "$.batches", errors)
+    media = _convert(tree.get("media", {}), MediaConfig, "$.media", errors)
     if (
         errors
         or server is None
@@ -290,6 +302,7 @@ def parse_config(
         or state is None
         or compat is None
         or batches is None
+        or media is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -309,6 +322,7 @@ def parse_config(
         state=state,
         compat=compat,
         batches=batches,
+        media=media,
     )
 
 

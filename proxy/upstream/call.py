@@ -5,7 +5,11 @@ runs the provider — over the shared transport, or in-process — under the pro
 returns a :class:`~proxy.core.reply.Reply`. An embeddings call (``Call.embedding``) goes to the
 provider's embedding translation (:class:`~proxy.providers.base.Embeds`, or a local provider's
 :class:`~proxy.providers.base.EmbedsLocally`) and comes back as ``Reply.embeddings``; a provider
-without one answers 400 ``embeddings_not_supported`` before anything is sent. What each
+without one answers 400 ``embeddings_not_supported`` before anything is sent. A media call
+(``Call.media``: audio, images, moderations, rerank) goes to the provider's media translation
+(:class:`~proxy.providers.base.ServesMedia`, or :class:`~proxy.providers.base.ServesMediaLocally`)
+and comes back as ``Reply.media``; a provider that does not serve the operation answers 400
+``unsupported_operation`` naming both, before anything is sent. What each
 provider offers is read from its :class:`~proxy.providers.base.Capabilities`, decided once when
 the upstream is built. Streams come back *primed* (their
 first chunk has arrived), so every failure before the first byte is an exception from this
@@ -23,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from proxy.core.canonical import Call, Deployment
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
-from proxy.core.reply import Chunk, Embeddings, RawFrames, Reply, Response
+from proxy.core.reply import Chunk, Embeddings, MediaAnswer, RawFrames, Reply, Response
 from proxy.providers.base import (
     Capabilities,
     CountsTokens,
@@ -80,10 +84,20 @@ class Upstream:
                 code="embeddings_not_supported",
                 param="model",
             )
+        media = call.media
+        if media is not None and media.operation not in capabilities.media_operations:
+            raise BadRequest(
+                f"the model {call.model!r} is served by provider {deployment.provider!r}, "
+                f"which does not serve {media.operation.replace('_', ' ')}",
+                code="unsupported_operation",
+                param="model",
+            )
         clocks = UpstreamClocks(provider.config.timeouts)
-        result: Response | UpstreamStream | Embeddings
+        result: Response | UpstreamStream | Embeddings | MediaAnswer
         try:
-            if call.embedding is not None:
+            if media is not None:
+                result = await self._media(provider, capabilities, call, deployment, clocks)
+            elif call.embedding is not None:
                 result = await self._embed(provider, capabilities, call, deployment, clocks)
             elif capabilities.local is not None:
                 result = await self._local(capabilities.local, call, deployment, clocks)
@@ -103,6 +117,9 @@ class Upstream:
         if isinstance(result, Embeddings):
             clocks.close()
             return Reply(provider=deployment.provider, model=deployment.model, embeddings=result)
+        if isinstance(result, MediaAnswer):
+            clocks.close()
+            return Reply(provider=deployment.provider, model=deployment.model, media=result)
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
 
     async def count_tokens(self, call: Call, deployments: list[Deployment]) -> int | None:
@@ -194,6 +211,33 @@ class Upstream:
             if status >= 300:
                 raise http.parse_error(status, headers, body)
         return embedder.parse_embeddings([body for _, _, body in answers], call, deployment.model)
+
+    async def _media(
+        self,
+        provider: Provider,
+        capabilities: Capabilities,
+        call: Call,
+        deployment: Deployment,
+        clocks: UpstreamClocks,
+    ) -> MediaAnswer:
+        """The answer of a media call: in-process, or from the provider's one request."""
+        started = time.perf_counter()
+        server, http = capabilities.media_server, capabilities.http
+        try:
+            with clocks:
+                if capabilities.media is not None:
+                    return await capabilities.media(call, deployment.model)
+                assert server is not None  # the caller checked the operation
+                assert http is not None  # a media server is reached over HTTP
+                request = server.build_media(call, deployment.model)
+                status, headers, body = await self._transport.request(http, request)
+        except TimeoutError:
+            raise clocks.expired(provider.name) from None
+        finally:
+            call.timings.upstream_wait += time.perf_counter() - started
+        if status >= 300:
+            raise http.parse_error(status, headers, body)
+        return server.parse_media(headers, body, call, deployment.model)
 
     async def _local(
         self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks

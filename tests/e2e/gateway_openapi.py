@@ -1,6 +1,7 @@
 """The gateway's own OpenAPI document: every route the public specs in tests/specs/ do not
-describe — the admin API, LiteLLM's routes, the spend API, health, metrics, the UI, and any
-other path (the catch-all) — for the schemathesis job (tests/e2e/test_schemathesis.py).
+describe — the admin API, LiteLLM's routes, the spend API, health, metrics, the UI, Cohere's
+rerank, and any other path (the catch-all) — for the schemathesis job
+(tests/e2e/test_schemathesis.py).
 
 Request bodies are the JSON schemas of the very msgspec Structs the routes decode
 (:func:`msgspec.json.schema_components`), so their bounds are the code's; query parameters are
@@ -34,6 +35,21 @@ _KEYS_NAMED = {
         "key_aliases": {"type": "array", "items": _TEXT},
     },
 }  # /key/delete
+_RERANK = {
+    "type": "object",
+    "properties": {
+        "model": _TEXT,
+        "query": _TEXT,
+        "documents": {
+            "type": "array",
+            "items": {"anyOf": [_TEXT, {"type": "object", "properties": {"text": _TEXT}}]},
+        },
+        "top_n": {"type": "integer"},
+        "return_documents": {"type": "boolean"},
+        "max_tokens_per_doc": {"type": "integer"},
+    },
+    "required": ["model", "query", "documents"],
+}  # Cohere's rerank request (no public OpenAPI file of it is kept in tests/specs/)
 _SPEND = {"from": _TIME, "to": _TIME}
 _QUERIES: dict[str, dict[str, dict[str, Any]]] = {
     "GET /v1/messages/batches": {"limit": _LIMIT, "after_id": _TEXT},
@@ -95,6 +111,9 @@ _BODIES: dict[str, Any] = {
         },
         "required": ["requests"],
     },
+    "POST /v1/rerank": _RERANK,
+    "POST /v2/rerank": _RERANK,
+    "POST /rerank": _RERANK,
 }
 ROUTES = (
     "POST /admin/keys",
@@ -134,6 +153,9 @@ ROUTES = (
     "DELETE /v1/messages/batches/{id}",
     "POST /v1/messages/batches/{id}/cancel",
     "GET /v1/messages/batches/{id}/results",
+    "POST /v1/rerank",
+    "POST /v2/rerank",
+    "POST /rerank",
     "GET /{tail}",
     "POST /{tail}",
 )

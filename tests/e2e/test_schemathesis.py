@@ -16,7 +16,7 @@ revoke it).
 Whatever is sent, the gateway answers below 500, with ``Server: crossway``, an error body in
 JSON, and neither key in the answer; and it logs no unhandled error and no traceback. Each
 target has a bounded, seeded number of examples (:data:`DIALECT_TARGETS`, :data:`SIDE_TARGETS`,
-:data:`OWN_EXAMPLES`): about 1,600 requests, under a minute on a loaded 2-core machine.
+:data:`OWN_EXAMPLES`): about 1,800 requests, under a minute on a loaded 2-core machine.
 :func:`test_every_route_is_a_target` fails when a route is added without one.
 """
 
@@ -94,6 +94,19 @@ DIALECT_TARGETS = (  # name, spec, operation, paths sent to, a valid body, examp
      20),
     ("responses", "openai-responses", "POST /responses", ("/v1/responses", "/responses"),
      {"model": "chat", "input": "hi"}, 30),
+    ("speech", "openai-media", "POST /audio/speech", ("/v1/audio/speech", "/audio/speech"),
+     {"model": "mock/tts", "voice": "alloy", "input": "hi"}, 10),
+    ("images", "openai-media", "POST /images/generations",
+     ("/v1/images/generations", "/images/generations"), {"model": "mock/img", "prompt": "hi"}, 10),
+    ("moderations", "openai-media", "POST /moderations", ("/v1/moderations", "/moderations"),
+     {"model": "mock/omni", "input": "hi"}, 10),
+    # Uploads: the job sends JSON, so these check the refusal of what is not a form.
+    ("transcriptions", "openai-media", "POST /audio/transcriptions",
+     ("/v1/audio/transcriptions", "/audio/transcriptions"), None, 4),
+    ("translations", "openai-media", "POST /audio/translations",
+     ("/v1/audio/translations", "/audio/translations"), None, 4),
+    ("image edits", "openai-media", "POST /images/edits", ("/v1/images/edits", "/images/edits"),
+     None, 4),
 )  # fmt: skip
 SIDE_TARGETS = (  # the same, for the routes beside the dialects (no body but an update's)
     ("stored response", "openai-responses", "GET /responses/{response_id}",
@@ -140,7 +153,8 @@ SIDE_TARGETS = (  # the same, for the routes beside the dialects (no body but an
     ("cancel batch", "openai-batches", "POST /batches/{batch_id}/cancel",
      ("/v1/batches/{}/cancel", "/batches/{}/cancel"), None, 6),
 )  # fmt: skip
-OWN_EXAMPLES = {"POST /admin/reload": 4, "GET /admin/spend": 20, "GET /admin/spend/logs": 20,
+OWN_EXAMPLES = {"POST /v1/rerank": 10, "POST /v2/rerank": 4, "POST /rerank": 4,
+                "POST /admin/reload": 4, "GET /admin/spend": 20, "GET /admin/spend/logs": 20,
                 "GET /v1/spend": 20, "GET /spend/logs": 20, "GET /key/info": 15}  # fmt: skip
 """The gateway's own routes: these, else 15 with a path parameter or a body, else 6."""
 TWISTS = ("path", "query", "header", "key", "body", "encoding")

@@ -11,10 +11,18 @@ import msgspec
 import pytest
 
 from plugins.masking import MaskingConfig, MaskingPlugin
-from proxy.core.canonical import Call, FunctionCall, GatewayOptions, Message, TextPart, ToolCall
+from proxy.core.canonical import (
+    Call,
+    FunctionCall,
+    GatewayOptions,
+    MediaRequest,
+    Message,
+    TextPart,
+    ToolCall,
+)
 from proxy.core.errors import BadRequest, GatewayError, InternalError, UpstreamClientError
 from proxy.core.metrics import Metrics
-from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, MediaAnswer, Reply, Response
 from proxy.pii.text import TextView
 from proxy.runtime.plugins import PluginContext
 
@@ -316,3 +324,53 @@ async def test_without_anything_to_look_for_the_call_passes_untouched() -> None:
     reply = await plugin()(call, echo)
     assert echo.calls[0].messages[-1].content == EMAIL
     assert reply.response is not None
+
+
+# -- media calls -------------------------------------------------------------------------------
+
+
+async def test_a_media_calls_texts_are_masked_where_they_are() -> None:
+    seen: list[Call] = []
+
+    async def media_next(call: Call) -> Reply:
+        seen.append(call)
+        return Reply(provider="p", model="m", media=MediaAnswer(b"{}", "application/json"))
+
+    fields = {
+        "query": f"mail {EMAIL}",
+        "documents": ["plain", {"text": f"to {EMAIL}", "id": 7}, 3],
+        "top_n": 2,
+    }
+    call = Call(
+        request_id="r",
+        dialect="rerank",
+        model="m",
+        messages=[],
+        media=MediaRequest("rerank", fields),
+    )
+    masking = plugin(entities={"email": "mask"})
+    reply = await masking(call, media_next)
+    assert reply.media is not None
+    [sent] = seen
+    assert sent.media is not None
+    masked = sent.media.fields
+    assert EMAIL not in json.dumps(masked)
+    assert masked["query"].startswith("mail ")
+    assert masked["documents"][0] == "plain"
+    assert masked["documents"][1]["id"] == 7
+    assert masked["documents"][2] == 3
+    assert masked["top_n"] == 2
+    assert fields["query"] == f"mail {EMAIL}"  # the client's fields are left as they were
+
+
+async def test_a_media_call_with_a_blocked_entity_is_refused() -> None:
+    call = Call(
+        request_id="r",
+        dialect="openai_speech",
+        model="m",
+        messages=[],
+        media=MediaRequest("speech", {"input": f"card {CARD}", "voice": "alloy"}),
+    )
+    with pytest.raises(BadRequest) as refused:
+        await plugin(entities={"credit_card": "block"})(call, Echo())
+    assert refused.value.code == "pii_blocked"

@@ -20,9 +20,11 @@ What the deployment-level settings become:
   (``OPENAI_API_KEY`` …) when absent is written as that variable, ``${NAME:-}``: unset, the
   provider is not ready (as LiteLLM fails such calls), the gateway still starts.
 
-Chat and embedding entries (``model_info.mode`` absent, ``chat``, ``completion``,
-``responses``, ``embedding``) are translated alike: an alias serves whichever route the client
-calls. Anything else is reported through :meth:`~proxy.admin.migrate.result.Translation.skip`.
+Chat, embedding and media entries (``model_info.mode`` absent, ``chat``, ``completion``,
+``responses``, ``embedding``, ``audio_speech``, ``audio_transcription``, ``image_generation``,
+``image_edit``, ``moderation``, ``rerank``) are translated alike: an alias serves whichever
+route the client calls. Anything else is reported through
+:meth:`~proxy.admin.migrate.result.Translation.skip`.
 """
 
 from __future__ import annotations
@@ -72,7 +74,19 @@ _BARE_MODELS: tuple[tuple[str, str], ...] = (
     ("o3", "openai"),
 )
 _BARE_MODELS += (("o4", "openai"), ("claude", "anthropic"))
-_SERVED_MODES = (None, "chat", "completion", "responses", "embedding")
+_SERVED_MODES = (
+    None,
+    "chat",
+    "completion",
+    "responses",
+    "embedding",
+    "audio_speech",
+    "audio_transcription",
+    "image_generation",
+    "image_edit",
+    "moderation",
+    "rerank",
+)
 _ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info"})
 _DEPLOYMENT_KEYS = frozenset({"model", "rpm", "tpm", "weight", "order", "timeout"})
 _DEPLOYMENT_KEYS |= {"stream_timeout", "litellm_credential_name"}
@@ -163,7 +177,11 @@ class _Builder:
         params = dict(entry.get("litellm_params") or {})
         info = dict(entry.get("model_info") or {})
         if info.get("mode") not in _SERVED_MODES:
-            result.skip(path, f"mode {info['mode']!r}: Crossway serves chat and embedding models")
+            result.skip(
+                path,
+                f"mode {info['mode']!r}: Crossway serves chat, embedding, audio, image, "
+                "moderation and rerank models",
+            )
             return
         credential = params.get("litellm_credential_name")
         if credential is not None:

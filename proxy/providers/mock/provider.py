@@ -21,7 +21,8 @@ anything else       a fixed, deterministic reply that quotes the last user messa
 
 Embeddings calls get :mod:`proxy.providers.mock.vectors`' vectors (hashed words and character
 n-grams, L2-normalised; 256 dimensions unless the client asks for ``dimensions``), under the
-same fault models (``error-<status>``, ``slow-<ms>``, ``hang``).
+same fault models (``error-<status>``, ``slow-<ms>``, ``hang``); so do media calls (audio,
+images, moderations, rerank), answered by :mod:`proxy.providers.mock.media`.
 
 Token counts are deterministic: one token per whitespace-separated word. ``latency_ms`` delays
 every first byte; ``tokens_per_second`` paces streamed tokens (0 streams as fast as possible).
@@ -38,7 +39,16 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from proxy.core.canonical import Call, FinishReason, FunctionCall, Message, Tool, ToolCall, Usage
+from proxy.core.canonical import (
+    Call,
+    FinishReason,
+    FunctionCall,
+    MediaOperation,
+    Message,
+    Tool,
+    ToolCall,
+    Usage,
+)
 from proxy.core.errors import UpstreamUnavailable, upstream_error_for_status
 from proxy.core.reply import (
     Choice,
@@ -47,10 +57,12 @@ from proxy.core.reply import (
     Delta,
     Embeddings,
     FunctionCallDelta,
+    MediaAnswer,
     Response,
     ToolCallDelta,
 )
 from proxy.providers.base import ProviderConfig
+from proxy.providers.mock.media import OPERATIONS, media_answer
 from proxy.providers.mock.vectors import DEFAULT_DIMENSIONS, text_vector, token_vector
 
 _FAULT = re.compile(r"^(?P<kind>error|slow|cut|stall)-(?P<arg>\d+)$")
@@ -84,6 +96,7 @@ class MockProvider:
     """
 
     listed_models = ("echo", "tools", "*")
+    media_operations: frozenset[MediaOperation] = OPERATIONS
 
     def __init__(self, name: str, config: MockConfig) -> None:
         self.name = name
@@ -156,6 +169,12 @@ class MockProvider:
             vectors = [text_vector(text, size) for text in texts]
             tokens = sum(len(text.split()) for text in texts)
         return Embeddings(vectors=vectors, model=model, usage=Usage(input=tokens))
+
+    async def media(self, call: Call, model: str) -> MediaAnswer:
+        """The answer of a media call (:mod:`proxy.providers.mock.media`), under the fault
+        models."""
+        await self._act(model)
+        return media_answer(call, model)
 
     async def _act(self, model: str) -> _Plan:
         """Wait, hang or fail as ``model``'s fault plan says; the plan."""

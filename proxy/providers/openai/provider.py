@@ -21,14 +21,22 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from proxy.core.canonical import Call, Message, Params, Usage
+from proxy.core.canonical import Call, MediaOperation, Message, Params, Usage
 from proxy.core.errors import (
     ContentPolicyViolation,
     ContextWindowExceeded,
     UpstreamError,
     upstream_error_for_status,
 )
-from proxy.core.reply import Choice, Chunk, ChunkChoice, Embeddings, RawFrames, Response
+from proxy.core.reply import (
+    Choice,
+    Chunk,
+    ChunkChoice,
+    Embeddings,
+    MediaAnswer,
+    RawFrames,
+    Response,
+)
 from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
@@ -40,6 +48,7 @@ from proxy.providers.base import (
     with_plugin_headers,
 )
 from proxy.providers.openai.embeddings import build_openai_embeddings, parse_openai_embeddings
+from proxy.providers.openai.media import PATHS, build_media, parse_media
 from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -166,7 +175,11 @@ _POLICY_CODES = frozenset({"content_policy_violation", "content_filter"})
 
 
 class OpenAIProvider:
-    """Pure translation between canonical calls and an OpenAI-compatible chat API."""
+    """Pure translation between canonical calls and an OpenAI-compatible chat API; its media
+    routes (audio, images, moderations) and a Cohere-compatible ``{base_url}/rerank`` are
+    :mod:`proxy.providers.openai.media`'s."""
+
+    media_operations: frozenset[MediaOperation] = frozenset(PATHS)
 
     def __init__(self, name: str, config: OpenAIConfig) -> None:
         self.name = name
@@ -182,6 +195,7 @@ class OpenAIProvider:
         base_url = config.base_url or (preset.base_url if preset is not None else DEFAULT_BASE_URL)
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._embeddings_url = base_url.rstrip("/") + "/embeddings"
+        self._base_url = base_url.rstrip("/")
         self._parse_payload = functools.partial(self.parse_event, "")
         headers = {"content-type": "application/json", **config.headers}
         if config.api_key:
@@ -224,6 +238,16 @@ class OpenAIProvider:
         """The vectors of the embeddings answer (:mod:`.openai_embeddings`)."""
         assert call.embedding is not None
         return parse_openai_embeddings(self.name, bodies[0], model, call.embedding.count)
+
+    def build_media(self, call: Call, model: str) -> HttpRequest:
+        """The upstream request for a media call (:mod:`.media`)."""
+        return build_media(self._base_url, self._headers, call, model)
+
+    def parse_media(
+        self, headers: Mapping[str, str], body: bytes, call: Call, model: str
+    ) -> MediaAnswer:
+        """A media answer, passed on as it came (:mod:`.media`)."""
+        return parse_media(self.name, headers, body, call)
 
     def dropped_fields(self, call: Call, model: str) -> list[str]:
         """The fields of ``call`` that this vendor's preset removes for ``model`` (for logs)."""

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from proxy.core.canonical import Call, Message, Params, Usage
+from proxy.core.canonical import Call, MediaUnits, Message, Params, Usage
 from proxy.core.token_estimate import estimate_prompt_tokens, expected_tokens
 from proxy.governance.price_catalog import (
     SHIPPED_CATALOG,
@@ -424,3 +424,79 @@ def test_prompt_estimate_counts_text_at_four_characters_a_token_plus_a_little_pe
     assert expected_tokens(call, 99) == (13, 50)  # the larger: an upstream may read either
     call.params = Params()
     assert expected_tokens(call, 99) == (13, 99)
+
+
+# -- media units -----------------------------------------------------------------------------
+
+
+def test_media_units_are_priced_per_unit_exactly() -> None:
+    price = parse_price(
+        {
+            "input": 1,
+            "output": 0,
+            "audio_second": 0.0001,
+            "character": 0.000015,
+            "search_unit": 0.002,
+            "image": {"hd/1024x1024": 0.08, "standard/1024x1024": 0.04, "512x512": 0.018},
+        },
+        "$.m",
+    )
+    units = MediaUnits(
+        audio_seconds=12.345,
+        characters=1000,
+        search_units=2,
+        images=2,
+        image_size="1024x1024",
+        image_quality="hd",
+    )
+    # 1,000,000 input tokens at $1/M + 12.345 s + 1000 chars + 2 units + 2 hd images
+    expected = 1_000_000_000 + 1_234_500 + 15_000_000 + 4_000_000 + 160_000_000
+    assert price.cost_nanos(Usage(input=1_000_000, media=units)) == expected
+    assert price.cost_nanos(Usage(media=MediaUnits(images=1, image_size="512x512"))) == 18_000_000
+
+
+def test_an_image_of_unknown_kind_is_priced_at_the_dearest_it_may_be() -> None:
+    price = parse_price(
+        {
+            "input": 0,
+            "output": 0,
+            "image": {"standard/1024x1024": 0.04, "hd/1024x1024": 0.08, "hd/1792x1024": 0.12},
+        },
+        "$.m",
+    )
+
+    def one(size: str, quality: str) -> int:
+        return price.cost_nanos(
+            Usage(media=MediaUnits(images=1, image_size=size, image_quality=quality))
+        )
+
+    assert one("1024x1024", "standard") == 40_000_000
+    assert one("1024x1024", "") == 80_000_000  # hd or standard: the dearer
+    assert one("", "standard") == 40_000_000
+    assert one("", "") == 120_000_000
+    assert one("256x256", "low") == 120_000_000  # no such kind: the dearest
+    assert price.worst_media_nanos(4, MediaUnits(images=2)) == 240_000_000
+
+
+def test_a_flat_image_price_and_a_model_without_media_prices() -> None:
+    flat = parse_price({"input": 0, "output": 0, "image": 0.02}, "$.m")
+    assert flat.cost_nanos(Usage(media=MediaUnits(images=3, image_size="x"))) == 60_000_000
+    plain = parse_price({"input": 1, "output": 1}, "$.m")
+    assert plain.media is None
+    assert plain.cost_nanos(Usage(input=1000, media=MediaUnits(characters=10))) == 1_000_000
+
+
+def test_a_per_unit_price_has_at_most_twelve_decimals() -> None:
+    with pytest.raises(PricingError, match=r"\$\.m\.character: .*twelve decimals"):
+        parse_price({"input": 0, "output": 0, "character": 1e-13}, "$.m")
+
+
+def test_the_shipped_catalog_prices_media_models() -> None:
+    catalog = load_catalog(SHIPPED_CATALOG)
+    book = PriceBook(catalog, {"up": ProviderPricing("openai")})
+    whisper = book.cost("up", "whisper-1", Usage(media=MediaUnits(audio_seconds=60)))
+    assert whisper is not None
+    assert whisper.nanos == 6_000_000  # $0.006 a minute
+    rerank = book.cost("up", "rerank-v3.5", Usage(media=MediaUnits(search_units=1000)))
+    assert rerank is not None
+    assert rerank.nanos == 2_000_000_000  # $2 per 1,000 searches

@@ -17,7 +17,7 @@ import pytest
 from multidict import CIMultiDict
 
 from proxy.core import errors
-from proxy.core.canonical import Call, Message, Params
+from proxy.core.canonical import Call, MediaFile, MediaRequest, Message, Params
 from proxy.providers.azure import DEFAULT_API_VERSION, AzureConfig, AzureProvider
 from proxy.providers.base import HttpProvider
 
@@ -203,3 +203,22 @@ def test_a_dot_segment_deployment_is_400(deployment: str):
     with pytest.raises(errors.BadRequest) as caught:
         provider().build_request(simple_call(), deployment)
     assert caught.value.param == "model"
+
+
+def test_media_goes_to_the_deployments_audio_and_image_paths() -> None:
+    provider = AzureProvider(
+        "az",
+        AzureConfig(endpoint=ENDPOINT, api_key=KEY, deployments={"whisper-1": "whisper-prod"}),
+    )
+    assert "moderation" not in provider.media_operations
+    assert "rerank" not in provider.media_operations
+    media = MediaRequest("transcription", {}, [MediaFile("file", "a.wav", "audio/wav", b"R")])
+    call = Call(request_id="r", dialect="d", model="whisper-1", messages=[], media=media)
+    request = provider.build_media(call, "whisper-1")
+    assert request.url == (
+        "https://contoso.openai.azure.com/openai/deployments/whisper-prod/audio/transcriptions"
+        f"?api-version={DEFAULT_API_VERSION}"
+    )
+    assert request.headers["api-key"] == KEY
+    assert request.headers["content-type"].startswith("multipart/form-data; boundary=")
+    assert b'name="model"\r\n\r\nwhisper-prod\r\n' in request.body

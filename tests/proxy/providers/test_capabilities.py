@@ -25,6 +25,8 @@ from proxy.providers.base import (
     NamesPreset,
     ParsesStreams,
     Provider,
+    ServesMedia,
+    ServesMediaLocally,
     VouchesFrames,
     capabilities_of,
 )
@@ -39,9 +41,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 CAPABILITIES: dict[str, tuple[type, set[type]]] = {
-    "openai": (HttpProvider, {Embeds, DropsFields, VouchesFrames}),
-    "mock": (LocalProvider, {CountsTokensLocally, EmbedsLocally, ListsModels}),
-    "azure": (HttpProvider, {Embeds}),
+    "openai": (HttpProvider, {Embeds, DropsFields, VouchesFrames, ServesMedia}),
+    "mock": (LocalProvider, {CountsTokensLocally, EmbedsLocally, ListsModels, ServesMediaLocally}),
+    "azure": (HttpProvider, {Embeds, ServesMedia}),
     "bedrock": (HttpProvider, {Embeds, DecodesStreams, ParsesStreams}),
     "anthropic": (HttpProvider, {CountsTokens, ParsesStreams}),
     "gemini": (HttpProvider, {Embeds, ParsesStreams}),
@@ -58,6 +60,8 @@ OPTIONAL = (
     EmbedsLocally,
     DropsFields,
     ListsModels,
+    ServesMedia,
+    ServesMediaLocally,
 )
 
 FIELD: dict[type, str] = {
@@ -70,6 +74,8 @@ FIELD: dict[type, str] = {
     EmbedsLocally: "embed",
     DropsFields: "dropped_fields",
     ListsModels: "listed_models",
+    ServesMedia: "media_server",
+    ServesMediaLocally: "media",
 }
 """The :class:`Capabilities` field that carries each capability."""
 
@@ -113,8 +119,8 @@ def test_each_capability_has_its_protocols_shape(kind: str) -> None:
         for name in _members(protocol):
             wanted = inspect.getattr_static(protocol, name, None)
             got = inspect.getattr_static(cls, name, None)
-            if wanted is None or not callable(wanted):  # a data member (listed_models)
-                assert isinstance(getattr(_build(kind), name), tuple), name
+            if wanted is None or not callable(wanted):  # listed_models, media_operations
+                assert isinstance(getattr(_build(kind), name), tuple | frozenset), name
                 continue
             assert got is not None, f"{cls.__name__}.{name}"
             assert inspect.iscoroutinefunction(got) == inspect.iscoroutinefunction(wanted), name
@@ -138,6 +144,7 @@ def test_a_capability_is_there_exactly_when_its_attributes_are(kind: str) -> Non
         hasattr(provider, "build_embeddings") or hasattr(provider, "embed")
     )
     assert (capabilities.dropped_fields is not None) == hasattr(provider, "dropped_fields")
+    assert bool(capabilities.media_operations) == hasattr(provider, "media_operations")
     assert capabilities.listed_models == getattr(provider, "listed_models", ())
 
 

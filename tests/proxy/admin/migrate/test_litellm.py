@@ -383,8 +383,8 @@ def test_what_has_no_equivalent_is_listed_with_its_path() -> None:
       - model_name: m
         litellm_params: {model: vertex_ai/gemini-pro, vertex_project: p}
       - model_name: e
-        litellm_params: {model: openai/dall-e-3}
-        model_info: {mode: image_generation}
+        litellm_params: {model: openai/sora-2}
+        model_info: {mode: video_generation}
       - model_name: t
         litellm_params: {model: openai/a, temperature: 0.1}
     litellm_settings: {success_callback: [langfuse, prometheus], max_budget: 10}
@@ -406,6 +406,21 @@ def test_what_has_no_equivalent_is_listed_with_its_path() -> None:
         "$.something_new",
     }
     assert any("prometheus" in note for note in result.notes)
+
+
+def test_media_models_are_aliases_like_any_other() -> None:
+    text = """
+    model_list:
+      - model_name: painter
+        litellm_params: {model: openai/dall-e-3}
+        model_info: {mode: image_generation}
+      - model_name: listener
+        litellm_params: {model: azure/whisper, api_base: "https://x.openai.azure.com"}
+        model_info: {mode: audio_transcription}
+    """
+    result = run(text)
+    assert set(result.config["models"]) == {"painter", "listener"}
+    assert not any(path.startswith("$.model_list[0]") for path in skipped(result))
 
 
 def test_wildcards() -> None:

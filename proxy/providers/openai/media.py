@@ -1,0 +1,212 @@
+"""OpenAI's media wire formats — audio, images, moderations — and Cohere's rerank, for every
+provider that speaks them (OpenAI and the OpenAI-compatible servers, Azure with its own URLs).
+
+Pure translation. A request goes to ``{base}/<path>`` (:data:`PATHS`): the client's fields with
+the upstream model, as JSON, or as a multipart form rebuilt with the client's files (a list
+field repeated, in order). An answer is passed on as it came, with its content type, and only
+what billing needs is read from it (:func:`media_usage`): a transcription's ``usage`` (tokens
+or seconds) or ``duration``, the last cue of an SRT or WebVTT transcript; an image answer's
+count of images (the ``data`` items are skipped, never decoded) and its ``size``/``quality``
+when it names them; a rerank's ``meta.billed_units.search_units``. What the answer does not say
+comes from the request (:attr:`~proxy.core.canonical.MediaRequest.worst`): the characters
+spoken, the images asked for, the search units of its documents, a WAV file's seconds.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from msgspec import Raw, Struct
+
+from proxy.core.canonical import Call, MediaOperation, MediaUnits, Usage
+from proxy.core.errors import UpstreamError
+from proxy.core.reply import MediaAnswer
+from proxy.providers.base import HttpRequest, malformed, with_plugin_headers
+
+PATHS: Mapping[MediaOperation, str] = {
+    "speech": "/audio/speech",
+    "transcription": "/audio/transcriptions",
+    "translation": "/audio/translations",
+    "image_generation": "/images/generations",
+    "image_edit": "/images/edits",
+    "moderation": "/moderations",
+    "rerank": "/rerank",
+}
+"""Where each operation goes, below the provider's base URL."""
+
+_MULTIPART: frozenset[MediaOperation] = frozenset({"transcription", "translation", "image_edit"})
+_ENCODER = msgspec.json.Encoder()
+_CUE_END = re.compile(rb"--> ?(\d+):(\d\d):(\d\d)[,.](\d{3})")
+_UNSAFE_IN_HEADER = str.maketrans({'"': "%22", "\r": "", "\n": ""})
+
+
+class _TokenUsage(Struct):
+    type: str = "tokens"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+
+
+class _Transcript(Struct):
+    usage: _TokenUsage | None = None
+    duration: float | None = None
+
+
+class _Images(Struct):
+    data: list[Raw] = msgspec.field(default_factory=list)
+    size: str | None = None
+    quality: str | None = None
+
+
+class _BilledUnits(Struct):
+    search_units: int | None = None
+
+
+class _Meta(Struct):
+    billed_units: _BilledUnits | None = None
+
+
+class _Reranked(Struct):
+    meta: _Meta | None = None
+
+
+_TRANSCRIPT = msgspec.json.Decoder(_Transcript)
+_IMAGES = msgspec.json.Decoder(_Images)
+_RERANKED = msgspec.json.Decoder(_Reranked)
+
+
+def build_media(base: str, headers: Mapping[str, str], call: Call, model: str) -> HttpRequest:
+    """The upstream request for the media ``call`` to ``model`` at ``base`` + its path."""
+    media = call.media
+    assert media is not None  # a media call
+    url = base + PATHS[media.operation]
+    return build_media_at(url, headers, call, model)
+
+
+def build_media_at(url: str, headers: Mapping[str, str], call: Call, model: str) -> HttpRequest:
+    """The upstream request for the media ``call`` to ``model``, sent to ``url`` (a JSON body,
+    or a multipart one for uploads; ``headers`` may name a JSON content type, which a form's
+    replaces)."""
+    media = call.media
+    assert media is not None  # a media call
+    sent = with_plugin_headers(dict(headers), call.upstream_headers)
+    if media.operation not in _MULTIPART:
+        body = _ENCODER.encode({"model": model, **media.fields})
+        return HttpRequest(url=url, headers=sent, body=body)
+    boundary = "crossway-" + secrets.token_hex(16)
+    for name in [name for name in sent if name.lower() == "content-type"]:
+        del sent[name]
+    sent["content-type"] = f"multipart/form-data; boundary={boundary}"
+    return HttpRequest(url=url, headers=sent, body=_form(boundary, model, call))
+
+
+def _form(boundary: str, model: str, call: Call) -> bytes:
+    """The multipart body of ``call``'s fields (the model first) and files."""
+    media = call.media
+    assert media is not None
+    mark = f"--{boundary}\r\n".encode()
+    parts: list[bytes] = []
+
+    def text(name: str, value: Any) -> None:
+        disposition = f'Content-Disposition: form-data; name="{_quoted(name)}"\r\n\r\n'
+        parts.extend((mark, _utf8(disposition), _utf8(str(value)), b"\r\n"))
+
+    text("model", model)
+    for name, value in media.fields.items():
+        for item in value if isinstance(value, list) else (value,):
+            text(name, item)
+    for file in media.files:
+        head = (
+            f'Content-Disposition: form-data; name="{_quoted(file.field)}"; '
+            f'filename="{_quoted(file.filename)}"\r\n'
+            f"Content-Type: {_quoted(file.content_type)}\r\n\r\n"
+        )
+        parts.extend((mark, _utf8(head), file.data, b"\r\n"))
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts)
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8 (a lone surrogate a client's file name may hold becomes ``?``)."""
+    return text.encode("utf-8", "replace")
+
+
+def _quoted(value: str) -> str:
+    """``value`` safe inside a quoted header parameter (no quote, no line break)."""
+    return value.translate(_UNSAFE_IN_HEADER)
+
+
+def parse_media(provider: str, headers: Mapping[str, str], body: bytes, call: Call) -> MediaAnswer:
+    """The client's answer from a 2xx media answer: the body as it came, with its content type,
+    and the usage read from it (see the module docstring). Raises :class:`UpstreamError` for a
+    JSON answer that does not decode."""
+    content_type = headers.get("content-type", "application/octet-stream")
+    return MediaAnswer(
+        body=body, content_type=content_type, usage=media_usage(provider, content_type, body, call)
+    )
+
+
+def media_usage(provider: str, content_type: str, body: bytes, call: Call) -> Usage | None:
+    """What the media answer ``body`` billed (see the module docstring); None when neither the
+    answer nor the request says."""
+    media = call.media
+    assert media is not None
+    worst = media.worst
+    json_body = content_type.startswith("application/json")
+    try:
+        match media.operation:
+            case "transcription" | "translation":
+                if json_body:
+                    return _transcript_usage(_TRANSCRIPT.decode(body), worst)
+                seconds = _last_cue_end(body)
+                if seconds is not None:
+                    return Usage(media=MediaUnits(audio_seconds=seconds))
+            case "image_generation" | "image_edit" if json_body and worst is not None:
+                images = _IMAGES.decode(body)
+                return Usage(
+                    media=MediaUnits(
+                        images=len(images.data),
+                        image_size=(images.size or worst.image_size).lower(),
+                        image_quality=(images.quality or worst.image_quality).lower(),
+                    )
+                )
+            case "rerank" if json_body:
+                meta = _RERANKED.decode(body).meta
+                billed = meta.billed_units if meta is not None else None
+                if billed is not None and billed.search_units is not None:
+                    return Usage(media=MediaUnits(search_units=billed.search_units))
+            case _:
+                pass
+    except msgspec.DecodeError as exc:
+        raise _malformed(provider, media.operation, exc) from None
+    if worst is None:
+        return None
+    return Usage(input=media.tokens, media=worst)
+
+
+def _transcript_usage(answer: _Transcript, worst: MediaUnits | None) -> Usage | None:
+    """A transcript's usage: tokens, or seconds (``usage.seconds``, else ``duration``)."""
+    usage = answer.usage
+    if usage is not None and usage.type == "tokens":
+        return Usage(input=usage.input_tokens, output=usage.output_tokens)
+    seconds = usage.seconds if usage is not None and usage.type == "duration" else answer.duration
+    if seconds is not None:
+        return Usage(media=MediaUnits(audio_seconds=seconds))
+    return None if worst is None else Usage(media=worst)
+
+
+def _last_cue_end(body: bytes) -> float | None:
+    """The end of an SRT or WebVTT transcript's last cue, in seconds (None: no cue)."""
+    ends = _CUE_END.findall(body)
+    if not ends:
+        return None
+    hours, minutes, seconds, millis = (int(part) for part in ends[-1])
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def _malformed(provider: str, operation: str, exc: Exception) -> UpstreamError:
+    return malformed(provider, f"{operation.replace('_', ' ')} answer", exc)
