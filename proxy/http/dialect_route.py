@@ -21,30 +21,39 @@ passes (:mod:`proxy.http.drain`) is answered as failed with 503 ``server_shuttin
 :func:`dialect_handler` is the entry (:mod:`proxy.server.app` routes each dialect's paths to one);
 :func:`read_body` also reads the side routes' bodies, and :func:`with_response_state` is the
 Responses dialect's ``around``.
+
+With the snapshot's tracer on (:mod:`proxy.core.tracing`), each request is one server span,
+``"{method} {route}"``, continuing the caller's ``traceparent``, current while the request runs
+(the chain's and the upstream's spans are under it); authentication is a ``crossway.auth`` span
+of its own. The span ends with the request's status, who called (``crossway.key_alias``,
+``crossway.team``), what it cost (``crossway.cost_usd``) and the cache's answer
+(``crossway.cache``); every answer, errors included, carries the trace id in
+``x-crossway-trace-id``. With it off, a request pays one attribute check.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from proxy.aiohttp_ext.whole_response import WholeResponse
-from proxy.core.canonical import ANONYMOUS, Call
+from proxy.core.canonical import ANONYMOUS, Call, Principal
 from proxy.core.errors import (
     GatewayError,
     InternalError,
     NoReadyDeployment,
     drop_tracebacks,
 )
-from proxy.core.headers import SERVER_NAME
+from proxy.core.headers import SERVER_NAME, TRACE_ID_HEADER
 from proxy.core.logs import AccessLog
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import FinishedRequest
 from proxy.core.reply import Reply
+from proxy.core.tracing import AttributeValue, Span
 from proxy.dialects.base import Dialect, check_json_depth
 from proxy.governance.pricing import nanos_to_usd
 from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
@@ -105,9 +114,28 @@ def dialect_handler(
     name = dialect.name
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        snapshot = app[RUNTIME].snapshot
+        tracer = snapshot.tracer
+        if not tracer.enabled:
+            return await serve(request, snapshot, None)
+        span = tracer.request_span(
+            f"{request.method} {request.path}",
+            request.headers,
+            {
+                "http.request.method": request.method,
+                "http.route": request.path,
+                "url.path": request.path,
+                "crossway.dialect": name,
+            },
+        )
+        with tracer.activate(span):
+            return await serve(request, snapshot, span)
+
+    async def serve(
+        request: web.Request, snapshot: Snapshot, span: Span | None
+    ) -> web.StreamResponse:
         start = time.perf_counter()
         request_id = request_ids(request)
-        snapshot = app[RUNTIME].snapshot
         snapshot.enter()
         in_flight.inc()
         outcome = Outcome()
@@ -117,9 +145,12 @@ def dialect_handler(
         try:
             try:
                 # Authenticated before the body is read: a client without a key costs no decoding
-                principal = (
-                    await snapshot.authenticate(request.headers) if demands_key else ANONYMOUS
-                )
+                if not demands_key:
+                    principal = ANONYMOUS
+                elif span is None:
+                    principal = await snapshot.authenticate(request.headers)
+                else:
+                    principal = await _traced_authentication(snapshot, request.headers)
                 outcome.principal = principal
                 body = await read_body(request, server)
                 call = dialect.decode(body, request.headers, request_id, start)
@@ -147,22 +178,24 @@ def dialect_handler(
                     reply = await around(call, snapshot)
                 if snapshot.litellm_headers:
                     add_litellm_headers(reply)
+                if span is not None and span.trace_id:
+                    reply.headers[TRACE_ID_HEADER] = span.trace_id
                 outcome.provider = reply.provider
                 outcome.upstream_model = reply.model
                 outcome.attempts = reply.attempts
                 if reply.stream is None:
                     return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
-                return _error_response(dialect, error, request_id, outcome)
+                return _error_response(dialect, error, request_id, outcome, span)
             except asyncio.CancelledError:
                 if not drain.claim():  # the client went away
                     raise
-                return _error_response(dialect, shutting_down(), request_id, outcome)
+                return _error_response(dialect, shutting_down(), request_id, outcome, span)
             except Exception as unexpected:
                 snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
                 drop_tracebacks(unexpected)  # logged: now nothing needs its frames
                 return _error_response(
-                    dialect, InternalError("internal gateway error"), request_id, outcome
+                    dialect, InternalError("internal gateway error"), request_id, outcome, span
                 )
             return await stream_answer(request, dialect, call, reply, request_id, outcome, drain)
         except asyncio.CancelledError:
@@ -176,6 +209,8 @@ def dialect_handler(
                     _access_log(snapshot.access_log, name, call, outcome, start, request_id)
                 if snapshot.finishers:
                     _finished(snapshot, name, call, outcome, start, request_id)
+            if span is not None:
+                _end_request_span(span, call, outcome)
             snapshot.leave()
 
     def _runs(call: Call, snapshot: Snapshot) -> Callable[[], Awaitable[Reply]]:
@@ -231,7 +266,11 @@ def _whole(
 
 
 def _error_response(
-    dialect: Dialect, error: GatewayError, request_id: str, outcome: Outcome
+    dialect: Dialect,
+    error: GatewayError,
+    request_id: str,
+    outcome: Outcome,
+    span: Span | None = None,
 ) -> web.Response:
     status = dialect.error_status(error)
     outcome.failed(error, status)
@@ -243,7 +282,64 @@ def _error_response(
     headers[REQUEST_ID] = request_id
     headers[SERVER_HEADER] = SERVER_NAME
     headers["content-type"] = _JSON
+    if span is not None and span.trace_id:
+        headers[TRACE_ID_HEADER] = span.trace_id
     return WholeResponse(dialect.encode_error(error, request_id), headers, status)
+
+
+async def _traced_authentication(snapshot: Snapshot, headers: Mapping[str, str]) -> Principal:
+    """``snapshot.authenticate(headers)`` inside a ``crossway.auth`` span: who called on
+    success, the error's code on a refusal."""
+    span = snapshot.tracer.child_span("crossway.auth", {"crossway.plugin": "auth"})
+    try:
+        principal = await snapshot.authenticate(headers)
+    except GatewayError as error:
+        span.fail(error.code)
+        span.end()
+        raise
+    except BaseException as error:
+        span.fail(type(error).__qualname__)
+        span.end()
+        raise
+    if principal.key_alias is not None:
+        span.set("crossway.key_alias", principal.key_alias)
+    if principal.team is not None:
+        span.set("crossway.team", principal.team)
+    span.end()
+    return principal
+
+
+def _end_request_span(span: Span, call: Call | None, outcome: Outcome) -> None:
+    """The request span's last attributes (see the module docstring), then its end. The
+    status is an error for a 5xx only, as the HTTP conventions say for a server; a refusal
+    (4xx) keeps its code in ``error.type``."""
+    if span.recording:
+        status = outcome.status
+        attributes: dict[str, AttributeValue] = {"http.response.status_code": status}
+        if call is not None:
+            attributes["crossway.request_id"] = call.request_id
+            attributes["gen_ai.request.model"] = call.model[:_MAX_LOGGED_MODEL]
+            principal = call.principal
+            if principal.key_alias is not None:
+                attributes["crossway.key_alias"] = principal.key_alias
+            if principal.team is not None:
+                attributes["crossway.team"] = principal.team
+            accounting = call.accounting
+            if accounting.cost_nanos is not None:
+                attributes["crossway.cost_usd"] = nanos_to_usd(accounting.cost_nanos)
+            if accounting.cache is not None:
+                attributes["crossway.cache"] = accounting.cache
+        if outcome.provider not in (None, "none"):
+            attributes["crossway.provider"] = str(outcome.provider)
+        attributes["crossway.attempts"] = outcome.attempts
+        for key, value in attributes.items():
+            span.set(key, value)
+        if outcome.error_code is not None:
+            if status >= 500:
+                span.fail(outcome.error_code, outcome.error_message)
+            else:
+                span.set("error.type", outcome.error_code)
+    span.end()
 
 
 def _observe(

@@ -39,6 +39,7 @@ from proxy.governance.pricing import ModelPrice
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.state.config import StateConfig
+from proxy.tracing.config import TracesConfig
 from proxy.upstream.router import DeploymentConfig
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -68,6 +69,7 @@ class CorsConfig(Struct, frozen=True, forbid_unknown_fields=True):
         "x-crossway-model",
         "x-crossway-attempts",
         "x-crossway-fallback",
+        "x-crossway-trace-id",
         "retry-after",
     )
     allow_credentials: bool = False
@@ -140,6 +142,13 @@ class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):
     litellm: bool = True
 
 
+class TelemetryConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """The ``telemetry`` section: ``traces``, OpenTelemetry spans over OTLP
+    (:mod:`proxy.tracing.config`; absent, tracing is off)."""
+
+    traces: TracesConfig | None = None
+
+
 class PluginSpec(Struct, frozen=True):
     """A plugin entry as written: a built-in name or ``module:Class``, its options, its path.
 
@@ -173,6 +182,7 @@ class GatewayConfig(Struct, frozen=True):
     auth: AuthConfig = AuthConfig()
     state: StateConfig = StateConfig()
     compat: CompatConfig = CompatConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
 
 class ConfigError(Exception):
@@ -201,6 +211,7 @@ _TOP_LEVEL = frozenset(
         "auth",
         "state",
         "compat",
+        "telemetry",
     }
 )
 
@@ -253,6 +264,7 @@ def parse_config(
     auth = _auth(tree.get("auth"), errors)
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
+    telemetry = _convert(tree.get("telemetry", {}), TelemetryConfig, "$.telemetry", errors)
     if (
         errors
         or server is None
@@ -263,6 +275,7 @@ def parse_config(
         or auth is None
         or state is None
         or compat is None
+        or telemetry is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -281,6 +294,7 @@ def parse_config(
         auth=auth,
         state=state,
         compat=compat,
+        telemetry=telemetry,
     )
 
 

@@ -11,6 +11,14 @@ the upstream is built. Streams come back *primed* (their
 first chunk has arrived), so every failure before the first byte is an exception from this
 call, where retry and fallback can act. Every upstream error is sanitised (no secret reaches a
 message) and counted.
+
+With a tracer on (:mod:`proxy.core.tracing`), each call is one attempt span, a client span
+named ``"{gen_ai.operation.name} {gen_ai.request.model}"`` under the current span (so a retry's
+or a fallback's attempts are siblings), with the GenAI conventions' attributes
+(:mod:`proxy.tracing.genai`) and, on the operator's opt-in, the content as sent and as
+answered. It ends when a whole answer has been read, or when the stream ends (then with the
+stream's usage, and the time to its first chunk). Its W3C context is sent to the upstream in
+``traceparent``/``tracestate`` unless the provider has ``propagate_trace: false``.
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from proxy.core.canonical import Call, Deployment
+from proxy.core.canonical import Call, Deployment, Usage
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
 from proxy.core.reply import Chunk, Embeddings, RawFrames, Reply, Response
+from proxy.core.tracing import NO_SPAN, NO_TRACER, AttributeValue, Span, Tracer
 from proxy.providers.base import (
     Capabilities,
     CountsTokens,
@@ -32,6 +41,7 @@ from proxy.providers.base import (
     Provider,
     capabilities_of,
 )
+from proxy.tracing import genai
 from proxy.upstream.stream import ErrorHook, UpstreamClocks, UpstreamStream
 from proxy.upstream.transport import HttpTransport
 
@@ -50,13 +60,22 @@ class Upstream:
         rng: random.Random | None = None,
         on_dropped: DroppedHook | None = None,
         capabilities: Mapping[str, Capabilities] | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         """``on_error(provider, error)`` is told of every upstream failure (for metrics);
         ``on_dropped(provider, model, fields)``, when given, of request fields a provider
         removes because its vendor rejects them (a debug log line). ``capabilities`` are the
         providers' (:func:`~proxy.providers.base.capabilities_of`), decided here when not
-        given."""
+        given. ``tracer`` opens the attempt spans (see the module docstring)."""
         self._on_dropped = on_dropped
+        self._tracer = tracer
+        self._traced = tracer.enabled
+        self._provider_names = {
+            name: genai.provider_name(provider.config) for name, provider in providers.items()
+        }
+        self._propagating = frozenset(
+            name for name, provider in providers.items() if provider.config.propagate_trace
+        )
         self._providers = dict(providers)
         self._capabilities = {
             name: capabilities_of(provider) if capabilities is None else capabilities[name]
@@ -80,6 +99,20 @@ class Upstream:
                 code="embeddings_not_supported",
                 param="model",
             )
+        if self._traced:
+            return await self._traced_attempt(call, deployment, provider, capabilities)
+        return await self._attempt(call, deployment, provider, capabilities, NO_SPAN)
+
+    async def _attempt(
+        self,
+        call: Call,
+        deployment: Deployment,
+        provider: Provider,
+        capabilities: Capabilities,
+        span: Span,
+    ) -> Reply:
+        """One call to ``deployment`` (``span``: its attempt span, for the upstream's
+        ``traceparent``)."""
         clocks = UpstreamClocks(provider.config.timeouts)
         result: Response | UpstreamStream | Embeddings
         try:
@@ -89,7 +122,9 @@ class Upstream:
                 result = await self._local(capabilities.local, call, deployment, clocks)
             else:
                 assert capabilities.http is not None
-                result = await self._http(capabilities, capabilities.http, call, deployment, clocks)
+                result = await self._http(
+                    capabilities, capabilities.http, call, deployment, clocks, span
+                )
         except GatewayError as error:
             clocks.close()
             self._fail(deployment.provider, error)
@@ -104,6 +139,49 @@ class Upstream:
             clocks.close()
             return Reply(provider=deployment.provider, model=deployment.model, embeddings=result)
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
+
+    async def _traced_attempt(
+        self, call: Call, deployment: Deployment, provider: Provider, capabilities: Capabilities
+    ) -> Reply:
+        """:meth:`_attempt` inside its attempt span (see the module docstring)."""
+        tracer = self._tracer
+        operation = genai.operation_name(call)
+        attributes = genai.request_attributes(
+            call, operation, self._provider_names[deployment.provider], deployment.model
+        )
+        attributes["crossway.provider"] = deployment.provider
+        span = tracer.child_span(
+            genai.attempt_name(operation, deployment.model), attributes, client=True
+        )
+        if span.recording and tracer.capture_content:
+            _set_all(span, genai.input_content(call))
+        started = time.perf_counter()
+        try:
+            reply = await self._attempt(call, deployment, provider, capabilities, span)
+        except GatewayError as error:
+            span.fail(error.code)
+            span.end()
+            raise
+        except BaseException as error:
+            span.fail(type(error).__qualname__)
+            span.end()
+            raise
+        response, stream = reply.response, reply.stream
+        if response is not None:
+            if span.recording:
+                _set_all(span, genai.response_attributes(response))
+                if tracer.capture_content:
+                    _set_all(span, genai.output_content(response))
+            span.end()
+        elif isinstance(stream, UpstreamStream):
+            span.set("gen_ai.response.time_to_first_chunk", time.perf_counter() - started)
+            stream.when_over(_ends_with_stream(span))
+        else:
+            embeddings = reply.embeddings
+            if embeddings is not None and embeddings.usage is not None:
+                span.set("gen_ai.usage.input_tokens", embeddings.usage.prompt_tokens)
+            span.end()
+        return reply
 
     async def count_tokens(self, call: Call, deployments: list[Deployment]) -> int | None:
         """The exact input tokens of ``call`` from the first of ``deployments`` whose provider
@@ -217,8 +295,16 @@ class Upstream:
         call: Call,
         deployment: Deployment,
         clocks: UpstreamClocks,
+        span: Span,
     ) -> Response | UpstreamStream:
         request = provider.build_request(call, deployment.model)
+        if self._traced:
+            if span.recording:
+                _set_all(span, genai.server_attributes(request.url))
+            if deployment.provider in self._propagating:
+                traced = dict(request.headers)  # a provider may share its headers
+                self._tracer.inject(span, traced)
+                request.headers = traced
         if self._on_dropped is not None:
             dropped_fields = capabilities.dropped_fields
             dropped = dropped_fields(call, deployment.model) if dropped_fields else []
@@ -257,3 +343,19 @@ class Upstream:
             await stream.aclose()
             raise
         return stream
+
+
+def _set_all(span: Span, attributes: Mapping[str, AttributeValue]) -> None:
+    for key, value in attributes.items():
+        span.set(key, value)
+
+
+def _ends_with_stream(span: Span) -> Callable[[Usage | None, int], None]:
+    """The end hook of a streamed attempt: its usage on the span, then the span's end."""
+
+    def over(usage: Usage | None, generated: int) -> None:
+        if usage is not None and span.recording:
+            _set_all(span, genai.usage_attributes(usage))
+        span.end()
+
+    return over
