@@ -168,8 +168,7 @@ def _describe(
     span: Span, describe: Callable[[Call], Mapping[str, AttributeValue]], call: Call
 ) -> None:
     try:
-        for key, value in describe(call).items():
-            span.set(key, value)
+        span.set_many(describe(call))
     except Exception:  # a plugin's description never fails its request
         return
 

@@ -47,6 +47,10 @@ class Span(Protocol):
         """Set one attribute (a later value for the same key replaces it)."""
         ...
 
+    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Set several attributes at once (cheaper than one :meth:`set` each)."""
+        ...
+
     def fail(self, error_type: str, message: str | None = None) -> None:
         """Mark the operation failed: attribute ``error.type`` and the span's error status."""
         ...
@@ -101,6 +105,9 @@ class _NoSpan:
     recording = False
 
     def set(self, key: str, value: AttributeValue) -> None:
+        """Ignored."""
+
+    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
         """Ignored."""
 
     def fail(self, error_type: str, message: str | None = None) -> None:

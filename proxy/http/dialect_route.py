@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from aiohttp import web
@@ -53,7 +54,7 @@ from proxy.core.logs import AccessLog
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import FinishedRequest
 from proxy.core.reply import Reply
-from proxy.core.tracing import AttributeValue, Span
+from proxy.core.tracing import AttributeValue, Span, Tracer
 from proxy.dialects.base import Dialect, check_json_depth
 from proxy.governance.pricing import nanos_to_usd
 from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
@@ -114,28 +115,13 @@ def dialect_handler(
     name = dialect.name
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        snapshot = app[RUNTIME].snapshot
-        tracer = snapshot.tracer
-        if not tracer.enabled:
-            return await serve(request, snapshot, None)
-        span = tracer.request_span(
-            f"{request.method} {request.path}",
-            request.headers,
-            {
-                "http.request.method": request.method,
-                "http.route": request.path,
-                "url.path": request.path,
-                "crossway.dialect": name,
-            },
-        )
-        with tracer.activate(span):
-            return await serve(request, snapshot, span)
-
-    async def serve(
-        request: web.Request, snapshot: Snapshot, span: Span | None
-    ) -> web.StreamResponse:
         start = time.perf_counter()
         request_id = request_ids(request)
+        snapshot = app[RUNTIME].snapshot
+        span: Span | None = None
+        activation: AbstractContextManager[None] | None = None
+        if snapshot.tracer.enabled:  # with tracing off, this check is all a request pays
+            span, activation = _request_span(snapshot.tracer, request, name)
         snapshot.enter()
         in_flight.inc()
         outcome = Outcome()
@@ -211,6 +197,8 @@ def dialect_handler(
                     _finished(snapshot, name, call, outcome, start, request_id)
             if span is not None:
                 _end_request_span(span, call, outcome)
+            if activation is not None:
+                activation.__exit__(None, None, None)
             snapshot.leave()
 
     def _runs(call: Call, snapshot: Snapshot) -> Callable[[], Awaitable[Reply]]:
@@ -309,6 +297,26 @@ async def _traced_authentication(snapshot: Snapshot, headers: Mapping[str, str])
     return principal
 
 
+def _request_span(
+    tracer: Tracer, request: web.Request, dialect: str
+) -> tuple[Span, AbstractContextManager[None]]:
+    """The request's server span, continuing the caller's context, and its activation, entered:
+    the span is current until the caller exits the activation (when the request ends)."""
+    span = tracer.request_span(
+        f"{request.method} {request.path}",
+        request.headers,
+        {
+            "http.request.method": request.method,
+            "http.route": request.path,
+            "url.path": request.path,
+            "crossway.dialect": dialect,
+        },
+    )
+    activation = tracer.activate(span)
+    activation.__enter__()
+    return span, activation
+
+
 def _end_request_span(span: Span, call: Call | None, outcome: Outcome) -> None:
     """The request span's last attributes (see the module docstring), then its end. The
     status is an error for a 5xx only, as the HTTP conventions say for a server; a refusal
@@ -332,8 +340,7 @@ def _end_request_span(span: Span, call: Call | None, outcome: Outcome) -> None:
         if outcome.provider not in (None, "none"):
             attributes["crossway.provider"] = str(outcome.provider)
         attributes["crossway.attempts"] = outcome.attempts
-        for key, value in attributes.items():
-            span.set(key, value)
+        span.set_many(attributes)
         if outcome.error_code is not None:
             if status >= 500:
                 span.fail(outcome.error_code, outcome.error_message)

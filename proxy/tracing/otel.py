@@ -58,6 +58,10 @@ class OtelSpan:
         """Set one attribute (ignored on a span that is not recording, or has ended)."""
         self._span.set_attribute(key, value)
 
+    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Set several attributes under one lock of the SDK span."""
+        self._span.set_attributes(attributes)
+
     def fail(self, error_type: str, message: str | None = None) -> None:
         """``error.type`` and the error status (with ``message`` as its description)."""
         self._span.set_attribute("error.type", error_type)

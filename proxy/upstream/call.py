@@ -32,7 +32,7 @@ from proxy.core.canonical import Call, Deployment, Usage
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
 from proxy.core.reply import Chunk, Embeddings, RawFrames, Reply, Response
-from proxy.core.tracing import NO_SPAN, NO_TRACER, AttributeValue, Span, Tracer
+from proxy.core.tracing import NO_SPAN, NO_TRACER, Span, Tracer
 from proxy.providers.base import (
     Capabilities,
     CountsTokens,
@@ -99,20 +99,12 @@ class Upstream:
                 code="embeddings_not_supported",
                 param="model",
             )
-        if self._traced:
-            return await self._traced_attempt(call, deployment, provider, capabilities)
-        return await self._attempt(call, deployment, provider, capabilities, NO_SPAN)
-
-    async def _attempt(
-        self,
-        call: Call,
-        deployment: Deployment,
-        provider: Provider,
-        capabilities: Capabilities,
-        span: Span,
-    ) -> Reply:
-        """One call to ``deployment`` (``span``: its attempt span, for the upstream's
-        ``traceparent``)."""
+        # With tracing off each of these checks is all the attempt pays (no extra frame)
+        traced = self._traced
+        if traced:
+            span, call_started = self._open_attempt(call, deployment), time.perf_counter()
+        else:
+            span, call_started = NO_SPAN, 0.0
         clocks = UpstreamClocks(provider.config.timeouts)
         result: Response | UpstreamStream | Embeddings
         try:
@@ -128,22 +120,36 @@ class Upstream:
         except GatewayError as error:
             clocks.close()
             self._fail(deployment.provider, error)
+            if traced:
+                span.fail(error.code)
+                span.end()
             raise
-        except BaseException:
+        except BaseException as error:
             clocks.close()
+            if traced:
+                span.fail(type(error).__qualname__)
+                span.end()
             raise
         if isinstance(result, Response):
             clocks.close()
+            if traced:
+                self._close_attempt(span, result)
             return Reply(provider=deployment.provider, model=deployment.model, response=result)
         if isinstance(result, Embeddings):
             clocks.close()
+            if traced:
+                if result.usage is not None:
+                    span.set("gen_ai.usage.input_tokens", result.usage.prompt_tokens)
+                span.end()
             return Reply(provider=deployment.provider, model=deployment.model, embeddings=result)
+        if traced:  # primed: its first chunk has arrived; the span ends with the stream
+            span.set("gen_ai.response.time_to_first_chunk", time.perf_counter() - call_started)
+            result.when_over(_ends_with_stream(span))
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
 
-    async def _traced_attempt(
-        self, call: Call, deployment: Deployment, provider: Provider, capabilities: Capabilities
-    ) -> Reply:
-        """:meth:`_attempt` inside its attempt span (see the module docstring)."""
+    def _open_attempt(self, call: Call, deployment: Deployment) -> Span:
+        """The attempt's span (see the module docstring), with what the call asks for and, on
+        the operator's opt-in, its content."""
         tracer = self._tracer
         operation = genai.operation_name(call)
         attributes = genai.request_attributes(
@@ -154,34 +160,16 @@ class Upstream:
             genai.attempt_name(operation, deployment.model), attributes, client=True
         )
         if span.recording and tracer.capture_content:
-            _set_all(span, genai.input_content(call))
-        started = time.perf_counter()
-        try:
-            reply = await self._attempt(call, deployment, provider, capabilities, span)
-        except GatewayError as error:
-            span.fail(error.code)
-            span.end()
-            raise
-        except BaseException as error:
-            span.fail(type(error).__qualname__)
-            span.end()
-            raise
-        response, stream = reply.response, reply.stream
-        if response is not None:
-            if span.recording:
-                _set_all(span, genai.response_attributes(response))
-                if tracer.capture_content:
-                    _set_all(span, genai.output_content(response))
-            span.end()
-        elif isinstance(stream, UpstreamStream):
-            span.set("gen_ai.response.time_to_first_chunk", time.perf_counter() - started)
-            stream.when_over(_ends_with_stream(span))
-        else:
-            embeddings = reply.embeddings
-            if embeddings is not None and embeddings.usage is not None:
-                span.set("gen_ai.usage.input_tokens", embeddings.usage.prompt_tokens)
-            span.end()
-        return reply
+            span.set_many(genai.input_content(call))
+        return span
+
+    def _close_attempt(self, span: Span, response: Response) -> None:
+        """The end of a whole answer's attempt: what the answer says, then the span's end."""
+        if span.recording:
+            span.set_many(genai.response_attributes(response))
+            if self._tracer.capture_content:
+                span.set_many(genai.output_content(response))
+        span.end()
 
     async def count_tokens(self, call: Call, deployments: list[Deployment]) -> int | None:
         """The exact input tokens of ``call`` from the first of ``deployments`` whose provider
@@ -300,7 +288,7 @@ class Upstream:
         request = provider.build_request(call, deployment.model)
         if self._traced:
             if span.recording:
-                _set_all(span, genai.server_attributes(request.url))
+                span.set_many(genai.server_attributes(request.url))
             if deployment.provider in self._propagating:
                 traced = dict(request.headers)  # a provider may share its headers
                 self._tracer.inject(span, traced)
@@ -345,17 +333,12 @@ class Upstream:
         return stream
 
 
-def _set_all(span: Span, attributes: Mapping[str, AttributeValue]) -> None:
-    for key, value in attributes.items():
-        span.set(key, value)
-
-
 def _ends_with_stream(span: Span) -> Callable[[Usage | None, int], None]:
     """The end hook of a streamed attempt: its usage on the span, then the span's end."""
 
     def over(usage: Usage | None, generated: int) -> None:
         if usage is not None and span.recording:
-            _set_all(span, genai.usage_attributes(usage))
+            span.set_many(genai.usage_attributes(usage))
         span.end()
 
     return over

@@ -31,6 +31,9 @@ class FakeSpan:
     def set(self, key: str, value: AttributeValue) -> None:
         self.attributes[key] = value
 
+    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
+        self.attributes.update(attributes)
+
     def fail(self, error_type: str, message: str | None = None) -> None:
         self.error = error_type
 
@@ -114,6 +117,7 @@ def test_the_no_op_tracer_is_off_and_records_nothing() -> None:
     assert span.trace_id == ""
     assert span.recording is False
     span.set("k", 1)
+    span.set_many({"k": 2})
     span.fail("e")
     span.end()
     headers: dict[str, str] = {}
