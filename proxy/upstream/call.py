@@ -32,7 +32,7 @@ from proxy.core.canonical import Call, Deployment, Usage
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
 from proxy.core.reply import Chunk, Embeddings, RawFrames, Reply, Response
-from proxy.core.tracing import NO_SPAN, NO_TRACER, Span, Tracer
+from proxy.core.tracing import NO_SPAN, NO_TRACER, AttributeValue, Span, Tracer
 from proxy.providers.base import (
     Capabilities,
     CountsTokens,
@@ -143,8 +143,7 @@ class Upstream:
                 span.end()
             return Reply(provider=deployment.provider, model=deployment.model, embeddings=result)
         if traced:  # primed: its first chunk has arrived; the span ends with the stream
-            span.set("gen_ai.response.time_to_first_chunk", time.perf_counter() - call_started)
-            result.when_over(_ends_with_stream(span))
+            self._streaming_attempt(span, result, time.perf_counter() - call_started)
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
 
     def _open_attempt(self, call: Call, deployment: Deployment) -> Span:
@@ -162,6 +161,22 @@ class Upstream:
         if span.recording and tracer.capture_content:
             span.set_many(genai.input_content(call))
         return span
+
+    def _streaming_attempt(self, span: Span, stream: UpstreamStream, first_chunk: float) -> None:
+        """A streamed attempt's span: the time to its first chunk, the response's id and model
+        from that chunk, then its usage and its end when the stream is over."""
+        if span.recording:
+            attributes: dict[str, AttributeValue] = {
+                "gen_ai.response.time_to_first_chunk": first_chunk
+            }
+            chunk = stream.first()
+            if chunk is not None:
+                if chunk.id:
+                    attributes["gen_ai.response.id"] = chunk.id
+                if chunk.model:
+                    attributes["gen_ai.response.model"] = chunk.model
+            span.set_many(attributes)
+        stream.when_over(_ends_with_stream(span))
 
     def _close_attempt(self, span: Span, response: Response) -> None:
         """The end of a whole answer's attempt: what the answer says, then the span's end."""

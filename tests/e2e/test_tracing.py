@@ -274,6 +274,8 @@ async def test_a_streamed_answer_ends_its_attempt_with_the_stream(traced: Traced
     attempt = one(spans, "chat gpt-test")
     assert attempt.attributes["gen_ai.request.stream"] is True
     assert attempt.attributes["gen_ai.response.time_to_first_chunk"] > 0
+    assert attempt.attributes["gen_ai.response.id"]
+    assert attempt.attributes["gen_ai.response.model"] == "gpt-test"
     assert attempt.attributes["gen_ai.usage.output_tokens"] > 0
     assert traceparent(traced.upstream.headers[-1]["traceparent"])[1] == attempt.span_id
 
