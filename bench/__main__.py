@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
         "the masking plugin on every built-in entity, gateway-auth auth and limits, "
         "gateway-keyed auth alone and gateway-budget auth and cost for a key with budgets, "
         "gateway-gov the governance chain, gateway-gov-redis the same on a private "
-        "redis-server; see bench/README.md for what each variant's checks compare)",
+        "redis-server, gateway-traced the empty chain with tracing on; see bench/README.md "
+        "for what each variant's checks compare)",
     )
     parser.add_argument(
         "--modes",

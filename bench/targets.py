@@ -38,6 +38,8 @@ GATEWAY_VARIANTS = {
     "gateway-gov": "the governance chain (auth, limits, cost, a cache miss, fallback, retry, "
     "balance) on the in-process state store",
     "gateway-gov-redis": "the governance chain on a private redis-server (state.backend: redis)",
+    "gateway-traced": "tracing on (every request sampled, spans exported over OTLP/HTTP to the "
+    "mock upstream's sink) in front of the empty chain",
 }
 # Targets whose every request carries AUTH_KEY.
 KEYED_VARIANTS = (
@@ -116,7 +118,9 @@ def gateway_config_yaml(
     request does all of a miss's work (lookup, the stream tee, the answer folded, encoded and
     refused); ``gateway-gov`` is issue 16's governance chain (:func:`_governance`) on the
     in-process state store, ``gateway-gov-redis`` the same with ``state.backend: redis`` at
-    ``redis_url``. This is the single place to adjust if the gateway's config schema changes.
+    ``redis_url``; ``gateway-traced`` is the empty chain with ``telemetry.traces`` on, every
+    request sampled and its spans exported to the mock upstream's OTLP sink. This is the single
+    place to adjust if the gateway's config schema changes.
     """
     access_log = str(variant == "gateway-default").lower()
     server = f"server: {{host: {HOST}, port: {port}, workers: 1, access_log: {access_log}}}\n"
@@ -161,6 +165,13 @@ def gateway_config_yaml(
         )
     if variant == "gateway-masking":
         return server + provider + MASKING_PLUGINS
+    if variant == "gateway-traced":
+        return (
+            server
+            + provider
+            + f'telemetry: {{traces: {{endpoint: "http://{HOST}:{upstream_port}"}}}}\n'
+            + "plugins: []\n"
+        )
     if variant != "gateway-default":
         raise ValueError(f"unknown gateway variant {variant!r}")
     return (

@@ -188,6 +188,13 @@ async def _health(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+async def _traces(request: web.Request) -> web.Response:
+    """An OTLP/HTTP trace sink for the ``gateway-traced`` target: reads the export and keeps
+    nothing (an empty ``ExportTraceServiceResponse`` is an empty protobuf body)."""
+    await request.read()
+    return web.Response(body=b"", content_type="application/x-protobuf")
+
+
 def create_app(latency_ms: float = 0.0) -> web.Application:
     """Build the mock upstream application with an initial latency of ``latency_ms``."""
     app = web.Application()
@@ -200,6 +207,7 @@ def create_app(latency_ms: float = 0.0) -> web.Application:
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/bench/latency", _set_latency)
     app.router.add_get("/health", _health)
+    app.router.add_post("/v1/traces", _traces)
     return app
 
 

@@ -213,6 +213,12 @@ class CachePlugin:
         self._errors["embedding"] = context.metrics.cache_errors("embedding")
         self.finished = semantic.finished
 
+    def span_attributes(self, call: Call) -> dict[str, str]:
+        """``crossway.cache`` on the plugin's span when tracing is on: ``hit``, ``miss`` or
+        ``bypass`` (nothing when the request ended before the cache decided)."""
+        result = call.accounting.cache
+        return {} if result is None else {"crossway.cache": result}
+
     async def start(self) -> None:
         """Apply this config's ``max_bytes`` to the process's memory map (once this config
         serves: a reload that fails leaves the serving one's bound)."""

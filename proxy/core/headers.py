@@ -11,5 +11,9 @@ ATTEMPTS_HEADER = "x-crossway-attempts"
 FALLBACK_HEADER = "x-crossway-fallback"
 """The model that served when it was not the one asked for (the ``fallback`` plugin)."""
 
+TRACE_ID_HEADER = "x-crossway-trace-id"
+"""The request's trace id (32 hex digits) on every answer of a dialect route, when tracing is on
+(:mod:`proxy.core.tracing`)."""
+
 SERVER_NAME = "crossway"
 """The ``Server`` header of every answer: the product, no version (instead of aiohttp's banner)."""

@@ -32,6 +32,15 @@ up per request:
   stored conversation a request continues — knows the caller the same way. The chain's
   :data:`Authenticate` is that of the first plugin that offers one (:func:`authentication`),
   else :func:`anonymous`.
+- :class:`DescribesSpan` — ``def span_attributes(call) -> Mapping[str, AttributeValue]``, for a
+  plugin whose decision belongs on its span when tracing is on (the cache's hit or miss): read
+  after the plugin's link returns, set on the link's span. It must not block and should not
+  raise: an exception is ignored (tracing never fails a request).
+
+With a tracer that is on (:mod:`proxy.core.tracing`), :func:`compose` opens one span per link,
+``crossway.plugin {name}``, current while the plugin runs, so that what the plugin calls
+(``next``: the upstream attempts of a retry or a fallback) are its children; a link that raises
+marks its span failed with the error's code. With tracing off the links are the plain ones.
 
 One vocabulary: *authenticate* is the hook and the callable (:data:`Authenticate`);
 :func:`authentication` finds it in a chain. The governance
@@ -47,7 +56,9 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import msgspec
 
 from proxy.core.canonical import ANONYMOUS, Call, Principal, Usage
+from proxy.core.errors import GatewayError
 from proxy.core.reply import Reply
+from proxy.core.tracing import NO_TRACER, AttributeValue, Span, Tracer
 
 Next = Callable[[Call], Awaitable[Reply]]
 
@@ -94,11 +105,23 @@ class Plugin(Protocol):
         ...
 
 
-def compose(plugins: Sequence[Plugin], upstream: Next) -> Next:
-    """The chain as one callable: ``plugins[0]`` outermost, ``upstream`` innermost."""
+def compose(
+    plugins: Sequence[Plugin],
+    upstream: Next,
+    tracer: Tracer = NO_TRACER,
+    names: Sequence[str] = (),
+) -> Next:
+    """The chain as one callable: ``plugins[0]`` outermost, ``upstream`` innermost. With
+    ``tracer`` on, each link opens a span named after its plugin (``names``, one per plugin;
+    the class's name where missing)."""
     chain = upstream
-    for plugin in reversed(plugins):
-        chain = _link(plugin, chain)
+    for index in reversed(range(len(plugins))):
+        plugin = plugins[index]
+        if tracer.enabled:
+            name = names[index] if index < len(names) else type(plugin).__name__
+            chain = _traced_link(plugin, chain, name, tracer)
+        else:
+            chain = _link(plugin, chain)
     return chain
 
 
@@ -112,6 +135,42 @@ def _link(plugin: Plugin, following: Next) -> Next:
         return handle(call, next=following)
 
     return link
+
+
+def _traced_link(plugin: Plugin, following: Next, name: str, tracer: Tracer) -> Next:
+    """:func:`_link` inside a span of its own (see the module docstring)."""
+    handle = plugin.__call__
+    describe = plugin.span_attributes if isinstance(plugin, DescribesSpan) else None
+    span_name = f"crossway.plugin {name}"
+    attributes: dict[str, AttributeValue] = {"crossway.plugin": name}
+
+    async def link(call: Call) -> Reply:
+        span = tracer.child_span(span_name, attributes)
+        try:
+            with tracer.activate(span):
+                reply = await handle(call, next=following)
+        except GatewayError as error:
+            span.fail(error.code)
+            raise
+        except BaseException as error:
+            span.fail(type(error).__qualname__)
+            raise
+        finally:
+            if describe is not None and span.recording:
+                _describe(span, describe, call)
+            span.end()
+        return reply
+
+    return link
+
+
+def _describe(
+    span: Span, describe: Callable[[Call], Mapping[str, AttributeValue]], call: Call
+) -> None:
+    try:
+        span.set_many(describe(call))
+    except Exception:  # a plugin's description never fails its request
+        return
 
 
 @runtime_checkable
@@ -150,6 +209,15 @@ class Authenticates(Protocol):
         ...
 
 
+@runtime_checkable
+class DescribesSpan(Protocol):
+    """A plugin that puts its decision on its span (see the module docstring)."""
+
+    def span_attributes(self, call: Call) -> Mapping[str, AttributeValue]:
+        """Attributes for the plugin's span, once its link has returned or raised."""
+        ...
+
+
 class Hook(NamedTuple):
     """One optional hook of a plugin: its protocol, whether it is a coroutine function, the
     number of positional arguments it is called with, and its shape in words."""
@@ -166,6 +234,9 @@ HOOKS: dict[str, Hook] = {
     "finished": Hook(Finishes, False, 1, "def finished(self, request: FinishedRequest) -> None"),
     "authenticate": Hook(
         Authenticates, True, 1, "async def authenticate(self, headers) -> Principal"
+    ),
+    "span_attributes": Hook(
+        DescribesSpan, False, 1, "def span_attributes(self, call) -> Mapping[str, AttributeValue]"
     ),
 }
 """The optional hooks by attribute name; the loader

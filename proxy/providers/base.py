@@ -61,6 +61,8 @@ class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field=
     ``max_response_bytes`` bounds a whole (non-streamed) answer and ``max_event_bytes`` one
     stream event, both counted after decompression; past either the call fails with 502
     ``upstream_response_too_large`` (in-band once a stream has started).
+    ``propagate_trace: false`` keeps the W3C ``traceparent``/``tracestate`` headers off this
+    provider's requests when tracing is on (for an upstream that rejects unknown headers).
     """
 
     default_model: str | None = None
@@ -68,6 +70,7 @@ class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field=
     max_connections: Annotated[int, Meta(ge=1, le=65536)] = 1024
     max_response_bytes: Annotated[int, Meta(ge=1024)] = 32 * 1024 * 1024
     max_event_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
+    propagate_trace: bool = True
 
 
 class HttpRequest(Struct):

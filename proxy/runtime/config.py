@@ -39,6 +39,7 @@ from proxy.governance.pricing import ModelPrice
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.state.config import StateConfig
+from proxy.tracing.config import TracesConfig
 from proxy.upstream.router import DeploymentConfig
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -68,6 +69,7 @@ class CorsConfig(Struct, frozen=True, forbid_unknown_fields=True):
         "x-crossway-model",
         "x-crossway-attempts",
         "x-crossway-fallback",
+        "x-crossway-trace-id",
         "retry-after",
     )
     allow_credentials: bool = False
@@ -172,6 +174,13 @@ class MediaConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_upload_bytes: Annotated[int, Meta(ge=1024)] = 25 * 1024 * 1024
 
 
+class TelemetryConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """The ``telemetry`` section: ``traces``, OpenTelemetry spans over OTLP
+    (:mod:`proxy.tracing.config`; absent, tracing is off)."""
+
+    traces: TracesConfig | None = None
+
+
 class PluginSpec(Struct, frozen=True):
     """A plugin entry as written: a built-in name or ``module:Class``, its options, its path.
 
@@ -207,6 +216,7 @@ class GatewayConfig(Struct, frozen=True):
     compat: CompatConfig = CompatConfig()
     batches: BatchesConfig = BatchesConfig()
     media: MediaConfig = MediaConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
 
 class ConfigError(Exception):
@@ -237,6 +247,7 @@ _TOP_LEVEL = frozenset(
         "compat",
         "batches",
         "media",
+        "telemetry",
     }
 )
 
@@ -291,6 +302,7 @@ def parse_config(
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
     batches = _convert(tree.get("batches", {}), BatchesConfig, "$.batches", errors)
     media = _convert(tree.get("media", {}), MediaConfig, "$.media", errors)
+    telemetry = _convert(tree.get("telemetry", {}), TelemetryConfig, "$.telemetry", errors)
     if (
         errors
         or server is None
@@ -303,6 +315,7 @@ def parse_config(
         or compat is None
         or batches is None
         or media is None
+        or telemetry is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -323,6 +336,7 @@ def parse_config(
         compat=compat,
         batches=batches,
         media=media,
+        telemetry=telemetry,
     )
 
 

@@ -50,6 +50,7 @@ from proxy.runtime.config import ConfigError, GatewayConfig, load_config
 from proxy.runtime.plugins import PluginContext, PluginLoadError, load_plugins
 from proxy.state.config import StateConfig
 from proxy.state.policy import SharedState
+from proxy.tracing import build_tracer
 from proxy.upstream.call import Upstream
 from proxy.upstream.router import Router
 from proxy.upstream.transport import HttpTransport
@@ -114,6 +115,9 @@ class Blueprint:
         )
         secrets = [secret for p in self.providers.values() for secret in p.secrets]
         secrets += [config.auth.master_key, *(declared.key for declared in config.auth.keys)]
+        traces = config.telemetry.traces
+        if traces is not None and traces.headers:
+            secrets += list(traces.headers.values())  # an OTLP back end's API key
         self.redactor = Redactor(secrets)
         self.logger = make_logger(
             self.redactor, level=config.server.log_level, stream=loader.log_lines
@@ -222,7 +226,9 @@ class Snapshot:
     ``close``. ``capabilities`` are each provider's optional abilities
     (:class:`~proxy.providers.base.Capabilities`). ``weakened`` is what this snapshot dropped
     from the one it replaced (reasons of :data:`WEAKENINGS`), which only a serving config with
-    ``allow_weaker_reload`` lets through.
+    ``allow_weaker_reload`` lets through. ``tracer`` is this config's
+    (:func:`proxy.tracing.build_tracer`: off without ``telemetry.traces``), closed with the
+    snapshot; the chain's links and the upstream attempts open their spans with it.
     """
 
     def __init__(self, blueprint: Blueprint, on_upstream_error: ErrorHook) -> None:
@@ -245,6 +251,7 @@ class Snapshot:
             if capabilities.http is not None
         }
         self.transport = HttpTransport(http, self.capabilities)
+        self.tracer = build_tracer(self.config.telemetry.traces)
         on_dropped = None
         if self.config.server.log_level == "debug":
             logger = self.logger
@@ -261,9 +268,11 @@ class Snapshot:
             on_upstream_error,
             on_dropped=on_dropped,
             capabilities=self.capabilities,
+            tracer=self.tracer,
         )
         self.upstream = upstream
-        self.chain: Next = compose(self.plugins, upstream)
+        names = [spec.ref.rpartition(":")[2] for spec in self.config.plugins]
+        self.chain: Next = compose(self.plugins, upstream, self.tracer, names)
         self.litellm_headers = self.config.compat.litellm  # the app adds them to every reply
         self.finishers: list[Callable[[FinishedRequest], None]] = [
             plugin.finished for plugin in self.plugins if isinstance(plugin, Finishes)
@@ -332,6 +341,10 @@ class Snapshot:
                 await plugin.close()
             except Exception:
                 self.logger.exception("plugin_close_failed", plugin=type(plugin).__qualname__)
+        try:
+            await self.tracer.close()  # after the plugins: their last spans are exported too
+        except Exception:
+            self.logger.exception("tracer_close_failed")
 
 
 def weakenings(serving: Snapshot, fresh: Blueprint) -> tuple[str, ...]:

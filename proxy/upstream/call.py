@@ -15,6 +15,14 @@ the upstream is built. Streams come back *primed* (their
 first chunk has arrived), so every failure before the first byte is an exception from this
 call, where retry and fallback can act. Every upstream error is sanitised (no secret reaches a
 message) and counted.
+
+With a tracer on (:mod:`proxy.core.tracing`), each call is one attempt span, a client span
+named ``"{gen_ai.operation.name} {gen_ai.request.model}"`` under the current span (so a retry's
+or a fallback's attempts are siblings), with the GenAI conventions' attributes
+(:mod:`proxy.tracing.genai`) and, on the operator's opt-in, the content as sent and as
+answered. It ends when a whole answer has been read, or when the stream ends (then with the
+stream's usage, and the time to its first chunk). Its W3C context is sent to the upstream in
+``traceparent``/``tracestate`` unless the provider has ``propagate_trace: false``.
 """
 
 from __future__ import annotations
@@ -24,10 +32,11 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from proxy.core.canonical import Call, Deployment
+from proxy.core.canonical import Call, Deployment, Usage
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
 from proxy.core.reply import Chunk, Embeddings, MediaAnswer, RawFrames, Reply, Response
+from proxy.core.tracing import NO_SPAN, NO_TRACER, AttributeValue, Span, Tracer
 from proxy.providers.base import (
     Capabilities,
     CountsTokens,
@@ -36,6 +45,7 @@ from proxy.providers.base import (
     Provider,
     capabilities_of,
 )
+from proxy.tracing import genai
 from proxy.upstream.stream import ErrorHook, UpstreamClocks, UpstreamStream
 from proxy.upstream.transport import HttpTransport
 
@@ -54,13 +64,22 @@ class Upstream:
         rng: random.Random | None = None,
         on_dropped: DroppedHook | None = None,
         capabilities: Mapping[str, Capabilities] | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         """``on_error(provider, error)`` is told of every upstream failure (for metrics);
         ``on_dropped(provider, model, fields)``, when given, of request fields a provider
         removes because its vendor rejects them (a debug log line). ``capabilities`` are the
         providers' (:func:`~proxy.providers.base.capabilities_of`), decided here when not
-        given."""
+        given. ``tracer`` opens the attempt spans (see the module docstring)."""
         self._on_dropped = on_dropped
+        self._tracer = tracer
+        self._traced = tracer.enabled
+        self._provider_names = {
+            name: genai.provider_name(provider.config) for name, provider in providers.items()
+        }
+        self._propagating = frozenset(
+            name for name, provider in providers.items() if provider.config.propagate_trace
+        )
         self._providers = dict(providers)
         self._capabilities = {
             name: capabilities_of(provider) if capabilities is None else capabilities[name]
@@ -92,6 +111,12 @@ class Upstream:
                 code="unsupported_operation",
                 param="model",
             )
+        # With tracing off each of these checks is all the attempt pays (no extra frame)
+        traced = self._traced
+        if traced:
+            span, call_started = self._open_attempt(call, deployment), time.perf_counter()
+        else:
+            span, call_started = NO_SPAN, 0.0
         clocks = UpstreamClocks(provider.config.timeouts)
         result: Response | UpstreamStream | Embeddings | MediaAnswer
         try:
@@ -103,24 +128,82 @@ class Upstream:
                 result = await self._local(capabilities.local, call, deployment, clocks)
             else:
                 assert capabilities.http is not None
-                result = await self._http(capabilities, capabilities.http, call, deployment, clocks)
+                result = await self._http(
+                    capabilities, capabilities.http, call, deployment, clocks, span
+                )
         except GatewayError as error:
             clocks.close()
             self._fail(deployment.provider, error)
+            if traced:
+                span.fail(error.code)
+                span.end()
             raise
-        except BaseException:
+        except BaseException as error:
             clocks.close()
+            if traced:
+                span.fail(type(error).__qualname__)
+                span.end()
             raise
         if isinstance(result, Response):
             clocks.close()
+            if traced:
+                self._close_attempt(span, result)
             return Reply(provider=deployment.provider, model=deployment.model, response=result)
         if isinstance(result, Embeddings):
             clocks.close()
+            if traced:
+                if result.usage is not None:
+                    span.set("gen_ai.usage.input_tokens", result.usage.prompt_tokens)
+                span.end()
             return Reply(provider=deployment.provider, model=deployment.model, embeddings=result)
         if isinstance(result, MediaAnswer):
             clocks.close()
+            if traced:
+                span.end()
             return Reply(provider=deployment.provider, model=deployment.model, media=result)
+        if traced:  # primed: its first chunk has arrived; the span ends with the stream
+            self._streaming_attempt(span, result, time.perf_counter() - call_started)
         return Reply(provider=deployment.provider, model=deployment.model, stream=result)
+
+    def _open_attempt(self, call: Call, deployment: Deployment) -> Span:
+        """The attempt's span (see the module docstring), with what the call asks for and, on
+        the operator's opt-in, its content."""
+        tracer = self._tracer
+        operation = genai.operation_name(call)
+        attributes = genai.request_attributes(
+            call, operation, self._provider_names[deployment.provider], deployment.model
+        )
+        attributes["crossway.provider"] = deployment.provider
+        span = tracer.child_span(
+            genai.attempt_name(operation, deployment.model), attributes, client=True
+        )
+        if span.recording and tracer.capture_content:
+            span.set_many(genai.input_content(call))
+        return span
+
+    def _streaming_attempt(self, span: Span, stream: UpstreamStream, first_chunk: float) -> None:
+        """A streamed attempt's span: the time to its first chunk, the response's id and model
+        from that chunk, then its usage and its end when the stream is over."""
+        if span.recording:
+            attributes: dict[str, AttributeValue] = {
+                "gen_ai.response.time_to_first_chunk": first_chunk
+            }
+            chunk = stream.first()
+            if chunk is not None:
+                if chunk.id:
+                    attributes["gen_ai.response.id"] = chunk.id
+                if chunk.model:
+                    attributes["gen_ai.response.model"] = chunk.model
+            span.set_many(attributes)
+        stream.when_over(_ends_with_stream(span))
+
+    def _close_attempt(self, span: Span, response: Response) -> None:
+        """The end of a whole answer's attempt: what the answer says, then the span's end."""
+        if span.recording:
+            span.set_many(genai.response_attributes(response))
+            if self._tracer.capture_content:
+                span.set_many(genai.output_content(response))
+        span.end()
 
     async def count_tokens(self, call: Call, deployments: list[Deployment]) -> int | None:
         """The exact input tokens of ``call`` from the first of ``deployments`` whose provider
@@ -261,8 +344,16 @@ class Upstream:
         call: Call,
         deployment: Deployment,
         clocks: UpstreamClocks,
+        span: Span,
     ) -> Response | UpstreamStream:
         request = provider.build_request(call, deployment.model)
+        if self._traced:
+            if span.recording:
+                span.set_many(genai.server_attributes(request.url))
+            if deployment.provider in self._propagating:
+                traced = dict(request.headers)  # a provider may share its headers
+                self._tracer.inject(span, traced)
+                request.headers = traced
         if self._on_dropped is not None:
             dropped_fields = capabilities.dropped_fields
             dropped = dropped_fields(call, deployment.model) if dropped_fields else []
@@ -301,3 +392,14 @@ class Upstream:
             await stream.aclose()
             raise
         return stream
+
+
+def _ends_with_stream(span: Span) -> Callable[[Usage | None, int], None]:
+    """The end hook of a streamed attempt: its usage on the span, then the span's end."""
+
+    def over(usage: Usage | None, generated: int) -> None:
+        if usage is not None and span.recording:
+            span.set_many(genai.usage_attributes(usage))
+        span.end()
+
+    return over

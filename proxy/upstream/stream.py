@@ -245,6 +245,20 @@ class UpstreamStream(ReplyStream, BatchedStream, EndObservable):
         """
         await self._fill(report=False)
 
+    def first(self) -> Chunk | None:
+        """The first chunk of a primed stream, before anyone has read it (a verbatim frame
+        decoded; None when there is none, or it cannot be decoded). Reads nothing, changes
+        nothing: for a caller that describes the stream (its tracing span)."""
+        if not self._ready:
+            return None
+        item = self._ready[0]
+        if isinstance(item, Chunk):
+            return item
+        try:
+            return item.parse(item.payloads()[0])
+        except Exception:  # the reader meets the same frame and reports it
+            return None
+
     def __aiter__(self) -> UpstreamStream:
         return self
 

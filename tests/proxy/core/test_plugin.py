@@ -14,6 +14,7 @@ from proxy.core.plugin import (
     HOOKS,
     Authenticates,
     Closes,
+    DescribesSpan,
     Finishes,
     Starts,
     anonymous,
@@ -208,16 +209,25 @@ class EveryHook(Plain):
     async def authenticate(self, headers) -> Principal:
         return self.principal
 
+    def span_attributes(self, call) -> dict[str, str]:
+        return {}
+
 
 class Blocked(EveryHook):
     """Every hook set to None: none offered (as the protocols read it)."""
 
-    start = close = finished = authenticate = None  # type: ignore[assignment]
+    start = close = finished = authenticate = span_attributes = None  # type: ignore[assignment]
 
 
 def test_each_hook_is_a_protocol_a_plugin_satisfies_by_having_it():
-    assert set(HOOKS) == {"start", "close", "finished", "authenticate"}
-    assert [hook.protocol for hook in HOOKS.values()] == [Starts, Closes, Finishes, Authenticates]
+    assert set(HOOKS) == {"start", "close", "finished", "authenticate", "span_attributes"}
+    assert [hook.protocol for hook in HOOKS.values()] == [
+        Starts,
+        Closes,
+        Finishes,
+        Authenticates,
+        DescribesSpan,
+    ]
     for hook in HOOKS.values():
         assert isinstance(EveryHook(), hook.protocol)
         assert not isinstance(Plain(), hook.protocol)

@@ -212,7 +212,7 @@ def test_keys_are_not_expanded():
     errors = errors_of("'${X}': 1", {"X": "server"})
     assert errors == [
         "$.${X}: unknown key (expected one of auth, batches, compat, database, media, metrics, "
-        "models, plugins, pricing, providers, responses, server, state)"
+        "models, plugins, pricing, providers, responses, server, state, telemetry)"
     ]
 
 

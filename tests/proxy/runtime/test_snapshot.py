@@ -254,3 +254,25 @@ async def test_only_the_serving_config_can_allow_a_weaker_one(tmp_path: Path) ->
     assert rt.reload().weakened == ("auth_removed",)
     assert not rt.snapshot.demands_key
     await rt.close()
+
+
+async def test_each_snapshot_has_the_tracer_of_its_config_closed_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("providers:\n  mock: {type: mock}\n")
+    rt = runtime(path)
+    untraced = rt.snapshot
+    assert untraced.tracer.enabled is False
+    path.write_text(
+        "providers:\n  mock: {type: mock}\n"
+        "telemetry: {traces: {endpoint: 'http://127.0.0.1:9',"
+        " headers: {x-api-key: otlp-secret-0123456789}}}\n"
+    )
+    traced = rt.reload()
+    assert traced.tracer.enabled is True
+    assert traced.redactor.text("key otlp-secret-0123456789") == "key [REDACTED]"
+    path.write_text("providers:\n  mock: {type: mock}\n")
+    rt.reload()
+    assert rt.snapshot.tracer.enabled is False
+    await traced.close()  # exports what it holds (nothing here) and stops its exporter
+    assert traced.closed
+    await rt.close()

@@ -214,6 +214,26 @@ async def test_raw_frames_pass_verbatim_only_to_a_reader_that_asks_for_them() ->
     assert [chunk.id async for chunk in iterated] == ["a", "b", "c"]
 
 
+async def test_the_first_chunk_is_read_without_being_taken() -> None:
+    chunks = _stream([_chunk(), _chunk()], [None], errors=[])
+    await chunks.prime()
+    first = chunks.first()
+    assert first is not None
+    assert (first.id, first.model) == ("c", "m")
+    assert len(await chunks.next_batch()) == 2  # nothing was taken
+    assert chunks.first() is None  # nothing held
+    frames = _stream([_frames(b"a", b"b")], [None], errors=[])
+    await frames.prime()
+    decoded = frames.first()
+    assert decoded is not None
+    assert (decoded.id, decoded.model) == ("a", "up")
+    batch = await frames.next_batch(raw=True)
+    assert [type(item) for item in batch] == [RawFrames]  # still verbatim: nothing was taken
+    bad = _stream([_frames(b"bad")], [None], errors=[])
+    await bad.prime()
+    assert bad.first() is None  # the reader meets the bad frame and reports it
+
+
 async def test_a_frame_that_cannot_be_decoded_ends_the_stream_after_those_before_it() -> None:
     errors: list[str] = []
     stream = _stream([_frames(b"a", b"bad", b"c"), _chunk()], [None], errors=errors)
