@@ -40,14 +40,14 @@ from proxy.core.errors import (
     NoReadyDeployment,
     drop_tracebacks,
 )
-from proxy.core.headers import SERVER_NAME
+from proxy.core.headers import OVERHEAD_HEADER, SERVER_NAME
 from proxy.core.logs import AccessLog
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import FinishedRequest
 from proxy.core.reply import Reply
 from proxy.dialects.base import Dialect, check_json_depth
 from proxy.governance.pricing import nanos_to_usd
-from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
+from proxy.http.answer import CLIENT_CLOSED, Outcome, overhead_ms, reply_headers
 from proxy.http.app_keys import DRAIN, METRICS, RUNTIME, SERVER
 from proxy.http.compat_headers import add_litellm_headers
 from proxy.http.drain import shutting_down
@@ -153,16 +153,21 @@ def dialect_handler(
                 if reply.stream is None:
                     return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
-                return _error_response(dialect, error, request_id, outcome)
+                return _error_response(dialect, error, request_id, outcome, call, start)
             except asyncio.CancelledError:
                 if not drain.claim():  # the client went away
                     raise
-                return _error_response(dialect, shutting_down(), request_id, outcome)
+                return _error_response(dialect, shutting_down(), request_id, outcome, call, start)
             except Exception as unexpected:
                 snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
                 drop_tracebacks(unexpected)  # logged: now nothing needs its frames
                 return _error_response(
-                    dialect, InternalError("internal gateway error"), request_id, outcome
+                    dialect,
+                    InternalError("internal gateway error"),
+                    request_id,
+                    outcome,
+                    call,
+                    start,
                 )
             return await stream_answer(request, dialect, call, reply, request_id, outcome, drain)
         except asyncio.CancelledError:
@@ -231,8 +236,15 @@ def _whole(
 
 
 def _error_response(
-    dialect: Dialect, error: GatewayError, request_id: str, outcome: Outcome
+    dialect: Dialect,
+    error: GatewayError,
+    request_id: str,
+    outcome: Outcome,
+    call: Call | None,
+    start: float,
 ) -> web.Response:
+    """The error answer in the dialect's shape, with the gateway's overhead (the whole time
+    when the body was never decoded: nothing waited on an upstream)."""
     status = dialect.error_status(error)
     outcome.failed(error, status)
     if error.provider is not None:
@@ -242,6 +254,9 @@ def _error_response(
     headers.update(dialect.error_headers(error, request_id))
     headers[REQUEST_ID] = request_id
     headers[SERVER_HEADER] = SERVER_NAME
+    headers[OVERHEAD_HEADER] = overhead_ms(
+        start, 0.0 if call is None else call.timings.upstream_wait
+    )
     headers["content-type"] = _JSON
     return WholeResponse(dialect.encode_error(error, request_id), headers, status)
 

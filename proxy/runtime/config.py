@@ -38,6 +38,7 @@ from proxy.governance.price_catalog import (
 from proxy.governance.pricing import ModelPrice
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
+from proxy.request_logs.config import RequestLogsConfig
 from proxy.state.config import StateConfig
 from proxy.upstream.router import DeploymentConfig
 
@@ -153,6 +154,13 @@ class PluginSpec(Struct, frozen=True):
     environment: tuple[str, ...] = ()
 
 
+class TelemetryConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """The ``telemetry`` section: ``request_logs``, what is kept of each request
+    (:mod:`proxy.request_logs.config`)."""
+
+    request_logs: RequestLogsConfig = RequestLogsConfig()
+
+
 class GatewayConfig(Struct, frozen=True):
     """The whole, validated configuration.
 
@@ -173,6 +181,7 @@ class GatewayConfig(Struct, frozen=True):
     auth: AuthConfig = AuthConfig()
     state: StateConfig = StateConfig()
     compat: CompatConfig = CompatConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
 
 class ConfigError(Exception):
@@ -201,6 +210,7 @@ _TOP_LEVEL = frozenset(
         "auth",
         "state",
         "compat",
+        "telemetry",
     }
 )
 
@@ -253,6 +263,7 @@ def parse_config(
     auth = _auth(tree.get("auth"), errors)
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
+    telemetry = _convert(tree.get("telemetry", {}), TelemetryConfig, "$.telemetry", errors)
     if (
         errors
         or server is None
@@ -263,6 +274,7 @@ def parse_config(
         or auth is None
         or state is None
         or compat is None
+        or telemetry is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -281,6 +293,7 @@ def parse_config(
         auth=auth,
         state=state,
         compat=compat,
+        telemetry=telemetry,
     )
 
 
