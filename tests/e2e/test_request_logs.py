@@ -298,3 +298,204 @@ def _old_record() -> RequestLogRecord:
         attempts=1,
         trace_id=None,
     )
+
+
+class OtlpReceiver:
+    """A small OTLP/HTTP logs receiver: decodes each export with ``opentelemetry.proto``."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+        self.resources: list[Any] = []
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/logs", self._logs)
+        return app
+
+    async def _logs(self, request: web.Request) -> web.Response:
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceRequest,
+            ExportLogsServiceResponse,
+        )
+
+        assert request.headers["x-ingest-key"] == "ingest-123"
+        export = ExportLogsServiceRequest()
+        export.ParseFromString(await request.read())
+        for resource_logs in export.resource_logs:
+            self.resources.append(resource_logs.resource)
+            for scope_logs in resource_logs.scope_logs:
+                self.records.extend(scope_logs.log_records)
+        body = ExportLogsServiceResponse().SerializeToString()
+        return web.Response(body=body, content_type="application/x-protobuf")
+
+
+def attributes(record: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for pair in record.attributes:
+        value = pair.value
+        found[pair.key] = getattr(value, value.WhichOneof("value"))
+    return found
+
+
+async def test_jsonl_and_otlp_exports(tmp_path: Path) -> None:
+    receiver = OtlpReceiver()
+    receiver_runner, receiver_url = await start_site(receiver.app())
+    lines = tmp_path / "logs" / "requests.jsonl"
+    telemetry = f"""\
+        request_logs:
+          store: payloads
+          jsonl: {{path: "{lines}"}}
+          otlp: {{endpoint: "{receiver_url}/v1/logs", headers: {{x-ingest-key: ingest-123}}}}
+        """
+    try:
+        async with running(tmp_path, telemetry) as gateway:
+            key = await gateway.mint("exported")
+            messages: Any = [{"role": "user", "content": PROMPT}]
+            raw = await gateway.client(key).chat.completions.with_raw_response.create(
+                model="chat", messages=messages
+            )
+            request_id = raw.headers["x-request-id"]
+            for sink in ("otlp", "jsonl"):
+                await until(
+                    lambda sink=sink: (
+                        gateway.metric(  # type: ignore[misc]
+                            "crossway_request_log_exported_total", sink=sink
+                        )
+                        == 1
+                    ),
+                    seconds=10,
+                    what=f"the {sink} export",
+                )
+    finally:
+        await receiver_runner.cleanup()
+    (line,) = lines.read_text().splitlines()
+    written = json.loads(line)
+    assert written["request_id"] == request_id
+    assert MASKED in written["request"]
+    (record,) = receiver.records
+    assert record.event_name == "crossway.request"
+    shown = attributes(record)
+    assert shown["crossway.request_id"] == request_id
+    assert shown["gen_ai.request.model"] == "chat"
+    assert shown["crossway.key_alias"] == "exported"
+    body = {pair.key: pair.value.string_value for pair in record.body.kvlist_value.values}
+    assert MASKED in body["request"]
+    assert MASKED in body["response"]
+    sent = line + json.dumps(body)
+    for value in (*MASKED_VALUES, UPSTREAM_KEY, key):
+        assert value not in sent
+    (resource,) = receiver.resources
+    assert any(a.key == "service.name" for a in resource.attributes)
+
+
+async def test_sinks_that_are_down_never_fail_requests(tmp_path: Path) -> None:
+    closed = web.TCPSite  # a port nothing listens on: taken, then given back
+    probe = web.AppRunner(web.Application())
+    await probe.setup()
+    site = closed(probe, "127.0.0.1", 0)
+    await site.start()
+    dead_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    await probe.cleanup()
+    (tmp_path / "blocked").mkdir()  # a directory where the file should be: every write fails
+    telemetry = f"""\
+        request_logs:
+          store: payloads
+          jsonl: {{path: "{tmp_path / "blocked"}", max_buffer: 2}}
+          otlp: {{endpoint: "http://127.0.0.1:{dead_port}/v1/logs", max_buffer: 2, timeout: 1}}
+        """
+    async with running(tmp_path, telemetry) as gateway:
+        key = await gateway.mint("steady")
+        client = gateway.client(key)
+        for _ in range(5):
+            answer = await client.chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "hello"}]
+            )
+            assert answer.choices[0].message.content == "hello"
+        for sink in ("jsonl", "otlp"):
+            assert gateway.metric("crossway_request_log_export_dropped_total", sink=sink) >= 3
+            assert gateway.metric("crossway_request_log_exported_total", sink=sink) == 0
+        await until(
+            lambda: "request_log_export_failed" in gateway.logs.getvalue(),
+            seconds=10,
+            what="the failing export logged",
+        )
+        assert "request_log_export_dropped" in gateway.logs.getvalue()
+        listed = await gateway.admin("GET", "/admin/requests")
+        assert len(listed["data"]) == 5  # the database still has them all
+
+
+async def test_request_logs_survive_a_database_outage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.request_logs.logs_db import RequestLogRepository
+
+    write = RequestLogRepository.write
+    failing = {"on": False}
+
+    async def flaky(repository: RequestLogRepository, records: Any) -> None:
+        if failing["on"]:
+            raise sqlite3.OperationalError("database is locked")
+        await write(repository, records)
+
+    monkeypatch.setattr(RequestLogRepository, "write", flaky)
+    async with running(tmp_path, "request_logs: {store: payloads}") as gateway:
+        key = await gateway.mint("through")
+        failing["on"] = True
+        ids = []
+        for index in range(6):
+            raw = await gateway.client(key).chat.completions.with_raw_response.create(
+                model="chat", messages=[{"role": "user", "content": f"question {index}"}]
+            )
+            ids.append(raw.headers["x-request-id"])
+        await gateway.request_logs.flush()
+        assert gateway.metric("crossway_request_logs_journaled_total") >= 6
+        assert gateway.metric("crossway_request_logs_pending") >= 6
+        assert list((tmp_path / "data" / "ledger-journal").glob("request-log-*.jsonl"))
+        failing["on"] = False
+        await until(
+            lambda: gateway.metric("crossway_request_logs_pending") == 0,
+            seconds=30,
+            what="the journal replayed into the database",
+        )
+        listed = await gateway.admin("GET", "/admin/requests?limit=100")
+        assert {record["request_id"] for record in listed["data"]} == set(ids)
+        assert gateway.metric("crossway_request_logs_dropped_total") == 0
+        record = await gateway.admin("GET", f"/admin/requests/{ids[0]}")
+        assert record["response"]["choices"][0]["message"]["content"] == "question 0"
+
+
+async def test_the_admin_ui_shows_one_request_on_one_page(tmp_path: Path) -> None:
+    from playwright.async_api import expect
+
+    from tests.e2e.browser import browser
+    from tests.e2e.test_ui_browser import watch
+
+    async with running(tmp_path, "request_logs: {store: payloads}") as gateway:
+        key = await gateway.mint("shown")
+        raw = await gateway.client(key).chat.completions.with_raw_response.create(
+            model="chat", messages=[{"role": "user", "content": PROMPT}]
+        )
+        request_id = raw.headers["x-request-id"]
+        async with browser(tmp_path / "profile") as context:
+            page = await context.new_page()
+            problems = watch(page)
+            await page.goto(f"{gateway.url}/ui/")
+            await page.get_by_label("Master key").fill(MASTER)
+            await page.get_by_role("button", name="Sign in").click()
+            await page.get_by_role("link", name="Kept requests").click()
+            await page.get_by_role("link", name=request_id).click()
+            await expect(page.get_by_role("heading", name="Timing")).to_be_visible()
+            summary = page.locator("#request-summary")
+            await expect(summary).to_contain_text(request_id)
+            await expect(summary).to_contain_text("shown")
+            timing = page.locator("#request-timing")
+            await expect(timing).to_contain_text("Gateway overhead")
+            await expect(timing).to_contain_text("Waiting on upstreams")
+            await expect(page.locator("#request-cost")).to_contain_text("$")
+            await expect(page.locator("#request-payload pre")).to_contain_text("<EMAIL_1>")
+            await expect(page.locator("#request-answer pre")).to_contain_text("<PHONE_1>")
+            await page.screenshot(path=tmp_path / "kept-request.png", full_page=True)
+            content = await page.content()
+            for value in (*MASKED_VALUES, key, UPSTREAM_KEY):
+                assert value not in content
+            assert not problems, problems

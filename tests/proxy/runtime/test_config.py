@@ -213,7 +213,7 @@ def test_keys_are_not_expanded():
     assert errors == [
         "$.${X}: unknown key (expected one of auth, compat, database, metrics, models, plugins, "
         "pricing, "
-        "providers, responses, server, state)"
+        "providers, responses, server, state, telemetry)"
     ]
 
 
