@@ -36,6 +36,8 @@ from tests.waiting import until
 
 MASTER = "master-key-" + "0123456789abcdef" * 2
 UPSTREAM_KEY = "sk-upstream-key-0123456789abcdef"
+DECLARED = "sk-declared-" + "0123456789abcdef" * 2
+DECLARED_QUIET = "sk-declared-quiet-" + "0123456789abcdef" * 2
 MASKED_VALUES = (EMAIL, PHONE, SSN, "EMP-004217", "Bluebird")
 MASKED = "Write to <EMAIL_1> or call <PHONE_1>, employee <EMPLOYEE_ID_1>, project <PROJECT>"
 
@@ -50,6 +52,9 @@ def config_text(tmp_path: Path, upstream_url: str, telemetry: str) -> str:
           cache_ttl: 0
           teams:
             quiet: {{request_logs: none}}
+          keys:
+            - {{key: "{DECLARED}", alias: declared, request_logs: payloads}}
+            - {{key: "{DECLARED_QUIET}", alias: declared-quiet, team: quiet}}
         providers:
           up: {{type: openai, base_url: "{upstream_url}/v1", api_key: "{UPSTREAM_KEY}"}}
         models:
@@ -165,10 +170,15 @@ async def test_payloads_for_opted_in_keys_only_masked_and_assembled(gateway: Gat
     )
     plain_id = plain_answer.headers["x-request-id"]
     await gateway.client(muted).chat.completions.create(model="chat", messages=messages)
+    await gateway.client(DECLARED_QUIET).chat.completions.create(model="chat", messages=messages)
+    declared = await gateway.client(DECLARED).chat.completions.with_raw_response.create(
+        model="chat", messages=messages
+    )
+    declared_id = declared.headers["x-request-id"]
 
     listed = await gateway.admin("GET", "/admin/requests?limit=10")
     by_id = {record["request_id"]: record for record in listed["data"]}
-    assert set(by_id) == {whole_id, stream_id, plain_id}  # the muted team keeps nothing
+    assert set(by_id) == {whole_id, stream_id, plain_id, declared_id}  # muted teams keep none
     assert "request" not in by_id[whole_id]  # a listing carries no payloads
     assert by_id[plain_id]["store"] == "metadata"
 
@@ -186,6 +196,8 @@ async def test_payloads_for_opted_in_keys_only_masked_and_assembled(gateway: Gat
     assert stream["stream"] is True
     assert stream["response"]["choices"][0]["message"]["content"].startswith(MASKED)
     assert stream["response"]["choices"][0]["finish_reason"] == "stop"
+    from_yaml = await gateway.admin("GET", f"/admin/requests/{declared_id}")
+    assert from_yaml["request"]["messages"][0]["content"].startswith(MASKED)
     plain_record = await gateway.admin("GET", f"/admin/requests/{plain_id}")
     assert plain_record["request"] is None
     assert plain_record["response"] is None
@@ -193,7 +205,7 @@ async def test_payloads_for_opted_in_keys_only_masked_and_assembled(gateway: Gat
 
     stored = gateway.stored_text()
     assert MASKED in stored
-    for value in (*MASKED_VALUES, UPSTREAM_KEY, loud, plain, MASTER):
+    for value in (*MASKED_VALUES, UPSTREAM_KEY, loud, plain, MASTER, DECLARED):
         assert value not in stored
 
 
