@@ -38,6 +38,8 @@ GATEWAY_VARIANTS = {
     "gateway-gov": "the governance chain (auth, limits, cost, a cache miss, fallback, retry, "
     "balance) on the in-process state store",
     "gateway-gov-redis": "the governance chain on a private redis-server (state.backend: redis)",
+    "gateway-logs-metadata": "request logs keeping every request's metadata (empty chain)",
+    "gateway-logs-payloads": "request logs keeping every request's payloads (empty chain)",
 }
 # Targets whose every request carries AUTH_KEY.
 KEYED_VARIANTS = (
@@ -114,7 +116,9 @@ def gateway_config_yaml(
     plugin on its defaults, and ``gateway-cache-miss`` the ``cache`` plugin with
     ``max_entry_bytes: 1, coalesce: false``, so that nothing is stored or shared and every
     request does all of a miss's work (lookup, the stream tee, the answer folded, encoded and
-    refused); ``gateway-gov`` is issue 16's governance chain (:func:`_governance`) on the
+    refused); ``gateway-logs-metadata`` / ``gateway-logs-payloads`` keep every request's
+    metadata / payloads in the request logs (database at ``database``) on the empty chain;
+    ``gateway-gov`` is issue 16's governance chain (:func:`_governance`) on the
     in-process state store, ``gateway-gov-redis`` the same with ``state.backend: redis`` at
     ``redis_url``. This is the single place to adjust if the gateway's config schema changes.
     """
@@ -161,6 +165,16 @@ def gateway_config_yaml(
         )
     if variant == "gateway-masking":
         return server + provider + MASKING_PLUGINS
+    if variant in ("gateway-logs-metadata", "gateway-logs-payloads"):
+        store = variant.removeprefix("gateway-logs-")
+        where = database or Path("data") / "crossway.db"
+        return (
+            server
+            + provider
+            + f'database: {{url: "sqlite:///{where}"}}\n'
+            + f"telemetry: {{request_logs: {{store: {store}}}}}\n"
+            + "plugins: []\n"
+        )
     if variant != "gateway-default":
         raise ValueError(f"unknown gateway variant {variant!r}")
     return (

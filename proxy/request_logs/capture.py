@@ -25,7 +25,9 @@ from typing import Any
 import msgspec
 
 from proxy.cache.assemble import assemble
+from proxy.cache.flight import decoded_chunks
 from proxy.core.canonical import Accounting, Call, Message, Principal
+from proxy.core.errors import GatewayError
 from proxy.core.plugin import FinishedRequest, Next, Plugin
 from proxy.core.redact import Redactor
 from proxy.core.reply import Chunk, Embeddings, RawFrames, Reply, Response
@@ -137,7 +139,11 @@ def _answer(captured: Captured) -> dict[str, Any] | None:
     what an embeddings answer was (its model, vector count and dimensions; never the vectors)."""
     response = captured.response
     if response is None and captured.items:
-        response = assemble(_chunks(captured.items), partial=True)
+        try:
+            chunks = decoded_chunks(captured.items)  # verbatim frames parsed
+        except GatewayError:  # a frame the provider cannot read: the answer is not kept
+            chunks = []
+        response = assemble(chunks, partial=True)
     if response is not None:
         answer: dict[str, Any] = msgspec.to_builtins(
             msgspec.structs.replace(response, raw=None, raw_fingerprint=None)
@@ -152,21 +158,6 @@ def _answer(captured: Captured) -> dict[str, Any] | None:
             "dimensions": len(vectors[0]) if vectors else 0,
         }
     return None
-
-
-def _chunks(items: Sequence[Chunk | RawFrames]) -> list[Chunk]:
-    """The kept items as chunks (verbatim frames parsed)."""
-    chunks: list[Chunk] = []
-    for item in items:
-        if type(item) is RawFrames:
-            parse = item.parse
-            for payload in item.payloads():
-                chunk = parse(payload)
-                if chunk is not None:
-                    chunks.append(chunk)
-        else:
-            chunks.append(item)  # type: ignore[arg-type]  # not RawFrames: a Chunk
-    return chunks
 
 
 class RecordingStream(ReplyStream, BatchedStream):

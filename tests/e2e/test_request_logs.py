@@ -26,12 +26,12 @@ import pytest
 from aiohttp import web
 
 from proxy.admin.requests import REQUEST_LOGS
-from proxy.request_logs.records import RequestLogRecord
 from proxy.request_logs.service import RequestLogs
 from proxy.server.app import METRICS, create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.masking_upstream import EchoUpstream
 from tests.e2e.test_masking_http import EMAIL, PHONE, PROMPT, SSN
+from tests.proxy.request_logs.records_factory import log_record
 from tests.waiting import until
 
 MASTER = "master-key-" + "0123456789abcdef" * 2
@@ -270,7 +270,8 @@ async def test_retention_prunes_old_records(tmp_path: Path) -> None:
         )
         await gateway.request_logs.flush()
         fresh = (await gateway.admin("GET", "/admin/requests"))["data"][0]
-        await gateway.request_logs.repository.write([_old_record()])
+        old = log_record(0, id="old-record", request_id="old", time=time.time() - 8 * 86_400)
+        await gateway.request_logs.repository.write([old])
         assert await gateway.request_logs.repository.get("old-record") is not None
     async with running(tmp_path, telemetry) as restarted:  # pruned at start, then hourly
         await until(
@@ -280,36 +281,6 @@ async def test_retention_prunes_old_records(tmp_path: Path) -> None:
         )
         assert await restarted.request_logs.repository.get("old-record") is None
         assert await restarted.request_logs.repository.get(fresh["request_id"]) is not None
-
-
-def _old_record() -> RequestLogRecord:
-    """A record of eight days ago."""
-    return RequestLogRecord(
-        id="old-record",
-        request_id="old-request",
-        time=time.time() - 8 * 86_400,
-        store="metadata",
-        key_id=None,
-        key_alias=None,
-        team=None,
-        dialect="openai",
-        model="chat",
-        provider="up",
-        upstream_model="echo",
-        stream=False,
-        status=200,
-        error_code=None,
-        duration_ms=1.0,
-        upstream_ms=0.5,
-        overhead_ms=0.5,
-        ttft_ms=None,
-        input_tokens=1,
-        output_tokens=1,
-        cost_nanos=None,
-        cache=None,
-        attempts=1,
-        trace_id=None,
-    )
 
 
 class OtlpReceiver:
