@@ -208,6 +208,12 @@ async def test_payloads_for_opted_in_keys_only_masked_and_assembled(gateway: Gat
     for value in (*MASKED_VALUES, UPSTREAM_KEY, loud, plain, MASTER, DECLARED):
         assert value not in stored
 
+    keys = await gateway.admin("GET", "/admin/keys")
+    loud_id = next(k["id"] for k in keys["data"] if k["alias"] == "loud")
+    await gateway.admin("PATCH", f"/admin/keys/{loud_id}", {"request_logs": "none"})
+    await gateway.client(loud).chat.completions.create(model="chat", messages=messages)
+    assert len((await gateway.admin("GET", "/admin/requests"))["data"]) == 4  # nothing new
+
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
