@@ -140,7 +140,10 @@ def dialect_handler(
                     snapshot.enter()  # held by the job (its task runs from the next await on)
                     in_flight.inc()
                     handed_over = True  # the job leaves both and does the accounting
-                    return await background_answer(request, streamed, job, queued, request_id)
+                    overhead = {OVERHEAD_HEADER: overhead_ms(start, call.timings.upstream_wait)}
+                    return await background_answer(
+                        request, streamed, job, queued, request_id, overhead
+                    )
                 if around is None:
                     reply = await snapshot.chain(call)
                 else:

@@ -57,6 +57,7 @@ def config_text(tmp_path: Path, upstream_url: str, telemetry: str) -> str:
             - {{key: "{DECLARED_QUIET}", alias: declared-quiet, team: quiet}}
         providers:
           up: {{type: openai, base_url: "{upstream_url}/v1", api_key: "{UPSTREAM_KEY}"}}
+          mock: {{type: mock}}
         models:
           chat: [{{target: up/echo, prices: {{input: 10, output: 20}}}}]
         plugins:
@@ -249,9 +250,17 @@ async def test_filters_and_cursor_pages(gateway: Gateway) -> None:
             assert anonymous.status == 401
 
 
-async def test_overhead_header_on_errors(gateway: Gateway) -> None:
+async def test_overhead_header_on_errors_and_background_answers(gateway: Gateway) -> None:
     key = await gateway.mint("errs")
     async with aiohttp.ClientSession() as session:
+        background = {"model": "mock/echo", "input": "hello", "background": True}
+        async with session.post(
+            f"{gateway.url}/v1/responses",
+            json=background,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as accepted:
+            assert accepted.status == 200, await accepted.text()
+            overhead(accepted.headers)
         body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
         async with session.post(
             f"{gateway.url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer x"}
