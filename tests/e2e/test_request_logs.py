@@ -497,3 +497,28 @@ async def test_the_admin_ui_shows_one_request_on_one_page(tmp_path: Path) -> Non
             for value in (*MASKED_VALUES, key, UPSTREAM_KEY):
                 assert value not in content
             assert not problems, problems
+
+
+async def test_the_anthropic_dialect_is_kept_the_same_way(gateway: Gateway) -> None:
+    import anthropic
+
+    key = await gateway.mint("claude-user", request_logs="payloads")
+    client = anthropic.AsyncAnthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    messages: Any = [{"role": "user", "content": PROMPT}]
+    whole = await client.messages.with_raw_response.create(
+        model="chat", max_tokens=100, messages=messages
+    )
+    overhead(whole.headers)
+    assert EMAIL in (await whole.parse()).content[0].text  # type: ignore[union-attr]
+    async with client.messages.stream(model="chat", max_tokens=100, messages=messages) as stream:
+        streamed_id = stream.response.headers["x-request-id"]
+        overhead(stream.response.headers)
+        assert EMAIL in await stream.get_final_text()
+    for request_id in (whole.headers["x-request-id"], streamed_id):
+        record = await gateway.admin("GET", f"/admin/requests/{request_id}")
+        assert record["dialect"] == "anthropic"
+        assert record["request"]["messages"][0]["content"].startswith(MASKED)
+        assert record["response"]["choices"][0]["message"]["content"].startswith(MASKED)
+    stored = gateway.stored_text()
+    for value in (*MASKED_VALUES, key):
+        assert value not in stored
