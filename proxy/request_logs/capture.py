@@ -120,7 +120,7 @@ class RequestCapture:
         }
         params = msgspec.to_builtins(captured.params)
         if params:
-            request["params"] = params
+            request["params"] = redactor.value(params)  # credential-named fields blanked
         record.request, cut_request = payload_text(request, redactor, limit)
         answer = _answer(captured)
         cut_answer = False

@@ -28,6 +28,7 @@ from proxy.request_logs.config import StoreMode
 _MAX_TEXT = 256
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 _ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
 
 
 class RequestLogRecord(msgspec.Struct, gc=False, omit_defaults=False):
@@ -127,11 +128,24 @@ def trace_id_of(traceparent: str | None) -> str | None:
 
 
 def payload_text(value: Any, redactor: Redactor, limit: int) -> tuple[str, bool]:
-    """``value`` (JSON-ready builtins) as JSON text with every secret redacted
-    (:func:`redact_secrets`), cut to ``limit`` bytes; and whether it was cut."""
-    data = _ENCODER.encode(redact_secrets(value, redactor))
+    """``value`` (JSON-ready builtins) as JSON text with every secret in its strings redacted,
+    cut to ``limit`` bytes; and whether it was cut.
+
+    The secrets are found in the JSON text at once (one pass of each detector instead of one per
+    string): a secret never holds a quote or a backslash that JSON would leave bare, so a
+    replacement stays inside its string. Where one did not — a private key block without its
+    END line runs to the end of the text — the text no longer decodes, and the strings are
+    redacted one by one instead (:func:`redact_secrets`). Credential-named fields are not blanked
+    here: the caller walks the parts that may have them (the parameters) with the redactor's
+    :meth:`~proxy.core.redact.Redactor.value`."""
+    text = _without_secrets(redactor.text(_ENCODER.encode(value).decode()))
+    try:
+        _DECODER.decode(text)
+    except msgspec.DecodeError:
+        text = _ENCODER.encode(redact_secrets(value, redactor)).decode()
+    data = text.encode()
     if len(data) <= limit:
-        return data.decode(), False
+        return text, False
     return data[:limit].decode("utf-8", "ignore"), True
 
 

@@ -113,3 +113,27 @@ def test_a_payload_is_cut_at_its_bound_and_says_so() -> None:
     short, cut = payload_text({"text": "é" * 1000}, redactor, 101)
     assert cut is True
     assert len(short.encode()) <= 101  # never half a character
+
+
+def test_payload_text_redacts_in_the_json_and_keeps_it_valid() -> None:
+    redactor = Redactor([PROVIDER_KEY])
+    value = {
+        "messages": [
+            {"role": "user", "content": f'key "{PROVIDER_KEY}" and Bearer abcdefgh12345678'},
+            {"role": "user", "content": "token=Zx9qLm2Vb7Nc4Rt8Yw3Kp6Hd1Gf5Js0A ok"},
+        ]
+    }
+    text, cut = payload_text(value, redactor, 10_000)
+    assert cut is False
+    decoded = json.loads(text)
+    assert decoded["messages"][0]["content"] == 'key "[REDACTED]" and [REDACTED]'
+    assert decoded["messages"][1]["content"] == "token=[REDACTED] ok"
+
+
+def test_a_secret_that_would_break_the_json_is_redacted_string_by_string() -> None:
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7" + "x" * 64 + "\n"  # no END line
+    value = {"messages": [{"content": pem}, {"content": "after"}]}
+    text, _ = payload_text(value, Redactor(), 10_000)
+    decoded = json.loads(text)  # still valid JSON
+    assert "MIIEowIBAAKCAQEA7" not in text
+    assert decoded["messages"][1]["content"] == "after"
