@@ -2,8 +2,10 @@
 API, pruned by age.
 
 :meth:`RequestLogRepository.write` is the batching writer's sink (:mod:`proxy.governance.ledger
-.writer`): one multi-row insert that skips ids the table already has (``ON CONFLICT DO
-NOTHING``, SQLite and PostgreSQL alike), so that replaying a journal never duplicates a record.
+.writer`): an insert that skips ids the table already has (``ON CONFLICT DO NOTHING``,
+SQLite and PostgreSQL alike), so that replaying a journal never duplicates a record; on SQLite
+the rows go to the driver as plain tuples (``executemany``), past SQLAlchemy's per-row
+processing, which cost three times the database's own work.
 :meth:`find` lists records newest first with the spend API's opaque cursors; :meth:`get` finds a
 record by its id, else the newest with that request id. Each call opens the database on first
 use; a database that cannot answer raises what its driver raises.
@@ -16,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from msgspec.structs import astuple
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import RowMapping
 
 from proxy.db import Database
@@ -25,6 +28,11 @@ from proxy.governance.ledger.spend_db import decode_cursor, encode_cursor
 from proxy.request_logs.records import RequestLogRecord
 
 _FIELDS = RequestLogRecord.__struct_fields__
+_TIME = _FIELDS.index("time")
+_SQLITE_INSERT = (
+    f"INSERT INTO request_logs ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})"
+    " ON CONFLICT (id) DO NOTHING"
+)
 
 
 class LogFilter:
@@ -80,11 +88,13 @@ class RequestLogRepository:
         if not records:
             return
         await self._database.open()
-        rows = [_row(record) for record in records]
         async with self._database.connect() as connection:
-            insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
+            if connection.dialect.name == "sqlite":  # plain tuples: no per-row processing
+                await connection.exec_driver_sql(_SQLITE_INSERT, [_sqlite_row(r) for r in records])
+                return
             await connection.execute(
-                insert(table).on_conflict_do_nothing(index_elements=["id"]), rows
+                postgresql.insert(table).on_conflict_do_nothing(index_elements=["id"]),
+                [_row(record) for record in records],
             )
 
     async def get(self, record_id: str) -> RequestLogRecord | None:
@@ -129,6 +139,14 @@ class RequestLogRepository:
         async with self._database.connect() as connection:
             result = await connection.execute(table.delete().where(table.c.time < before))
         return int(result.rowcount or 0)
+
+
+def _sqlite_row(record: RequestLogRecord) -> tuple[Any, ...]:
+    """The record as a row of :data:`_SQLITE_INSERT`: the time as SQLAlchemy keeps a
+    :class:`~proxy.db.schema.UtcDateTime` in SQLite (naive UTC text, to the microsecond)."""
+    values = astuple(record)
+    moment = datetime.fromtimestamp(record.time, UTC)
+    return (*values[:_TIME], f"{moment:%Y-%m-%d %H:%M:%S.%f}", *values[_TIME + 1 :])
 
 
 def _row(record: RequestLogRecord) -> dict[str, Any]:
