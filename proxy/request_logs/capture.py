@@ -4,7 +4,9 @@ the ``masking`` plugin (at the head of the chain when there is none).
 So the request is taken as masking left it (placeholders, redacted values) and the answer as it
 came back to masking, before placeholders were restored: a value the masking plugin replaced
 never reaches a request log. A cache hit (the cache sits inside masking) is taken as the cache
-answered it, which also holds placeholders. Of a stream, the link keeps the items handed out
+answered it, which also holds placeholders. A masking plugin that also scans what the model
+wrote (``output: scan``; :class:`Scrubs`) scrubs the kept answer the same way, so a value the
+client got redacted is redacted in the log too. Of a stream, the link keeps the items handed out
 (references; bytes counted against ``max_payload_bytes``, items past it not kept and the
 answer marked truncated) and the finished hook folds them into one answer
 (:func:`~proxy.cache.assemble.assemble`, partial: a stream cut short keeps what was sent).
@@ -19,8 +21,8 @@ or its body undecodable) is recorded with its metadata only, whatever the mode.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
-from typing import Any
+from collections.abc import Callable, Container, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -54,8 +56,20 @@ class Captured:
         self.embeddings: Embeddings | None = None
 
 
+@runtime_checkable
+class Scrubs(Protocol):
+    """A masking plugin that also rewrites what the model itself wrote (``output: scan``):
+    ``scrub`` is that rewrite of a text, which a kept answer gets too."""
+
+    def scrub(self, text: str) -> str:
+        """``text`` with what the plugin would redact in an answer redacted."""
+        ...
+
+
 class RequestCapture:
-    """See the module docstring. ``store`` is the config's default mode."""
+    """See the module docstring. ``store`` is the config's default mode. ``scrub`` rewrites a
+    kept answer's text as the masking plugin outside the link rewrites answers for the client
+    (set by :func:`placed`; none: kept as it is)."""
 
     def __init__(
         self,
@@ -69,6 +83,7 @@ class RequestCapture:
         self._redactor = redactor
         self._limit = max_payload_bytes
         self._captured: dict[int, tuple[Accounting, Captured]] = {}
+        self.scrub: Callable[[str], str] | None = None
 
     def mode(self, principal: Principal) -> StoreMode:
         """What is kept of a request by ``principal``: its key's mode, else its team's, else
@@ -125,7 +140,7 @@ class RequestCapture:
         answer = _answer(captured)
         cut_answer = False
         if answer is not None:
-            record.response, cut_answer = payload_text(answer, redactor, limit)
+            record.response, cut_answer = payload_text(answer, redactor, limit, self.scrub)
         record.truncated = cut_request or cut_answer or captured.kept_bytes > limit
 
 
@@ -216,15 +231,21 @@ class RecordingStream(ReplyStream, BatchedStream):
 
 
 def placed(
-    plugins: Sequence[Plugin], refs: Sequence[str], masking: Container[str], capture: Plugin
+    plugins: Sequence[Plugin],
+    refs: Sequence[str],
+    masking: Container[str],
+    capture: RequestCapture,
 ) -> list[Plugin]:
     """The chain's links with ``capture`` just inside the last masking plugin (``refs`` are
     the plugins' config names, in order; ``masking`` the names the masking plugin goes by),
-    else first."""
+    else first; a masking plugin that :class:`Scrubs` answers scrubs the kept ones too."""
     at = 0
     for index, ref in enumerate(refs):
         if ref in masking:
             at = index + 1
+    outer = plugins[at - 1] if at else None
+    if isinstance(outer, Scrubs):
+        capture.scrub = outer.scrub
     return [*plugins[:at], capture, *plugins[at:]]
 
 

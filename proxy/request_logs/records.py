@@ -15,6 +15,7 @@ one the spend ledger's record of the same request carries.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -127,9 +128,12 @@ def trace_id_of(traceparent: str | None) -> str | None:
     return match.group(1)
 
 
-def payload_text(value: Any, redactor: Redactor, limit: int) -> tuple[str, bool]:
-    """``value`` (JSON-ready builtins) as JSON text with every secret in its strings redacted,
-    cut to ``limit`` bytes; and whether it was cut.
+def payload_text(
+    value: Any, redactor: Redactor, limit: int, scrub: Callable[[str], str] | None = None
+) -> tuple[str, bool]:
+    """``value`` (JSON-ready builtins) as JSON text with every secret in its strings redacted
+    (and ``scrub`` applied first, when given: the masking plugin's output scan), cut to
+    ``limit`` bytes; and whether it was cut.
 
     The secrets are found in the JSON text at once (one pass of each detector instead of one per
     string): a secret never holds a quote or a backslash that JSON would leave bare, so a
@@ -138,33 +142,40 @@ def payload_text(value: Any, redactor: Redactor, limit: int) -> tuple[str, bool]
     redacted one by one instead (:func:`redact_secrets`). Credential-named fields are not blanked
     here: the caller walks the parts that may have them (the parameters) with the redactor's
     :meth:`~proxy.core.redact.Redactor.value`."""
-    text = _without_secrets(redactor.text(_ENCODER.encode(value).decode()))
+    text = _ENCODER.encode(value).decode()
+    if scrub is not None:
+        text = scrub(text)
+    text = _without_secrets(redactor.text(text))
     try:
         _DECODER.decode(text)
     except msgspec.DecodeError:
-        text = _ENCODER.encode(redact_secrets(value, redactor)).decode()
+        text = _ENCODER.encode(redact_secrets(value, redactor, scrub)).decode()
     data = text.encode()
     if len(data) <= limit:
         return text, False
     return data[:limit].decode("utf-8", "ignore"), True
 
 
-def redact_secrets(value: Any, redactor: Redactor) -> Any:
+def redact_secrets(
+    value: Any, redactor: Redactor, scrub: Callable[[str], str] | None = None
+) -> Any:
     """``value`` with every secret replaced by ``[REDACTED]``: the configured credentials and
     the key shapes the log redactor knows (:class:`~proxy.core.redact.Redactor`, which also
     blanks the values of credential-named fields), then whatever the PII ``secret`` detector
-    finds in a string (:func:`~proxy.pii.secrets.find_secrets`: tokens, private keys)."""
-    cleaned = redactor.value(value)
-    return _detected(cleaned)
+    finds in a string (:func:`~proxy.pii.secrets.find_secrets`: tokens, private keys); each
+    string ``scrub``-bed first when given."""
+    if scrub is not None:
+        value = _each_string(value, scrub)
+    return _each_string(redactor.value(value), _without_secrets)
 
 
-def _detected(value: Any) -> Any:
+def _each_string(value: Any, rewrite: Callable[[str], str]) -> Any:
     if isinstance(value, str):
-        return _without_secrets(value)
+        return rewrite(value)
     if isinstance(value, dict):
-        return {key: _detected(item) for key, item in value.items()}
+        return {key: _each_string(item, rewrite) for key, item in value.items()}
     if isinstance(value, list):
-        return [_detected(item) for item in value]
+        return [_each_string(item, rewrite) for item in value]
     return value
 
 

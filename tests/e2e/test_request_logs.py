@@ -42,7 +42,7 @@ MASKED_VALUES = (EMAIL, PHONE, SSN, "EMP-004217", "Bluebird")
 MASKED = "Write to <EMAIL_1> or call <PHONE_1>, employee <EMPLOYEE_ID_1>, project <PROJECT>"
 
 
-def config_text(tmp_path: Path, upstream_url: str, telemetry: str) -> str:
+def config_text(tmp_path: Path, upstream_url: str, telemetry: str, output: str) -> str:
     return textwrap.dedent(
         f"""
         server: {{access_log: false}}
@@ -67,6 +67,7 @@ def config_text(tmp_path: Path, upstream_url: str, telemetry: str) -> str:
               custom:
                 - {{name: employee_id, pattern: "EMP-[0-9]{{6}}", action: mask}}
                 - {{name: project, words: [bluebird], action: redact}}
+              {output}
           - cost: {{}}
         telemetry:
         """
@@ -116,11 +117,13 @@ class Gateway:
 
 
 @contextlib.asynccontextmanager
-async def running(tmp_path: Path, telemetry: str) -> AsyncIterator[Gateway]:
+async def running(
+    tmp_path: Path, telemetry: str, output: str = "output: restore"
+) -> AsyncIterator[Gateway]:
     upstream = EchoUpstream()
     upstream_runner, upstream_url = await start_site(upstream.app())
     path = tmp_path / "gateway.yaml"
-    path.write_text(config_text(tmp_path, upstream_url, telemetry))
+    path.write_text(config_text(tmp_path, upstream_url, telemetry, output))
     logs = io.StringIO()
     app = create_app(path, log_stream=logs)
     runner, url = await start_site(app)
@@ -522,3 +525,18 @@ async def test_the_anthropic_dialect_is_kept_the_same_way(gateway: Gateway) -> N
     stored = gateway.stored_text()
     for value in (*MASKED_VALUES, key):
         assert value not in stored
+
+
+async def test_what_the_output_scan_redacts_is_not_kept_either(tmp_path: Path) -> None:
+    # Only system text is masked on the way in, so the echo writes the e-mail address itself;
+    # the output scan redacts it for the client, and the kept answer must not hold it either.
+    scan = "output: scan\n              roles: [system]"
+    async with running(tmp_path, "request_logs: {store: payloads}", scan) as gateway:
+        key = await gateway.mint("scanned")
+        raw = await gateway.client(key).chat.completions.with_raw_response.create(
+            model="chat", messages=[{"role": "user", "content": f"write to {EMAIL}"}]
+        )
+        assert EMAIL not in (raw.parse().choices[0].message.content or "")
+        record = await gateway.admin("GET", f"/admin/requests/{raw.headers['x-request-id']}")
+        assert record["response"]["choices"][0]["message"]["content"] == "write to <EMAIL>"
+        assert EMAIL not in json.dumps(record["response"])

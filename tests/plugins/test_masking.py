@@ -316,3 +316,15 @@ async def test_without_anything_to_look_for_the_call_passes_untouched() -> None:
     reply = await plugin()(call, echo)
     assert echo.calls[0].messages[-1].content == EMAIL
     assert reply.response is not None
+
+
+def test_scrub_is_the_output_scan_of_a_kept_answer_and_counts_nothing() -> None:
+    metrics = Metrics()
+    scanning = plugin(metrics, entities={"email": "mask"}, output="scan")
+    assert scanning.scrub('{"content": "mail bob@example.com"}') == '{"content": "mail <EMAIL>"}'
+    found = metrics.registry.get_sample_value(
+        "crossway_pii_detections_total", {"entity": "email", "action": "redact_output"}
+    )
+    assert not found
+    restoring = plugin(entities={"email": "mask"})
+    assert restoring.scrub("mail bob@example.com") == "mail bob@example.com"

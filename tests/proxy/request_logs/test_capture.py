@@ -28,21 +28,52 @@ class Link:
         return await next(call)
 
 
+class ScanningMask(Link):
+    """A masking plugin whose output scan redacts the word "secretive"."""
+
+    def scrub(self, text: str) -> str:
+        return text.replace("secretive", "<WORD>")
+
+
 def names(links: list[Plugin]) -> list[str]:
     return [getattr(link, "name", "capture") for link in links]
 
 
-def test_the_link_sits_just_inside_the_last_masking_plugin_else_first() -> None:
+def test_the_link_sits_just_inside_the_last_masking_plugin_else_first(tmp_path: Path) -> None:
+    service, _ = logs(tmp_path)
     links: list[Plugin] = [Link("auth"), Link("masking"), Link("cache"), Link("cost")]
     refs = ["auth", "masking", "cache", "cost"]
-    capture: Plugin = Link("capture")
+    capture = RequestCapture(service, "payloads", Redactor(), 4096)
     placed_links = placed(links, refs, ("masking", "plugins.masking:MaskingPlugin"), capture)
     assert names(placed_links) == ["auth", "masking", "capture", "cache", "cost"]
+    assert capture.scrub is None  # that masking link does not rewrite answers
     custom = ["auth", "plugins.masking:MaskingPlugin", "cache", "cost"]
     by_path = placed(links, custom, ("masking", "plugins.masking:MaskingPlugin"), capture)
     assert names(by_path) == ["auth", "masking", "capture", "cache", "cost"]
     without = placed(links[:1], ["auth"], ("masking",), capture)
     assert names(without) == ["capture", "auth"]
+
+
+async def test_an_answer_is_scrubbed_as_the_masking_output_scan_would(tmp_path: Path) -> None:
+    service, queued = logs(tmp_path)
+    capture = RequestCapture(service, "payloads", Redactor(), 4096)
+    placed([ScanningMask("masking")], ["masking"], ("masking",), capture)
+    assert capture.scrub is not None
+
+    async def upstream(call: Call) -> Reply:
+        stream = Chunks([chunk("a secre"), chunk("tive answer", finish=True)])
+        return Reply(provider="up", model="echo", stream=stream)
+
+    call = call_by(Principal())
+    reply = await capture(call, upstream)
+    assert reply.stream is not None
+    async for _ in reply.stream:  # type: ignore[attr-defined]
+        pass
+    capture.finished(finished_of(call))
+    (record,) = queued
+    assert record.response is not None
+    assert "secretive" not in record.response
+    assert '"content":"a <WORD> answer"' in record.response
 
 
 def logs(tmp_path: Path, **config: Any) -> tuple[RequestLogs, list[RequestLogRecord]]:
