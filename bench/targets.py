@@ -40,6 +40,8 @@ GATEWAY_VARIANTS = {
     "gateway-gov-redis": "the governance chain on a private redis-server (state.backend: redis)",
     "gateway-traced": "tracing on (every request sampled, spans exported over OTLP/HTTP to the "
     "mock upstream's sink) in front of the empty chain",
+    "gateway-logs-metadata": "request logs keeping every request's metadata (empty chain)",
+    "gateway-logs-payloads": "request logs keeping every request's payloads (empty chain)",
 }
 # Targets whose every request carries AUTH_KEY.
 KEYED_VARIANTS = (
@@ -116,7 +118,9 @@ def gateway_config_yaml(
     plugin on its defaults, and ``gateway-cache-miss`` the ``cache`` plugin with
     ``max_entry_bytes: 1, coalesce: false``, so that nothing is stored or shared and every
     request does all of a miss's work (lookup, the stream tee, the answer folded, encoded and
-    refused); ``gateway-gov`` is issue 16's governance chain (:func:`_governance`) on the
+    refused); ``gateway-logs-metadata`` / ``gateway-logs-payloads`` keep every request's
+    metadata / payloads in the request logs (database at ``database``) on the empty chain;
+    ``gateway-gov`` is issue 16's governance chain (:func:`_governance`) on the
     in-process state store, ``gateway-gov-redis`` the same with ``state.backend: redis`` at
     ``redis_url``; ``gateway-traced`` is the empty chain with ``telemetry.traces`` on, every
     request sampled and its spans exported to the mock upstream's OTLP sink. This is the single
@@ -170,6 +174,16 @@ def gateway_config_yaml(
             server
             + provider
             + f'telemetry: {{traces: {{endpoint: "http://{HOST}:{upstream_port}"}}}}\n'
+            + "plugins: []\n"
+        )
+    if variant in ("gateway-logs-metadata", "gateway-logs-payloads"):
+        store = variant.removeprefix("gateway-logs-")
+        where = database or Path("data") / "crossway.db"
+        return (
+            server
+            + provider
+            + f'database: {{url: "sqlite:///{where}"}}\n'
+            + f"telemetry: {{request_logs: {{store: {store}}}}}\n"
             + "plugins: []\n"
         )
     if variant != "gateway-default":

@@ -261,6 +261,16 @@ class MaskingPlugin:
             self._scanners[entities] = scanner
         return scanner
 
+    def scrub(self, text: str) -> str:
+        """``text`` as ``output: scan`` would let it out: every value the operator's entities
+        find in it redacted (``<LABEL>``, uncounted); unchanged under ``restore`` or ``none``.
+        What the request logs apply to a kept answer, which they take before this plugin
+        rewrites it (:mod:`proxy.request_logs.capture`)."""
+        if self._output != "scan":
+            return text
+        redactor = OutputRedactor(self._scanner(self._rules), self._labels, lambda _: None, 0)
+        return redactor.whole(text)
+
     def _output_redactor(self) -> OutputRedactor:
         return OutputRedactor(
             self._scanner(self._rules), self._labels, self._count_output, self._window

@@ -60,7 +60,7 @@ async def spend_logs(request: web.Request) -> web.Response:
     )
     where.model = query.get("model") or None
     where.cache = query.get("cache") or None
-    where.statuses = _statuses(query.get("status"))
+    where.statuses = status_range(query.get("status"))
     await _flush(request)
     records, cursor = await _page(request, where)
     return json_response({"data": [shown(record) for record in records], "next": cursor})
@@ -97,7 +97,7 @@ async def _flush(request: web.Request) -> None:
 
 
 async def _page(request: web.Request, where: SpendFilter) -> tuple[list[SpendRecord], str | None]:
-    limit = _limit(request.query.get("limit"))
+    limit = page_limit(request.query.get("limit"))
     try:
         return await _repository(request).logs(where, limit, request.query.get("cursor"))
     except ValueError:
@@ -118,7 +118,7 @@ def _group_by(value: str | None) -> list[Any]:
     return groups
 
 
-def _statuses(value: str | None) -> tuple[int, int] | None:
+def status_range(value: str | None) -> tuple[int, int] | None:
     """``429`` → (429, 429); ``4xx`` → (400, 499)."""
     if not value:
         return None
@@ -137,18 +137,18 @@ def _filter(
     key_id: str | None = None,
     user: str | None = None,
 ) -> SpendFilter:
-    start = _moment(query.get("from"), "from")
-    end = _moment(query.get("to"), "to")
+    start = query_moment(query.get("from"), "from")
+    end = query_moment(query.get("to"), "to")
     if start is not None and end is not None and end <= start:
         raise BadRequest("to: must be after from", param="to")
     return SpendFilter(start=start, end=end, team=team, key_id=key_id, user=user)
 
 
-def _moment(value: str | None, param: str) -> datetime | None:
+def query_moment(value: str | None, param: str) -> datetime | None:
     return parse_moment(value, param) if value else None
 
 
-def _limit(value: str | None) -> int:
+def page_limit(value: str | None) -> int:
     if value is None:
         return _DEFAULT_LIMIT
     try:
@@ -171,7 +171,7 @@ def shown(record: SpendRecord) -> dict[str, Any]:
     """A record as the API shows it (RFC 3339 time, USD amounts)."""
     return {
         "request_id": record.request_id,
-        "time": _rfc3339(record.time),
+        "time": rfc3339(record.time),
         "key_id": record.key_id,
         "key_alias": record.key_alias,
         "team": record.team,
@@ -198,7 +198,7 @@ def shown(record: SpendRecord) -> dict[str, Any]:
     }
 
 
-def _rfc3339(timestamp: float) -> str:
+def rfc3339(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
 
 

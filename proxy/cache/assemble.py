@@ -97,8 +97,10 @@ class _ChoiceParts:
                 merged[name] = value
 
 
-def assemble(chunks: Iterable[Chunk]) -> Response | None:
-    """The whole answer of a completed stream, or None if the stream was not complete."""
+def assemble(chunks: Iterable[Chunk], *, partial: bool = False) -> Response | None:
+    """The whole answer of a completed stream, or None if the stream was not complete. With
+    ``partial``, what a stream cut short (or without usage) amounts to so far: None only when
+    it had no chunk (the request logs keep what a client was sent)."""
     first: Chunk | None = None
     usage: Usage | None = None
     choices: dict[int, _ChoiceParts] = {}
@@ -132,9 +134,11 @@ def assemble(chunks: Iterable[Chunk]) -> Response | None:
             if choice.finish_reason is not None:
                 parts.finish = choice.finish_reason
                 parts.stop_sequence = choice.stop_sequence
-    if first is None or usage is None or not choices:
+    if first is None:
         return None
-    if any(parts.finish is None for parts in choices.values()):
+    if not partial and (
+        usage is None or not choices or any(parts.finish is None for parts in choices.values())
+    ):
         return None
     return Response(
         id=first.id,

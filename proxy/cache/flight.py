@@ -345,13 +345,13 @@ class FlightReader(ReplyStream, BatchedStream):
             batch = flight._items[start:]
             if raw or all(type(item) is Chunk for item in batch):
                 return batch
-            return _decoded(batch)  # type: ignore[return-value]
+            return decoded_chunks(batch)  # type: ignore[return-value]
         kept = flight._kept
         assert kept is not None  # kept while a joiner reads
         copies = kept[start : self._cursor]
         if raw:
             return [c if type(c) is RawFrames else _CHUNK_DECODER.decode(c) for c in copies]  # type: ignore[arg-type]
-        return _decoded(copies)  # type: ignore[return-value]
+        return decoded_chunks(copies)  # type: ignore[return-value]
 
     def __aiter__(self) -> AsyncIterator[Chunk]:
         return self
@@ -401,10 +401,10 @@ def _frames_at_once(run: list[RawFrames]) -> list[Chunk]:
     try:
         return _CHUNKS_DECODER.decode(array)
     except msgspec.DecodeError:
-        return _decoded(run)  # type: ignore[arg-type]
+        return decoded_chunks(run)  # type: ignore[arg-type]
 
 
-def _decoded(items: list[Kept] | list[Chunk | RawFrames]) -> list[Chunk]:
+def decoded_chunks(items: list[Kept] | list[Chunk | RawFrames]) -> list[Chunk]:
     """Chunks for kept or received items: frames parsed, msgpack decoded, chunks as they are.
 
     Raises :class:`~proxy.core.errors.GatewayError` for a frame the provider cannot read.

@@ -336,6 +336,8 @@ class Principal(Struct, frozen=True):
     ``limits`` are the key's own, ``team_limits`` its team's (counted for the whole team).
     ``budget`` is the key's own budget, ``team_budget`` its team's (shared by all its keys),
     ``user_budget`` the one each end user a request names gets (``auth.user_budget``).
+    ``request_logs`` is what the request logs keep of its requests (``none``, ``metadata``,
+    ``payloads``): the key's own setting, else its team's; None: ``telemetry.request_logs``.
     Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
     """
 
@@ -349,6 +351,7 @@ class Principal(Struct, frozen=True):
     budget: Budget | None = None
     team_budget: Budget | None = None
     user_budget: Budget | None = None
+    request_logs: Literal["none", "metadata", "payloads"] | None = None
 
     def allows(self, model: str) -> bool:
         """Whether this principal may use ``model`` (an alias or ``provider/model``)."""

@@ -17,3 +17,8 @@ TRACE_ID_HEADER = "x-crossway-trace-id"
 
 SERVER_NAME = "crossway"
 """The ``Server`` header of every answer: the product, no version (instead of aiohttp's banner)."""
+
+OVERHEAD_HEADER = "x-crossway-overhead-ms"
+"""The gateway's own time on a request, in milliseconds: the time since it arrived minus the time
+spent waiting on upstreams (what ``crossway_gateway_overhead_seconds`` measures). On a streamed
+answer it is the overhead until the headers went out (the first chunk's wait excluded)."""

@@ -380,10 +380,44 @@ class Metrics:
             " journal lines, or at shutdown neither the database nor the journal taking them.",
             [],
         )
+        self.request_logs_pending = self._gauge(
+            "crossway_request_logs_pending",
+            "Request log records not yet in the database: queued, or journaled and not replayed.",
+            [],
+            "livesum",
+        )
+        self.request_logs_journaled = self._counter(
+            "crossway_request_logs_journaled",
+            "Request log records written to the local journal because the database failed.",
+            [],
+        )
+        self.request_logs_dropped = self._counter(
+            "crossway_request_logs_dropped",
+            "Request log records lost: a full queue, unreadable journal lines, or at shutdown"
+            " neither the database nor the journal taking them.",
+            [],
+        )
+        self.request_log_exported = self._counter(
+            "crossway_request_log_exported",
+            "Request log records an export sink took, by sink (jsonl, otlp).",
+            ["sink"],
+        )
+        self.request_log_export_dropped = self._counter(
+            "crossway_request_log_export_dropped",
+            "Request log records an export sink lost (its buffer full, or closing), by sink.",
+            ["sink"],
+        )
+        self.request_log_export_buffered = self._gauge(
+            "crossway_request_log_export_buffered",
+            "Request log records waiting for an export sink, by sink.",
+            ["sink"],
+            "livesum",
+        )
         # Series that alerts watch with increase() exist from the start, at 0.
         for result in ("ok", "error"):
             self.config_reloads(result)
         self.ledger_dropped()
+        self.request_logs_dropped()
 
     def _counter(self, name: str, doc: str, labels: list[str]) -> _Children:
         if self.multiprocess:

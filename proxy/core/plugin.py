@@ -109,16 +109,16 @@ def compose(
     plugins: Sequence[Plugin],
     upstream: Next,
     tracer: Tracer = NO_TRACER,
-    names: Sequence[str] = (),
+    names: Sequence[str | None] = (),
 ) -> Next:
     """The chain as one callable: ``plugins[0]`` outermost, ``upstream`` innermost. With
     ``tracer`` on, each link opens a span named after its plugin (``names``, one per plugin;
-    the class's name where missing)."""
+    the class's name where missing; ``None``: a link of the gateway's own that opens none)."""
     chain = upstream
     for index in reversed(range(len(plugins))):
         plugin = plugins[index]
-        if tracer.enabled:
-            name = names[index] if index < len(names) else type(plugin).__name__
+        name = names[index] if index < len(names) else type(plugin).__name__
+        if tracer.enabled and name is not None:
             chain = _traced_link(plugin, chain, name, tracer)
         else:
             chain = _link(plugin, chain)

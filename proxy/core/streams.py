@@ -42,6 +42,8 @@ class                                    aclose  batches  verbatim frames       
 ``proxy.stored.response_state``'s         yes     yes      no (the Responses encoder has    no
 ``_RecordingStream``                                       no relay: decoded)
 ``proxy.cache.flight.FlightReader``       yes     yes      yes                              no
+``proxy.request_logs.capture``'s          yes     yes      yes (handed on as they came)     no
+``RecordingStream``
 ``proxy.cache.replay.ReplayStream``       yes     yes      yes (pre-encoded); ``ended`` at  no
                                                            once: one write for all of it
 :func:`batched`'s adapter                 no      yes      no (one chunk per batch)         no

@@ -73,6 +73,7 @@ teams = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.Column("budget", BudgetJSON, nullable=True),
+    sa.Column("request_logs", sa.String(16), nullable=True),  # none|metadata|payloads; null: config
 )
 
 keys = sa.Table(
@@ -94,6 +95,7 @@ keys = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.Column("budget", BudgetJSON, nullable=True),
+    sa.Column("request_logs", sa.String(16), nullable=True),  # none|metadata|payloads; null: config
 )
 
 # The spend ledger: one row per request (proxy/governance/ledger/spend_db.py). Money in integer
@@ -256,4 +258,42 @@ batch_lines = sa.Table(
     sa.Column("result", sa.LargeBinary, nullable=True),  # None: not run yet
     sa.Column("failed", sa.Boolean, nullable=True),
     sa.Index("ix_batch_lines_pending", "batch_id", "failed", "line"),
+)
+
+# The request logs (proxy/request_logs/): one row per request kept, with its payloads under
+# ``store: payloads`` (JSON text, bounded, after masking and secret redaction); pruned by age.
+request_logs = sa.Table(
+    "request_logs",
+    METADATA,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("request_id", sa.String(256), nullable=False),
+    sa.Column("time", UtcDateTime, nullable=False),
+    sa.Column("store", sa.String(16), nullable=False),
+    sa.Column("key_id", sa.String(40), nullable=True),
+    sa.Column("key_alias", sa.String(128), nullable=True),
+    sa.Column("team", sa.String(64), nullable=True),
+    sa.Column("dialect", sa.String(32), nullable=False),
+    sa.Column("model", sa.String(256), nullable=True),
+    sa.Column("provider", sa.String(64), nullable=True),
+    sa.Column("upstream_model", sa.String(256), nullable=True),
+    sa.Column("stream", sa.Boolean, nullable=False),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("error_code", sa.String(64), nullable=True),
+    sa.Column("duration_ms", sa.Float, nullable=False),
+    sa.Column("upstream_ms", sa.Float, nullable=True),
+    sa.Column("overhead_ms", sa.Float, nullable=False),
+    sa.Column("ttft_ms", sa.Float, nullable=True),
+    sa.Column("input_tokens", sa.BigInteger, nullable=True),
+    sa.Column("output_tokens", sa.BigInteger, nullable=True),
+    sa.Column("cost_nanos", sa.BigInteger, nullable=True),
+    sa.Column("cache", sa.String(8), nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("trace_id", sa.String(32), nullable=True),
+    sa.Column("request", sa.Text, nullable=True),
+    sa.Column("response", sa.Text, nullable=True),
+    sa.Column("truncated", sa.Boolean, nullable=False),
+    sa.Index("ix_request_logs_time", "time"),
+    sa.Index("ix_request_logs_request_id", "request_id"),
+    sa.Index("ix_request_logs_key_time", "key_id", "time"),
+    sa.Index("ix_request_logs_team_time", "team", "time"),
 )

@@ -7,9 +7,11 @@ answer (:mod:`proxy.http.sse_answer`) can both use them without importing each o
 
 from __future__ import annotations
 
+import time
+
 from proxy.core.canonical import ANONYMOUS, Call, Principal, Usage
 from proxy.core.errors import GatewayError, drop_tracebacks
-from proxy.core.headers import SERVER_NAME
+from proxy.core.headers import OVERHEAD_HEADER, SERVER_NAME
 from proxy.core.reply import Reply
 from proxy.dialects.base import Dialect
 from proxy.http.edges import REQUEST_ID, SERVER_HEADER
@@ -61,11 +63,14 @@ class Outcome:
 
 
 def reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -> dict[str, str]:
-    """The headers of a successful answer: the server's name, the request id, who served it, the
-    dialect's own, and the reply's extra ones (a plugin's)."""
+    """The headers of a successful answer: the server's name, the request id, the gateway's
+    overhead so far (:func:`overhead_ms`), who served it, the dialect's own, and the reply's
+    extra ones (a plugin's)."""
+    timings = call.timings
     headers = {
         SERVER_HEADER: SERVER_NAME,  # instead of aiohttp's banner (see proxy.core.headers)
         REQUEST_ID: request_id,
+        OVERHEAD_HEADER: overhead_ms(timings.start, timings.upstream_wait),
         "x-crossway-provider": reply.provider,
         "x-crossway-model": f"{reply.provider}/{reply.model}",
         **dialect.response_headers(call, reply),
@@ -73,3 +78,10 @@ def reply_headers(dialect: Dialect, call: Call, reply: Reply, request_id: str) -
     if reply.headers:
         headers.update(reply.headers)
     return headers
+
+
+def overhead_ms(start: float, upstream_wait: float) -> str:
+    """The ``x-crossway-overhead-ms`` value now: milliseconds since ``start``
+    (``time.perf_counter``) minus ``upstream_wait`` seconds, to the microsecond, never negative."""
+    overhead = time.perf_counter() - start - upstream_wait
+    return f"{overhead * 1000:.3f}" if overhead > 0 else "0.000"

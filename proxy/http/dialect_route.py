@@ -51,7 +51,7 @@ from proxy.core.errors import (
     NoReadyDeployment,
     drop_tracebacks,
 )
-from proxy.core.headers import SERVER_NAME, TRACE_ID_HEADER
+from proxy.core.headers import OVERHEAD_HEADER, SERVER_NAME, TRACE_ID_HEADER
 from proxy.core.logs import AccessLog
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import FinishedRequest
@@ -59,7 +59,7 @@ from proxy.core.reply import Reply
 from proxy.core.tracing import AttributeValue, Span, Tracer
 from proxy.dialects.base import DecodesForms, Dialect, check_json_depth
 from proxy.governance.pricing import nanos_to_usd
-from proxy.http.answer import CLIENT_CLOSED, Outcome, reply_headers
+from proxy.http.answer import CLIENT_CLOSED, Outcome, overhead_ms, reply_headers
 from proxy.http.app_keys import DRAIN, METRICS, RUNTIME, SERVER
 from proxy.http.compat_headers import add_litellm_headers
 from proxy.http.drain import shutting_down
@@ -166,7 +166,10 @@ def dialect_handler(
                     snapshot.enter()  # held by the job (its task runs from the next await on)
                     in_flight.inc()
                     handed_over = True  # the job leaves both and does the accounting
-                    return await background_answer(request, streamed, job, queued, request_id)
+                    overhead = {OVERHEAD_HEADER: overhead_ms(start, call.timings.upstream_wait)}
+                    return await background_answer(
+                        request, streamed, job, queued, request_id, overhead
+                    )
                 if around is None:
                     reply = await snapshot.chain(call)
                 else:
@@ -181,16 +184,24 @@ def dialect_handler(
                 if reply.stream is None:
                     return _whole(dialect, call, reply, request_id, outcome)
             except GatewayError as error:
-                return _error_response(dialect, error, request_id, outcome, span)
+                return _error_response(dialect, error, request_id, outcome, call, start, span)
             except asyncio.CancelledError:
                 if not drain.claim():  # the client went away
                     raise
-                return _error_response(dialect, shutting_down(), request_id, outcome, span)
+                return _error_response(
+                    dialect, shutting_down(), request_id, outcome, call, start, span
+                )
             except Exception as unexpected:
                 snapshot.logger.exception("unhandled_error", request_id=request_id, dialect=name)
                 drop_tracebacks(unexpected)  # logged: now nothing needs its frames
                 return _error_response(
-                    dialect, InternalError("internal gateway error"), request_id, outcome, span
+                    dialect,
+                    InternalError("internal gateway error"),
+                    request_id,
+                    outcome,
+                    call,
+                    start,
+                    span,
                 )
             return await stream_answer(request, dialect, call, reply, request_id, outcome, drain)
         except asyncio.CancelledError:
@@ -277,8 +288,12 @@ def _error_response(
     error: GatewayError,
     request_id: str,
     outcome: Outcome,
+    call: Call | None,
+    start: float,
     span: Span | None = None,
 ) -> web.Response:
+    """The error answer in the dialect's shape, with the gateway's overhead (the whole time
+    when the body was never decoded: nothing waited on an upstream)."""
     status = dialect.error_status(error)
     outcome.failed(error, status)
     if error.provider is not None:
@@ -288,6 +303,9 @@ def _error_response(
     headers.update(dialect.error_headers(error, request_id))
     headers[REQUEST_ID] = request_id
     headers[SERVER_HEADER] = SERVER_NAME
+    headers[OVERHEAD_HEADER] = overhead_ms(
+        start, 0.0 if call is None else call.timings.upstream_wait
+    )
     headers["content-type"] = _JSON
     if span is not None and span.trace_id:
         headers[TRACE_ID_HEADER] = span.trace_id

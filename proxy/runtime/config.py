@@ -38,6 +38,7 @@ from proxy.governance.price_catalog import (
 from proxy.governance.pricing import ModelPrice
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
+from proxy.request_logs.config import RequestLogsConfig
 from proxy.state.config import StateConfig
 from proxy.tracing.config import TracesConfig
 from proxy.upstream.router import DeploymentConfig
@@ -176,9 +177,11 @@ class MediaConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 class TelemetryConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """The ``telemetry`` section: ``traces``, OpenTelemetry spans over OTLP
-    (:mod:`proxy.tracing.config`; absent, tracing is off)."""
+    (:mod:`proxy.tracing.config`; absent, tracing is off), and ``request_logs``, what is kept
+    of each request (:mod:`proxy.request_logs.config`)."""
 
     traces: TracesConfig | None = None
+    request_logs: RequestLogsConfig = RequestLogsConfig()
 
 
 class PluginSpec(Struct, frozen=True):

@@ -46,6 +46,8 @@ from proxy.providers.base import (
     Provider,
     capabilities_of,
 )
+from proxy.request_logs.capture import capture_for, placed
+from proxy.request_logs.service import RequestLogs
 from proxy.runtime.config import ConfigError, GatewayConfig, load_config
 from proxy.runtime.plugins import PluginContext, PluginLoadError, load_plugins
 from proxy.state.config import StateConfig
@@ -145,6 +147,8 @@ class Blueprint:
             self.plugins: list[Plugin] = load_plugins(config.plugins, loader.builtins, context)
         except PluginLoadError as exc:
             raise ConfigError(str(exc).splitlines()) from None
+        self.request_logs = loader.request_logs
+        self.masking_refs = ("masking", loader.builtins.get("masking", "masking"))
 
 
 def price_book(config: GatewayConfig, config_dir: Path) -> PriceBook:
@@ -185,8 +189,10 @@ class Loader:
         state: SharedState | None = None,
         database: Database | None = None,
         ledger: LedgerWriter | None = None,
+        request_logs: RequestLogs | None = None,
     ) -> None:
         self.config_path = config_path
+        self.request_logs = request_logs
         self.builtins = builtins
         self.metrics = metrics
         self.log_stream = log_stream
@@ -271,12 +277,28 @@ class Snapshot:
             tracer=self.tracer,
         )
         self.upstream = upstream
-        names = [spec.ref.rpartition(":")[2] for spec in self.config.plugins]
-        self.chain: Next = compose(self.plugins, upstream, self.tracer, names)
+        capture = capture_for(  # the request logs' link, just inside masking
+            blueprint.request_logs,
+            self.config.telemetry.request_logs.store,
+            self.redactor,
+            self.demands_key,
+        )
+        links = self.plugins
+        if capture is not None:
+            refs = [spec.ref for spec in self.config.plugins]
+            links = placed(self.plugins, refs, blueprint.masking_refs, capture)
+        names = {
+            id(plugin): spec.ref.rpartition(":")[2]
+            for plugin, spec in zip(self.plugins, self.config.plugins, strict=True)
+        }
+        link_names = [names.get(id(link)) for link in links]  # the capture link: no span
+        self.chain: Next = compose(links, upstream, self.tracer, link_names)
         self.litellm_headers = self.config.compat.litellm  # the app adds them to every reply
         self.finishers: list[Callable[[FinishedRequest], None]] = [
             plugin.finished for plugin in self.plugins if isinstance(plugin, Finishes)
         ]
+        if capture is not None:
+            self.finishers.append(capture.finished)
         self.starters: list[Starts] = [p for p in self.plugins if isinstance(p, Starts)]
         self.closers: list[Closes] = [p for p in self.plugins if isinstance(p, Closes)]
         self.weakened: tuple[str, ...] = ()

@@ -29,6 +29,7 @@ from proxy.admin.guard import AdminContext
 from proxy.admin.litellm.routes import LiteLLMRoutes, add_litellm_routes
 from proxy.admin.overview import Overview
 from proxy.admin.readings import Sampler, read
+from proxy.admin.requests import REQUEST_LOGS
 from proxy.admin.ui import add_ui_routes
 from proxy.batches.feature import BatchesFeature
 from proxy.core.canonical import ANONYMOUS
@@ -56,6 +57,7 @@ from proxy.http.edges import HttpEdges, error_response, is_anthropic_request
 from proxy.http.responses_routes import ResponsesRoutes
 from proxy.http.side_routes import SideRoutes
 from proxy.http.stored_chat_routes import StoredChatRoutes, chat_store, with_chat_state
+from proxy.request_logs.service import RequestLogs
 from proxy.runtime.config import ConfigError, ResponsesConfig, load_config
 from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import WEAKENINGS, Loader, ReloadRefused, Runtime, Snapshot
@@ -92,6 +94,13 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         metrics,
         structlog.get_logger(),
     )
+    request_logs = RequestLogs(  # journaled beside the ledger (files of their own prefix)
+        config.telemetry.request_logs,
+        database,
+        metrics,
+        structlog.get_logger(),
+        journal_dir=Path(journal) if journal else default_directory(database.path),
+    )
     loader = Loader(
         Path(config_path),
         BUILTINS,
@@ -100,11 +109,12 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         state=state,
         database=database,
         ledger=ledger,
+        request_logs=request_logs,
     )
     events = KeyEvents(state.redis, lambda key: app[RUNTIME].snapshot.authenticator.drop(key))
     loader.on_key_change = events.announce
     blueprint = loader.load()
-    ledger.logger = blueprint.logger
+    ledger.logger = request_logs.logger = blueprint.logger
     events.logger = blueprint.logger
     if state.redis is not None:
         state.redis.logger = blueprint.logger
@@ -113,6 +123,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
     app[METRICS] = metrics
     app[SERVER] = config.server
     app[DRAIN] = Drain()
+    app[REQUEST_LOGS] = request_logs
     uses_database = authentication(blueprint.plugins) is not anonymous or config.auth.master_key
     store = _response_store(config.responses, database, bool(uses_database))
     app[RESPONSES] = ResponseState(store, lambda: app[RUNTIME].snapshot.logger)
@@ -139,6 +150,8 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
             await database.open()
             warming.append(asyncio.ensure_future(warm_in_background(rollup, blueprint.logger)))
         await snapshot.start()
+        keeps_logs = config.telemetry.request_logs.store != "none"
+        await request_logs.start(prune=bool(keeps_logs or snapshot.demands_key or uses_database))
         app[RUNTIME] = Runtime(loader, snapshot, on_upstream_error)
         warming.append(asyncio.ensure_future(_sweep(store, blueprint.logger)))
         unbridge.append(route_stdlib_logging(lambda: app[RUNTIME].snapshot.logger))
@@ -156,6 +169,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
                 await task
         await app[RUNTIME].close()
         await ledger.close()  # after the last request: what is queued is written (or journaled)
+        await request_logs.close()
         await events.close()
         await state.close()
         await database.close()

@@ -374,3 +374,15 @@ async def test_a_media_call_with_a_blocked_entity_is_refused() -> None:
     with pytest.raises(BadRequest) as refused:
         await plugin(entities={"credit_card": "block"})(call, Echo())
     assert refused.value.code == "pii_blocked"
+
+
+def test_scrub_is_the_output_scan_of_a_kept_answer_and_counts_nothing() -> None:
+    metrics = Metrics()
+    scanning = plugin(metrics, entities={"email": "mask"}, output="scan")
+    assert scanning.scrub('{"content": "mail bob@example.com"}') == '{"content": "mail <EMAIL>"}'
+    found = metrics.registry.get_sample_value(
+        "crossway_pii_detections_total", {"entity": "email", "action": "redact_output"}
+    )
+    assert not found
+    restoring = plugin(entities={"email": "mask"})
+    assert restoring.scrub("mail bob@example.com") == "mail bob@example.com"

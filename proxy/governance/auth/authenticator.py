@@ -123,6 +123,7 @@ class Authenticator:
                 created_at=self.loaded_at,
                 source="config",
                 budget=team.budget,
+                request_logs=team.request_logs,
             )
             for team_id, team in auth.teams.items()
         }
@@ -147,6 +148,7 @@ class Authenticator:
                 created_at=self.loaded_at,
                 source="config",
                 budget=declared.budget,
+                request_logs=declared.request_logs,
             )
             self.config_keys.append(record)
             self._declared[hash_key(declared.key)] = self._entry(record, None, 0.0)

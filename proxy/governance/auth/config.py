@@ -24,7 +24,7 @@ Errors never quote a key.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -67,6 +67,7 @@ class TeamConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_parallel: Positive | None = None
     metadata: dict[str, Any] | None = None
     budget: Budget | None = None
+    request_logs: Literal["none", "metadata", "payloads"] | None = None
 
 
 class DeclaredKey(Struct, frozen=True, forbid_unknown_fields=True):
@@ -85,6 +86,7 @@ class DeclaredKey(Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: Moment | None = None
     metadata: dict[str, Any] | None = None
     budget: Budget | None = None
+    request_logs: Literal["none", "metadata", "payloads"] | None = None
 
 
 class AuthConfig(Struct, frozen=True, forbid_unknown_fields=True):

@@ -15,6 +15,8 @@ from msgspec import Struct
 from proxy.core.canonical import Budget, Principal, RateLimits
 
 Source = Literal["api", "config"]
+RequestLogMode = Literal["none", "metadata", "payloads"]
+"""What the request logs keep of a key's or a team's requests (None: the config's default)."""
 
 
 class TeamRecord(Struct, frozen=True):
@@ -29,6 +31,7 @@ class TeamRecord(Struct, frozen=True):
     created_at: datetime
     source: Source = "api"
     budget: Budget | None = None
+    request_logs: RequestLogMode | None = None
 
 
 class KeyRecord(Struct, frozen=True):
@@ -49,6 +52,7 @@ class KeyRecord(Struct, frozen=True):
     created_at: datetime
     source: Source = "api"
     budget: Budget | None = None
+    request_logs: RequestLogMode | None = None
 
 
 def principal_of(
@@ -68,6 +72,9 @@ def principal_of(
         budget=key.budget,
         team_budget=None if team is None else team.budget,
         user_budget=user_budget,
+        request_logs=key.request_logs
+        if key.request_logs is not None or team is None
+        else team.request_logs,
     )
 
 

@@ -32,7 +32,7 @@ from proxy.db import Database
 from proxy.governance.auth.authenticator import Authenticator
 from proxy.governance.auth.config import Alias, ModelName, Moment, Positive, PositiveBig, TeamId
 from proxy.governance.auth.keys_db import KeyFilter, KeyRepository
-from proxy.governance.auth.records import KeyRecord, TeamRecord
+from proxy.governance.auth.records import KeyRecord, RequestLogMode, TeamRecord
 from proxy.governance.auth.teams_db import TeamRepository
 from proxy.governance.auth.tokens import hash_key, mint_key, shown_prefix
 
@@ -53,6 +53,7 @@ class NewKey(Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: Moment | None = None
     metadata: Metadata | None = None
     budget: Budget | None = None
+    request_logs: RequestLogMode | None = None
 
 
 class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -67,6 +68,7 @@ class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: Moment | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
     budget: Budget | UnsetType | None = UNSET
+    request_logs: RequestLogMode | UnsetType | None = UNSET
 
 
 class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
@@ -79,6 +81,7 @@ class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
     max_parallel: Positive | None = None
     metadata: Metadata | None = None
     budget: Budget | None = None
+    request_logs: RequestLogMode | None = None
 
 
 class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -90,6 +93,7 @@ class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
     max_parallel: Positive | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
     budget: Budget | UnsetType | None = UNSET
+    request_logs: RequestLogMode | UnsetType | None = UNSET
 
 
 class Registry:
@@ -128,6 +132,7 @@ class Registry:
             metadata=new.metadata,
             created_at=now,
             budget=new.budget,
+            request_logs=new.request_logs,
         )
         await self._keys.insert(record, hash_key(key))
         return record, key
@@ -211,6 +216,7 @@ class Registry:
             metadata=new.metadata,
             created_at=datetime.now(UTC),
             budget=new.budget,
+            request_logs=new.request_logs,
         )
         try:
             await self._teams.insert(record)

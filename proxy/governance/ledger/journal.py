@@ -22,6 +22,7 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -29,9 +30,7 @@ from proxy.governance.ledger.records import SpendRecord
 
 JOURNAL_DIR = "ledger-journal"
 
-_PATTERN = "ledger-*.jsonl"
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(SpendRecord)
 
 
 def default_directory(database_file: Path | None) -> Path:
@@ -43,14 +42,26 @@ def default_directory(database_file: Path | None) -> Path:
 
 
 class Journal:
-    """The journal directory of one writer (see the module docstring). Not thread-safe."""
+    """The journal directory of one writer (see the module docstring). Not thread-safe.
 
-    def __init__(self, directory: Path) -> None:
+    ``record_type`` is the record struct its lines decode to, ``prefix`` its files' names'
+    start: the spend ledger's by default; other batching writers (the request logs) keep their
+    own kind of record in files of their own prefix, in a directory of their own."""
+
+    def __init__(
+        self,
+        directory: Path,
+        record_type: type[msgspec.Struct] = SpendRecord,
+        prefix: str = "ledger",
+    ) -> None:
         self.directory = directory
         self._fd: int | None = None
         self._path: Path | None = None
+        self._prefix = prefix
+        self._pattern = f"{prefix}-*.jsonl"
+        self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(record_type)
 
-    def append(self, records: Sequence[SpendRecord]) -> None:
+    def append(self, records: Sequence[msgspec.Struct]) -> None:
         """Append ``records`` durably. Raises :class:`OSError` when the file cannot be written
         (or synced): then what this append wrote is cut off again where the truncation
         succeeds, and the file is released, so that the caller's retry starts a new file
@@ -83,7 +94,9 @@ class Journal:
         must :meth:`Claimed.close` or :meth:`Claimed.finish` each."""
         self.release()
         claimed: list[Claimed] = []
-        paths = sorted(self.directory.glob(_PATTERN), key=_age) if self.directory.is_dir() else []
+        paths = (
+            sorted(self.directory.glob(self._pattern), key=_age) if self.directory.is_dir() else []
+        )
         for path in paths:
             try:
                 fd = os.open(path, os.O_RDONLY)
@@ -97,18 +110,18 @@ class Journal:
             if not os.path.exists(path):  # deleted between open and lock
                 os.close(fd)
                 continue
-            claimed.append(Claimed(path, fd))
+            claimed.append(Claimed(path, fd, self._decoder))
         return claimed
 
     def has_files(self) -> bool:
         """Whether there is any journal file (claimable or not)."""
-        return self.directory.is_dir() and any(self.directory.glob(_PATTERN))
+        return self.directory.is_dir() and any(self.directory.glob(self._pattern))
 
     def _open(self) -> int:
         if self._fd is not None:
             return self._fd
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = self.directory / f"ledger-{uuid.uuid4().hex}.jsonl"
+        path = self.directory / f"{self._prefix}-{uuid.uuid4().hex}.jsonl"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._fd, self._path = fd, path
@@ -125,22 +138,24 @@ def _age(path: Path) -> float:
 class Claimed:
     """One journal file locked for replay."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, decoder: msgspec.json.Decoder[Any]) -> None:
         self.path = path
         self._fd = fd
+        self._decoder = decoder
         self.torn = 0  # lines that could not be decoded
         self.lines = _count_lines(fd)
         """Its lines (records, and torn lines) when it was claimed."""
 
-    def batches(self, size: int) -> Iterator[list[SpendRecord]]:
+    def batches(self, size: int) -> Iterator[list[Any]]:
         """The file's records, ``size`` at a time (undecodable lines skipped, counted in
         :attr:`torn`)."""
-        batch: list[SpendRecord] = []
+        batch: list[Any] = []
+        decode = self._decoder.decode
         with open(self._fd, "rb", closefd=False) as file:
             file.seek(0)
             for line in file:
                 try:
-                    batch.append(_DECODER.decode(line))
+                    batch.append(decode(line))
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     self.torn += 1
                     continue

@@ -29,6 +29,12 @@ journal. :meth:`catch_up` replays the journal an earlier run left before the tas
 that the budget counters rebuilt at start-up from the database count it. :meth:`close` (on
 SIGTERM, after in-flight requests finished) writes what is queued: to the database if it answers
 in time, else to the journal.
+
+The writer (:class:`BatchWriter`; :data:`LedgerWriter` for spend records) is generic over its
+record: any msgspec Struct with a unique ``id`` that the sink ignores when it has it. The spend
+ledger is its first user; another batching writer (the request logs, :mod:`proxy.request_logs`)
+gives its own ``name`` (the prefix of its log events), its own journal and its own
+:class:`WriterMeters`.
 """
 
 from __future__ import annotations
@@ -37,35 +43,52 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+import msgspec
 
 from proxy.core.metrics import Metrics
 from proxy.governance.ledger.journal import Claimed, Journal
 from proxy.governance.ledger.records import SpendRecord
 
 Clock = Callable[[], float]
+Record = TypeVar("Record", bound=msgspec.Struct)
+Record_contra = TypeVar("Record_contra", bound=msgspec.Struct, contravariant=True)
 
 
-class LedgerSink(Protocol):
+class LedgerSink(Protocol[Record_contra]):
     """Where records go: the database. ``write`` stores every record of ``records`` whose id it
     does not have yet (idempotent), or raises; it may be slow."""
 
-    async def write(self, records: Sequence[SpendRecord]) -> None:
+    async def write(self, records: Sequence[Record_contra]) -> None:
         """Store ``records`` (ignoring ids already stored)."""
         ...
 
 
-class LedgerWriter:
+class WriterMeters(NamedTuple):
+    """The metric children a writer keeps true: records not yet in the database (a gauge),
+    records journaled and records dropped (counters)."""
+
+    pending: Any
+    journaled: Any
+    dropped: Any
+
+
+class BatchWriter(Generic[Record]):
     """See the module docstring. Use from one event loop; the task starts with the first
-    record (or :meth:`start`). ``logger`` may be replaced (the app gives it its own)."""
+    record (or :meth:`start`). ``logger`` may be replaced (the app gives it its own).
+    ``meters`` default to the spend ledger's (``crossway_ledger_*``), ``name`` (the prefix of
+    the writer's log events) to ``ledger``."""
 
     def __init__(
         self,
-        sink: LedgerSink,
+        sink: LedgerSink[Record],
         journal: Journal,
         metrics: Metrics,
         logger: Any,
         *,
+        name: str = "ledger",
+        meters: WriterMeters | None = None,
         batch_size: int = 500,
         interval: float = 1.0,
         max_queue: int = 100_000,
@@ -82,7 +105,7 @@ class LedgerWriter:
         self._write_timeout = write_timeout
         self._retry_after = retry_after
         self._clock = clock
-        self._queue: list[SpendRecord] = []  # taken whole (or a batch's slice) by _take
+        self._queue: list[Record] = []  # taken whole (or a batch's slice) by _take
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -94,9 +117,12 @@ class LedgerWriter:
         self._journaled_pending = 0
         self._journal_error = ""  # why the journal last refused a batch
         self._holding = False  # a batch nothing took waits in the queue
-        self._pending = metrics.ledger_pending()
-        self._journaled = metrics.ledger_journaled()
-        self._dropped = metrics.ledger_dropped()
+        if meters is None:
+            meters = WriterMeters(
+                metrics.ledger_pending(), metrics.ledger_journaled(), metrics.ledger_dropped()
+            )
+        self._pending, self._journaled, self._dropped = meters
+        self._name = name
 
     @property
     def pending(self) -> int:
@@ -104,7 +130,7 @@ class LedgerWriter:
         replayed."""
         return len(self._queue) + self._journaled_pending
 
-    def record(self, record: SpendRecord) -> None:
+    def record(self, record: Record) -> None:
         """Queue ``record`` for the database (never blocks, never raises; once closed, the
         record goes to the journal at once). Dropped, counted, only when ``max_queue`` records
         wait already."""
@@ -114,7 +140,7 @@ class LedgerWriter:
             if self._closing:
                 self._late(record)
             else:
-                self._drop(1, f"the ledger queue is full: {queued} records wait for a place")
+                self._drop(1, f"the {self._name} queue is full: {queued} records wait for a place")
             return
         queue.append(record)
         self._pending.inc()
@@ -178,7 +204,7 @@ class LedgerWriter:
                 if self._usable() and (self._catch_up or self._replaying):
                     await self._replay_step()
             except Exception:  # a bug or an unexpected I/O error must not stop the ledger
-                self.logger.exception("ledger_writer_error")
+                self.logger.exception(f"{self._name}_writer_error")
                 self._stop_replay()
                 await asyncio.sleep(self._interval)
 
@@ -219,7 +245,7 @@ class LedgerWriter:
         """Whether to write without waiting longer: a full batch, or closing."""
         return self._closing or len(self._queue) >= self._batch_size
 
-    def _take(self, limit: int) -> list[SpendRecord]:
+    def _take(self, limit: int) -> list[Record]:
         """At most ``limit`` records from the front of the queue."""
         queue = self._queue
         if len(queue) <= limit:
@@ -247,17 +273,17 @@ class LedgerWriter:
             self._hold(batch)
         elif self._holding:
             self._holding = False
-            self.logger.info("ledger_held_records_stored", waiting=len(self._queue))
+            self.logger.info(f"{self._name}_held_records_stored", waiting=len(self._queue))
         return stored
 
-    async def _store(self, batch: list[SpendRecord]) -> bool:
+    async def _store(self, batch: list[Record]) -> bool:
         """Whether the database (tried unless it failed within ``retry_after``) or else the
         journal took ``batch``."""
         if self._usable() and await self._to_database(batch):
             return True
         return self._to_journal(batch)
 
-    def _append(self, batch: Sequence[SpendRecord]) -> bool:
+    def _append(self, batch: Sequence[Record]) -> bool:
         """Whether the journal took ``batch`` (durably; counted as journaled)."""
         try:
             self._journal.append(batch)
@@ -267,7 +293,7 @@ class LedgerWriter:
         self._journaled.inc(len(batch))
         return True
 
-    def _to_journal(self, batch: Sequence[SpendRecord]) -> bool:
+    def _to_journal(self, batch: Sequence[Record]) -> bool:
         """Whether the journal took ``batch``, now pending replay."""
         if not self._append(batch):
             return False
@@ -276,19 +302,19 @@ class LedgerWriter:
         self._catch_up = True
         return True
 
-    def _put_back(self, batch: list[SpendRecord]) -> None:
+    def _put_back(self, batch: list[Record]) -> None:
         """Put ``batch`` back at the front of the queue."""
         self._queue[:0] = batch
         self._pending.inc(len(batch))
 
-    def _hold(self, batch: list[SpendRecord]) -> None:
+    def _hold(self, batch: list[Record]) -> None:
         """Put ``batch``, which nothing took, back at the front of the queue; the task pauses
         an ``interval`` before each retry (one warning per outage)."""
         self._put_back(batch)
         if not self._holding:
             self._holding = True
             self.logger.warning(
-                "ledger_records_held",
+                f"{self._name}_records_held",
                 reason=f"the journal cannot be written: {self._journal_error}",
                 journal=str(self._journal.directory),
                 waiting=len(self._queue),
@@ -311,7 +337,7 @@ class LedgerWriter:
                 )
             return
 
-    async def _to_database(self, batch: Sequence[SpendRecord]) -> bool:
+    async def _to_database(self, batch: Sequence[Record]) -> bool:
         """Whether ``batch`` reached the database within ``write_timeout``."""
         write = asyncio.ensure_future(self._sink.write(batch))
         done, _ = await asyncio.wait((write,), timeout=self._write_timeout)
@@ -326,7 +352,7 @@ class LedgerWriter:
             reason = f"no answer within {self._write_timeout} s"
         if self._clock() >= self._down_until:  # one warning per outage, not per batch
             self.logger.warning(
-                "ledger_database_unavailable",
+                f"{self._name}_database_unavailable",
                 reason=reason,
                 journal=str(self._journal.directory),
                 retry_in_s=self._retry_after,
@@ -367,11 +393,11 @@ class LedgerWriter:
         self._replaying.pop(0)
         self._replay_batches = None
         if claimed.torn:
-            self._drop(claimed.torn, f"unreadable lines in the ledger journal {claimed.path}")
+            self._drop(claimed.torn, f"unreadable lines in the {self._name} journal {claimed.path}")
             self._set_journaled(self._journaled_pending - claimed.torn)
         claimed.finish()
         if not self._replaying:
-            self.logger.info("ledger_journal_replayed")
+            self.logger.info(f"{self._name}_journal_replayed")
 
     def _stop_replay(self) -> None:
         for claimed in self._replaying:
@@ -380,17 +406,21 @@ class LedgerWriter:
         self._replay_batches = None
         self._catch_up = True
 
-    def _late(self, record: SpendRecord) -> None:
+    def _late(self, record: Record) -> None:
         """A record after :meth:`close` (a request that finished late): the journal, else
         dropped, counted (nothing would retry it)."""
         if not self._append([record]):
             self._drop(
-                1, f"closed, and the ledger journal cannot be written: {self._journal_error}"
+                1, f"closed, and the {self._name} journal cannot be written: {self._journal_error}"
             )
 
     def _drop(self, count: int, reason: str) -> None:
         self._dropped.inc(count)
-        self.logger.error("ledger_records_dropped", records=count, reason=reason)
+        self.logger.error(f"{self._name}_records_dropped", records=count, reason=reason)
+
+
+LedgerWriter = BatchWriter[SpendRecord]
+"""The spend ledger's writer."""
 
 
 def _consume(future: asyncio.Future[None]) -> None:

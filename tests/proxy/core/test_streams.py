@@ -30,6 +30,7 @@ from proxy.core.streams import (
 from proxy.dialects.anthropic_replies import AnthropicStreamEncoder
 from proxy.dialects.openai_chat import ChatStreamEncoder
 from proxy.pii.stream import RewritingStream
+from proxy.request_logs.capture import RecordingStream
 from proxy.stored.response_state import _RecordingStream
 from proxy.upstream.stream import UpstreamStream
 
@@ -40,6 +41,7 @@ WRAPPERS: dict[type, tuple[type, ...]] = {
     ObservedStream: (ReplyStream, BatchedStream, EndObservable),
     RewritingStream: (ReplyStream, BatchedStream),
     _RecordingStream: (ReplyStream, BatchedStream),
+    RecordingStream: (ReplyStream, BatchedStream),
     FlightReader: (ReplyStream, BatchedStream),
     ReplayStream: (ReplyStream, BatchedStream),
     _OneByOne: (BatchedStream,),

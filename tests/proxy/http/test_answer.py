@@ -1,9 +1,12 @@
-"""The request's Outcome keeps a failure as text, and lets go of its tracebacks."""
+"""The request's Outcome keeps a failure as text, and lets go of its tracebacks; the overhead
+header's value."""
 
 from __future__ import annotations
 
+import time
+
 from proxy.core.errors import BadRequest, UpstreamError, drop_tracebacks
-from proxy.http.answer import Outcome
+from proxy.http.answer import Outcome, overhead_ms
 
 
 def _raised(error: BaseException) -> BaseException:
@@ -54,3 +57,15 @@ def test_drop_tracebacks_reaches_a_groups_members_and_survives_a_looping_chain()
     group.__context__ = looping
     drop_tracebacks(looping)
     assert (looping.__traceback__, group.__traceback__, member.__traceback__) == (None,) * 3
+
+
+def test_the_overhead_is_the_time_since_the_start_less_the_upstream_wait() -> None:
+    start = time.perf_counter() - 0.5
+    value = float(overhead_ms(start, 0.4))
+    assert value >= 100.0  # at least the 0.1 s the upstream did not account for
+    assert overhead_ms(start, 0.4).count(".") == 1
+    assert len(overhead_ms(start, 0.4).split(".")[1]) == 3  # to the microsecond
+
+
+def test_the_overhead_is_never_negative() -> None:
+    assert overhead_ms(time.perf_counter(), 10.0) == "0.000"

@@ -71,3 +71,18 @@ async def test_teams_with_keys_cannot_be_deleted(registry: Registry):
         await registry.get_team("eng")
     with pytest.raises(NotFound):
         await registry.delete_key(record.id)
+
+
+def test_a_keys_request_log_mode_wins_over_its_teams() -> None:
+    from proxy.governance.auth.records import KeyRecord, TeamRecord, principal_of
+
+    now = datetime.now(UTC)
+    team = TeamRecord("t", None, None, None, None, None, now, request_logs="payloads")
+    key = KeyRecord("k", None, "sk-cw-x", "t", None, None, None, None, None, False, None, None, now)
+    assert principal_of(key, team).request_logs == "payloads"  # the team's
+    own = KeyRecord(
+        "k", None, "sk-cw-x", "t", None, None, None, None, None, False, None, None, now,
+        request_logs="none",
+    )  # fmt: skip
+    assert principal_of(own, team).request_logs == "none"
+    assert principal_of(key, None).request_logs is None  # the config's
