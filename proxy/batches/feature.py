@@ -3,8 +3,9 @@
 with the hooks the app runs at start and stop.
 
 At start the executor looks for batches to run when the gateway opened its database (it uses
-keys or a master key); otherwise from the first use of a file or batch route in the process —
-a gateway without keys that restarts resumes its batches once it is asked about one.
+keys or a master key), and the uploads a stopped process left incomplete are removed; otherwise
+it looks from the first use of a file or batch route in the process — a gateway without keys
+that restarts resumes its batches once it is asked about one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from proxy.http.app_keys import SERVER
 from proxy.runtime.config import BatchesConfig
 from proxy.runtime.snapshot import Snapshot
 
+ABANDONED_UPLOAD = 3600.0
+"""Seconds after which an upload still incomplete at start-up is taken as abandoned."""
+
 
 class BatchesFeature:
     """See the module docstring."""
@@ -47,6 +51,7 @@ class BatchesFeature:
             else DatabaseContents(database)
         )
         self._database = database
+        self._snapshot = snapshot
         self.files = FileStore(database, contents)
         self.batches = BatchStore(database)
         self.executor = BatchExecutor(
@@ -69,13 +74,26 @@ class BatchesFeature:
         self._routes.add_to(app, plain)
         self._message_routes.add_to(app, plain)
         timeout = app[SERVER].shutdown_timeout
+        snapshot = self._snapshot
 
         async def start(app: web.Application) -> None:
             if self._database.is_open:
                 self.executor.start()
+                await self._sweep(snapshot().logger)
 
         async def stop(app: web.Application) -> None:
             await self.executor.stop(timeout)
 
         app.on_startup.append(start)
         app.on_shutdown.append(stop)
+
+    async def _sweep(self, logger: Any) -> None:
+        """Remove the uploads a stopped process left incomplete (begun over
+        :data:`ABANDONED_UPLOAD` seconds ago); a database that cannot answer is logged."""
+        try:
+            swept = await self.files.sweep(ABANDONED_UPLOAD)
+        except Exception:
+            logger.exception("file_sweep_failed")
+            return
+        if swept:
+            logger.warning("incomplete_uploads_removed", count=swept)

@@ -1,7 +1,8 @@
 """A real upstream on 127.0.0.1 that serves OpenAI's Files and Batch APIs, for the native-batch
-tests: ``POST /v1/files`` (multipart), ``POST /v1/batches``, ``GET /v1/batches/{id}`` (a batch is
-``validating``, then ``in_progress``, then ``completed`` on the polls that follow: each poll
-advances it), ``POST /v1/batches/{id}/cancel`` and ``GET /v1/files/{id}/content``.
+tests: ``POST /v1/files`` (multipart), ``POST /v1/batches``, ``GET /v1/batches/{id}``,
+``POST /v1/batches/{id}/cancel`` and ``GET /v1/files/{id}/content``. A batch is ``validating``,
+then ``in_progress``, then ``completed`` on the polls that follow (each poll advances it); one
+whose lines say ``hold`` stays ``in_progress`` until cancelled.
 
 Each input line is answered as a chat completion with fixed usage (10 prompt tokens, 5
 completion tokens), quoting its last message; a line whose message contains ``refuse`` goes to
@@ -31,6 +32,7 @@ class FakeBatchAPI:
         self.lines: list[dict[str, Any]] = []
         self.authorizations: set[str] = set()
         self.chat_calls = 0
+        self.cancelled: list[str] = []
         self.polls = 0
         self._ids = itertools.count(1)
 
@@ -94,7 +96,7 @@ class FakeBatchAPI:
         batch = self.batches[request.match_info["id"]]
         if batch["status"] == "validating":
             batch["status"] = "in_progress"
-        elif batch["status"] == "in_progress":
+        elif batch["status"] == "in_progress" and b"hold" not in self.files[batch["input_file_id"]]:
             self._complete(batch)
         return web.json_response(batch)
 
@@ -102,6 +104,7 @@ class FakeBatchAPI:
         self._seen(request)
         batch = self.batches[request.match_info["id"]]
         batch["status"] = "cancelled"
+        self.cancelled.append(batch["id"])
         return web.json_response(batch)
 
     async def chat(self, request: web.Request) -> web.Response:

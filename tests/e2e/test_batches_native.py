@@ -22,6 +22,7 @@ from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
 from tests.e2e.fake_openai_batches import REFUSED_KEY, FakeBatchAPI
 from tests.schemas import validate_in
+from tests.waiting import until
 
 SPEC = "openai-batches.openapi.json"
 MASTER = "master-key-native-" + "0123456789" * 3
@@ -144,6 +145,38 @@ async def test_a_native_batch_the_provider_refuses_fails_naming_the_refusal_not_
     assert "401" in (error.message or "")
     assert REFUSED_KEY not in batch.model_dump_json()
     assert REFUSED_KEY not in logs.getvalue()
+
+
+async def test_a_native_batch_cancelled_by_its_client_is_cancelled_upstream(tmp_path: Path) -> None:
+    fake = FakeBatchAPI()
+    upstream_runner, upstream = await start_site(fake.app())
+    runner, url = await start_site(create_app(config(tmp_path, upstream), log_stream=io.StringIO()))
+    try:
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0) as client:
+            held = lines(3).replace(b"ask", b"hold")
+            uploaded = await client.files.create(file=("in.jsonl", held), purpose="batch")
+            created = await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+            await until_submitted(fake)
+            cancelling = await client.batches.cancel(created.id)
+            assert cancelling.status == "cancelling"
+            batch = await finished(client, created.id)
+    finally:
+        await runner.cleanup()
+        await upstream_runner.cleanup()
+    assert batch.status == "cancelled"
+    assert fake.cancelled == list(fake.batches)
+    assert batch.request_counts is not None
+    assert (batch.request_counts.total, batch.request_counts.completed) == (3, 0)
+    assert batch.output_file_id is None
+
+
+async def until_submitted(fake: FakeBatchAPI) -> None:
+    """Wait until the gateway created the upstream batch and polled it once."""
+    await until(lambda: fake.polls > 0, seconds=20, what="the upstream batch polled")
 
 
 async def finished(client: openai.AsyncOpenAI, batch_id: str) -> Any:

@@ -1,0 +1,94 @@
+"""File records: a file is its owner's only, listed newest first with ``after``; an upload that
+fails keeps nothing; an upload a stopped process left incomplete is never listed, and the sweep
+removes it once it is old enough."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from proxy.batches.contents import DatabaseContents
+from proxy.batches.files import FileStore
+from proxy.core.canonical import Principal
+from proxy.core.errors import NotFound, PayloadTooLarge
+from proxy.db import Database
+from proxy.db.schema import batch_files
+
+OWNER = Principal(key_id="key-1", team="team-a")
+OTHER = Principal(key_id="key-2")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
+    database = Database(f"sqlite:///{tmp_path}/files.db")
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+async def pieces(*chunks: bytes) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def test_files_are_their_owners_and_listed_newest_first(database: Database) -> None:
+    files = FileStore(database, DatabaseContents(database))
+    first = await files.create(OWNER, "a.jsonl", "batch", pieces(b"{}\n"), 100)
+    second = await files.create(OWNER, "b.jsonl", "batch", pieces(b"{}\n{}\n"), 100)
+    assert (second.bytes, second.filename, second.purpose) == (6, "b.jsonl", "batch")
+    found, more = await files.page(OWNER, after=None, limit=1, purpose=None, desc=True)
+    assert ([f.id for f in found], more) == ([second.id], True)
+    found, more = await files.page(OWNER, after=second.id, limit=1, purpose=None, desc=True)
+    assert ([f.id for f in found], more) == ([first.id], False)
+    assert await files.page(OTHER, after=None, limit=10, purpose=None, desc=True) == ([], False)
+    with pytest.raises(NotFound):
+        await files.get(first.id, OTHER)
+    with pytest.raises(NotFound):
+        await files.get("../../etc", OWNER)
+    await files.delete(first.id, OWNER)
+    with pytest.raises(NotFound):
+        await files.read(first.id, OWNER)
+
+
+async def test_an_upload_past_the_bound_keeps_no_record(database: Database) -> None:
+    files = FileStore(database, DatabaseContents(database))
+    with pytest.raises(PayloadTooLarge):
+        await files.create(OWNER, "big.jsonl", "batch", pieces(b"x" * 60, b"x" * 60), 100)
+    assert await files.page(OWNER, after=None, limit=10, purpose=None, desc=True) == ([], False)
+
+
+async def test_the_sweep_removes_only_old_incomplete_uploads(database: Database) -> None:
+    clock = Clock()
+    files = FileStore(database, DatabaseContents(database), clock)
+    kept = await files.create(OWNER, "a.jsonl", "batch", pieces(b"{}\n"), 100)
+    async with database.connect() as connection:
+        for file_id, age in (("file-left-old", 7200), ("file-left-new", 60)):
+            await connection.execute(
+                batch_files.insert().values(
+                    id=file_id,
+                    owner=OWNER.key_id,
+                    team=None,
+                    filename="x",
+                    purpose="batch",
+                    bytes=0,
+                    created_at=datetime.fromtimestamp(clock.now - age, UTC),
+                    complete=False,
+                )
+            )
+    assert await files.sweep(3600) == 1
+    async with database.connect() as connection:
+        left = set((await connection.execute(sa.select(batch_files.c.id))).scalars())
+    assert left == {kept.id, "file-left-new"}
