@@ -14,6 +14,7 @@ import os
 import re
 import textwrap
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -459,64 +460,52 @@ async def test_masked_values_never_reach_a_span(
     assert not leaked
 
 
-async def test_the_grpc_exporter_exports(tmp_path: Path, fast_batches: None) -> None:
-    otlp = OtlpReceiver()
-    server, port = await otlp.start_grpc()
+@asynccontextmanager
+async def plain_gateway(
+    tmp_path: Path, telemetry: str = ""
+) -> AsyncIterator[tuple[openai.AsyncOpenAI, FakeOpenAI]]:
+    """A gateway with one OpenAI-compatible upstream (alias ``chat``) and ``telemetry`` (a
+    config line, or none), and an openai client of it."""
     upstream = FakeOpenAI()
     upstream_runner, upstream_url = await start_site(upstream.app())
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        textwrap.dedent(
-            f"""\
-            telemetry:
-              traces: {{endpoint: "http://127.0.0.1:{port}", protocol: grpc}}
-            providers:
-              up: {{type: openai, base_url: "{upstream_url}/v1", api_key: "{UPSTREAM_KEY}"}}
-            models:
-              chat: [{{target: up/gpt-test}}]
-            """
-        )
+        telemetry
+        + f'providers:\n  up: {{type: openai, base_url: "{upstream_url}/v1",'
+        + f' api_key: "{UPSTREAM_KEY}"}}\n'
+        + "models:\n  chat: [{target: up/gpt-test}]\n"
     )
     runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
     try:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
-        raw = await client.chat.completions.with_raw_response.create(
-            model="chat", messages=[{"role": "user", "content": "Hi"}]
-        )
-        spans = await otlp.wait_for(raw.headers[TRACE_ID], has("chat gpt-test"))
-        await client.close()
+        yield client, upstream
     finally:
+        await client.close()
         await runner.cleanup()
         await upstream_runner.cleanup()
+
+
+async def test_the_grpc_exporter_exports(tmp_path: Path, fast_batches: None) -> None:
+    otlp = OtlpReceiver()
+    server, port = await otlp.start_grpc()
+    telemetry = f'telemetry: {{traces: {{endpoint: "http://127.0.0.1:{port}", protocol: grpc}}}}\n'
+    try:
+        async with plain_gateway(tmp_path, telemetry) as (client, _):
+            raw = await client.chat.completions.with_raw_response.create(
+                model="chat", messages=[{"role": "user", "content": "Hi"}]
+            )
+            spans = await otlp.wait_for(raw.headers[TRACE_ID], has("chat gpt-test"))
+    finally:
         await server.stop(None)
     assert one(spans, "chat gpt-test").attributes["gen_ai.provider.name"] == "openai"
 
 
 async def test_without_telemetry_there_is_no_trace(tmp_path: Path) -> None:
-    upstream = FakeOpenAI()
-    upstream_runner, upstream_url = await start_site(upstream.app())
-    path = tmp_path / "gateway.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            providers:
-              up: {{type: openai, base_url: "{upstream_url}/v1", api_key: "{UPSTREAM_KEY}"}}
-            models:
-              chat: [{{target: up/gpt-test}}]
-            """
-        )
-    )
-    runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
-    try:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
+    async with plain_gateway(tmp_path) as (client, upstream):
         raw = await client.chat.completions.with_raw_response.create(
             model="chat",
             messages=[{"role": "user", "content": "Hi"}],
             extra_headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
         )
-        await client.close()
-    finally:
-        await runner.cleanup()
-        await upstream_runner.cleanup()
     assert TRACE_ID not in raw.headers
     assert "traceparent" not in upstream.headers[-1]  # not ours to forward
