@@ -157,7 +157,10 @@ def dialect_handler(
                     snapshot.enter()  # held by the job (its task runs from the next await on)
                     in_flight.inc()
                     handed_over = True  # the job leaves both and does the accounting
-                    return await background_answer(request, streamed, job, queued, request_id)
+                    traced = {TRACE_ID_HEADER: span.trace_id} if span is not None else None
+                    return await background_answer(
+                        request, streamed, job, queued, request_id, traced
+                    )
                 if around is None:
                     reply = await snapshot.chain(call)
                 else:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal
 
 import msgspec
@@ -197,22 +197,34 @@ class ResponsesRoutes:
 
 
 async def background_answer(
-    request: web.Request, streamed: bool, job: Job, queued: bytes, request_id: str
+    request: web.Request,
+    streamed: bool,
+    job: Job,
+    queued: bytes,
+    request_id: str,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """What creating a background response answers: the ``queued`` response object, or with
     ``stream`` its events from the first, live until it ends. A client that goes away stops
-    only its stream, never the response."""
+    only its stream, never the response. ``headers`` are added to the answer's (the trace
+    id)."""
     if not streamed:
-        return _json(queued, {REQUEST_ID: request_id})
-    return await _events(request, job, -1, request_id)
+        return _json(queued, {REQUEST_ID: request_id, **(headers or {})})
+    return await _events(request, job, -1, request_id, headers)
 
 
 async def _events(
-    request: web.Request, job: Job, after: int, request_id: str
+    request: web.Request,
+    job: Job,
+    after: int,
+    request_id: str,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """An SSE answer of ``job``'s events after ``after`` (see
-    :meth:`~proxy.stored.background.EventLog.follow`)."""
-    response = web.StreamResponse(headers={**_SSE_HEADERS, REQUEST_ID: request_id})
+    :meth:`~proxy.stored.background.EventLog.follow`), with ``headers`` besides its own."""
+    response = web.StreamResponse(
+        headers={**_SSE_HEADERS, REQUEST_ID: request_id, **(headers or {})}
+    )
     await response.prepare(request)
     with contextlib.suppress(ConnectionResetError):  # the client went away: the job runs on
         async for frames in job.log.follow(after):

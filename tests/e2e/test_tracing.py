@@ -509,3 +509,31 @@ async def test_without_telemetry_there_is_no_trace(tmp_path: Path) -> None:
         )
     assert TRACE_ID not in raw.headers
     assert "traceparent" not in upstream.headers[-1]  # not ours to forward
+
+
+async def test_a_background_response_runs_in_the_trace_of_its_request(
+    tmp_path: Path, fast_batches: None, receiver: tuple[OtlpReceiver, str]
+) -> None:
+    otlp, receiver_url = receiver
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f'telemetry: {{traces: {{endpoint: "{receiver_url}"}}}}\n'
+        f'database: {{url: "sqlite:///{tmp_path / "crossway.db"}"}}\n'
+        "providers:\n  mock: {type: mock}\n"
+    )
+    runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
+    try:
+        raw = await client.responses.with_raw_response.create(
+            model="mock/echo", input="one two three", background=True
+        )
+        trace_id = raw.headers[TRACE_ID]
+        spans = await otlp.wait_for(trace_id, has("chat echo"))
+    finally:
+        await client.close()
+        await runner.cleanup()
+    request = one(spans, "POST /v1/responses")
+    attempt = one(spans, "chat echo")
+    assert attempt.trace_id == request.trace_id
+    assert attempt.attributes["gen_ai.provider.name"] == "crossway.mock"
+    assert "server.address" not in attempt.attributes  # an in-process provider
