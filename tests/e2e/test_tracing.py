@@ -62,6 +62,7 @@ def traced_config(upstream: str, receiver: str) -> str:
           chat: [{{target: up/gpt-test, prices: {{input: 10, output: 20}}}}]
           flaky: [{{target: up/fail-503}}]
           quiet: [{{target: quiet/gpt-test}}]
+          cut: [{{target: up/cut-stream}}]
         auth:
           teams: {{platform: {{}}}}
           keys:
@@ -279,6 +280,24 @@ async def test_a_streamed_answer_ends_its_attempt_with_the_stream(traced: Traced
     assert attempt.attributes["gen_ai.response.model"] == "gpt-test"
     assert attempt.attributes["gen_ai.usage.output_tokens"] > 0
     assert traceparent(traced.upstream.headers[-1]["traceparent"])[1] == attempt.span_id
+
+
+async def test_a_stream_cut_after_its_first_chunk_fails_its_attempt(traced: Traced) -> None:
+    async with traced.openai().chat.completions.with_streaming_response.create(
+        model="cut", messages=[{"role": "user", "content": "Start, then fail"}], stream=True
+    ) as response:
+        trace_id = response.headers[TRACE_ID]
+        with pytest.raises(openai.APIError):
+            async for _ in await response.parse():
+                pass
+    spans = await traced.receiver.wait_for(trace_id, has("chat cut-stream"))
+    attempt = one(spans, "chat cut-stream")
+    assert attempt.status == STATUS_ERROR
+    assert attempt.attributes["error.type"]
+    assert attempt.attributes["gen_ai.response.time_to_first_chunk"] > 0
+    request = one(spans, "POST /v1/chat/completions")
+    assert request.status == STATUS_ERROR
+    assert request.attributes["error.type"] == attempt.attributes["error.type"]
 
 
 async def test_retries_and_fallbacks_are_sibling_attempts(traced: Traced) -> None:
