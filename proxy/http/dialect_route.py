@@ -166,9 +166,11 @@ def dialect_handler(
                     snapshot.enter()  # held by the job (its task runs from the next await on)
                     in_flight.inc()
                     handed_over = True  # the job leaves both and does the accounting
-                    overhead = {OVERHEAD_HEADER: overhead_ms(start, call.timings.upstream_wait)}
+                    headers = {OVERHEAD_HEADER: overhead_ms(start, call.timings.upstream_wait)}
+                    if span is not None and span.trace_id:
+                        headers[TRACE_ID_HEADER] = span.trace_id
                     return await background_answer(
-                        request, streamed, job, queued, request_id, overhead
+                        request, streamed, job, queued, request_id, headers
                     )
                 if around is None:
                     reply = await snapshot.chain(call)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal
 
 import msgspec
@@ -202,11 +202,12 @@ async def background_answer(
     job: Job,
     queued: bytes,
     request_id: str,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """What creating a background response answers: the ``queued`` response object, or with
-    ``stream`` its events from the first, live until it ends, with ``headers`` besides the
-    request id. A client that goes away stops only its stream, never the response."""
+    ``stream`` its events from the first, live until it ends. A client that goes away stops
+    only its stream, never the response. ``headers`` are added to the answer's (the trace
+    id)."""
     if not streamed:
         return _json(queued, {REQUEST_ID: request_id, **(headers or {})})
     return await _events(request, job, -1, request_id, headers)
@@ -217,10 +218,10 @@ async def _events(
     job: Job,
     after: int,
     request_id: str,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """An SSE answer of ``job``'s events after ``after`` (see
-    :meth:`~proxy.stored.background.EventLog.follow`), with ``headers`` besides."""
+    :meth:`~proxy.stored.background.EventLog.follow`), with ``headers`` besides its own."""
     response = web.StreamResponse(
         headers={**_SSE_HEADERS, REQUEST_ID: request_id, **(headers or {})}
     )

@@ -21,8 +21,9 @@ named ``"{gen_ai.operation.name} {gen_ai.request.model}"`` under the current spa
 or a fallback's attempts are siblings), with the GenAI conventions' attributes
 (:mod:`proxy.tracing.genai`) and, on the operator's opt-in, the content as sent and as
 answered. It ends when a whole answer has been read, or when the stream ends (then with the
-stream's usage, and the time to its first chunk). Its W3C context is sent to the upstream in
-``traceparent``/``tracestate`` unless the provider has ``propagate_trace: false``.
+stream's usage, and the time to its first chunk; failed, if the stream failed after it).
+Its W3C context is sent to the upstream in ``traceparent``/``tracestate`` unless the provider
+has ``propagate_trace: false``.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class Upstream:
             elif call.embedding is not None:
                 result = await self._embed(provider, capabilities, call, deployment, clocks)
             elif capabilities.local is not None:
-                result = await self._local(capabilities.local, call, deployment, clocks)
+                result = await self._local(capabilities.local, call, deployment, clocks, span)
             else:
                 assert capabilities.http is not None
                 result = await self._http(
@@ -323,7 +324,12 @@ class Upstream:
         return server.parse_media(headers, body, call, deployment.model)
 
     async def _local(
-        self, provider: LocalProvider, call: Call, deployment: Deployment, clocks: UpstreamClocks
+        self,
+        provider: LocalProvider,
+        call: Call,
+        deployment: Deployment,
+        clocks: UpstreamClocks,
+        span: Span,
     ) -> Response | UpstreamStream:
         started = time.perf_counter()
         try:
@@ -335,7 +341,7 @@ class Upstream:
             call.timings.upstream_wait += time.perf_counter() - started
         if isinstance(result, Response):
             return result
-        return await self._primed(result, clocks, call, deployment)
+        return await self._primed(result, clocks, call, deployment, span)
 
     async def _http(
         self,
@@ -371,7 +377,7 @@ class Upstream:
         finally:
             call.timings.upstream_wait += time.perf_counter() - started
         if call.stream:
-            return await self._primed(chunks, clocks, call, deployment)
+            return await self._primed(chunks, clocks, call, deployment, span)
         if status >= 300:
             raise provider.parse_error(status, headers, body)
         return provider.parse_response(body, deployment.model)
@@ -382,9 +388,11 @@ class Upstream:
         clocks: UpstreamClocks,
         call: Call,
         deployment: Deployment,
+        span: Span,
     ) -> UpstreamStream:
+        on_error = _failing_span(self._fail, span) if self._traced else self._fail
         stream = UpstreamStream(
-            chunks, clocks, call.timings, deployment.provider, self._fail, deployment.model
+            chunks, clocks, call.timings, deployment.provider, on_error, deployment.model
         )
         try:
             await stream.prime()
@@ -403,3 +411,14 @@ def _ends_with_stream(span: Span) -> Callable[[Usage | None, int], None]:
         span.end()
 
     return over
+
+
+def _failing_span(on_error: ErrorHook, span: Span) -> ErrorHook:
+    """``on_error`` that also marks a streamed attempt's span failed (with the error's code)
+    when its stream fails after the first chunk, before the span ends with the stream."""
+
+    def failed(provider: str, error: GatewayError) -> None:
+        on_error(provider, error)
+        span.fail(error.code)
+
+    return failed

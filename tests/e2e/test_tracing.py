@@ -14,6 +14,7 @@ import os
 import re
 import textwrap
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ def traced_config(upstream: str, receiver: str) -> str:
           chat: [{{target: up/gpt-test, prices: {{input: 10, output: 20}}}}]
           flaky: [{{target: up/fail-503}}]
           quiet: [{{target: quiet/gpt-test}}]
+          cut: [{{target: up/cut-stream}}]
         auth:
           teams: {{platform: {{}}}}
           keys:
@@ -280,6 +282,24 @@ async def test_a_streamed_answer_ends_its_attempt_with_the_stream(traced: Traced
     assert traceparent(traced.upstream.headers[-1]["traceparent"])[1] == attempt.span_id
 
 
+async def test_a_stream_cut_after_its_first_chunk_fails_its_attempt(traced: Traced) -> None:
+    async with traced.openai().chat.completions.with_streaming_response.create(
+        model="cut", messages=[{"role": "user", "content": "Start, then fail"}], stream=True
+    ) as response:
+        trace_id = response.headers[TRACE_ID]
+        with pytest.raises(openai.APIError):
+            async for _ in await response.parse():
+                pass
+    spans = await traced.receiver.wait_for(trace_id, has("chat cut-stream"))
+    attempt = one(spans, "chat cut-stream")
+    assert attempt.status == STATUS_ERROR
+    assert attempt.attributes["error.type"]
+    assert attempt.attributes["gen_ai.response.time_to_first_chunk"] > 0
+    request = one(spans, "POST /v1/chat/completions")
+    assert request.status == STATUS_ERROR
+    assert request.attributes["error.type"] == attempt.attributes["error.type"]
+
+
 async def test_retries_and_fallbacks_are_sibling_attempts(traced: Traced) -> None:
     raw = await traced.openai().chat.completions.with_raw_response.create(
         model="flaky", messages=[{"role": "user", "content": "Try hard"}]
@@ -459,64 +479,80 @@ async def test_masked_values_never_reach_a_span(
     assert not leaked
 
 
-async def test_the_grpc_exporter_exports(tmp_path: Path, fast_batches: None) -> None:
-    otlp = OtlpReceiver()
-    server, port = await otlp.start_grpc()
+@asynccontextmanager
+async def plain_gateway(
+    tmp_path: Path, telemetry: str = ""
+) -> AsyncIterator[tuple[openai.AsyncOpenAI, FakeOpenAI]]:
+    """A gateway with one OpenAI-compatible upstream (alias ``chat``) and ``telemetry`` (a
+    config line, or none), and an openai client of it."""
     upstream = FakeOpenAI()
     upstream_runner, upstream_url = await start_site(upstream.app())
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        textwrap.dedent(
-            f"""\
-            telemetry:
-              traces: {{endpoint: "http://127.0.0.1:{port}", protocol: grpc}}
-            providers:
-              up: {{type: openai, base_url: "{upstream_url}/v1", api_key: "{UPSTREAM_KEY}"}}
-            models:
-              chat: [{{target: up/gpt-test}}]
-            """
-        )
+        telemetry
+        + f'providers:\n  up: {{type: openai, base_url: "{upstream_url}/v1",'
+        + f' api_key: "{UPSTREAM_KEY}"}}\n'
+        + "models:\n  chat: [{target: up/gpt-test}]\n"
     )
     runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
     try:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
-        raw = await client.chat.completions.with_raw_response.create(
-            model="chat", messages=[{"role": "user", "content": "Hi"}]
-        )
-        spans = await otlp.wait_for(raw.headers[TRACE_ID], has("chat gpt-test"))
-        await client.close()
+        yield client, upstream
     finally:
+        await client.close()
         await runner.cleanup()
         await upstream_runner.cleanup()
+
+
+async def test_the_grpc_exporter_exports(tmp_path: Path, fast_batches: None) -> None:
+    otlp = OtlpReceiver()
+    server, port = await otlp.start_grpc()
+    telemetry = f'telemetry: {{traces: {{endpoint: "http://127.0.0.1:{port}", protocol: grpc}}}}\n'
+    try:
+        async with plain_gateway(tmp_path, telemetry) as (client, _):
+            raw = await client.chat.completions.with_raw_response.create(
+                model="chat", messages=[{"role": "user", "content": "Hi"}]
+            )
+            spans = await otlp.wait_for(raw.headers[TRACE_ID], has("chat gpt-test"))
+    finally:
         await server.stop(None)
     assert one(spans, "chat gpt-test").attributes["gen_ai.provider.name"] == "openai"
 
 
 async def test_without_telemetry_there_is_no_trace(tmp_path: Path) -> None:
-    upstream = FakeOpenAI()
-    upstream_runner, upstream_url = await start_site(upstream.app())
-    path = tmp_path / "gateway.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            providers:
-              up: {{type: openai, base_url: "{upstream_url}/v1", api_key: "{UPSTREAM_KEY}"}}
-            models:
-              chat: [{{target: up/gpt-test}}]
-            """
-        )
-    )
-    runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
-    try:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
+    async with plain_gateway(tmp_path) as (client, upstream):
         raw = await client.chat.completions.with_raw_response.create(
             model="chat",
             messages=[{"role": "user", "content": "Hi"}],
             extra_headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
         )
-        await client.close()
-    finally:
-        await runner.cleanup()
-        await upstream_runner.cleanup()
     assert TRACE_ID not in raw.headers
     assert "traceparent" not in upstream.headers[-1]  # not ours to forward
+
+
+async def test_a_background_response_runs_in_the_trace_of_its_request(
+    tmp_path: Path, fast_batches: None, receiver: tuple[OtlpReceiver, str]
+) -> None:
+    otlp, receiver_url = receiver
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f'telemetry: {{traces: {{endpoint: "{receiver_url}"}}}}\n'
+        f'database: {{url: "sqlite:///{tmp_path / "crossway.db"}"}}\n'
+        "providers:\n  mock: {type: mock}\n"
+    )
+    runner, url = await start_site(create_app(path, log_stream=io.StringIO()))
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="client", max_retries=0)
+    try:
+        raw = await client.responses.with_raw_response.create(
+            model="mock/echo", input="one two three", background=True
+        )
+        trace_id = raw.headers[TRACE_ID]
+        spans = await otlp.wait_for(trace_id, has("chat echo"))
+    finally:
+        await client.close()
+        await runner.cleanup()
+    request = one(spans, "POST /v1/responses")
+    attempt = one(spans, "chat echo")
+    assert attempt.trace_id == request.trace_id
+    assert attempt.attributes["gen_ai.provider.name"] == "crossway.mock"
+    assert "server.address" not in attempt.attributes  # an in-process provider
