@@ -99,7 +99,9 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         database,
         metrics,
         structlog.get_logger(),
-        journal_dir=Path(journal) if journal else default_directory(database.path),
+        journal_dir=Path(
+            config.telemetry.request_logs.journal_dir or journal or default_directory(database.path)
+        ),
     )
     loader = Loader(
         Path(config_path),

@@ -439,7 +439,9 @@ async def test_request_logs_survive_a_database_outage(
         await write(repository, records)
 
     monkeypatch.setattr(RequestLogRepository, "write", flaky)
-    async with running(tmp_path, "request_logs: {store: payloads}") as gateway:
+    journal = tmp_path / "request-journal"
+    telemetry = f'request_logs: {{store: payloads, journal_dir: "{journal}"}}'
+    async with running(tmp_path, telemetry) as gateway:
         key = await gateway.mint("through")
         failing["on"] = True
         ids = []
@@ -451,7 +453,7 @@ async def test_request_logs_survive_a_database_outage(
         await gateway.request_logs.flush()
         assert gateway.metric("crossway_request_logs_journaled_total") >= 6
         assert gateway.metric("crossway_request_logs_pending") >= 6
-        assert list((tmp_path / "data" / "ledger-journal").glob("request-log-*.jsonl"))
+        assert list(journal.glob("request-log-*.jsonl"))
         failing["on"] = False
         await until(
             lambda: gateway.metric("crossway_request_logs_pending") == 0,
