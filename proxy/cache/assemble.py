@@ -97,8 +97,9 @@ class _ChoiceParts:
                 merged[name] = value
 
 
-def assemble(chunks: Iterable[Chunk]) -> Response | None:
-    """The whole answer of a completed stream, or None if the stream was not complete."""
+def assemble(chunks: Iterable[Chunk], *, usage_required: bool = True) -> Response | None:
+    """The whole answer of a completed stream, or None if the stream was not complete (every
+    choice finished and, when ``usage_required``, a usage reported)."""
     first: Chunk | None = None
     usage: Usage | None = None
     choices: dict[int, _ChoiceParts] = {}
@@ -132,7 +133,7 @@ def assemble(chunks: Iterable[Chunk]) -> Response | None:
             if choice.finish_reason is not None:
                 parts.finish = choice.finish_reason
                 parts.stop_sequence = choice.stop_sequence
-    if first is None or usage is None or not choices:
+    if first is None or (usage is None and usage_required) or not choices:
         return None
     if any(parts.finish is None for parts in choices.values()):
         return None

@@ -321,6 +321,8 @@ class Principal(Struct, frozen=True):
     ``limits`` are the key's own, ``team_limits`` its team's (counted for the whole team).
     ``budget`` is the key's own budget, ``team_budget`` its team's (shared by all its keys),
     ``user_budget`` the one each end user a request names gets (``auth.user_budget``).
+    ``guardrails`` are the checks the key's and its team's records name (their metadata's
+    ``guardrails`` list), which the ``guardrails`` plugin runs on every request of the key.
     Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
     """
 
@@ -334,6 +336,7 @@ class Principal(Struct, frozen=True):
     budget: Budget | None = None
     team_budget: Budget | None = None
     user_budget: Budget | None = None
+    guardrails: tuple[str, ...] = ()
 
     def allows(self, model: str) -> bool:
         """Whether this principal may use ``model`` (an alias or ``provider/model``)."""
@@ -386,6 +389,8 @@ class Accounting(Struct):
     - ``saved_nanos``: on a cache hit, the cost of the original answer (stored with the
       entry, from ``cost_nanos`` of the request that filled it): what the hit saved.
     - ``fallback``: the model (alias or ``provider/model``) that served after a fallback.
+    - ``guardrails``: the ``guardrails`` plugin's verdicts, ``{check, phase, verdict}`` each,
+      in the order they were made (see :mod:`proxy.guardrails.engine`).
     """
 
     cost_nanos: int | None = None
@@ -394,6 +399,7 @@ class Accounting(Struct):
     cache: CacheResult | None = None
     saved_nanos: int | None = None
     fallback: str | None = None
+    guardrails: list[dict[str, str]] | None = None
 
 
 EncodingFormat = Literal["float", "base64"]

@@ -36,6 +36,7 @@ from proxy.governance.price_catalog import (
     price_of,
 )
 from proxy.governance.pricing import ModelPrice
+from proxy.guardrails.config import CheckConfig, parse_checks
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.state.config import StateConfig
@@ -173,6 +174,7 @@ class GatewayConfig(Struct, frozen=True):
     auth: AuthConfig = AuthConfig()
     state: StateConfig = StateConfig()
     compat: CompatConfig = CompatConfig()
+    guardrails: dict[str, CheckConfig] = msgspec.field(default_factory=dict)
 
 
 class ConfigError(Exception):
@@ -201,6 +203,7 @@ _TOP_LEVEL = frozenset(
         "auth",
         "state",
         "compat",
+        "guardrails",
     }
 )
 
@@ -253,6 +256,7 @@ def parse_config(
     auth = _auth(tree.get("auth"), errors)
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
+    guardrails = parse_checks(tree.get("guardrails"), "$.guardrails", errors)
     if (
         errors
         or server is None
@@ -281,6 +285,7 @@ def parse_config(
         auth=auth,
         state=state,
         compat=compat,
+        guardrails=guardrails,
     )
 
 
