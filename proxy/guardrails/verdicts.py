@@ -43,6 +43,7 @@ class GuardrailBlocked(GatewayError):
     """A guardrail refused the request or its answer (400 ``content_policy_violation``).
 
     The message names the check and the phase, never what it matched; ``check`` is the name.
+    A block on input made no upstream call (``attempts`` 0).
     """
 
     status = 400
@@ -55,3 +56,5 @@ class GuardrailBlocked(GatewayError):
         super().__init__(f"the {what} was blocked by the guardrail {check!r}")
         self.check = check
         self.phase = phase
+        if phase == "input":
+            self.attempts = 0  # nothing was sent upstream: the request costs nothing

@@ -71,3 +71,19 @@ async def test_teams_with_keys_cannot_be_deleted(registry: Registry):
         await registry.get_team("eng")
     with pytest.raises(NotFound):
         await registry.delete_key(record.id)
+
+
+async def test_metadata_guardrails_must_be_a_list_of_check_names(registry: Registry):
+    record, _ = await registry.create_key(NewKey(metadata={"guardrails": ["house", "no-pii"]}))
+    team = await registry.create_team(NewTeam(id="legal", metadata={"guardrails": ["ticket"]}))
+    assert team.metadata == {"guardrails": ["ticket"]}
+    for metadata, param in (
+        ({"guardrails": "house"}, "metadata.guardrails"),
+        ({"guardrails": ["ok", "not ok!"]}, "metadata.guardrails[1]"),
+        ({"guardrails": ["x"] * 33}, "metadata.guardrails"),
+    ):
+        with pytest.raises(BadRequest) as caught:
+            await registry.update_key(record.id, KeyChanges(metadata=metadata))
+        assert caught.value.param == param
+        with pytest.raises(BadRequest):
+            await registry.create_team(NewTeam(id="other", metadata=metadata))
