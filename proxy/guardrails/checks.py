@@ -76,13 +76,10 @@ class FinderCheck:
         self.finder: Finder | None = finder
 
     async def inspect(self, texts: TextSet, call: Call, phase: Phase) -> Finding:
-        """Flagged when the finder matches any text."""
+        """Flagged when the finder matches the texts (read together, one per line)."""
         finder = self.finder
         assert finder is not None
-        for text in texts.texts:
-            if finder(TextView(text)):
-                return _FLAGGED
-        return CLEAN
+        return _FLAGGED if finder(texts.view()) else CLEAN
 
 
 class RequiredPattern:

@@ -48,12 +48,9 @@ from proxy.core.plugin import Next
 from proxy.core.reply import Chunk, Reply, Response
 from proxy.guardrails.checks import Check
 from proxy.guardrails.config import Phase
-from proxy.guardrails.stream import EndCheck, GuardedStream, HeldStream, window_rewriter
+from proxy.guardrails.stream import EndCheck, GuardedStream, HeldStream, WindowWatch
 from proxy.guardrails.texts import TextSet, input_texts, output_texts, replace_input, replace_output
 from proxy.guardrails.verdicts import Finding, GuardrailBlocked, Verdict, failure_verdict
-from proxy.pii.restore import Rewriter
-from proxy.pii.scanner import Scanner
-from proxy.pii.stream import ChunkRewriter
 
 WARNED_HEADER = "x-crossway-guardrails"
 
@@ -66,8 +63,9 @@ class Guardrails:
         self._counts = metrics.guardrail_checks
         self._durations = metrics.guardrail_duration
         self._logger = logger
-        self._window = window
-        self._scanners: dict[tuple[str, ...], Scanner] = {}
+        self.window = window
+        self._counters: dict[tuple[str, str, str], Any] = {}  # the series' children, by labels
+        self._timers: dict[tuple[str, str], Any] = {}
 
     async def guard(self, call: Call, checks: Sequence[Check], next: Next) -> Reply:
         """Run ``checks`` on ``call`` and its answer; raises
@@ -91,25 +89,22 @@ class Guardrails:
         except BaseException:
             run.report()
             raise
-        if reply.stream is None or not isinstance(reply.stream, GuardedStream):
+        if type(reply.stream) is not GuardedStream:
             run.report()
         return run.headed(reply)
 
-    def scanner(self, checks: Sequence[Check]) -> Scanner:
-        """One scanner over the finders of ``checks`` (their names as entities), made once per
-        set of checks."""
-        key = tuple(check.name for check in checks)
-        scanner = self._scanners.get(key)
-        if scanner is None:
-            finders = [(check.name, check.finder) for check in checks if check.finder is not None]
-            scanner = self._scanners[key] = Scanner(finders)
-        return scanner
-
     def count(self, check: str, phase: Phase, verdict: Verdict, seconds: float | None) -> None:
         """Count one verdict (and time it, when timed)."""
-        self._counts(check, phase, verdict).inc()
+        key = (check, phase, verdict)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self._counts(check, phase, verdict)
+        counter.inc()
         if seconds is not None:
-            self._durations(check, phase).observe(seconds)
+            timer = self._timers.get(key[:2])
+            if timer is None:
+                timer = self._timers[check, phase] = self._durations(check, phase)
+            timer.observe(seconds)
 
 
 class _Run:
@@ -270,12 +265,11 @@ class _Run:
             if report:
                 self.report()
 
+        watch = None
         if windowed:
-            scanner = self._guardrails.scanner(windowed)
-            rewriter = window_rewriter(scanner, on_found, self._guardrails._window)
-        else:
-            rewriter = Rewriter(None)
-        return GuardedStream(reply.stream, ChunkRewriter(rewriter), at_end, on_over)
+            finders = [(check.name, check.finder) for check in windowed if check.finder]
+            watch = WindowWatch(finders, self._guardrails.window, on_found)
+        return GuardedStream(reply.stream, watch, at_end, on_over)
 
     # -- verdicts ---------------------------------------------------------------------------
 

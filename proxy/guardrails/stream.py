@@ -1,115 +1,237 @@
 """Output checks on a streamed answer.
 
-Checks that find matches in text (``finder``) run as the text streams, on the masking plugin's
-machinery (:mod:`proxy.pii.stream`): every text of every choice goes through a
-:class:`WindowGuard`, which holds back the last ``window`` characters and looks again at them with
-each new piece, so a word split across chunks (or across tool-argument fragments) is found before
-any part of it is released. A find of a ``block`` check raises
-:class:`~proxy.guardrails.verdicts.GuardrailBlocked` there, before the chunk that would carry it
-is made: the app writes the dialect's in-band error event and nothing more. A find of a ``warn``
-check is noted, and the text goes on unchanged.
+Checks that find matches in text (``finder``) run as the text streams, in windows across chunk
+boundaries (:class:`WindowWatch`): each text of each choice — ``content``, ``reasoning_content``,
+``refusal``, each tool call's ``arguments`` — is kept as it grows, and every batch of the
+upstream is scanned from ``window`` characters before its new text, with the masking plugin's
+finders (:mod:`proxy.pii`) on its :class:`~proxy.pii.text.TextView`. A stream item (a chunk, or
+verbatim upstream frames) is held back until each text it carries is ``window`` characters behind
+its text's end, so a word split across chunks is found before any part of it leaves. A find of a
+``block`` check raises :class:`~proxy.guardrails.verdicts.GuardrailBlocked` there, and what was
+held is dropped: the app writes the dialect's in-band error event and nothing more. A find of a
+``warn`` check is noted, and the stream goes on.
+
+Unlike the masking plugin's :mod:`proxy.pii.stream`, which rewrites what it passes, a check only
+looks: items go out as they came, verbatim upstream frames included (the OpenAI client's relay
+fast path is kept), and nothing is copied.
 
 Checks that need the whole answer run either before anything is sent (``stream: hold``: the
 plugin reads the whole stream first and answers with a :class:`HeldStream` of its chunks, or with
 the error before the first byte) or at its end (``stream: end``: :class:`GuardedStream` collects
-the chunks as they pass and runs them when the upstream stream ends, raising in place of the last
-batch, so the client has seen every earlier batch). What each leaks is said in
+the chunks and runs them when the upstream stream ends, raising in place of the last batch, so
+the client has seen every batch released before). What each leaks is said in
 ``docs/guardrails.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 
-from proxy.core.reply import Chunk, RawFrames
-from proxy.core.streams import BatchedStream, ReplyStream
-from proxy.pii.restore import OutputRedactor, Rewriter
-from proxy.pii.scanner import Found, Scanner
-from proxy.pii.stream import ChunkRewriter, RewritingStream
+from proxy.core.reply import Chunk, Delta, FunctionCallDelta, RawFrames
+from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable
+from proxy.pii.detectors import Finder
+from proxy.pii.text import TextView
 
 EndCheck = Callable[[list[Chunk]], Awaitable[None]]
 """Runs the whole-answer checks on a stream's chunks at its end; raises to block."""
 
+Key = tuple[int, str | int]  # a choice's index, and a text field's name or a tool call's index
+Item = Chunk | RawFrames
+_NO_MARKS: dict[Key, int] = {}
 
-class WindowGuard(OutputRedactor):
-    """A stage of :class:`~proxy.pii.restore.Pipeline` that tells ``on_found`` the name of each
-    check it finds (by the scanner's entity names) and passes the text on unchanged; it holds
-    back ``window`` characters, as :class:`~proxy.pii.restore.OutputRedactor` does."""
-
-    __slots__ = ()
-
-    def _redacted(self, text: str, limit: int, found: list[Found] | None = None) -> str:
-        if found is None:
-            found = self._scanner.scan(text)
-        on_found = self._on_found
-        for _, end, check in found:
-            if end > limit:
-                break
-            on_found(check)
-        return text
+_TEXT_FIELDS = ("content", "reasoning_content", "refusal")
 
 
-def window_rewriter(scanner: Scanner, on_found: Callable[[str], None], window: int) -> Rewriter:
-    """A :class:`~proxy.pii.restore.Rewriter` whose every text goes through a fresh
-    :class:`WindowGuard` over ``scanner``."""
-    labels: Mapping[str, str] = {}
+class WindowWatch:
+    """The texts of one stream, scanned with ``finders`` (``(check name, finder)`` pairs) as they
+    grow; ``on_found`` is told the name of each check that finds something (it may raise)."""
 
-    def stage() -> OutputRedactor:
-        return WindowGuard(scanner, labels, on_found, window)
+    __slots__ = ("_finders", "_on_found", "_pieces", "_tails", "_window", "lengths")
 
-    return Rewriter(None, stage)
+    def __init__(
+        self,
+        finders: Sequence[tuple[str, Finder]],
+        window: int,
+        on_found: Callable[[str], None],
+    ) -> None:
+        self._finders = tuple(finders)
+        self._window = window
+        self._on_found = on_found
+        self._tails: dict[Key, str] = {}  # each text's last characters, already scanned
+        self._pieces: dict[Key, list[str]] = {}  # what each text gained since
+        self.lengths: dict[Key, int] = {}
+        """Characters of each text so far."""
+
+    def feed(self, chunks: Sequence[Chunk]) -> dict[Key, int]:
+        """Take the texts of ``chunks`` (one stream item's); returns where each of them ends
+        (the item's marks)."""
+        marks: dict[Key, int] = {}
+        all_pieces = self._pieces
+        lengths = self.lengths
+        for chunk in chunks:
+            for choice in chunk.choices:
+                delta = choice.delta
+                if delta.tool_calls or delta.reasoning_content or delta.refusal:
+                    texts = _texts(delta)
+                else:  # the common case: text alone
+                    content = delta.content
+                    if type(content) is not str or not content:
+                        continue
+                    texts = [("content", content)]
+                for field, text in texts:
+                    key = (choice.index, field)
+                    pieces = all_pieces.get(key)
+                    if pieces is None:
+                        pieces = all_pieces[key] = []
+                    pieces.append(text)
+                    marks[key] = lengths[key] = lengths.get(key, 0) + len(text)
+        return marks
+
+    def scan(self) -> None:
+        """Scan what the texts gained since the last scan, each from ``window`` characters
+        before it; then keep only each text's last ``window`` characters."""
+        window = self._window
+        for key, pieces in self._pieces.items():
+            text = self._tails.get(key, "") + "".join(pieces)
+            view = TextView(text)
+            for name, finder in self._finders:
+                if finder(view):
+                    self._on_found(name)
+            self._tails[key] = text[-window:] if len(text) > window else text
+        self._pieces.clear()
+
+    def released(self, marks: dict[Key, int]) -> bool:
+        """Whether an item with ``marks`` may go out: each of its texts has gone on for at
+        least ``window`` characters since."""
+        lengths = self.lengths
+        window = self._window
+        return all(lengths[key] - end >= window for key, end in marks.items())
 
 
-class GuardedStream(RewritingStream):
-    """A stream whose texts pass the window checks of ``rewriter`` (None: no window checks),
-    whose chunks are collected for ``at_end`` (None: nothing runs at the end), and which tells
-    ``on_over`` once that it ended (True) or failed (False)."""
+def _texts(delta: Delta) -> list[tuple[str | int, str]]:
+    """The non-empty texts a delta carries, by field (tool calls by index)."""
+    texts: list[tuple[str | int, str]] = []
+    for field in _TEXT_FIELDS:
+        value = getattr(delta, field)
+        if type(value) is str and value:
+            texts.append((field, value))
+    for fragment in delta.tool_calls or ():
+        function = fragment.function
+        arguments = function.arguments if type(function) is FunctionCallDelta else None
+        if type(arguments) is str and arguments:
+            texts.append((fragment.index, arguments))
+    return texts
 
-    __slots__ = ("_at_end", "_chunks", "_on_over", "_over")
+
+class GuardedStream(ReplyStream, BatchedStream):
+    """A stream watched by ``watch`` (None: no window checks), whose chunks are collected for
+    ``at_end`` (None: nothing runs at the end), and which tells ``on_over`` once that it ended
+    (True) or failed (False). Errors of the inner stream propagate; closing closes it. It keeps
+    batches and verbatim frames; it gives up end hooks (a plugin outside it wraps it again)."""
+
+    __slots__ = (
+        "_at_end",
+        "_batches",
+        "_chunks",
+        "_done",
+        "_held",
+        "_inner",
+        "_on_over",
+        "_over",
+        "_ready",
+        "_watch",
+    )
 
     def __init__(
         self,
         inner: ReplyStream,
-        rewriter: ChunkRewriter,
+        watch: WindowWatch | None,
         at_end: EndCheck | None,
         on_over: Callable[[bool], None],
     ) -> None:
-        super().__init__(inner, rewriter)
+        self._inner = inner
+        self._batches = batched(inner)
+        self._watch = watch
         self._at_end = at_end
-        self._chunks: list[Chunk] = []
         self._on_over = on_over
+        self._chunks: list[Chunk] = []
+        self._held: deque[tuple[Item, dict[Key, int]]] = deque()
+        self._ready: deque[Chunk] = deque()
+        self._done = False
         self._over = False
 
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+    @property
+    def ended(self) -> bool:
+        """See :class:`~proxy.core.streams.BatchedStream`."""
+        return self._batches.ended
+
+    async def next_batch(self, raw: bool) -> list[Item]:
         """See :class:`~proxy.core.streams.BatchedStream`; raises what a check raises."""
         try:
-            batch = await super().next_batch(raw)
-            if self._at_end is not None:
-                self._collect(batch)
-                if self._done and not self._over:
-                    await self._at_end(self._chunks)
+            out = await self._next(raw)
         except BaseException:
             self._over_once(False)
             raise
         if self._done:
             self._over_once(True)
-        return batch
+        return out
 
-    def _collect(self, batch: list[Chunk | RawFrames]) -> None:
-        chunks = self._chunks
-        for item in batch:
-            if type(item) is RawFrames:
-                for payload in item.payloads():
-                    chunk = item.parse(payload)
-                    if chunk is not None:
-                        chunks.append(chunk)
-            else:
-                chunks.append(item)  # type: ignore[arg-type]  # the other kind of item
+    async def _next(self, raw: bool) -> list[Item]:
+        watch = self._watch
+        collect = self._at_end is not None
+        held = self._held
+        while not self._done:
+            batch = await self._batches.next_batch(raw)
+            ended = not batch or self._batches.ended
+            for item in batch:
+                if type(item) is RawFrames:
+                    parse = item.parse
+                    chunks = [chunk for p in item.payloads() if (chunk := parse(p)) is not None]
+                else:
+                    chunks = [item]  # type: ignore[list-item]  # a Chunk
+                if collect:
+                    self._chunks.extend(chunks)
+                held.append((item, _NO_MARKS if watch is None else watch.feed(chunks)))
+            if watch is not None:
+                watch.scan()
+            if ended:
+                if self._at_end is not None:
+                    await self._at_end(self._chunks)
+                self._done = True
+                out = [item for item, _ in held]
+                held.clear()
+                return out
+            out = []
+            while held and (watch is None or watch.released(held[0][1])):
+                out.append(held.popleft()[0])
+            if out:
+                return out
+        return []
 
     def _over_once(self, ended: bool) -> None:
         if not self._over:
             self._over = True
             self._on_over(ended)
+
+    def __aiter__(self) -> GuardedStream:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        ready = self._ready
+        while not ready:
+            batch = await self.next_batch(False)
+            if not batch:
+                raise StopAsyncIteration
+            ready.extend(batch)  # type: ignore[arg-type]  # raw False: chunks only
+        return ready.popleft()
+
+    async def aclose(self) -> None:
+        """Stop the stream and free its upstream connection."""
+        self._held.clear()
+        inner = self._inner
+        if is_closable(inner):  # a plugin's plain iterator has nothing to close
+            await inner.aclose()
 
 
 class HeldStream(ReplyStream, BatchedStream):
@@ -125,7 +247,7 @@ class HeldStream(ReplyStream, BatchedStream):
         """Always True: every chunk is here."""
         return True
 
-    async def next_batch(self, raw: bool) -> list[Chunk | RawFrames]:
+    async def next_batch(self, raw: bool) -> list[Item]:
         """Every chunk, then ``[]``."""
         chunks, self._chunks = self._chunks, None
         return list(chunks or ())

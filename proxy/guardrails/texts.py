@@ -16,6 +16,7 @@ import msgspec
 
 from proxy.core.canonical import Call, ContentPart, FunctionCall, Message, TextPart, ToolCall
 from proxy.core.reply import Response
+from proxy.pii.text import TextView
 
 # Where a text lives: ("content" | "refusal", item) or ("arguments", item, tool call index,
 # function name);
@@ -26,11 +27,12 @@ Place = tuple[Any, ...]
 class TextSet:
     """Texts and their places (see the module docstring)."""
 
-    __slots__ = ("places", "texts")
+    __slots__ = ("_view", "places", "texts")
 
     def __init__(self) -> None:
         self.texts: list[str] = []
         self.places: list[Place] = []
+        self._view: TextView | None = None
 
     def add(self, text: str, place: Place) -> None:
         """Keep ``text`` from ``place`` (an empty text is left out)."""
@@ -38,9 +40,12 @@ class TextSet:
             self.texts.append(text)
             self.places.append(place)
 
-    def joined(self) -> str:
-        """Every text, one per line (what a whole-text check reads)."""
-        return "\n".join(self.texts)
+    def view(self) -> TextView:
+        """Every text, one per line, as the detectors read it (made once, shared by the
+        checks that read this set)."""
+        if self._view is None:
+            self._view = TextView("\n".join(self.texts))
+        return self._view
 
 
 def input_texts(call: Call) -> TextSet:
@@ -64,6 +69,10 @@ def output_texts(response: Response) -> TextSet:
 
 
 def _add_message(found: TextSet, message: Message, index: int) -> None:
+    content = message.content
+    if type(content) is str and not (message.refusal or message.tool_calls):
+        found.add(content, ("content", index))  # the common case: text alone
+        return
     found.add(message.text(), ("content", index))
     if isinstance(message.refusal, str):
         found.add(message.refusal, ("refusal", index))
