@@ -2,11 +2,13 @@
 
 Checks that find matches in text (``finder``) run as the text streams, in windows across chunk
 boundaries (:class:`WindowWatch`): each text of each choice — ``content``, ``reasoning_content``,
-``refusal``, each tool call's ``arguments`` — is kept as it grows, and every batch of the
-upstream is scanned from ``window`` characters before its new text, with the masking plugin's
-finders (:mod:`proxy.pii`) on its :class:`~proxy.pii.text.TextView`. A stream item (a chunk, or
-verbatim upstream frames) is held back until each text it carries is ``window`` characters behind
-its text's end, so a word split across chunks is found before any part of it leaves. A find of a
+``refusal``, each tool call's ``arguments`` — is kept as it grows and scanned, each time a
+window's worth of new text has arrived (and at the end), from ``window`` characters before the new
+text, with the masking plugin's finders (:mod:`proxy.pii`) on its
+:class:`~proxy.pii.text.TextView`. A stream item (a chunk, or verbatim upstream frames) is held
+back until each text it carries was scanned with ``window`` characters after it (so each text is
+held back by ``window`` to twice that many characters), so a word split across chunks is found
+before any part of it leaves. A find of a
 ``block`` check raises :class:`~proxy.guardrails.verdicts.GuardrailBlocked` there, and what was
 held is dropped: the app writes the dialect's in-band error event and nothing more. A find of a
 ``warn`` check is noted, and the stream goes on.
@@ -47,7 +49,16 @@ class WindowWatch:
     """The texts of one stream, scanned with ``finders`` (``(check name, finder)`` pairs) as they
     grow; ``on_found`` is told the name of each check that finds something (it may raise)."""
 
-    __slots__ = ("_finders", "_on_found", "_pieces", "_tails", "_window", "lengths")
+    __slots__ = (
+        "_finders",
+        "_lengths",
+        "_on_found",
+        "_pieces",
+        "_scanned",
+        "_tails",
+        "_window",
+        "pending",
+    )
 
     def __init__(
         self,
@@ -60,15 +71,18 @@ class WindowWatch:
         self._on_found = on_found
         self._tails: dict[Key, str] = {}  # each text's last characters, already scanned
         self._pieces: dict[Key, list[str]] = {}  # what each text gained since
-        self.lengths: dict[Key, int] = {}
-        """Characters of each text so far."""
+        self._lengths: dict[Key, int] = {}  # characters of each text fed
+        self._scanned: dict[Key, int] = {}  # characters of each text scanned
+        self.pending = 0
+        """Characters fed since the last scan."""
 
     def feed(self, chunks: Sequence[Chunk]) -> dict[Key, int]:
         """Take the texts of ``chunks`` (one stream item's); returns where each of them ends
         (the item's marks)."""
         marks: dict[Key, int] = {}
         all_pieces = self._pieces
-        lengths = self.lengths
+        lengths = self._lengths
+        fed = 0
         for chunk in chunks:
             for choice in chunk.choices:
                 delta = choice.delta
@@ -86,6 +100,8 @@ class WindowWatch:
                         pieces = all_pieces[key] = []
                     pieces.append(text)
                     marks[key] = lengths[key] = lengths.get(key, 0) + len(text)
+                    fed += len(text)
+        self.pending += fed
         return marks
 
     def scan(self) -> None:
@@ -100,13 +116,21 @@ class WindowWatch:
                     self._on_found(name)
             self._tails[key] = text[-window:] if len(text) > window else text
         self._pieces.clear()
+        self._scanned.update(self._lengths)
+        self.pending = 0
+
+    @property
+    def due(self) -> bool:
+        """Whether a scan is due: a window's worth of text is waiting (scanning less often
+        than every piece, each text is held back ``window`` to twice that many characters)."""
+        return self.pending >= self._window
 
     def released(self, marks: dict[Key, int]) -> bool:
-        """Whether an item with ``marks`` may go out: each of its texts has gone on for at
-        least ``window`` characters since."""
-        lengths = self.lengths
+        """Whether an item with ``marks`` may go out: each of its texts was scanned with at
+        least ``window`` characters after it."""
+        lengths = self._scanned
         window = self._window
-        return all(lengths[key] - end >= window for key, end in marks.items())
+        return all(lengths.get(key, 0) - end >= window for key, end in marks.items())
 
 
 def _texts(delta: Delta) -> list[tuple[str | int, str]]:
@@ -193,7 +217,7 @@ class GuardedStream(ReplyStream, BatchedStream):
                 if collect:
                     self._chunks.extend(chunks)
                 held.append((item, _NO_MARKS if watch is None else watch.feed(chunks)))
-            if watch is not None:
+            if watch is not None and (ended or watch.due):
                 watch.scan()
             if ended:
                 if self._at_end is not None:
