@@ -11,5 +11,9 @@ ATTEMPTS_HEADER = "x-crossway-attempts"
 FALLBACK_HEADER = "x-crossway-fallback"
 """The model that served when it was not the one asked for (the ``fallback`` plugin)."""
 
+GUARDRAILS_HEADER = "x-crossway-guardrails"
+"""On a request, guardrail checks it adds by name (comma-separated); on a reply, the checks that
+warned (``warned=<names>``): the ``guardrails`` plugin."""
+
 SERVER_NAME = "crossway"
 """The ``Server`` header of every answer: the product, no version (instead of aiohttp's banner)."""

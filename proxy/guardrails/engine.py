@@ -43,6 +43,7 @@ from proxy.cache.assemble import assemble
 from proxy.cache.replay import replay_chunks
 from proxy.core.canonical import Call
 from proxy.core.errors import UpstreamError
+from proxy.core.headers import GUARDRAILS_HEADER
 from proxy.core.metrics import Metrics
 from proxy.core.plugin import Next
 from proxy.core.reply import Chunk, Reply, Response
@@ -51,8 +52,6 @@ from proxy.guardrails.config import Phase
 from proxy.guardrails.stream import EndCheck, GuardedStream, HeldStream, WindowWatch
 from proxy.guardrails.texts import TextSet, input_texts, output_texts, replace_input, replace_output
 from proxy.guardrails.verdicts import Finding, GuardrailBlocked, Verdict, failure_verdict
-
-WARNED_HEADER = "x-crossway-guardrails"
 
 
 class Guardrails:
@@ -316,7 +315,7 @@ class _Run:
     def headed(self, reply: Reply) -> Reply:
         """``reply`` with the warned checks named in its headers."""
         if self._warned:
-            reply.headers[WARNED_HEADER] = "warned=" + ",".join(self._warned)
+            reply.headers[GUARDRAILS_HEADER] = "warned=" + ",".join(self._warned)
         return reply
 
     def report(self) -> None:

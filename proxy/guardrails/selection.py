@@ -28,9 +28,9 @@ import msgspec
 
 from proxy.core.canonical import Call
 from proxy.core.errors import BadRequest, PermissionDenied
+from proxy.core.headers import GUARDRAILS_HEADER
 from proxy.guardrails.checks import Check, PiiRedaction
 
-REQUEST_HEADER = "x-crossway-guardrails"
 BODY_FIELD = "guardrails"
 
 # orq's (Presidio's) entity names and this gateway's own, to the gateway's.
@@ -171,7 +171,7 @@ def _asked(call: Call) -> list[str]:
             raise BadRequest(
                 "guardrails must be a list of guardrail names", param="guardrails"
             ) from None
-    header = call.client_headers.get(REQUEST_HEADER)
+    header = call.client_headers.get(GUARDRAILS_HEADER)
     if header:
         names += [name.strip() for name in header.split(",") if name.strip()]
     return names
