@@ -42,6 +42,7 @@ from proxy.guardrails.verdicts import CLEAN, Finding
 from proxy.guardrails.webhook import Webhook
 from proxy.pii.custom import pattern_finder, words_finder
 from proxy.pii.detectors import BUILTIN_FINDERS, Finder
+from proxy.pii.labels import PRESIDIO_LABELS
 from proxy.pii.restore import OutputRedactor
 from proxy.pii.scanner import Scanner
 from proxy.pii.secrets import find_secrets
@@ -167,17 +168,6 @@ class SchemaCheck:
         return CLEAN
 
 
-_REDACTION_LABELS = {
-    "secret": "SECRET",
-    "email": "EMAIL_ADDRESS",
-    "credit_card": "CREDIT_CARD",
-    "iban": "IBAN_CODE",
-    "us_ssn": "US_SSN",
-    "ip_address": "IP_ADDRESS",
-    "phone": "PHONE_NUMBER",
-}
-
-
 class PiiRedaction:
     """A request's own input check (orq's ``pii_redaction``): ``entities`` are redacted as
     ``<LABEL>`` (Presidio's labels, as orq writes them) before the call goes on."""
@@ -185,12 +175,12 @@ class PiiRedaction:
     __slots__ = ("_redactor", "config", "finder", "name")
 
     def __init__(self, entities: list[str]) -> None:
-        order = [entity for entity in _REDACTION_LABELS if entity in entities]
+        order = [entity for entity in PRESIDIO_LABELS if entity in entities]
         scanner = Scanner([(entity, _PII_FINDERS[entity]) for entity in order])
         self.name = "pii_redaction"
         self.config: CheckConfig = PiiCheck(on="input", entities=order)  # type: ignore[arg-type]  # names checked above
         self.finder: Finder | None = None
-        self._redactor = OutputRedactor(scanner, _REDACTION_LABELS, lambda _: None, 0)
+        self._redactor = OutputRedactor(scanner, PRESIDIO_LABELS, lambda _: None, 0)
 
     async def inspect(self, texts: TextSet, call: Call, phase: Phase) -> Finding:
         """A replacement of every text when anything was redacted, else clean."""

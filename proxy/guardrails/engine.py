@@ -56,12 +56,13 @@ from proxy.guardrails.verdicts import Finding, GuardrailBlocked, Verdict, failur
 
 class Guardrails:
     """The checks of one config, run for requests (see the module docstring). ``window``:
-    characters of streamed text held back for the window checks."""
+    characters of streamed text held back for the window checks; ``logger`` takes the
+    ``guardrail_verdicts`` lines."""
 
     def __init__(self, metrics: Metrics, logger: Any, window: int) -> None:
         self._counts = metrics.guardrail_checks
         self._durations = metrics.guardrail_duration
-        self._logger = logger
+        self.logger = logger
         self.window = window
         self._counters: dict[tuple[str, str, str], Any] = {}  # the series' children, by labels
         self._timers: dict[tuple[str, str], Any] = {}
@@ -124,13 +125,13 @@ class _Run:
         call = self._call
         texts = input_texts(call)
         for check in checks:
-            finding = await self._inspect(check, texts, "input")
-            if finding.replacement is not None:
-                self._verdict(check, "input", "modify", finding.seconds)
-                replace_input(call, texts, finding.replacement)
+            timed = await self._inspect(check, texts, "input")
+            if timed.replacement is not None:
+                self._verdict(check, "input", "modify", timed.seconds)
+                replace_input(call, texts, timed.replacement)
                 texts = input_texts(call)
                 continue
-            self._decide(check, "input", finding, retry=False)
+            self._decide(check, "input", timed, retry=False)
 
     # -- output -----------------------------------------------------------------------------
 
@@ -172,13 +173,13 @@ class _Run:
         retry; raises for a block."""
         texts = output_texts(response)
         for check in checks:
-            finding = await self._inspect(check, texts, "output")
-            if finding.replacement is not None:
-                self._verdict(check, "output", "modify", finding.seconds)
-                response = replace_output(response, texts, finding.replacement)
+            timed = await self._inspect(check, texts, "output")
+            if timed.replacement is not None:
+                self._verdict(check, "output", "modify", timed.seconds)
+                response = replace_output(response, texts, timed.replacement)
                 texts = output_texts(response)
                 continue
-            if not self._decide(check, "output", finding, retry=not retried):
+            if not self._decide(check, "output", timed, retry=not retried):
                 return None
         return response
 
@@ -226,11 +227,11 @@ class _Run:
                 return
             texts = output_texts(response)
             for check in at_end:
-                finding = await self._inspect(check, texts, "output")
-                if finding.replacement is not None:  # too late to change what was sent
-                    self._verdict(check, "output", "block", finding.seconds)
+                timed = await self._inspect(check, texts, "output")
+                if timed.replacement is not None:  # too late to change what was sent
+                    self._verdict(check, "output", "block", timed.seconds)
                     raise GuardrailBlocked(check.name, "output")
-                self._decide(check, "output", finding, retry=False)
+                self._decide(check, "output", timed, retry=False)
 
         reply.stream = self._guarded(reply, windowed, end if at_end else None, report=True)
         return reply
@@ -326,17 +327,20 @@ class _Run:
         self._reported = True
         verdicts = self._verdicts
         if any(verdict["verdict"] != "allow" for verdict in verdicts):
-            self._guardrails._logger.info(
+            self._guardrails.logger.info(
                 "guardrail_verdicts", request_id=self._call.request_id, verdicts=verdicts
             )
 
 
 class _Timed(msgspec.Struct, frozen=True):
+    """A check's finding, and the seconds it took."""
+
     finding: Finding
     seconds: float
 
     @property
     def replacement(self) -> list[str] | None:
+        """The finding's replacement texts (a webhook's modify), if any."""
         return self.finding.replacement
 
 

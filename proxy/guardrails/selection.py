@@ -30,22 +30,10 @@ from proxy.core.canonical import Call
 from proxy.core.errors import BadRequest, PermissionDenied
 from proxy.core.headers import GUARDRAILS_HEADER
 from proxy.guardrails.checks import Check, PiiRedaction
+from proxy.pii.labels import PRESIDIO_LABELS, REQUEST_NAMES
 
 BODY_FIELD = "guardrails"
 
-# orq's (Presidio's) entity names and this gateway's own, to the gateway's.
-_ORQ_ENTITIES = {
-    "email_address": "email",
-    "phone_number": "phone",
-    "credit_card": "credit_card",
-    "iban_code": "iban",
-    "us_ssn": "us_ssn",
-    "ip_address": "ip_address",
-    "email": "email",
-    "phone": "phone",
-    "iban": "iban",
-    "secret": "secret",
-}
 _NAMES = msgspec.json.Decoder(list[str])
 
 
@@ -135,10 +123,8 @@ class Selection:
             blocks = entry.get("on_failure", "block") != "passthrough"
             listed = entry.get("entities")
             entities: list[str] = []
-            for index, name in enumerate(
-                sorted(set(_ORQ_ENTITIES.values())) if listed is None else listed
-            ):
-                entity = _ORQ_ENTITIES.get(str(name).lower())
+            for index, name in enumerate(list(PRESIDIO_LABELS) if listed is None else listed):
+                entity = REQUEST_NAMES.get(str(name).lower())
                 if entity is None:
                     if blocks:
                         field = f"plugins[{position}].entities[{index}]"

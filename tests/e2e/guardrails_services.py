@@ -24,17 +24,9 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.e2e.masking_upstream import _last_user_text
+
 PIECE = 3
-
-
-def _last_user_text(messages: list[dict[str, Any]]) -> str:
-    for message in reversed(messages):
-        if message["role"] == "user":
-            content = message["content"]
-            if isinstance(content, str):
-                return content
-            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
 
 
 class Services:
