@@ -28,7 +28,7 @@ from proxy.core.reply import Reply
 from proxy.guardrails.checks import build_checks
 from proxy.guardrails.clients import Clients
 from proxy.guardrails.engine import Guardrails
-from proxy.guardrails.selection import Selection
+from proxy.guardrails.selection import Selection, without_body_field
 from proxy.runtime.plugins import PluginContext
 
 
@@ -56,6 +56,7 @@ class GuardrailsPlugin:
     async def __call__(self, call: Call, next: Next) -> Reply:
         """Run the request's checks around ``next`` (see :mod:`proxy.guardrails.engine`)."""
         checks = self._selection.choose(call)
+        call = without_body_field(call)
         if not checks:
             return await next(call)
         return await self._guardrails.guard(call, checks, next)

@@ -5,8 +5,9 @@ Mandatory, in this order, once each: ``default``; ``teams[<the key's team>]``;
 (their records' ``metadata.guardrails``, set through the admin API or the config's
 ``auth.keys`` / ``auth.teams``: :attr:`~proxy.core.canonical.Principal.guardrails`).
 
-A request adds checks by name, never removes one: the body field ``guardrails: [names]`` (taken
-out of the body: the upstream never sees it; dialects that pass unknown fields on carry it) or
+A request adds checks by name, never removes one: the body field ``guardrails: [names]``
+(:func:`without_body_field` leaves it out of what goes on: the upstream never sees it; dialects
+that pass unknown fields on carry it) or
 the header ``x-crossway-guardrails: name, name``. A name the config does not define is a 400
 ``guardrail_unknown``; ``-name`` or ``!name`` (asking to drop one) is a 403
 ``guardrail_mandatory`` when the name is mandatory for the request, and means nothing
@@ -66,8 +67,8 @@ class Selection:
         self._redactions: dict[tuple[str, ...], PiiRedaction] = {}
 
     def choose(self, call: Call) -> list[Check]:
-        """The checks ``call`` runs, mandatory first; takes the body field out of ``call``.
-        Raises the errors of the module docstring."""
+        """The checks ``call`` runs, mandatory first. Raises the errors of the module
+        docstring."""
         mandatory = self._mandatory(call)
         asked = _asked(call)
         names = list(mandatory)
@@ -146,10 +147,19 @@ class Selection:
         return checks
 
 
+def without_body_field(call: Call) -> Call:
+    """``call`` as the rest of the chain gets it: a copy without the body field when it has one
+    (the upstream never sees it; the original keeps it, for a retry from outside this link)."""
+    if BODY_FIELD not in call.extra:
+        return call
+    extra = {name: value for name, value in call.extra.items() if name != BODY_FIELD}
+    return msgspec.structs.replace(call, extra=extra)
+
+
 def _asked(call: Call) -> list[str]:
     """The names the request itself asks for: the body field's, then the header's."""
     names: list[str] = []
-    raw = call.extra.pop(BODY_FIELD, None)
+    raw = call.extra.get(BODY_FIELD)
     if raw is not None:
         try:
             names += _NAMES.decode(raw)

@@ -11,7 +11,7 @@ from proxy.core.errors import BadRequest, PermissionDenied
 from proxy.guardrails.checks import Check, PiiRedaction, build_checks
 from proxy.guardrails.clients import Clients
 from proxy.guardrails.config import parse_checks
-from proxy.guardrails.selection import Selection
+from proxy.guardrails.selection import Selection, without_body_field
 
 NAMES = ("base", "team-check", "alias-check", "id-check", "record-check", "extra", "other")
 
@@ -62,7 +62,10 @@ def test_a_request_adds_by_body_and_header() -> None:
         client_headers={"x-crossway-guardrails": " other , extra"},
     )
     assert names(selection().choose(request)) == ["base", "extra", "other"]
-    assert "guardrails" not in request.extra  # never sent upstream
+    onward = without_body_field(request)
+    assert "guardrails" not in onward.extra  # never sent upstream
+    assert "guardrails" in request.extra  # a retry from outside asks for them again
+    assert without_body_field(onward) is onward
 
 
 def test_a_request_cannot_drop_a_mandatory_check() -> None:
