@@ -251,8 +251,10 @@ class GuardedStream(ReplyStream, BatchedStream):
         return ready.popleft()
 
     async def aclose(self) -> None:
-        """Stop the stream and free its upstream connection."""
+        """Stop the stream and free its upstream connection (a stream closed before its end
+        tells ``on_over`` it failed)."""
         self._held.clear()
+        self._over_once(False)
         inner = self._inner
         if is_closable(inner):  # a plugin's plain iterator has nothing to close
             await inner.aclose()

@@ -228,3 +228,23 @@ async def test_a_check_at_the_end_of_a_stream_blocks_in_place_of_its_end() -> No
     assert FILLER.startswith(text)
     assert text
     assert count(metrics, "schema-end", "output", "block") == 1
+
+
+async def test_a_stream_closed_early_still_reports_its_verdicts() -> None:
+    guardrails, checks, _, logger = setup()
+    upstream = Upstream(FILLER * 3, piece=10)
+    reply = await guardrails.guard(call("the nightjar", stream=True), [checks["noted"]], upstream)
+    assert reply.stream is not None
+    first = await anext(aiter(reply.stream))
+    assert first.choices[0].delta.content == FILLER[:10]
+    assert logger.lines == []  # the answer is not over yet
+    await reply.stream.aclose()
+    assert logger.lines == [
+        (
+            "guardrail_verdicts",
+            {
+                "request_id": "r",
+                "verdicts": [{"check": "noted", "phase": "input", "verdict": "warn"}],
+            },
+        )
+    ]
