@@ -30,7 +30,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
-from proxy.core.reply import Chunk, Delta, FunctionCallDelta, RawFrames
+import msgspec
+
+from proxy.core.reply import Chunk, Delta, RawFrames
 from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable
 from proxy.pii.detectors import Finder
 from proxy.pii.text import TextView
@@ -76,7 +78,7 @@ class WindowWatch:
         self.pending = 0
         """Characters fed since the last scan."""
 
-    def feed(self, chunks: Sequence[Chunk]) -> dict[Key, int]:
+    def feed(self, chunks: Sequence[Chunk | _FrameText]) -> dict[Key, int]:
         """Take the texts of ``chunks`` (one stream item's); returns where each of them ends
         (the item's marks)."""
         marks: dict[Key, int] = {}
@@ -133,7 +135,38 @@ class WindowWatch:
         return all(lengths.get(key, 0) - end >= window for key, end in marks.items())
 
 
-def _texts(delta: Delta) -> list[tuple[str | int, str]]:
+class _FunctionText(msgspec.Struct):
+    arguments: str | None = None
+
+
+class _ToolText(msgspec.Struct):
+    index: int
+    function: _FunctionText | None = None
+
+
+class _DeltaText(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolText] | None = None
+
+
+class _ChoiceText(msgspec.Struct):
+    index: int
+    delta: _DeltaText = msgspec.field(default_factory=_DeltaText)
+
+
+class _FrameText(msgspec.Struct):
+    """What :class:`WindowWatch` reads of a verbatim frame: the texts of its choices."""
+
+    choices: list[_ChoiceText]
+
+
+_TEXTS_OF_FRAMES = msgspec.json.Decoder(list[_FrameText])
+"""Verbatim frames (``data: {…}\\n\\n`` each, ordinary chunk events) read as one JSON array."""
+
+
+def _texts(delta: Delta | _DeltaText) -> list[tuple[str | int, str]]:
     """The non-empty texts a delta carries, by field (tool calls by index)."""
     texts: list[tuple[str | int, str]] = []
     for field in _TEXT_FIELDS:
@@ -142,7 +175,7 @@ def _texts(delta: Delta) -> list[tuple[str | int, str]]:
             texts.append((field, value))
     for fragment in delta.tool_calls or ():
         function = fragment.function
-        arguments = function.arguments if type(function) is FunctionCallDelta else None
+        arguments = getattr(function, "arguments", None)
         if type(arguments) is str and arguments:
             texts.append((fragment.index, arguments))
     return texts
@@ -209,14 +242,25 @@ class GuardedStream(ReplyStream, BatchedStream):
             batch = await self._batches.next_batch(raw)
             ended = not batch or self._batches.ended
             for item in batch:
-                if type(item) is RawFrames:
+                marks = _NO_MARKS
+                if type(item) is not RawFrames:
+                    if collect:
+                        self._chunks.append(item)  # type: ignore[arg-type]  # a Chunk
+                    if watch is not None:
+                        marks = watch.feed((item,))  # type: ignore[arg-type]  # a Chunk
+                elif collect:
                     parse = item.parse
                     chunks = [chunk for p in item.payloads() if (chunk := parse(p)) is not None]
-                else:
-                    chunks = [item]  # type: ignore[list-item]  # a Chunk
-                if collect:
                     self._chunks.extend(chunks)
-                held.append((item, _NO_MARKS if watch is None else watch.feed(chunks)))
+                    if watch is not None:
+                        marks = watch.feed(chunks)
+                elif watch is not None:  # only the texts are needed: a lighter decoding
+                    marks = watch.feed(
+                        _TEXTS_OF_FRAMES.decode(
+                            b"[" + item.data[6:-2].replace(b"\n\ndata: ", b",") + b"]"
+                        )
+                    )
+                held.append((item, marks))
             if watch is not None and (ended or watch.due):
                 watch.scan()
             if ended:

@@ -5,14 +5,16 @@ at the end — with every verdict counted, recorded and logged without text."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from proxy.core.canonical import Call, Message, Params
 from proxy.core.metrics import Metrics
-from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, Reply, Response
+from proxy.core.reply import Choice, Chunk, ChunkChoice, Delta, RawFrames, Reply, Response
 from proxy.guardrails.checks import Check, build_checks
 from proxy.guardrails.clients import Clients
 from proxy.guardrails.config import CheckConfig, Phase, SecretsCheck, parse_checks
@@ -248,3 +250,72 @@ async def test_a_stream_closed_early_still_reports_its_verdicts() -> None:
             },
         )
     ]
+
+
+def _frames(texts: list[str]) -> RawFrames:
+    frames = b"".join(
+        b"data: "
+        + json.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+            }
+        ).encode()
+        + b"\n\n"
+        for text in texts
+    )
+    return RawFrames(frames, msgspec.json.Decoder(Chunk).decode)
+
+
+async def _frame_reads(text: str) -> AsyncIterator[Chunk | RawFrames]:
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+    for start in range(0, len(pieces), 5):
+        yield _frames(pieces[start : start + 5])
+    yield Chunk(id="c", model="m", choices=[ChunkChoice(index=0, finish_reason="stop")])
+
+
+class FrameUpstream:
+    """Streams ``text`` as verbatim frames, five 3-character pieces a read."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def __call__(self, call: Call) -> Reply:
+        return Reply(provider="p", model="m", stream=_frame_reads(self.text))  # type: ignore[arg-type]
+
+
+async def test_verbatim_frames_go_out_verbatim_and_a_split_word_is_caught() -> None:
+    guardrails, checks, _, _ = setup()
+    reply = await guardrails.guard(call("q", stream=True), [checks["words"]], FrameUpstream(FILLER))
+    assert reply.stream is not None
+    items: list[Any] = []
+    while batch := await reply.stream.next_batch(True):  # type: ignore[attr-defined]
+        items += batch
+    assert all(type(item) is RawFrames for item in items[:-1])  # as they came
+    blocked = await guardrails.guard(
+        call("q", stream=True), [checks["words"]], FrameUpstream(FILLER + "an acme tool")
+    )
+    assert blocked.stream is not None
+    sent, failure = await _read_raw(blocked)
+    assert isinstance(failure, GuardrailBlocked)
+    text = "".join(
+        chunk.choices[0].delta.content or ""
+        for frames in sent
+        for chunk in map(frames.parse, frames.payloads())
+    )
+    assert text
+    assert FILLER.startswith(text)
+
+
+async def _read_raw(reply: Reply) -> tuple[list[Any], Exception | None]:
+    """What a raw reader got, and the failure that ended it."""
+    sent: list[Any] = []
+    try:
+        while batch := await reply.stream.next_batch(True):  # type: ignore[union-attr]
+            sent += batch
+    except GuardrailBlocked as blocked:
+        return sent, blocked
+    return sent, None
