@@ -15,7 +15,8 @@ held is dropped: the app writes the dialect's in-band error event and nothing mo
 
 Unlike the masking plugin's :mod:`proxy.pii.stream`, which rewrites what it passes, a check only
 looks: items go out as they came, verbatim upstream frames included (the OpenAI client's relay
-fast path is kept), and nothing is copied.
+fast path is kept), and nothing is copied. A read of verbatim frames is decoded once, as one JSON
+array of the choices' texts alone, unless a check at the end needs the whole chunks.
 
 Checks that need the whole answer run either before anything is sent (``stream: hold``: the
 plugin reads the whole stream first and answers with a :class:`HeldStream` of its chunks, or with
