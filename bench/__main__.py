@@ -134,6 +134,13 @@ def _parser() -> argparse.ArgumentParser:
         help="command starting the gateway; {python}, {config} and {port} are substituted "
         f"(default: {DEFAULT_GATEWAY_CMD!r})",
     )
+    parser.add_argument(
+        "--conversation-bytes",
+        type=int,
+        default=0,
+        help="earlier turns of ordinary text before the prompt, up to about this many bytes "
+        "of conversation (default: 0, the prompt alone)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     return parser
 
@@ -156,6 +163,7 @@ def _options(args: argparse.Namespace) -> Options:
             request_timeout_s=_REQUEST_TIMEOUT_S,
             rounds=args.rounds,
             driver=args.driver,
+            conversation_bytes=args.conversation_bytes,
         ),
         gateway_command=args.gateway_cmd,
         extras=STANDARD_EXTRAS if args.targets is None else (),

@@ -27,12 +27,34 @@ _PROMPT = (
 )
 
 
-def request_body(stream: bool) -> bytes:
-    """Return the JSON request sent to every target; streams ask for a usage chunk."""
+_EARLIER_TURN = (
+    "Earlier we talked about how requests reach a model through a gateway: the client sends "
+    "its messages, the gateway checks who is calling and forwards them, and the answer comes "
+    "back the same way. "
+)
+
+
+def _earlier_turns(conversation_bytes: int) -> list[dict[str, str]]:
+    """Alternating user and assistant turns of ordinary text (no secrets, no personal data)
+    that bring the request's messages to about ``conversation_bytes`` bytes (none for 0)."""
+    turns: list[dict[str, str]] = []
+    size = len(_PROMPT)
+    while size < conversation_bytes:
+        role = "assistant" if len(turns) % 2 else "user"
+        turns.append({"role": role, "content": _EARLIER_TURN})
+        size += len(_EARLIER_TURN)
+    return turns
+
+
+def request_body(stream: bool, conversation_bytes: int = 0) -> bytes:
+    """Return the JSON request sent to every target; streams ask for a usage chunk. With
+    ``conversation_bytes``, earlier turns precede the prompt until the conversation's text is
+    about that long."""
     payload: dict[str, object] = {
         "model": MODEL,
         "messages": [
             {"role": "system", "content": "You are a concise technical assistant."},
+            *_earlier_turns(conversation_bytes),
             {"role": "user", "content": _PROMPT},
         ],
         "max_tokens": 64,
@@ -55,6 +77,7 @@ class LoadSpec:
     duration_s: float
     max_requests: int
     headers: tuple[tuple[str, str], ...] = ()
+    conversation_bytes: int = 0
 
 
 @dataclass
@@ -104,7 +127,7 @@ def open_session(request_timeout_s: float) -> aiohttp.ClientSession:
 
 async def run_load(session: aiohttp.ClientSession, spec: LoadSpec) -> LoadResult:
     """Drive ``spec`` through ``session`` and return what was measured."""
-    body = request_body(spec.stream)
+    body = request_body(spec.stream, spec.conversation_bytes)
     result = LoadResult()
     budget = RequestBudget(spec.max_requests)
     started = time.perf_counter()

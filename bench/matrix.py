@@ -68,6 +68,7 @@ class Settings:
     request_timeout_s: float
     rounds: int = 1
     driver: str = "aiohttp"  # or "raw": bench.raw_driver (see DRIVERS)
+    conversation_bytes: int = 0  # 0: the standard prompt (bench.driver.request_body)
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,7 @@ async def _measure_slice(cell: Cell, server: Server, settings: Settings) -> _Sli
             duration_s=duration_s,
             max_requests=max_requests,
             headers=server.headers,
+            conversation_bytes=settings.conversation_bytes,
         )
 
     rounds = settings.rounds

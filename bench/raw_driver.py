@@ -85,7 +85,9 @@ class LoadSession:
 
 async def run_load(session: LoadSession, spec: LoadSpec) -> LoadResult:
     """Drive ``spec`` through ``session`` and return what was measured."""
-    payload = request_bytes(spec.url, request_body(spec.stream), spec.headers)
+    payload = request_bytes(
+        spec.url, request_body(spec.stream, spec.conversation_bytes), spec.headers
+    )
     result = LoadResult()
     budget = RequestBudget(spec.max_requests)
     started = time.perf_counter()

@@ -29,6 +29,8 @@ GATEWAY_VARIANTS = {
     "gateway-default": "the shipped config's access log and plugin chain",
     "gateway-cost": "the cost plugin (pricing every reply) in front of the empty chain",
     "gateway-masking": "the masking plugin (every built-in entity) in front of the empty chain",
+    "gateway-guardrails": "the guardrails plugin (secrets and keywords on input and output) in "
+    "front of the empty chain",
     "gateway-auth": "the auth and limits plugins (a key with key and team limits in every request)",
     "gateway-keyed": "the auth plugin alone (a key with key and team budgets in every request)",
     "gateway-budget": "auth then the cost plugin (the key's and its team's budgets reserved and "
@@ -66,6 +68,16 @@ MASKING_PLUGINS = (
     "  - masking:\n"
     "      entities: {email: mask, phone: mask, credit_card: block, iban: mask, us_ssn: redact,\n"
     "                 ip_address: redact, secret: block}\n"
+)
+
+
+# The config of the gateway-guardrails target: the benchmark checks.
+GUARDRAILS_CONFIG = (
+    "guardrails:\n"
+    "  no-secrets: {type: secrets, on: both}\n"
+    "  competitors: {type: keywords, words: [acme, globex, initech], on: both}\n"
+    "plugins:\n"
+    "  - guardrails: {default: [no-secrets, competitors]}\n"
 )
 
 
@@ -186,6 +198,8 @@ def gateway_config_yaml(
             + f"telemetry: {{request_logs: {{store: {store}}}}}\n"
             + "plugins: []\n"
         )
+    if variant == "gateway-guardrails":
+        return server + provider + GUARDRAILS_CONFIG
     if variant != "gateway-default":
         raise ValueError(f"unknown gateway variant {variant!r}")
     return (

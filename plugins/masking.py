@@ -45,6 +45,7 @@ from proxy.core.plugin import Next
 from proxy.core.reply import Reply
 from proxy.pii.custom import pattern_finder, words_finder
 from proxy.pii.detectors import BUILTIN_FINDERS, Finder
+from proxy.pii.labels import PRESIDIO_LABELS, REQUEST_NAMES
 from proxy.pii.request import Findings, Rule, mask_messages
 from proxy.pii.restore import OutputRedactor, Rewriter
 from proxy.pii.scanner import Scanner
@@ -68,19 +69,8 @@ _BUILTIN_LABELS: dict[str, str] = {
 }
 # Per-request entity names: Presidio's, as orq uses them, and this gateway's own; the label a
 # per-request entity's placeholders carry is Presidio's.
-_REQUEST_LABELS: dict[str, str] = {
-    "secret": "SECRET",
-    "email": "EMAIL_ADDRESS",
-    "credit_card": "CREDIT_CARD",
-    "iban": "IBAN_CODE",
-    "us_ssn": "US_SSN",
-    "ip_address": "IP_ADDRESS",
-    "phone": "PHONE_NUMBER",
-}
-_REQUEST_NAMES: dict[str, str] = {
-    **{entity: entity for entity in _REQUEST_LABELS},
-    **{label.lower(): entity for entity, label in _REQUEST_LABELS.items()},
-}
+_REQUEST_LABELS = PRESIDIO_LABELS
+_REQUEST_NAMES = REQUEST_NAMES
 
 
 class CustomEntity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -196,6 +196,10 @@ def _unknown_keys(node: Any, kind: mi.Type, path: str) -> Iterator[str]:
     if isinstance(kind, mi.Metadata):
         yield from _unknown_keys(node, kind.type, path)
     elif isinstance(kind, mi.UnionType):
+        tagged = _tagged_member(node, kind)
+        if tagged is not None:
+            yield from _unknown_keys(node, tagged, path)
+            return
         for member in kind.types:
             if isinstance(member, mi.Metadata):
                 member = member.type
@@ -207,6 +211,8 @@ def _unknown_keys(node: Any, kind: mi.Type, path: str) -> Iterator[str]:
     elif isinstance(kind, mi.StructType) and isinstance(node, dict):
         fields = {f.encode_name: f.type for f in kind.fields}
         for key, value in node.items():
+            if key is True and "on" in fields:  # YAML 1.1 reads a bare `on` as true
+                key = "on"
             if key == kind.tag_field:
                 continue
             if key not in fields:
@@ -220,6 +226,20 @@ def _unknown_keys(node: Any, kind: mi.Type, path: str) -> Iterator[str]:
         items = node if isinstance(node, list) else [node]  # one deployment may stand alone
         for i, value in enumerate(items):
             yield from _unknown_keys(value, kind.item_type, f"{path}[{i}]")
+
+
+def _tagged_member(node: Any, kind: mi.UnionType) -> mi.StructType | None:
+    """The member of a union of tagged Structs that ``node`` names by its tag, if any."""
+    if not isinstance(node, dict):
+        return None
+    for member in kind.types:
+        if (
+            isinstance(member, mi.StructType)
+            and member.tag_field is not None
+            and node.get(member.tag_field) == member.tag
+        ):
+            return member
+    return None
 
 
 def _section_keys(section: str, node: Any) -> Iterator[str]:

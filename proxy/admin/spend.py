@@ -23,6 +23,7 @@ counted); other instances' queues are at most ``interval`` (1 s) behind.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -195,6 +196,7 @@ def shown(record: SpendRecord) -> dict[str, Any]:
         "attempts": record.attempts,
         "fallback": record.fallback,
         "cache": record.cache,
+        "guardrails": None if record.guardrails is None else json.loads(record.guardrails),
     }
 
 

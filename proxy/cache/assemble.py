@@ -97,8 +97,11 @@ class _ChoiceParts:
                 merged[name] = value
 
 
-def assemble(chunks: Iterable[Chunk], *, partial: bool = False) -> Response | None:
-    """The whole answer of a completed stream, or None if the stream was not complete. With
+def assemble(
+    chunks: Iterable[Chunk], *, partial: bool = False, usage_required: bool = True
+) -> Response | None:
+    """The whole answer of a completed stream (every choice finished and, when
+    ``usage_required``, a usage reported), or None if the stream was not complete. With
     ``partial``, what a stream cut short (or without usage) amounts to so far: None only when
     it had no chunk (the request logs keep what a client was sent)."""
     first: Chunk | None = None
@@ -137,7 +140,9 @@ def assemble(chunks: Iterable[Chunk], *, partial: bool = False) -> Response | No
     if first is None:
         return None
     if not partial and (
-        usage is None or not choices or any(parts.finish is None for parts in choices.values())
+        (usage is None and usage_required)
+        or not choices
+        or any(parts.finish is None for parts in choices.values())
     ):
         return None
     return Response(

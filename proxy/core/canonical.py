@@ -338,6 +338,8 @@ class Principal(Struct, frozen=True):
     ``user_budget`` the one each end user a request names gets (``auth.user_budget``).
     ``request_logs`` is what the request logs keep of its requests (``none``, ``metadata``,
     ``payloads``): the key's own setting, else its team's; None: ``telemetry.request_logs``.
+    ``guardrails`` are the checks the key's and its team's records name (their metadata's
+    ``guardrails`` list), which the ``guardrails`` plugin runs on every request of the key.
     Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
     """
 
@@ -352,6 +354,7 @@ class Principal(Struct, frozen=True):
     team_budget: Budget | None = None
     user_budget: Budget | None = None
     request_logs: Literal["none", "metadata", "payloads"] | None = None
+    guardrails: tuple[str, ...] = ()
 
     def allows(self, model: str) -> bool:
         """Whether this principal may use ``model`` (an alias or ``provider/model``)."""
@@ -406,6 +409,8 @@ class Accounting(Struct):
     - ``fallback``: the model (alias or ``provider/model``) that served after a fallback.
     - ``batch_id``: the batch this request is a line of (:mod:`proxy.batches`), set by the
       batch executor before the chain runs.
+    - ``guardrails``: the ``guardrails`` plugin's verdicts, ``{check, phase, verdict}`` each,
+      in the order they were made (see :mod:`proxy.guardrails.engine`).
     """
 
     cost_nanos: int | None = None
@@ -415,6 +420,7 @@ class Accounting(Struct):
     saved_nanos: int | None = None
     fallback: str | None = None
     batch_id: str | None = None
+    guardrails: list[dict[str, str]] | None = None
 
 
 EncodingFormat = Literal["float", "base64"]

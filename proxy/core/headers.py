@@ -14,6 +14,9 @@ FALLBACK_HEADER = "x-crossway-fallback"
 TRACE_ID_HEADER = "x-crossway-trace-id"
 """The request's trace id (32 hex digits) on every answer of a dialect route, when tracing is on
 (:mod:`proxy.core.tracing`)."""
+GUARDRAILS_HEADER = "x-crossway-guardrails"
+"""On a request, guardrail checks it adds by name (comma-separated); on a reply, the checks that
+warned (``warned=<names>``): the ``guardrails`` plugin."""
 
 SERVER_NAME = "crossway"
 """The ``Server`` header of every answer: the product, no version (instead of aiohttp's banner)."""

@@ -298,6 +298,18 @@ class Metrics:
             " block; redact_output for values the model wrote).",
             ["entity", "action"],
         )
+        self.guardrail_checks = self._counter(
+            "crossway_guardrail_checks",
+            "Guardrail verdicts, by check (its configured name), phase (input, output) and"
+            " verdict (allow, block, warn, modify, retry, error_allow, error_block).",
+            ["check", "phase", "verdict"],
+        )
+        self.guardrail_duration = self._histogram(
+            "crossway_guardrail_check_duration_seconds",
+            "Time one guardrail check took on one phase of a request.",
+            ["check", "phase"],
+            (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        )
         self.state_degraded = self._counter(
             "crossway_state_degraded",
             "Decisions taken without the shared state store because it was unavailable, by use"

@@ -132,6 +132,7 @@ spend = sa.Table(
     sa.Column("fallback", sa.String(256), nullable=True),
     sa.Column("cache", sa.String(8), nullable=True),
     sa.Column("batch_id", sa.String(64), nullable=True),  # the batch a line of ran in
+    sa.Column("guardrails", sa.Text, nullable=True),
     sa.Index("ix_spend_time", "time"),
     sa.Index("ix_spend_key_time", "key_id", "time"),
     sa.Index("ix_spend_team_time", "team", "time"),

@@ -36,6 +36,7 @@ from proxy.governance.price_catalog import (
     price_of,
 )
 from proxy.governance.pricing import ModelPrice
+from proxy.guardrails.config import CheckConfig, parse_checks
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.request_logs.config import RequestLogsConfig
@@ -220,6 +221,7 @@ class GatewayConfig(Struct, frozen=True):
     batches: BatchesConfig = BatchesConfig()
     media: MediaConfig = MediaConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    guardrails: dict[str, CheckConfig] = msgspec.field(default_factory=dict)
 
 
 class ConfigError(Exception):
@@ -251,6 +253,7 @@ _TOP_LEVEL = frozenset(
         "batches",
         "media",
         "telemetry",
+        "guardrails",
     }
 )
 
@@ -306,6 +309,7 @@ def parse_config(
     batches = _convert(tree.get("batches", {}), BatchesConfig, "$.batches", errors)
     media = _convert(tree.get("media", {}), MediaConfig, "$.media", errors)
     telemetry = _convert(tree.get("telemetry", {}), TelemetryConfig, "$.telemetry", errors)
+    guardrails = parse_checks(tree.get("guardrails"), "$.guardrails", errors)
     if (
         errors
         or server is None
@@ -340,6 +344,7 @@ def parse_config(
         batches=batches,
         media=media,
         telemetry=telemetry,
+        guardrails=guardrails,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -26,6 +26,8 @@ from proxy.core.metrics import Metrics
 from proxy.core.plugin import HOOKS, Plugin
 from proxy.core.redact import Redactor
 from proxy.governance.pricing import Catalog, PriceBook
+from proxy.guardrails.config import CheckConfig
+from proxy.providers.base import Provider
 from proxy.runtime.config import PluginSpec
 from proxy.state.config import StateConfig
 from proxy.state.policy import SharedState
@@ -46,6 +48,7 @@ BUILTINS: dict[str, str] = {
     "balance": "plugins.balance:BalancePlugin",
     "cost": "plugins.cost:CostPlugin",
     "masking": "plugins.masking:MaskingPlugin",
+    "guardrails": "plugins.guardrails:GuardrailsPlugin",
 }
 """The built-in plugins (:mod:`plugins`) by the name a config uses: ``module:Class`` references,
 so that the loader imports only what a config uses (an unused plugin costs nothing) and the
@@ -69,6 +72,8 @@ class PluginContext:
     client keys to principals for this config (:mod:`proxy.governance.auth.authenticator`); when
     none is given, one that knows no key. ``ledger`` is the process's spend ledger writer
     (:mod:`proxy.governance.ledger.writer`; kept across reloads), None when validating only.
+    ``guardrails`` are the config's named checks (its ``guardrails:`` section), ``providers``
+    its providers by name (what a moderation check calls); both empty when not given.
     """
 
     def __init__(
@@ -83,6 +88,8 @@ class PluginContext:
         database: Database | None = None,
         authenticator: Authenticator | None = None,
         ledger: LedgerWriter | None = None,
+        guardrails: Mapping[str, CheckConfig] | None = None,
+        providers: Mapping[str, Provider] | None = None,
     ) -> None:
         self.resolve = resolve
         self.metrics = metrics
@@ -94,6 +101,8 @@ class PluginContext:
         self.prices = PriceBook(Catalog({})) if prices is None else prices
         self.database = database
         self.ledger = ledger
+        self.guardrails: Mapping[str, CheckConfig] = guardrails or {}
+        self.providers: Mapping[str, Provider] = providers or {}
         if authenticator is None:
             from proxy.governance.auth.authenticator import Authenticator
             from proxy.governance.auth.config import AuthConfig

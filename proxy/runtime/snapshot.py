@@ -142,6 +142,8 @@ class Blueprint:
             database=loader.database,
             authenticator=self.authenticator,
             ledger=loader.ledger,
+            guardrails=config.guardrails,
+            providers=self.providers,
         )
         try:
             self.plugins: list[Plugin] = load_plugins(config.plugins, loader.builtins, context)

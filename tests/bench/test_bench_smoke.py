@@ -1,12 +1,14 @@
 """Smoke test of the benchmark harness: mock upstream, passthrough and driver, no timings."""
 
 import io
+import json
 from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
 
 from bench import aio
+from bench.driver import request_body
 from bench.matrix import DIRECT, CellResult, Settings, _comparable_groups, plan, run_matrix
 from bench.targets import (
     AUTH_KEY,
@@ -104,6 +106,27 @@ def test_the_masking_variant_runs_the_masking_plugin(tmp_path: Path) -> None:
     assert [spec.ref for spec in bench.plugins] == ["masking"]
     assert len(bench.plugins[0].options["entities"]) == 7
     Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
+
+
+def test_the_guardrails_variant_runs_secrets_and_keywords_both_ways(tmp_path: Path) -> None:
+    config_path = tmp_path / "gateway-guardrails.yaml"
+    config_path.write_text(gateway_config_yaml(8080, 9090, variant="gateway-guardrails"))
+    bench = load_config(config_path)
+    assert [spec.ref for spec in bench.plugins] == ["guardrails"]
+    assert {name: check.on for name, check in bench.guardrails.items()} == {
+        "no-secrets": "both",
+        "competitors": "both",
+    }
+    Loader(config_path, BUILTINS, Metrics(), io.StringIO()).load()
+
+
+def test_a_conversation_of_about_the_bytes_asked() -> None:
+    plain = json.loads(request_body(False))
+    padded = json.loads(request_body(False, 2048))
+    text = sum(len(message["content"]) for message in padded["messages"])
+    assert 2048 <= text < 2048 + 300
+    assert padded["messages"][-1] == plain["messages"][-1]
+    assert padded["messages"][0] == plain["messages"][0]
 
 
 def test_the_auth_variant_admits_its_key_within_limits(tmp_path: Path) -> None:

@@ -75,7 +75,19 @@ def principal_of(
         request_logs=key.request_logs
         if key.request_logs is not None or team is None
         else team.request_logs,
+        guardrails=_guardrails(key.metadata, None if team is None else team.metadata),
     )
+
+
+def _guardrails(*metadata: dict[str, Any] | None) -> tuple[str, ...]:
+    """The check names of each record's ``metadata.guardrails`` list, in order, once each
+    (the admin API accepts only a list of names there)."""
+    names: list[str] = []
+    for record in metadata:
+        listed = (record or {}).get("guardrails")
+        if isinstance(listed, list):
+            names += [name for name in listed if isinstance(name, str) and name not in names]
+    return tuple(names)
 
 
 def _allowed(key_models: list[str] | None, team_models: list[str] | None) -> frozenset[str] | None:

@@ -17,6 +17,7 @@ answer raises what its driver raises; the caller maps it.
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -110,6 +111,7 @@ class Registry:
     async def create_key(self, new: NewKey) -> tuple[KeyRecord, str]:
         """Mint and store a key; returns its record and the key itself (shown this once)."""
         await self._database.open()
+        _check_guardrails(new.metadata)
         now = datetime.now(UTC)
         if new.expires_at is not None and utc_moment(new.expires_at, "expires_at") <= now:
             raise BadRequest("expires_at is in the past", param="expires_at")
@@ -207,6 +209,7 @@ class Registry:
         await self._database.open()
         if new.id in self._auth.config_teams:
             raise Conflict(f"the team {new.id!r} is declared in the config file", code="exists")
+        _check_guardrails(new.metadata)
         record = TeamRecord(
             id=new.id,
             models=new.models,
@@ -279,10 +282,35 @@ class Registry:
 
 
 def _given(changes: Struct) -> dict[str, Any]:
-    """The fields a PATCH body set (``null`` included)."""
-    return {
+    """The fields a PATCH body set (``null`` included); a ``metadata`` among them is checked
+    (:func:`_check_guardrails`)."""
+    values = {
         name: value for name, value in msgspec.structs.asdict(changes).items() if value is not UNSET
     }
+    _check_guardrails(values.get("metadata"))
+    return values
+
+
+_GUARDRAIL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+
+
+def _check_guardrails(metadata: Metadata | None) -> None:
+    """``metadata.guardrails``, when given, must be a list of at most 32 check names: the checks
+    the ``guardrails`` plugin runs on every request of the key (or of the team's keys)."""
+    listed = (metadata or {}).get("guardrails")
+    if listed is None:
+        return
+    if not isinstance(listed, list) or len(listed) > 32:
+        raise BadRequest(
+            "metadata.guardrails must be a list of at most 32 check names",
+            param="metadata.guardrails",
+        )
+    for index, name in enumerate(listed):
+        if not isinstance(name, str) or not _GUARDRAIL_NAME.match(name):
+            raise BadRequest(
+                "a guardrail check name is 1-64 letters, digits, '_', '.', '-'",
+                param=f"metadata.guardrails[{index}]",
+            )
 
 
 def _check_models(models: list[str] | None, team: TeamRecord) -> None:

@@ -23,6 +23,7 @@ from proxy.core.plugin import FinishedRequest
 _MAX_TEXT = 256  # stored strings (model names, users) are bounded, as in the access log
 _NO_USAGE = Usage()
 _BIT_52 = 1 << 52
+_JSON = msgspec.json.Encoder()
 _TAILS = tuple(hex(0x1000 | n)[3:] for n in range(0x1000))  # "000" … "fff"
 
 
@@ -34,7 +35,8 @@ class SpendRecord(msgspec.Struct, gc=False):
     asked for (an alias or ``provider/model``), ``provider`` / ``upstream_model`` the deployment
     that answered. ``status`` is the HTTP status the client got (499: it went away first);
     ``cache`` the cache's verdict (``hit`` costs 0 and records what it saved); ``batch_id``
-    the batch the request was a line of.
+    the batch the request was a line of. ``guardrails`` the ``guardrails`` plugin's verdicts as
+    JSON text, a list of ``{check, phase, verdict}`` (None: no check ran).
     """
 
     id: str
@@ -64,6 +66,7 @@ class SpendRecord(msgspec.Struct, gc=False):
     fallback: str | None
     cache: str | None
     batch_id: str | None = None
+    guardrails: str | None = None
 
 
 class RecordIds:
@@ -122,11 +125,14 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
     call = request.call
     principal = request.principal
     usage = request.usage
+    guardrails = None
     if call is None:
         model = user = ttft = None
         cost = source = saved = fallback = cache = batch = None
     else:
         accounting = call.accounting
+        if accounting.guardrails:
+            guardrails = _JSON.encode(accounting.guardrails).decode()
         if accounting.usage is not None:
             usage = accounting.usage
         cost, source = accounting.cost_nanos, accounting.cost_source
@@ -171,6 +177,7 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         fallback,
         cache,
         batch,
+        guardrails,
     )
 
 

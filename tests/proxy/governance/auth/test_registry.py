@@ -86,3 +86,19 @@ def test_a_keys_request_log_mode_wins_over_its_teams() -> None:
     )  # fmt: skip
     assert principal_of(own, team).request_logs == "none"
     assert principal_of(key, None).request_logs is None  # the config's
+
+
+async def test_metadata_guardrails_must_be_a_list_of_check_names(registry: Registry):
+    record, _ = await registry.create_key(NewKey(metadata={"guardrails": ["house", "no-pii"]}))
+    team = await registry.create_team(NewTeam(id="legal", metadata={"guardrails": ["ticket"]}))
+    assert team.metadata == {"guardrails": ["ticket"]}
+    for metadata, param in (
+        ({"guardrails": "house"}, "metadata.guardrails"),
+        ({"guardrails": ["ok", "not ok!"]}, "metadata.guardrails[1]"),
+        ({"guardrails": ["x"] * 33}, "metadata.guardrails"),
+    ):
+        with pytest.raises(BadRequest) as caught:
+            await registry.update_key(record.id, KeyChanges(metadata=metadata))
+        assert caught.value.param == param
+        with pytest.raises(BadRequest):
+            await registry.create_team(NewTeam(id="other", metadata=metadata))
