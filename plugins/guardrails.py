@@ -61,6 +61,20 @@ class GuardrailsPlugin:
             return await next(call)
         return await self._guardrails.guard(call, checks, next)
 
+    def span_attributes(self, call: Call) -> dict[str, list[str]]:
+        """``crossway.guardrails`` on the plugin's span when tracing is on: the verdicts made by
+        the time its link returned, ``<check>:<phase>:<verdict>`` each, in order (a streamed
+        answer's output verdicts come after: the ledger record and the metrics have them)."""
+        verdicts = call.accounting.guardrails
+        if not verdicts:
+            return {}
+        return {
+            "crossway.guardrails": [
+                f"{verdict['check']}:{verdict['phase']}:{verdict['verdict']}"
+                for verdict in verdicts
+            ]
+        }
+
     async def close(self) -> None:
         """Close the webhooks' and moderation providers' connections."""
         await self._clients.close()

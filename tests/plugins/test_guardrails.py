@@ -65,3 +65,24 @@ async def test_no_check_is_a_plain_pass_through() -> None:
 
     assert await plugin(call, upstream) is reply
     await plugin.close()
+
+
+async def test_its_span_names_the_verdicts_of_the_request() -> None:
+    plugin = GuardrailsPlugin(
+        GuardrailsOptions(default=["words"]),
+        context({"words": {"type": "keywords", "words": ["globex"], "on": "input"}}),
+    )
+    call = Call(
+        request_id="r",
+        dialect="openai",
+        model="m",
+        messages=[Message(role="user", content="hello")],
+    )
+
+    async def upstream(given: Call) -> Reply:
+        return Reply(provider="p", model="m")
+
+    assert plugin.span_attributes(call) == {}  # nothing decided yet
+    await plugin(call, upstream)
+    assert plugin.span_attributes(call) == {"crossway.guardrails": ["words:input:allow"]}
+    await plugin.close()
