@@ -126,11 +126,18 @@ async def test_json_schema_of_its_own() -> None:
 def test_the_registry_refuses_what_cannot_be_built() -> None:
     with pytest.raises(ValueError, match=r"guardrails.re: pattern '\(' is not a valid"):
         checks({"re": {"type": "regex", "pattern": "("}})
-    mock = MockProvider("mock", MockConfig())
-    with pytest.raises(ValueError, match="'mock' is not an OpenAI-compatible provider"):
-        checks({"mod": {"type": "moderation", "provider": "mock"}}, {"mock": mock})
-    with pytest.raises(ValueError, match="'absent' is not an OpenAI-compatible provider"):
+    with pytest.raises(ValueError, match="'absent' of the config serves no moderations"):
         checks({"mod": {"type": "moderation", "provider": "absent"}})
+
+
+async def test_moderation_asks_the_providers_moderation_capability() -> None:
+    # The mock answers moderations in-process: a category is flagged when its name is a word.
+    mock = MockProvider("mock", MockConfig())
+    section = {"type": "moderation", "provider": "mock", "categories": ["harassment"]}
+    check = checks({"mod": section}, {"mock": mock})["mod"]
+    assert await flagged(check, call("a harassment of sorts"))
+    assert not await flagged(check, call("hate speech"))  # a category it does not watch
+    assert not await flagged(check, call("good morning"))
 
 
 async def test_orq_redaction_replaces_values_with_labels() -> None:
