@@ -194,6 +194,9 @@ def shown(record: SpendRecord) -> dict[str, Any]:
         "attempts": record.attempts,
         "fallback": record.fallback,
         "cache": record.cache,
+        "mcp_server": record.mcp_server,
+        "mcp_tool": record.mcp_tool,
+        "mcp_bytes": record.mcp_bytes,
     }
 
 

@@ -321,6 +321,7 @@ class Principal(Struct, frozen=True):
     ``limits`` are the key's own, ``team_limits`` its team's (counted for the whole team).
     ``budget`` is the key's own budget, ``team_budget`` its team's (shared by all its keys),
     ``user_budget`` the one each end user a request names gets (``auth.user_budget``).
+    ``mcp`` and ``team_mcp`` are the key's and its team's MCP grants (:meth:`allows_tool`).
     Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
     """
 
@@ -334,6 +335,8 @@ class Principal(Struct, frozen=True):
     budget: Budget | None = None
     team_budget: Budget | None = None
     user_budget: Budget | None = None
+    mcp: frozenset[str] | None = None
+    team_mcp: frozenset[str] | None = None
 
     def allows(self, model: str) -> bool:
         """Whether this principal may use ``model`` (an alias or ``provider/model``)."""
@@ -342,6 +345,22 @@ class Principal(Struct, frozen=True):
             return True
         provider, slash, _ = model.partition("/")
         return bool(slash) and f"{provider}/*" in models
+
+    def allows_tool(self, server: str, tool: str | None = None) -> bool:
+        """Whether this principal may use MCP ``server`` (with ``tool`` given: that tool of it).
+
+        ``mcp`` (the key's) and ``team_mcp`` (its team's) each hold ``server/tool`` and
+        ``server/*`` grants; None means every server and tool. Both must allow it."""
+        return _grants_allow(self.mcp, server, tool) and _grants_allow(self.team_mcp, server, tool)
+
+
+def _grants_allow(grants: frozenset[str] | None, server: str, tool: str | None) -> bool:
+    if grants is None or f"{server}/*" in grants:
+        return True
+    if tool is None:
+        prefix = f"{server}/"
+        return any(grant.startswith(prefix) for grant in grants)
+    return f"{server}/{tool}" in grants
 
 
 ANONYMOUS = Principal()

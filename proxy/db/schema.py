@@ -73,6 +73,7 @@ teams = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.Column("budget", BudgetJSON, nullable=True),
+    sa.Column("mcp", sa.JSON, nullable=True),  # MCP servers and tools allowed (0014)
 )
 
 keys = sa.Table(
@@ -94,6 +95,7 @@ keys = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.Column("budget", BudgetJSON, nullable=True),
+    sa.Column("mcp", sa.JSON, nullable=True),  # MCP servers and tools allowed (0014)
 )
 
 # The spend ledger: one row per request (proxy/governance/ledger/spend_db.py). Money in integer
@@ -129,6 +131,10 @@ spend = sa.Table(
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("fallback", sa.String(256), nullable=True),
     sa.Column("cache", sa.String(8), nullable=True),
+    # An MCP tool call (0014): the server, the tool and the bytes of its result
+    sa.Column("mcp_server", sa.String(128), nullable=True),
+    sa.Column("mcp_tool", sa.String(256), nullable=True),
+    sa.Column("mcp_bytes", sa.BigInteger, nullable=True),
     sa.Index("ix_spend_time", "time"),
     sa.Index("ix_spend_key_time", "key_id", "time"),
     sa.Index("ix_spend_team_time", "team", "time"),

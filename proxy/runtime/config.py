@@ -36,6 +36,7 @@ from proxy.governance.price_catalog import (
     price_of,
 )
 from proxy.governance.pricing import ModelPrice
+from proxy.mcp.config import McpConfig, check_mcp
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.state.config import StateConfig
@@ -173,6 +174,7 @@ class GatewayConfig(Struct, frozen=True):
     auth: AuthConfig = AuthConfig()
     state: StateConfig = StateConfig()
     compat: CompatConfig = CompatConfig()
+    mcp: McpConfig = McpConfig()
 
 
 class ConfigError(Exception):
@@ -198,6 +200,7 @@ _TOP_LEVEL = frozenset(
         "plugins",
         "pricing",
         "database",
+        "mcp",
         "auth",
         "state",
         "compat",
@@ -253,6 +256,9 @@ def parse_config(
     auth = _auth(tree.get("auth"), errors)
     state = _convert(tree.get("state", {}), StateConfig, "$.state", errors)
     compat = _convert(tree.get("compat", {}), CompatConfig, "$.compat", errors)
+    mcp = _convert(tree.get("mcp", {}), McpConfig, "$.mcp", errors)
+    if mcp is not None:
+        check_mcp(mcp, errors)
     if (
         errors
         or server is None
@@ -263,6 +269,7 @@ def parse_config(
         or auth is None
         or state is None
         or compat is None
+        or mcp is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -281,6 +288,7 @@ def parse_config(
         auth=auth,
         state=state,
         compat=compat,
+        mcp=mcp,
     )
 
 

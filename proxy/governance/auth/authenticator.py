@@ -123,6 +123,7 @@ class Authenticator:
                 created_at=self.loaded_at,
                 source="config",
                 budget=team.budget,
+                mcp=team.mcp,
             )
             for team_id, team in auth.teams.items()
         }
@@ -147,6 +148,7 @@ class Authenticator:
                 created_at=self.loaded_at,
                 source="config",
                 budget=declared.budget,
+                mcp=declared.mcp,
             )
             self.config_keys.append(record)
             self._declared[hash_key(declared.key)] = self._entry(record, None, 0.0)

@@ -26,7 +26,7 @@ KEY_FIELDS: tuple[str, ...] = (
     "max_parallel",
     "blocked",
 )
-KEY_FIELDS += ("expires_at", "metadata", "budget")
+KEY_FIELDS += ("expires_at", "metadata", "budget", "mcp")
 _COLUMN = {"user": "user_id"}  # record field -> column, where they differ
 _TEAM_COLUMNS = [column.label(f"team_{column.name}") for column in teams.c]
 
@@ -224,4 +224,5 @@ def key_record(row: RowMapping | Mapping[str, Any]) -> KeyRecord:
         metadata=row["metadata"],
         created_at=row["created_at"],
         budget=row["budget"],
+        mcp=row["mcp"],
     )

@@ -30,7 +30,15 @@ from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.core.moments import utc_moment
 from proxy.db import Database
 from proxy.governance.auth.authenticator import Authenticator
-from proxy.governance.auth.config import Alias, ModelName, Moment, Positive, PositiveBig, TeamId
+from proxy.governance.auth.config import (
+    Alias,
+    McpGrants,
+    ModelName,
+    Moment,
+    Positive,
+    PositiveBig,
+    TeamId,
+)
 from proxy.governance.auth.keys_db import KeyFilter, KeyRepository
 from proxy.governance.auth.records import KeyRecord, TeamRecord
 from proxy.governance.auth.teams_db import TeamRepository
@@ -53,6 +61,7 @@ class NewKey(Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: Moment | None = None
     metadata: Metadata | None = None
     budget: Budget | None = None
+    mcp: McpGrants | None = None
 
 
 class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -67,6 +76,7 @@ class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: Moment | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
     budget: Budget | UnsetType | None = UNSET
+    mcp: McpGrants | UnsetType | None = UNSET
 
 
 class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
@@ -79,6 +89,7 @@ class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
     max_parallel: Positive | None = None
     metadata: Metadata | None = None
     budget: Budget | None = None
+    mcp: McpGrants | None = None
 
 
 class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -90,6 +101,7 @@ class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
     max_parallel: Positive | UnsetType | None = UNSET
     metadata: Metadata | UnsetType | None = UNSET
     budget: Budget | UnsetType | None = UNSET
+    mcp: McpGrants | UnsetType | None = UNSET
 
 
 class Registry:
@@ -128,6 +140,7 @@ class Registry:
             metadata=new.metadata,
             created_at=now,
             budget=new.budget,
+            mcp=new.mcp,
         )
         await self._keys.insert(record, hash_key(key))
         return record, key
@@ -211,6 +224,7 @@ class Registry:
             metadata=new.metadata,
             created_at=datetime.now(UTC),
             budget=new.budget,
+            mcp=new.mcp,
         )
         try:
             await self._teams.insert(record)

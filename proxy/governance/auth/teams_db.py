@@ -12,7 +12,7 @@ from proxy.db import Database
 from proxy.db.schema import teams
 from proxy.governance.auth.records import TeamRecord
 
-TEAM_FIELDS = ("models", "rpm", "tpm", "max_parallel", "metadata", "budget")
+TEAM_FIELDS = ("models", "rpm", "tpm", "max_parallel", "metadata", "budget", "mcp")
 
 
 class TeamRepository:
@@ -79,4 +79,5 @@ def team_record(row: RowMapping | Mapping[str, Any]) -> TeamRecord:
         metadata=row["metadata"],
         created_at=row["created_at"],
         budget=row["budget"],
+        mcp=row["mcp"],
     )

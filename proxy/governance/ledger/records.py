@@ -33,7 +33,9 @@ class SpendRecord(msgspec.Struct, gc=False):
     orq ``identity.id``), else the user the key belongs to. ``model`` is the model the client
     asked for (an alias or ``provider/model``), ``provider`` / ``upstream_model`` the deployment
     that answered. ``status`` is the HTTP status the client got (499: it went away first);
-    ``cache`` the cache's verdict (``hit`` costs 0 and records what it saved).
+    ``cache`` the cache's verdict (``hit`` costs 0 and records what it saved). An MCP tool call
+    (``dialect`` ``mcp``) names its ``mcp_server`` and ``mcp_tool`` (``model`` is
+    ``server/tool``), and ``mcp_bytes`` is the size of the result it returned.
     """
 
     id: str
@@ -62,6 +64,9 @@ class SpendRecord(msgspec.Struct, gc=False):
     attempts: int
     fallback: str | None
     cache: str | None
+    mcp_server: str | None = None
+    mcp_tool: str | None = None
+    mcp_bytes: int | None = None
 
 
 class RecordIds:
