@@ -24,8 +24,10 @@ from mcp.client.session import ClientSession, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from playwright.async_api import expect
 
 from proxy.server.app import create_app
+from tests.e2e.browser import browser
 from tests.e2e.conftest import start_site
 from tests.e2e.mcp_servers import Record, serve_http, tools_server
 
@@ -420,3 +422,30 @@ async def test_one_server_down_leaves_the_others_working(served: Served) -> None
         assert text_of(await client.call_tool("github__echo", {"text": "y"})) == "github:y"
     metrics = await served.metrics()
     assert 'crossway_mcp_server_up{server="flaky"} 0.0' in metrics
+
+
+async def test_the_admin_ui_shows_servers_tools_and_recent_calls(
+    served: Served, tmp_path: Path
+) -> None:
+    async with session(served, FULL) as client:
+        await client.call_tool("github__echo", {"text": "ui"})
+    errors: list[str] = []
+    async with browser(tmp_path / "profile") as context:
+        page = await context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        await page.goto(f"{served.url}/ui/")
+        await page.get_by_label("Master key").fill(MASTER)
+        await page.get_by_role("button", name="Sign in").click()
+        await page.get_by_role("link", name="MCP").click()
+        await expect(page.get_by_role("heading", name="MCP", exact=True)).to_be_visible()
+        servers = page.get_by_role("table", name="MCP servers")
+        github = servers.get_by_role("row").filter(has_text="github")
+        await expect(github).to_contain_text("streamable_http")
+        await expect(github).to_contain_text("up")
+        tools = page.get_by_role("table", name="Tools by server")
+        await expect(tools.get_by_role("row").filter(has_text="search").first).to_be_visible()
+        calls = page.get_by_role("table", name="Latest tool calls, newest first")
+        await expect(calls.get_by_role("row").nth(1)).to_contain_text("echo")
+        await expect(calls.get_by_role("row").nth(1)).to_contain_text("full")
+        assert TOKEN not in await page.content()
+    assert errors == []
