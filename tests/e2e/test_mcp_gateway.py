@@ -26,6 +26,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from playwright.async_api import expect
 
+from proxy.mcp.gateway import MCP_HUB
 from proxy.server.app import create_app
 from tests.e2e.browser import browser
 from tests.e2e.conftest import start_site
@@ -100,7 +101,8 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
                   keys:
                     - {{key: "{FULL}", alias: full}}
                     - {{key: "{NARROW}", alias: narrow, team: support}}
-                    - {{key: "{LIMITED}", alias: limited, rpm: 2, mcp: {{github: "*"}}}}
+                    - {{key: "{LIMITED}", alias: limited, rpm: 3, max_parallel: 1,
+                       mcp: {{github: "*"}}}}
                 providers: {{mock: {{type: mock}}}}
                 plugins: [{{auth: {{}}}}]
                 mcp:
@@ -309,13 +311,32 @@ async def test_a_tool_list_change_is_relayed(served: Served) -> None:
 
 async def test_limits_apply_to_tool_calls(served: Served) -> None:
     async with session(served, LIMITED) as client:
-        assert await names(client) == [n for n in await names(client) if n.startswith("github__")]
-        await client.call_tool("github__echo", {"text": "1"})
-        await client.call_tool("github__echo", {"text": "2"})
-        with pytest.raises(MCPError) as limited:
-            await client.call_tool("github__echo", {"text": "3"})
+        listed = await names(client)
+        assert listed
+        assert all(name.startswith("github__") for name in listed)
+        waiting = asyncio.ensure_future(client.call_tool("github__wait", {"label": "held"}))
+
+        async def released() -> bool:  # the cancelled wait call is over: its slot is free
+            recent = served.app[MCP_HUB].recent
+            return any(c["tool"] == "wait" and c["key_alias"] == "limited" for c in recent)
+
+        await asyncio.sleep(0.5)  # the wait call holds the key's one max_parallel slot
+        with pytest.raises(MCPError) as parallel:
+            await client.call_tool("github__echo", {"text": "2"})
+        assert parallel.value.code == -32029
+        assert parallel.value.data["code"] == "rate_limit_exceeded"
+        assert "in flight" in parallel.value.message
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, MCPError):
+            await waiting
+        await eventually(released)
+        await client.call_tool("github__echo", {"text": "3"})
+        await client.call_tool("github__echo", {"text": "4"})  # rpm 3: wait, echo 3, echo 4
+        with pytest.raises(MCPError) as limited:  # (a call refused for its slot took nothing)
+            await client.call_tool("github__echo", {"text": "5"})
         assert limited.value.code == -32029
         assert limited.value.data["status"] == 429
+        assert "rpm" in limited.value.message
 
 
 async def test_a_key_is_required(served: Served) -> None:
