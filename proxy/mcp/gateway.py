@@ -3,7 +3,8 @@
 It builds the :class:`~proxy.mcp.hub.McpHub` of ``mcp.servers`` (connected when the app starts,
 disconnected — stdio processes terminated — when it stops), the governed tool calls
 (:mod:`proxy.mcp.calls`), the methods and the routes ``/mcp`` and ``/mcp/{server}``
-(:mod:`proxy.mcp.routes`). Without servers in the config it adds nothing (the paths are 404).
+(:mod:`proxy.mcp.routes`), and the Responses API's MCP loop over them. Without servers in the
+config it adds no route (the paths are 404).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from proxy.mcp.calls import Ledger, ToolCalls
 from proxy.mcp.config import McpConfig
 from proxy.mcp.hub import McpHub
 from proxy.mcp.methods import Methods
+from proxy.mcp.responses_loop import McpToolLoop
 from proxy.mcp.routes import Authenticate, McpRoutes, Wrap
 from proxy.state.policy import SharedState
 
@@ -36,11 +38,12 @@ def add_mcp_gateway(
     logger: Callable[[], Any],
     request_id: Callable[[web.Request], str],
     wrap: Wrap,
-) -> McpHub | None:
-    """Add the MCP gateway to ``app`` (module docstring); its hub (also ``app[MCP_HUB]``), or
-    None when no server is configured."""
+) -> McpToolLoop:
+    """Add the MCP gateway to ``app`` (module docstring); the loop that runs the Responses
+    API's MCP tools on it (:mod:`proxy.mcp.responses_loop`; one that refuses every MCP tool when
+    no server is configured). The hub is ``app[MCP_HUB]``."""
     if not config.servers:
-        return None
+        return McpToolLoop(None, None)
     hub = McpHub(config, logger(), metrics)
     prices = {name: server.price_per_call for name, server in config.servers.items()}
     calls = ToolCalls(state, ledger, metrics, logger(), prices, hub.recent)
@@ -57,4 +60,4 @@ def add_mcp_gateway(
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
-    return hub
+    return McpToolLoop(hub, calls)

@@ -230,7 +230,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         edges.plain,
     )
     add_ui_routes(app, edges.plain)
-    add_mcp_gateway(  # /mcp and /mcp/{server} (when mcp.servers is configured)
+    app[RESPONSES].mcp = add_mcp_gateway(  # /mcp, /mcp/{server}; Responses' mcp tools
         app,
         config.mcp,
         state=state,

@@ -44,6 +44,11 @@ def tools_server(name: str, record: Record) -> MCPServer:
         return f"{name}:{text}"
 
     @server.tool()
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"{name}: sunny in {city}"
+
+    @server.tool()
     def add(a: int, b: int) -> int:
         """Add two numbers."""
         return a + b

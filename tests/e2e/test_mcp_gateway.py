@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import mcp.types as types
+import openai
 import pytest
 import pytest_asyncio
 from aiohttp import web
@@ -31,6 +32,8 @@ from proxy.server.app import create_app
 from tests.e2e.browser import browser
 from tests.e2e.conftest import start_site
 from tests.e2e.mcp_servers import Record, serve_http, tools_server
+from tests.proxy.providers.fakes.anthropic import AnthropicFake
+from tests.proxy.providers.fakes.gemini import GeminiFake
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,6 +46,22 @@ TOKEN = "ghp-upstream-token-0123456789abcdefXYZ"
 STDIO_SECRET = "stdio-secret-value-9876543210zyxwv"
 
 
+class Sentinel:
+    """An HTTP server that counts the requests it gets (none must reach it)."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+
+    def app(self) -> web.Application:
+        async def hit(request: web.Request) -> web.Response:
+            self.hits += 1
+            return web.Response(status=404)
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", hit)
+        return app
+
+
 class Served:
     """The gateway and the MCP servers behind it."""
 
@@ -52,6 +71,13 @@ class Served:
         self.logs = logs
         self.records: dict[str, Record] = {}
         self.stoppers: dict[str, Callable[[], Awaitable[None]]] = {}
+        self.fakes: dict[str, Any] = {}
+        self.sentinel = Sentinel()
+        self.sentinel_url = ""
+        self.github_url = ""
+
+    def openai(self, key: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
 
     async def admin(self, path: str) -> Any:
         headers = {"Authorization": f"Bearer {MASTER}"}
@@ -88,6 +114,15 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
         assert flaky_process.stdout is not None
         flaky_url = (await asyncio.wait_for(flaky_process.stdout.readline(), 20)).decode().strip()
         assert flaky_url.startswith("http://127.0.0.1:"), "the flaky server did not start"
+        anthropic_fake, gemini_fake = AnthropicFake(), GeminiFake()
+        providers = {}
+        for name, fake in (("anth", anthropic_fake), ("gem", gemini_fake)):
+            fake_runner, fake_url = await start_site(fake.app())
+            stack.push_async_callback(fake_runner.cleanup)
+            providers[name] = fake.config(fake_url)
+        sentinel = Sentinel()
+        sentinel_runner, sentinel_url = await start_site(sentinel.app())
+        stack.push_async_callback(sentinel_runner.cleanup)
         config = tmp / "gateway.yaml"
         config.write_text(
             textwrap.dedent(
@@ -103,7 +138,10 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
                     - {{key: "{NARROW}", alias: narrow, team: support}}
                     - {{key: "{LIMITED}", alias: limited, rpm: 3, max_parallel: 1,
                        mcp: {{github: "*"}}}}
-                providers: {{mock: {{type: mock}}}}
+                providers: {json.dumps(providers)}
+                models:
+                  claude: [{{target: anth/text}}]
+                  gem: [{{target: gem/text}}]
                 plugins: [{{auth: {{}}}}]
                 mcp:
                   health_interval: 0.2
@@ -133,6 +171,9 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
         stack.push_async_callback(runner.cleanup)
         gateway = Served(url, app, logs)
         gateway.records = {"github": github, "search": search}
+        gateway.fakes = {"anthropic": anthropic_fake, "gemini": gemini_fake}
+        gateway.sentinel, gateway.sentinel_url = sentinel, sentinel_url
+        gateway.github_url = github_url
         gateway.stoppers["flaky"] = lambda: _end(flaky_process)  # awaited by the test
         async with session(gateway, FULL) as client:
             await eventually(lambda: _all_up(client))
@@ -470,3 +511,55 @@ async def test_the_admin_ui_shows_servers_tools_and_recent_calls(
         await expect(calls.get_by_role("row").nth(1)).to_contain_text("full")
         assert TOKEN not in await page.content()
     assert errors == []
+
+
+@pytest.mark.parametrize(("model", "fake"), [("claude", "anthropic"), ("gem", "gemini")])
+async def test_a_responses_request_runs_mcp_tools_on_any_provider(
+    served: Served, model: str, fake: str
+) -> None:
+    mcp_tool = {
+        "type": "mcp",
+        "server_label": "github",
+        "allowed_tools": ["weather"],
+        "require_approval": "never",
+    }
+    response = await served.openai(FULL).responses.create(
+        model=model, input="What is the weather?", tools=[mcp_tool]
+    )
+    kinds = [item.type for item in response.output]
+    assert kinds == ["mcp_list_tools", "mcp_call", "message"]
+    listed, called = response.output[:2]
+    assert [tool.name for tool in listed.tools] == ["weather"]
+    assert called.server_label == "github"
+    assert called.name == "weather"
+    assert json.loads(called.arguments) == {"city": "Paris"}
+    assert called.output == "github: sunny in Paris"
+    assert response.output_text == f"Hello from {fake}"
+    second = served.fakes[fake].requests[-1].body  # the round that got the tool's result
+    assert "github: sunny in Paris" in json.dumps(second)
+    logs = await served.admin("/admin/spend/logs?model=github/weather&limit=10")
+    assert any(r["mcp_tool"] == "weather" and r["key_alias"] == "full" for r in logs["data"])
+
+
+async def test_a_server_url_names_a_configured_server_or_is_refused_before_connecting(
+    served: Served,
+) -> None:
+    client = served.openai(FULL)
+    by_url = {"type": "mcp", "server_label": "gh", "server_url": served.github_url,
+              "allowed_tools": ["weather"], "require_approval": "never"}  # fmt: skip
+    response = await client.responses.create(model="claude", input="hi", tools=[by_url])
+    assert response.output[1].output == "github: sunny in Paris"
+    elsewhere = {**by_url, "server_url": served.sentinel_url + "/mcp"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(model="claude", input="hi", tools=[elsewhere])
+    assert refused.value.code == "mcp_server_not_allowed"
+    assert served.sentinel.hits == 0  # no connection was made
+    with pytest.raises(openai.BadRequestError) as streamed:
+        await client.responses.create(model="claude", input="hi", tools=[by_url], stream=True)
+    assert streamed.value.param == "stream"
+    with pytest.raises(openai.PermissionDeniedError):  # the key's grants apply here too
+        await served.openai(NARROW).responses.create(
+            model="claude",
+            input="hi",
+            tools=[{**by_url, "server_url": None, "server_label": "search"}],
+        )
