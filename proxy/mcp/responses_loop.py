@@ -18,8 +18,12 @@
    ``max_tool_calls`` calls the MCP tools are withdrawn for a last round. A reply that calls
    no offered tool (or a function tool of the client's own) ends the loop: it is the answer.
 
-The answer is whole: a Responses request with MCP tools and ``stream: true`` is a 400 naming
-``stream`` (the loop does not stream yet). The usage of the answer is the sum of every round's.
+Every round is asked whole (its tool calls must be complete to run them). A streamed request
+is answered as a stream: ``response.created``, the MCP items (``response.output_item.added`` /
+``done`` at output indexes 0…k-1, :class:`~proxy.dialects.responses.stream.ResponsesStreamEncoder`),
+then the last round's answer told as the Responses API streams it (replayed from the whole
+answer: its text arrives at once, not token by token). The usage of the answer is the sum of
+every round's.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import mcp.types as types
 import msgspec
 from mcp.shared.exceptions import MCPError
 
+from proxy.cache.replay import ReplayStream
 from proxy.core.canonical import Call, FunctionDefinition, Message, Tool, ToolCall, Usage
 from proxy.core.errors import BadRequest, PermissionDenied
 from proxy.core.plugin import Next
@@ -67,11 +72,8 @@ class McpToolLoop:
 
     async def run(self, call: Call, envelope: Envelope, chain: Next) -> Reply:
         """The answer to ``call`` with its MCP tools run (module docstring)."""
-        if call.stream:
-            raise BadRequest(
-                "stream: the gateway runs mcp tools for whole responses only", param="stream"
-            )
         servers = [self._server(spec, index, call) for index, spec in enumerate(envelope.mcp)]
+        streamed, call.stream = call.stream, False  # every round whole: its tool calls complete
         offered = self._offer(servers, call, envelope)
         limit = envelope.max_tool_calls
         made = 0
@@ -97,7 +99,10 @@ class McpToolLoop:
         final = reply.response
         assert final is not None
         final.usage = usage
-        return reply
+        if not streamed:
+            return reply
+        call.stream = True
+        return msgspec.structs.replace(reply, response=None, stream=ReplayStream(final))
 
     def _server(self, spec: McpToolSpec, index: int, call: Call) -> tuple[McpToolSpec, Upstream]:
         """The configured server ``spec`` names; raises before any connection is made."""

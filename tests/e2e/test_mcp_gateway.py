@@ -554,12 +554,45 @@ async def test_a_server_url_names_a_configured_server_or_is_refused_before_conne
         await client.responses.create(model="claude", input="hi", tools=[elsewhere])
     assert refused.value.code == "mcp_server_not_allowed"
     assert served.sentinel.hits == 0  # no connection was made
-    with pytest.raises(openai.BadRequestError) as streamed:
-        await client.responses.create(model="claude", input="hi", tools=[by_url], stream=True)
-    assert streamed.value.param == "stream"
     with pytest.raises(openai.PermissionDeniedError):  # the key's grants apply here too
         await served.openai(NARROW).responses.create(
             model="claude",
             input="hi",
             tools=[{**by_url, "server_url": None, "server_label": "search"}],
         )
+
+
+@pytest.mark.parametrize(("model", "fake"), [("claude", "anthropic"), ("gem", "gemini")])
+async def test_a_streamed_responses_request_runs_mcp_tools(
+    served: Served, model: str, fake: str
+) -> None:
+    mcp_tool = {"type": "mcp", "server_label": "github", "allowed_tools": ["weather"],
+                "require_approval": "never"}  # fmt: skip
+    events = []
+    stream = await served.openai(FULL).responses.create(
+        model=model, input="What is the weather?", tools=[mcp_tool], stream=True
+    )
+    async for event in stream:
+        events.append(event)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created"
+    done = [e for e in events if e.type == "response.output_item.done"]
+    assert [(e.output_index, e.item.type) for e in done] == [
+        (0, "mcp_list_tools"),
+        (1, "mcp_call"),
+        (2, "message"),
+    ]
+    assert done[1].item.output == "github: sunny in Paris"
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert deltas
+    assert all(e.output_index == 2 for e in deltas)
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    assert [item.type for item in completed.response.output] == [
+        "mcp_list_tools",
+        "mcp_call",
+        "message",
+    ]
+    assert completed.response.output_text == f"Hello from {fake}"
+    stored = await served.openai(FULL).responses.retrieve(completed.response.id)
+    assert [item.type for item in stored.output] == ["mcp_list_tools", "mcp_call", "message"]

@@ -1,6 +1,8 @@
 """The Responses API's stream: named server-sent events, each with its ``sequence_number``.
 
-``response.created`` and ``response.in_progress`` open it (the response with empty output), the
+``response.created`` and ``response.in_progress`` open it (the response with empty output), then
+the items the gateway's MCP loop made (``envelope.mcp_output``: each ``output_item.added`` and
+``done``, at output indexes 0…k-1; the model's items follow them), the
 output item events of :mod:`proxy.dialects.responses.output` follow as deltas arrive, and one
 terminal event ends it: ``response.completed``, ``response.incomplete`` (a length or
 content-filter stop) or ``response.failed`` (a failure mid-stream: the output so far, the
@@ -28,7 +30,12 @@ from proxy.dialects.responses.objects import (
     response_object,
     status_of,
 )
-from proxy.dialects.responses.output import ItemEvent, OutputBuilder
+from proxy.dialects.responses.output import (
+    ItemEvent,
+    OutputBuilder,
+    OutputItemAdded,
+    OutputItemDone,
+)
 
 KEEPALIVE_SECONDS = 15.0
 KEEPALIVE_FRAME = b": keep-alive\n\n"
@@ -155,11 +162,19 @@ class ResponsesStreamEncoder:
             output=[],
             status="in_progress",
         )
-        return self._frame(ResponseCreated(response)) + self._frame(ResponseInProgress(response))
+        out = self._frame(ResponseCreated(response)) + self._frame(ResponseInProgress(response))
+        for index, item in enumerate(self._envelope.mcp_output):  # the gateway's MCP items
+            out += self._frame(OutputItemAdded(index, item))
+            out += self._frame(OutputItemDone(index, item))
+        return out
 
     def _drain(self) -> bytes:
         events = self._builder.events
         frame = self._frame
+        shift = len(self._envelope.mcp_output)  # the model's items follow the MCP items
+        if shift:
+            for event in events:
+                event.output_index += shift
         out = b"".join([frame(event) for event in events])
         events.clear()
         return out
