@@ -15,8 +15,9 @@
    apply to every round); when the model calls offered tools, the gateway calls them
    (:class:`~proxy.mcp.calls.ToolCalls`: grants, limits, ledger, metrics), records an
    ``mcp_call`` item each, feeds the results back as tool messages, and asks again. After
-   ``max_tool_calls`` calls the MCP tools are withdrawn for a last round. A reply that calls
-   no offered tool (or a function tool of the client's own) ends the loop: it is the answer.
+   ``max_tool_calls`` calls (0: none at all) the MCP tools are withdrawn for a last round. A
+   reply that calls no offered tool (or a function tool of the client's own) ends the loop: it
+   is the answer.
 
 Every round is asked whole (its tool calls must be complete to run them). A streamed request
 is answered as a stream: ``response.created``, the MCP items (``response.output_item.added`` /
@@ -77,6 +78,8 @@ class McpToolLoop:
         offered = self._offer(servers, call, envelope)
         limit = envelope.max_tool_calls
         made = 0
+        if limit is not None and limit <= 0:
+            _withdraw(call, offered)  # listed, never called
         usage: Usage | None = None
         for _ in range(_MAX_ROUNDS):
             reply = await chain(call)

@@ -596,3 +596,17 @@ async def test_a_streamed_responses_request_runs_mcp_tools(
     assert completed.response.output_text == f"Hello from {fake}"
     stored = await served.openai(FULL).responses.retrieve(completed.response.id)
     assert [item.type for item in stored.output] == ["mcp_list_tools", "mcp_call", "message"]
+
+
+async def test_max_tool_calls_bounds_the_mcp_calls(served: Served) -> None:
+    mcp_tool = {"type": "mcp", "server_label": "github", "allowed_tools": ["weather"],
+                "require_approval": "never"}  # fmt: skip
+    before = len(served.fakes["anthropic"].requests)
+    response = await served.openai(FULL).responses.create(
+        model="claude", input="weather?", tools=[mcp_tool], max_tool_calls=0
+    )
+    assert [item.type for item in response.output] == ["mcp_list_tools", "message"]
+    assert response.max_tool_calls == 0
+    sent = served.fakes["anthropic"].requests[before:]
+    assert len(sent) == 1
+    assert "tools" not in sent[0].body  # withdrawn: the model could not call them
