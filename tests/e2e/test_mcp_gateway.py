@@ -85,6 +85,15 @@ class Served:
             assert r.status == 200, await r.text()
             return await r.json()
 
+    async def admin_send(self, method: str, path: str, body: Any) -> Any:
+        headers = {"Authorization": f"Bearer {MASTER}"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(method, self.url + path, json=body, headers=headers) as r,
+        ):
+            assert r.status < 300, await r.text()
+            return await r.json()
+
     async def metrics(self) -> str:
         async with aiohttp.ClientSession() as http, http.get(self.url + "/metrics") as r:
             return await r.text()
@@ -610,3 +619,26 @@ async def test_max_tool_calls_bounds_the_mcp_calls(served: Served) -> None:
     sent = served.fakes["anthropic"].requests[before:]
     assert len(sent) == 1
     assert "tools" not in sent[0].body  # withdrawn: the model could not call them
+
+
+async def test_grants_set_over_the_admin_api_apply_at_once(served: Served) -> None:
+    record = await served.admin_send(
+        "POST", "/admin/keys", {"alias": "minted", "mcp": {"github": ["add"]}}
+    )
+    assert record["mcp"] == {"github": ["add"]}
+    async with session(served, record["key"]) as client:
+        assert await names(client) == ["github__add"]
+        assert text_of(await client.call_tool("github__add", {"a": 1, "b": 1})) == "2"
+    changed = await served.admin_send(
+        "PATCH", f"/admin/keys/{record['id']}", {"mcp": {"search": "*"}}
+    )
+    assert changed["mcp"] == {"search": "*"}
+    async with session(served, record["key"]) as client:
+        listed = await names(client)
+        assert listed
+        assert all(name.startswith("search__") for name in listed)
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("github__add", {"a": 1, "b": 1})
+        assert refused.value.code == -32003
+    team = await served.admin_send("POST", "/admin/teams", {"id": "tools", "mcp": {"github": "*"}})
+    assert team["mcp"] == {"github": "*"}
