@@ -20,8 +20,9 @@
    is the answer.
 
 Every round is asked whole (its tool calls must be complete to run them). A streamed request
-is answered as a stream: ``response.created``, the MCP items (``response.output_item.added`` /
-``done`` at output indexes 0…k-1, :class:`~proxy.dialects.responses.stream.ResponsesStreamEncoder`),
+is answered as a stream: ``response.created``, the MCP items (``response.output_item.added``,
+their ``response.mcp_*`` events, ``done``, at output indexes 0…k-1:
+:class:`~proxy.dialects.responses.stream.ResponsesStreamEncoder`),
 then the last round's answer told as the Responses API streams it (replayed from the whole
 answer: its text arrives at once, not token by token). The usage of the answer is the sum of
 every round's.

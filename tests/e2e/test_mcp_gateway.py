@@ -585,6 +585,17 @@ async def test_a_streamed_responses_request_runs_mcp_tools(
         events.append(event)
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert events[0].type == "response.created"
+    assert [e.type for e in events[2:10]] == [
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.mcp_call.in_progress",
+        "response.mcp_call.completed",
+        "response.output_item.done",
+    ]
+    assert events[8].item_id == events[9].item.id
     done = [e for e in events if e.type == "response.output_item.done"]
     assert [(e.output_index, e.item.type) for e in done] == [
         (0, "mcp_list_tools"),

@@ -2,7 +2,8 @@
 
 ``response.created`` and ``response.in_progress`` open it (the response with empty output), then
 the items the gateway's MCP loop made (``envelope.mcp_output``: each ``output_item.added`` and
-``done``, at output indexes 0…k-1; the model's items follow them), the
+``done`` with their ``response.mcp_list_tools.*`` / ``response.mcp_call.*`` events between, at
+output indexes 0…k-1; the model's items follow them), the
 output item events of :mod:`proxy.dialects.responses.output` follow as deltas arrive, and one
 terminal event ends it: ``response.completed``, ``response.incomplete`` (a length or
 content-filter stop) or ``response.failed`` (a failure mid-stream: the output so far, the
@@ -25,6 +26,9 @@ from proxy.core.sse import encode_named_frame
 from proxy.dialects.responses.objects import (
     ENCODER,
     Envelope,
+    McpCallItem,
+    McpListToolsItem,
+    OutputItem,
     ResponseError,
     ResponseObject,
     response_object,
@@ -32,6 +36,12 @@ from proxy.dialects.responses.objects import (
 )
 from proxy.dialects.responses.output import (
     ItemEvent,
+    McpCallCompleted,
+    McpCallFailed,
+    McpCallInProgress,
+    McpListToolsCompleted,
+    McpListToolsFailed,
+    McpListToolsInProgress,
     OutputBuilder,
     OutputItemAdded,
     OutputItemDone,
@@ -165,6 +175,8 @@ class ResponsesStreamEncoder:
         out = self._frame(ResponseCreated(response)) + self._frame(ResponseInProgress(response))
         for index, item in enumerate(self._envelope.mcp_output):  # the gateway's MCP items
             out += self._frame(OutputItemAdded(index, item))
+            for event in _mcp_events(item, index):
+                out += self._frame(event)
             out += self._frame(OutputItemDone(index, item))
         return out
 
@@ -183,6 +195,25 @@ class ResponsesStreamEncoder:
         event.sequence_number = self._sequence
         self._sequence += 1
         return _HEADS[type(event)] + ENCODER.encode(event) + b"\n\n"
+
+
+def _mcp_events(item: OutputItem, index: int) -> tuple[ItemEvent, ...]:
+    """An MCP item's own events, between its ``added`` and ``done`` (as OpenAI sends them)."""
+    if isinstance(item, McpListToolsItem):
+        end: ItemEvent = (
+            McpListToolsFailed(item.id, index)
+            if item.error is not None
+            else McpListToolsCompleted(item.id, index)
+        )
+        return McpListToolsInProgress(item.id, index), end
+    if isinstance(item, McpCallItem):
+        end = (
+            McpCallFailed(item.id, index)
+            if item.status == "failed"
+            else McpCallCompleted(item.id, index)
+        )
+        return McpCallInProgress(item.id, index), end
+    return ()
 
 
 def _head(kind: type[Struct]) -> bytes:
