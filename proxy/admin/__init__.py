@@ -1,7 +1,7 @@
 """The admin API: JSON routes under ``/admin``, guarded by the master key.
 
 One module per group of routes (``keys``, ``teams``, ``spend``, ``system``, ``overview``,
-``models``, ``requests``), each listing its
+``models``, ``requests``, ``mcp``), each listing its
 ``ROUTES`` as (method, path, handler); :mod:`proxy.admin.guard` holds what they share (the
 guard, JSON in and out, errors). A new group is one module plus one entry in :data:`GROUPS`.
 """
@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from proxy.admin import keys, models, overview, requests, spend, system, teams
+from proxy.admin import keys, mcp, models, overview, requests, spend, system, teams
 from proxy.admin.guard import ADMIN, AdminContext, Handler
 
-GROUPS = (keys, teams, spend, system, overview, models, requests)
+GROUPS = (keys, teams, spend, system, overview, models, requests, mcp)
 
 
 def add_admin_routes(

@@ -197,6 +197,9 @@ def shown(record: SpendRecord) -> dict[str, Any]:
         "fallback": record.fallback,
         "cache": record.cache,
         "guardrails": None if record.guardrails is None else json.loads(record.guardrails),
+        "mcp_server": record.mcp_server,
+        "mcp_tool": record.mcp_tool,
+        "mcp_bytes": record.mcp_bytes,
     }
 
 

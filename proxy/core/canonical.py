@@ -340,6 +340,7 @@ class Principal(Struct, frozen=True):
     ``payloads``): the key's own setting, else its team's; None: ``telemetry.request_logs``.
     ``guardrails`` are the checks the key's and its team's records name (their metadata's
     ``guardrails`` list), which the ``guardrails`` plugin runs on every request of the key.
+    ``mcp`` and ``team_mcp`` are the key's and its team's MCP grants (:meth:`allows_tool`).
     Without the ``auth`` plugin every call carries :data:`ANONYMOUS`: the gateway is open.
     """
 
@@ -355,6 +356,8 @@ class Principal(Struct, frozen=True):
     user_budget: Budget | None = None
     request_logs: Literal["none", "metadata", "payloads"] | None = None
     guardrails: tuple[str, ...] = ()
+    mcp: frozenset[str] | None = None
+    team_mcp: frozenset[str] | None = None
 
     def allows(self, model: str) -> bool:
         """Whether this principal may use ``model`` (an alias or ``provider/model``)."""
@@ -363,6 +366,22 @@ class Principal(Struct, frozen=True):
             return True
         provider, slash, _ = model.partition("/")
         return bool(slash) and f"{provider}/*" in models
+
+    def allows_tool(self, server: str, tool: str | None = None) -> bool:
+        """Whether this principal may use MCP ``server`` (with ``tool`` given: that tool of it).
+
+        ``mcp`` (the key's) and ``team_mcp`` (its team's) each hold ``server/tool`` and
+        ``server/*`` grants; None means every server and tool. Both must allow it."""
+        return _grants_allow(self.mcp, server, tool) and _grants_allow(self.team_mcp, server, tool)
+
+
+def _grants_allow(grants: frozenset[str] | None, server: str, tool: str | None) -> bool:
+    if grants is None or f"{server}/*" in grants:
+        return True
+    if tool is None:
+        prefix = f"{server}/"
+        return any(grant.startswith(prefix) for grant in grants)
+    return f"{server}/{tool}" in grants
 
 
 ANONYMOUS = Principal()

@@ -425,6 +425,24 @@ class Metrics:
             ["sink"],
             "livesum",
         )
+        self.mcp_tool_calls = self._counter(
+            "crossway_mcp_tool_calls",
+            "MCP tools/call requests, by server and result (ok, tool_error, error, denied,"
+            " limited, unavailable, cancelled).",
+            ["server", "result"],
+        )
+        self.mcp_tool_call_duration = self._histogram(
+            "crossway_mcp_tool_call_duration_seconds",
+            "Time an MCP tools/call took, by server (admitted calls only).",
+            ["server"],
+            _LATENCY_BUCKETS,
+        )
+        self.mcp_server_up = self._gauge(
+            "crossway_mcp_server_up",
+            "1 while an MCP server is connected, else 0.",
+            ["server"],
+            "max",
+        )
         # Series that alerts watch with increase() exist from the start, at 0.
         for result in ("ok", "error"):
             self.config_reloads(result)

@@ -74,6 +74,7 @@ teams = sa.Table(
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.Column("budget", BudgetJSON, nullable=True),
     sa.Column("request_logs", sa.String(16), nullable=True),  # none|metadata|payloads; null: config
+    sa.Column("mcp", sa.JSON, nullable=True),  # MCP servers and tools allowed
 )
 
 keys = sa.Table(
@@ -96,6 +97,7 @@ keys = sa.Table(
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.Column("budget", BudgetJSON, nullable=True),
     sa.Column("request_logs", sa.String(16), nullable=True),  # none|metadata|payloads; null: config
+    sa.Column("mcp", sa.JSON, nullable=True),  # MCP servers and tools allowed
 )
 
 # The spend ledger: one row per request (proxy/governance/ledger/spend_db.py). Money in integer
@@ -133,6 +135,10 @@ spend = sa.Table(
     sa.Column("cache", sa.String(8), nullable=True),
     sa.Column("batch_id", sa.String(64), nullable=True),  # the batch a line of ran in
     sa.Column("guardrails", sa.Text, nullable=True),
+    # An MCP tool call: the server, the tool and the bytes of its result
+    sa.Column("mcp_server", sa.String(128), nullable=True),
+    sa.Column("mcp_tool", sa.String(256), nullable=True),
+    sa.Column("mcp_bytes", sa.BigInteger, nullable=True),
     sa.Index("ix_spend_time", "time"),
     sa.Index("ix_spend_key_time", "key_id", "time"),
     sa.Index("ix_spend_team_time", "team", "time"),

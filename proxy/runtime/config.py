@@ -37,6 +37,7 @@ from proxy.governance.price_catalog import (
 )
 from proxy.governance.pricing import ModelPrice
 from proxy.guardrails.config import CheckConfig, parse_checks
+from proxy.mcp.config import McpConfig, check_mcp
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import ProviderConfig
 from proxy.request_logs.config import RequestLogsConfig
@@ -222,6 +223,7 @@ class GatewayConfig(Struct, frozen=True):
     media: MediaConfig = MediaConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     guardrails: dict[str, CheckConfig] = msgspec.field(default_factory=dict)
+    mcp: McpConfig = McpConfig()
 
 
 class ConfigError(Exception):
@@ -247,6 +249,7 @@ _TOP_LEVEL = frozenset(
         "plugins",
         "pricing",
         "database",
+        "mcp",
         "auth",
         "state",
         "compat",
@@ -310,6 +313,9 @@ def parse_config(
     media = _convert(tree.get("media", {}), MediaConfig, "$.media", errors)
     telemetry = _convert(tree.get("telemetry", {}), TelemetryConfig, "$.telemetry", errors)
     guardrails = parse_checks(tree.get("guardrails"), "$.guardrails", errors)
+    mcp = _convert(tree.get("mcp", {}), McpConfig, "$.mcp", errors)
+    if mcp is not None:
+        check_mcp(mcp, errors)
     if (
         errors
         or server is None
@@ -323,6 +329,7 @@ def parse_config(
         or batches is None
         or media is None
         or telemetry is None
+        or mcp is None
     ):
         # An error may quote a value; values that came from the environment may be secrets.
         redactor = Redactor(substituted)
@@ -345,6 +352,7 @@ def parse_config(
         media=media,
         telemetry=telemetry,
         guardrails=guardrails,
+        mcp=mcp,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from proxy.admin.readings import Sampler, read
 from proxy.admin.requests import REQUEST_LOGS
 from proxy.admin.ui import add_ui_routes
 from proxy.batches.feature import BatchesFeature
-from proxy.core.canonical import ANONYMOUS
+from proxy.core.canonical import ANONYMOUS, Principal
 from proxy.core.errors import AuthenticationFailed, GatewayError
 from proxy.core.logs import route_stdlib_logging
 from proxy.core.metrics import CONTENT_TYPE, Metrics
@@ -57,6 +57,7 @@ from proxy.http.edges import HttpEdges, error_response, is_anthropic_request
 from proxy.http.responses_routes import ResponsesRoutes
 from proxy.http.side_routes import SideRoutes
 from proxy.http.stored_chat_routes import StoredChatRoutes, chat_store, with_chat_state
+from proxy.mcp.gateway import add_mcp_gateway
 from proxy.request_logs.service import RequestLogs
 from proxy.runtime.config import ConfigError, ResponsesConfig, load_config
 from proxy.runtime.plugins import BUILTINS
@@ -254,6 +255,17 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         edges.plain,
     )
     add_ui_routes(app, edges.plain)
+    app[RESPONSES].mcp = add_mcp_gateway(  # /mcp, /mcp/{server}; Responses' mcp tools
+        app,
+        config.mcp,
+        state=state,
+        ledger=ledger,
+        metrics=metrics,
+        authenticate=lambda headers: _mcp_principal(app[RUNTIME].snapshot, headers),
+        logger=lambda: app[RUNTIME].snapshot.logger if RUNTIME in app else blueprint.logger,
+        request_id=edges.request_id,
+        wrap=edges.plain,
+    )
     if config.compat.litellm:
         add_litellm_routes(app, LiteLLMRoutes(lambda: app[RUNTIME].snapshot), edges.plain)
     app.router.add_route("*", "/{tail:(?s:.*)}", edges.unmatched)  # newlines too
@@ -384,6 +396,12 @@ async def _models(request: web.Request) -> web.Response:
             seen.add(model_id)
             data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner})
     return web.json_response({"object": "list", "data": data})
+
+
+async def _mcp_principal(snapshot: Snapshot, headers: Mapping[str, str]) -> Principal:
+    """The caller of an MCP route: its key's principal when the gateway demands keys (raising
+    as the model routes do), else anonymous."""
+    return await snapshot.authenticate(headers) if snapshot.demands_key else ANONYMOUS
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -8,6 +8,8 @@ the ``GET`` / ``DELETE /v1/responses/{id}`` and ``GET …/{id}/input_items`` the
   instructions — before any plugin sees the call, so masking, caching and limits see what the
   upstream will. A response that does not exist, has expired or belongs to another key is a 400
   ``previous_response_not_found`` (OpenAI's answer; it does not say which).
+- ``tools`` of type ``mcp`` are run by the gateway's MCP loop around the chain
+  (:mod:`proxy.mcp.responses_loop`).
 - ``store`` (true unless the request says false) keeps the response once it is complete: a whole
   reply before it is sent, a stream when its last chunk has arrived (before the client gets
   ``response.completed``), so a client may chain on it at once. A stream that fails or whose
@@ -36,9 +38,10 @@ from proxy.core.plugin import Authenticate, Next
 from proxy.core.reply import Chunk, RawFrames, Reply
 from proxy.core.streams import BatchedStream, ReplyStream, batched, is_closable
 from proxy.dialects.responses import envelope_of, whole_response
-from proxy.dialects.responses.objects import ENCODER, DeletedResponse
+from proxy.dialects.responses.objects import ENCODER, DeletedResponse, Envelope
 from proxy.dialects.responses.output import OutputBuilder
 from proxy.dialects.responses.stream import final_response
+from proxy.mcp.responses_loop import McpToolLoop
 from proxy.stored.response_store import ResponseStore, StoredResponse
 
 _MESSAGES = msgspec.json.Decoder(list[Message])
@@ -51,6 +54,15 @@ class ResponseState:
     def __init__(self, store: ResponseStore, logger: Callable[[], Any]) -> None:
         self._store = store
         self._logger = logger
+        self.mcp = McpToolLoop(None, None)
+        """Runs a call's MCP tools (:mod:`proxy.mcp.responses_loop`); the app sets the one of
+        its MCP gateway."""
+
+    async def _answer(self, call: Call, envelope: Envelope, chain: Next) -> Reply:
+        """``chain``'s reply, through the MCP loop when the request names MCP tools."""
+        if envelope.mcp:
+            return await self.mcp.run(call, envelope, chain)
+        return await chain(call)
 
     async def run(self, call: Call, chain: Next, authenticate: Authenticate) -> Reply:
         """Answer a Responses ``call`` through ``chain``, continuing and storing as asked."""
@@ -64,10 +76,10 @@ class ResponseState:
             history = await self.history(envelope.previous_response_id, principal)
             call.messages[at:at] = history
         if not envelope.store:
-            return await chain(call)
+            return await self._answer(call, envelope, chain)
         conversation = ENCODER.encode(call.messages[at:])  # before any plugin changes the call
         given = ENCODER.encode(call.messages[at + len(history) :])
-        reply = await chain(call)
+        reply = await self._answer(call, envelope, chain)
         owner = call.principal.key_id
         if reply.response is not None:
             body = ENCODER.encode(whole_response(call, reply))

@@ -11,8 +11,11 @@
 - ``reasoning`` items become the reasoning of the assistant turn they precede (the text of
   their ``content``, else of their ``summary``).
 
-``instructions`` is the first, system, message. ``tools`` are function tools; a built-in tool
-(``web_search``, ``file_search``, ``computer_use_preview``, ``code_interpreter``, ``mcp`` …), a
+``instructions`` is the first, system, message. ``tools`` are function tools, and ``mcp``
+tools (``server_label``, ``server_url``, ``allowed_tools``; ``require_approval`` only
+``never``), kept in the envelope for the gateway's MCP loop (:mod:`proxy.mcp.responses_loop`);
+another built-in tool (``web_search``, ``file_search``, ``computer_use_preview``,
+``code_interpreter`` …), a
 built-in tool's item, ``item_reference``, an image or file given by ``file_id`` only where the
 gateway cannot resolve it, ``conversation`` and ``prompt`` are 400s naming the field: the
 gateway cannot do them, and ignoring them would answer something else. ``background: true`` is
@@ -29,8 +32,8 @@ context-window error). ``presence_penalty`` and ``frequency_penalty`` are transl
 ``model`` may be left out (a stored prompt may name it in OpenAI's API): the route then uses
 the router's default model, and only when there is none is it a 400 naming ``model``.
 ``service_tier`` (echoed as asked, ``default`` when not), ``top_logprobs`` (echoed; the
-gateway returns no logprobs), ``max_tool_calls`` (it bounds built-in tool calls, of which the
-gateway runs none), ``safety_identifier`` and ``prompt_cache_key`` are checked against the
+gateway returns no logprobs), ``max_tool_calls`` (it bounds the MCP tool calls the gateway
+runs), ``safety_identifier`` and ``prompt_cache_key`` are checked against the
 schema's bounds and repeated in the response. Other fields (``include``,
 ``stream_options`` …) are accepted and ignored.
 """
@@ -56,7 +59,7 @@ from proxy.core.canonical import (
 from proxy.core.errors import BadRequest
 from proxy.dialects.base import bad_request, invalid
 from proxy.dialects.responses.input_items import Item, conversation
-from proxy.dialects.responses.objects import Envelope, FunctionTool, ReasoningConfig
+from proxy.dialects.responses.objects import Envelope, FunctionTool, McpToolSpec, ReasoningConfig
 
 MAX_METADATA_PAIRS = 16
 
@@ -71,6 +74,10 @@ class _ToolSpec(Struct):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    server_label: str | None = None
+    server_url: str | None = None
+    allowed_tools: list[str] | dict[str, Any] | None = None
+    require_approval: str | dict[str, Any] | None = None
 
 
 class _Reasoning(Struct):
@@ -186,6 +193,11 @@ def decode_request(
         text=_text_echo(request.text),
         tool_choice=request.tool_choice if request.tool_choice is not None else "auto",
         tools=[FunctionTool.of(tool) for tool in params.tools or ()],
+        mcp=[
+            _mcp_tool(tool, f"tools[{i}]")
+            for i, tool in enumerate(request.tools or ())
+            if tool.type == "mcp"
+        ],
         top_p=request.top_p,
         truncation=request.truncation or "disabled",
         user=request.user,
@@ -241,7 +253,9 @@ def _params(request: _Request) -> Params:
     if request.parallel_tool_calls is not None:
         params.parallel_tool_calls = request.parallel_tool_calls
     if request.tools:
-        params.tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(request.tools)]
+        params.tools = [
+            _tool(tool, f"tools[{i}]") for i, tool in enumerate(request.tools) if tool.type != "mcp"
+        ]
     if request.tool_choice is not None:
         params.tool_choice = _tool_choice(request.tool_choice)
     if request.reasoning is not None and request.reasoning.effort is not None:
@@ -251,6 +265,26 @@ def _params(request: _Request) -> Params:
         if response_format is not None:
             params.response_format = response_format
     return params
+
+
+def _mcp_tool(tool: _ToolSpec, path: str) -> McpToolSpec:
+    """An ``mcp`` tool, run by the gateway (its server is checked against the config there)."""
+    if not tool.server_label:
+        raise invalid("an mcp tool needs a server_label", f"{path}.server_label")
+    if tool.require_approval not in (None, "never"):
+        raise invalid(
+            'require_approval: only "never" is supported by the gateway (it runs the calls)',
+            f"{path}.require_approval",
+        )
+    allowed = tool.allowed_tools
+    if isinstance(allowed, dict):
+        names = allowed.get("tool_names")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise invalid("allowed_tools: expected a list of names", f"{path}.allowed_tools")
+        allowed = names
+    return McpToolSpec(
+        server_label=tool.server_label, server_url=tool.server_url, allowed_tools=allowed
+    )
 
 
 def _tool(tool: _ToolSpec, path: str) -> Tool:

@@ -98,6 +98,10 @@ class Envelope(Struct):
     text: dict[str, Any] = msgspec.field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: str | dict[str, Any] = "auto"
     tools: list[FunctionTool] = msgspec.field(default_factory=list)
+    mcp: list[McpToolSpec] = msgspec.field(default_factory=list)
+    """The request's MCP tools (run by the gateway, not the dialect)."""
+    mcp_output: list[OutputItem] = msgspec.field(default_factory=list)
+    """The ``mcp_list_tools`` and ``mcp_call`` items the gateway made, before the model's."""
     top_p: float | None = None
     truncation: str = "disabled"
     user: str | None = None
@@ -157,7 +161,41 @@ class ReasoningItem(Struct, tag="reasoning", tag_field="type"):
     status: ItemStatus = "completed"
 
 
-OutputItem = OutputMessage | FunctionCallItem | ReasoningItem
+class McpListToolsItem(Struct, tag="mcp_list_tools", tag_field="type"):
+    """The tools of an MCP server the gateway offered the model (``tools``: ``name``,
+    ``description``, ``input_schema``, ``annotations``); ``error`` when it could not list
+    them."""
+
+    id: str
+    server_label: str
+    tools: list[dict[str, Any]]
+    error: str | None = None
+
+
+class McpCallItem(Struct, tag="mcp_call", tag_field="type"):
+    """A tool call the gateway ran on an MCP server for the model: its ``output`` (the tool's
+    text), or its ``error``."""
+
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: str | None = None
+    status: Literal["completed", "failed"] = "completed"
+
+
+class McpToolSpec(Struct, frozen=True):
+    """A request's ``{"type": "mcp"}`` tool: the server (by ``server_label``, a configured MCP
+    server, or by ``server_url``, which must be a configured one's), the tools it may use
+    (``allowed_tools``; None: all), ``require_approval`` (only ``never`` is served)."""
+
+    server_label: str
+    server_url: str | None = None
+    allowed_tools: list[str] | None = None
+
+
+OutputItem = OutputMessage | FunctionCallItem | ReasoningItem | McpListToolsItem | McpCallItem
 
 
 def output_text(items: list[OutputItem]) -> str:
@@ -306,7 +344,7 @@ def response_object(
         instructions=envelope.instructions,
         max_output_tokens=envelope.max_output_tokens,
         model=envelope.model or model,
-        output=output,
+        output=[*envelope.mcp_output, *output] if envelope.mcp_output else output,
         output_text=output_text(output),
         parallel_tool_calls=envelope.parallel_tool_calls,
         previous_response_id=envelope.previous_response_id,

@@ -129,6 +129,42 @@ class ArgumentsDone(Struct, tag="response.function_call_arguments.done", tag_fie
     sequence_number: int = 0
 
 
+class McpListToolsInProgress(Struct, tag="response.mcp_list_tools.in_progress", tag_field="type"):
+    item_id: str
+    output_index: int
+    sequence_number: int = 0
+
+
+class McpListToolsCompleted(Struct, tag="response.mcp_list_tools.completed", tag_field="type"):
+    item_id: str
+    output_index: int
+    sequence_number: int = 0
+
+
+class McpListToolsFailed(Struct, tag="response.mcp_list_tools.failed", tag_field="type"):
+    item_id: str
+    output_index: int
+    sequence_number: int = 0
+
+
+class McpCallInProgress(Struct, tag="response.mcp_call.in_progress", tag_field="type"):
+    item_id: str
+    output_index: int
+    sequence_number: int = 0
+
+
+class McpCallCompleted(Struct, tag="response.mcp_call.completed", tag_field="type"):
+    item_id: str
+    output_index: int
+    sequence_number: int = 0
+
+
+class McpCallFailed(Struct, tag="response.mcp_call.failed", tag_field="type"):
+    item_id: str
+    output_index: int
+    sequence_number: int = 0
+
+
 ItemEvent = (
     OutputItemAdded
     | OutputItemDone
@@ -142,6 +178,12 @@ ItemEvent = (
     | ReasoningTextDone
     | ArgumentsDelta
     | ArgumentsDone
+    | McpListToolsInProgress
+    | McpListToolsCompleted
+    | McpListToolsFailed
+    | McpCallInProgress
+    | McpCallCompleted
+    | McpCallFailed
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The Responses API's stream: named server-sent events, each with its ``sequence_number``.
 
-``response.created`` and ``response.in_progress`` open it (the response with empty output), the
+``response.created`` and ``response.in_progress`` open it (the response with empty output), then
+the items the gateway's MCP loop made (``envelope.mcp_output``: each ``output_item.added`` and
+``done`` with their ``response.mcp_list_tools.*`` / ``response.mcp_call.*`` events between, at
+output indexes 0…k-1; the model's items follow them), the
 output item events of :mod:`proxy.dialects.responses.output` follow as deltas arrive, and one
 terminal event ends it: ``response.completed``, ``response.incomplete`` (a length or
 content-filter stop) or ``response.failed`` (a failure mid-stream: the output so far, the
@@ -23,12 +26,26 @@ from proxy.core.sse import encode_named_frame
 from proxy.dialects.responses.objects import (
     ENCODER,
     Envelope,
+    McpCallItem,
+    McpListToolsItem,
+    OutputItem,
     ResponseError,
     ResponseObject,
     response_object,
     status_of,
 )
-from proxy.dialects.responses.output import ItemEvent, OutputBuilder
+from proxy.dialects.responses.output import (
+    ItemEvent,
+    McpCallCompleted,
+    McpCallFailed,
+    McpCallInProgress,
+    McpListToolsCompleted,
+    McpListToolsFailed,
+    McpListToolsInProgress,
+    OutputBuilder,
+    OutputItemAdded,
+    OutputItemDone,
+)
 
 KEEPALIVE_SECONDS = 15.0
 KEEPALIVE_FRAME = b": keep-alive\n\n"
@@ -155,11 +172,21 @@ class ResponsesStreamEncoder:
             output=[],
             status="in_progress",
         )
-        return self._frame(ResponseCreated(response)) + self._frame(ResponseInProgress(response))
+        out = self._frame(ResponseCreated(response)) + self._frame(ResponseInProgress(response))
+        for index, item in enumerate(self._envelope.mcp_output):  # the gateway's MCP items
+            out += self._frame(OutputItemAdded(index, item))
+            for event in _mcp_events(item, index):
+                out += self._frame(event)
+            out += self._frame(OutputItemDone(index, item))
+        return out
 
     def _drain(self) -> bytes:
         events = self._builder.events
         frame = self._frame
+        shift = len(self._envelope.mcp_output)  # the model's items follow the MCP items
+        if shift:
+            for event in events:
+                event.output_index += shift
         out = b"".join([frame(event) for event in events])
         events.clear()
         return out
@@ -168,6 +195,25 @@ class ResponsesStreamEncoder:
         event.sequence_number = self._sequence
         self._sequence += 1
         return _HEADS[type(event)] + ENCODER.encode(event) + b"\n\n"
+
+
+def _mcp_events(item: OutputItem, index: int) -> tuple[ItemEvent, ...]:
+    """An MCP item's own events, between its ``added`` and ``done`` (as OpenAI sends them)."""
+    if isinstance(item, McpListToolsItem):
+        end: ItemEvent = (
+            McpListToolsFailed(item.id, index)
+            if item.error is not None
+            else McpListToolsCompleted(item.id, index)
+        )
+        return McpListToolsInProgress(item.id, index), end
+    if isinstance(item, McpCallItem):
+        end = (
+            McpCallFailed(item.id, index)
+            if item.status == "failed"
+            else McpCallCompleted(item.id, index)
+        )
+        return McpCallInProgress(item.id, index), end
+    return ()
 
 
 def _head(kind: type[Struct]) -> bytes:

@@ -124,6 +124,7 @@ class Authenticator:
                 source="config",
                 budget=team.budget,
                 request_logs=team.request_logs,
+                mcp=team.mcp,
             )
             for team_id, team in auth.teams.items()
         }
@@ -149,6 +150,7 @@ class Authenticator:
                 source="config",
                 budget=declared.budget,
                 request_logs=declared.request_logs,
+                mcp=declared.mcp,
             )
             self.config_keys.append(record)
             self._declared[hash_key(declared.key)] = self._entry(record, None, 0.0)

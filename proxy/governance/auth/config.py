@@ -10,7 +10,8 @@ auth:
   user_budget: {max_usd: 5, period: 1d}    # each end user a request names (OpenAI `user`)
   teams:
     search: {models: [fast, default], rpm: 1200, tpm: 400000, max_parallel: 50,
-             budget: {max_usd: 200, period: 1mo, soft_usd: 150}}
+             budget: {max_usd: 200, period: 1mo, soft_usd: 150},
+             mcp: {github: [search_issues, get_issue], files: "*"}}   # MCP servers and tools
   keys:                                    # declared keys: hashed at load, read-only
     - {key: "${SEARCH_CI_KEY}", alias: search-ci, team: search, models: [fast], rpm: 60}
 ```
@@ -44,6 +45,9 @@ ModelName = Annotated[str, Meta(min_length=1, max_length=256)]
 TeamId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Alias = Annotated[str, Meta(min_length=1, max_length=128)]
 Moment = Annotated[datetime, Meta(tz=True)]
+McpName = Annotated[str, Meta(min_length=1, max_length=128)]
+McpGrants = dict[McpName, list[McpName] | Literal["*"]]
+"""The MCP servers (and of each, its tools, or ``"*"`` for all) a key or team may use."""
 
 
 class DatabaseConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -68,6 +72,7 @@ class TeamConfig(Struct, frozen=True, forbid_unknown_fields=True):
     metadata: dict[str, Any] | None = None
     budget: Budget | None = None
     request_logs: Literal["none", "metadata", "payloads"] | None = None
+    mcp: McpGrants | None = None
 
 
 class DeclaredKey(Struct, frozen=True, forbid_unknown_fields=True):
@@ -87,6 +92,7 @@ class DeclaredKey(Struct, frozen=True, forbid_unknown_fields=True):
     metadata: dict[str, Any] | None = None
     budget: Budget | None = None
     request_logs: Literal["none", "metadata", "payloads"] | None = None
+    mcp: McpGrants | None = None
 
 
 class AuthConfig(Struct, frozen=True, forbid_unknown_fields=True):

@@ -26,7 +26,7 @@ KEY_FIELDS: tuple[str, ...] = (
     "max_parallel",
     "blocked",
 )
-KEY_FIELDS += ("expires_at", "metadata", "budget", "request_logs")
+KEY_FIELDS += ("expires_at", "metadata", "budget", "request_logs", "mcp")
 _COLUMN = {"user": "user_id"}  # record field -> column, where they differ
 _TEAM_COLUMNS = [column.label(f"team_{column.name}") for column in teams.c]
 
@@ -225,4 +225,5 @@ def key_record(row: RowMapping | Mapping[str, Any]) -> KeyRecord:
         created_at=row["created_at"],
         budget=row["budget"],
         request_logs=row.get("request_logs"),
+        mcp=row["mcp"],
     )

@@ -2,7 +2,7 @@
 
 A record's ``source`` says who owns it: ``api`` (created over the admin API or the CLI, kept in
 the database, editable) or ``config`` (declared in the config file, read-only). ``models`` None
-means every model; a limit None means unlimited.
+means every model; a limit None means unlimited; ``mcp`` None means every MCP server and tool.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class TeamRecord(Struct, frozen=True):
     source: Source = "api"
     budget: Budget | None = None
     request_logs: RequestLogMode | None = None
+    mcp: dict[str, list[str] | Literal["*"]] | None = None
 
 
 class KeyRecord(Struct, frozen=True):
@@ -53,6 +54,7 @@ class KeyRecord(Struct, frozen=True):
     source: Source = "api"
     budget: Budget | None = None
     request_logs: RequestLogMode | None = None
+    mcp: dict[str, list[str] | Literal["*"]] | None = None
 
 
 def principal_of(
@@ -76,6 +78,20 @@ def principal_of(
         if key.request_logs is not None or team is None
         else team.request_logs,
         guardrails=_guardrails(key.metadata, None if team is None else team.metadata),
+        mcp=mcp_grants(key.mcp),
+        team_mcp=None if team is None else mcp_grants(team.mcp),
+    )
+
+
+def mcp_grants(grants: dict[str, list[str] | Literal["*"]] | None) -> frozenset[str] | None:
+    """A record's MCP allow-list (``{server: [tools] | "*"}``) as a principal holds it:
+    ``server/tool`` and ``server/*`` grants; None (no list) allows every server."""
+    if grants is None:
+        return None
+    return frozenset(
+        f"{server}/{tool}"
+        for server, tools in grants.items()
+        for tool in (("*",) if tools == "*" else tools)
     )
 
 

@@ -31,7 +31,15 @@ from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.core.moments import utc_moment
 from proxy.db import Database
 from proxy.governance.auth.authenticator import Authenticator
-from proxy.governance.auth.config import Alias, ModelName, Moment, Positive, PositiveBig, TeamId
+from proxy.governance.auth.config import (
+    Alias,
+    McpGrants,
+    ModelName,
+    Moment,
+    Positive,
+    PositiveBig,
+    TeamId,
+)
 from proxy.governance.auth.keys_db import KeyFilter, KeyRepository
 from proxy.governance.auth.records import KeyRecord, RequestLogMode, TeamRecord
 from proxy.governance.auth.teams_db import TeamRepository
@@ -55,6 +63,7 @@ class NewKey(Struct, frozen=True, forbid_unknown_fields=True):
     metadata: Metadata | None = None
     budget: Budget | None = None
     request_logs: RequestLogMode | None = None
+    mcp: McpGrants | None = None
 
 
 class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -70,6 +79,7 @@ class KeyChanges(Struct, frozen=True, forbid_unknown_fields=True):
     metadata: Metadata | UnsetType | None = UNSET
     budget: Budget | UnsetType | None = UNSET
     request_logs: RequestLogMode | UnsetType | None = UNSET
+    mcp: McpGrants | UnsetType | None = UNSET
 
 
 class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
@@ -83,6 +93,7 @@ class NewTeam(Struct, frozen=True, forbid_unknown_fields=True):
     metadata: Metadata | None = None
     budget: Budget | None = None
     request_logs: RequestLogMode | None = None
+    mcp: McpGrants | None = None
 
 
 class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
@@ -95,6 +106,7 @@ class TeamChanges(Struct, frozen=True, forbid_unknown_fields=True):
     metadata: Metadata | UnsetType | None = UNSET
     budget: Budget | UnsetType | None = UNSET
     request_logs: RequestLogMode | UnsetType | None = UNSET
+    mcp: McpGrants | UnsetType | None = UNSET
 
 
 class Registry:
@@ -135,6 +147,7 @@ class Registry:
             created_at=now,
             budget=new.budget,
             request_logs=new.request_logs,
+            mcp=new.mcp,
         )
         await self._keys.insert(record, hash_key(key))
         return record, key
@@ -220,6 +233,7 @@ class Registry:
             created_at=datetime.now(UTC),
             budget=new.budget,
             request_logs=new.request_logs,
+            mcp=new.mcp,
         )
         try:
             await self._teams.insert(record)

@@ -12,7 +12,7 @@ from proxy.db import Database
 from proxy.db.schema import teams
 from proxy.governance.auth.records import TeamRecord
 
-TEAM_FIELDS = ("models", "rpm", "tpm", "max_parallel", "metadata", "budget", "request_logs")
+TEAM_FIELDS = ("models", "rpm", "tpm", "max_parallel", "metadata", "budget", "request_logs", "mcp")
 
 
 class TeamRepository:
@@ -80,4 +80,5 @@ def team_record(row: RowMapping | Mapping[str, Any]) -> TeamRecord:
         created_at=row["created_at"],
         budget=row["budget"],
         request_logs=row.get("request_logs"),
+        mcp=row["mcp"],
     )

@@ -37,6 +37,8 @@ class SpendRecord(msgspec.Struct, gc=False):
     ``cache`` the cache's verdict (``hit`` costs 0 and records what it saved); ``batch_id``
     the batch the request was a line of. ``guardrails`` the ``guardrails`` plugin's verdicts as
     JSON text, a list of ``{check, phase, verdict}`` (None: no check ran).
+    An MCP tool call (``dialect`` ``mcp``) names its ``mcp_server`` and ``mcp_tool`` (``model``
+    is ``server/tool``), and ``mcp_bytes`` is the size of the result it returned.
     """
 
     id: str
@@ -67,6 +69,9 @@ class SpendRecord(msgspec.Struct, gc=False):
     cache: str | None
     batch_id: str | None = None
     guardrails: str | None = None
+    mcp_server: str | None = None
+    mcp_tool: str | None = None
+    mcp_bytes: int | None = None
 
 
 class RecordIds:

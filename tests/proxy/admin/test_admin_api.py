@@ -17,7 +17,7 @@ MASTER = "master-" + "m" * 32
 ADMIN = {"Authorization": f"Bearer {MASTER}"}
 RECORD_FIELDS = {
     "id", "alias", "key_prefix", "team", "user", "models", "rpm", "tpm", "max_parallel",
-    "blocked", "expires_at", "metadata", "created_at", "source", "budget", "request_logs",
+    "blocked", "expires_at", "metadata", "created_at", "source", "budget", "request_logs", "mcp",
 }  # fmt: skip
 
 
@@ -156,7 +156,7 @@ async def test_teams_lifecycle(admin):
         assert response.status == 201
         team = await response.json()
     assert set(team) == {"id", "models", "rpm", "tpm", "max_parallel", "metadata",
-                         "created_at", "source", "budget", "request_logs"}  # fmt: skip
+                         "created_at", "source", "budget", "request_logs", "mcp"}  # fmt: skip
     async with session.post(url + "/admin/teams", headers=ADMIN, json={"id": "eng"}) as response:
         assert response.status == 409
     async with session.post(url + "/admin/teams", headers=ADMIN, json={"rpm": 1}) as response:

@@ -211,8 +211,8 @@ def test_keys_are_not_expanded():
     # Only string values are expanded; a key that looks like a reference stays as written.
     errors = errors_of("'${X}': 1", {"X": "server"})
     assert errors == [
-        "$.${X}: unknown key (expected one of auth, batches, compat, database, guardrails, media, "
-        "metrics, models, plugins, pricing, providers, responses, server, state, telemetry)"
+        "$.${X}: unknown key (expected one of auth, batches, compat, database, guardrails, mcp, "
+        "media, metrics, models, plugins, pricing, providers, responses, server, state, telemetry)"
     ]
 
 

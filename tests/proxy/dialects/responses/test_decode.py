@@ -327,3 +327,41 @@ def test_the_open_responses_fields_are_echoed_and_the_penalties_translated() -> 
 def test_values_outside_the_schema_are_a_400_naming_the_field(field: str, value: Any) -> None:
     error = refused(input="hi", **{field: value})
     assert error.param == field
+
+
+def test_mcp_tools_go_to_the_envelope_not_to_the_model() -> None:
+    call = decode(
+        input="hi",
+        tools=[
+            {"type": "function", "name": "lookup"},
+            {"type": "mcp", "server_label": "github", "require_approval": "never"},
+            {
+                "type": "mcp",
+                "server_label": "x",
+                "server_url": "https://x.example/mcp",
+                "allowed_tools": {"tool_names": ["a", "b"]},
+            },
+        ],
+    )
+    assert [tool.function.name for tool in call.params.tools or []] == ["lookup"]
+    specs = envelope_of(call).mcp
+    assert [(s.server_label, s.server_url, s.allowed_tools) for s in specs] == [
+        ("github", None, None),
+        ("x", "https://x.example/mcp", ["a", "b"]),
+    ]
+
+
+_APPROVAL = {"type": "mcp", "server_label": "g", "require_approval": "always"}
+_FILTER = {"type": "mcp", "server_label": "g", "allowed_tools": {"read_only": True}}
+
+
+@pytest.mark.parametrize(
+    ("tool", "param"),
+    [
+        ({"type": "mcp"}, "tools[0].server_label"),
+        (_APPROVAL, "tools[0].require_approval"),
+        (_FILTER, "tools[0].allowed_tools"),
+    ],
+)
+def test_an_mcp_tool_the_gateway_cannot_run_is_refused(tool: dict[str, Any], param: str) -> None:
+    assert refused(input="hi", tools=[tool]).param == param

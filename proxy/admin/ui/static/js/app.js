@@ -7,14 +7,15 @@ import { ApiError, signIn, signOut, signedIn, whenSignedOut } from "./api.js";
 import { announce, el, replace } from "./dom.js";
 import * as keys from "./pages/keys.js";
 import * as logs from "./pages/logs.js";
+import * as mcp from "./pages/mcp.js";
 import * as models from "./pages/models.js";
 import * as overview from "./pages/overview.js";
 import * as requests from "./pages/requests.js";
 import * as spend from "./pages/spend.js";
 import * as teams from "./pages/teams.js";
 
-const PAGES = { overview, keys, teams, spend, logs, requests, models };
-const TITLES = { overview: "Overview", keys: "Keys", teams: "Teams", spend: "Spend", logs: "Request log", requests: "Kept requests", models: "Models" };
+const PAGES = { overview, keys, teams, spend, logs, requests, models, mcp };
+const TITLES = { overview: "Overview", keys: "Keys", teams: "Teams", spend: "Spend", logs: "Request log", requests: "Kept requests", models: "Models", mcp: "MCP" };
 
 const signInSection = document.getElementById("sign-in");
 const signInForm = document.getElementById("sign-in-form");
