@@ -14,8 +14,13 @@ Each call, in order:
 4. **Accounting**: one spend-ledger record (``dialect`` ``mcp``, ``model`` ``server/tool``,
    ``mcp_server``, ``mcp_tool``, key, team, duration, status, ``mcp_bytes`` of the result, cost
    ``price_per_call`` or 0), ``crossway_mcp_tool_calls_total{server,result}`` and
-   ``crossway_mcp_tool_call_duration_seconds{server}``, and one ``mcp_tool_call`` log line. The
-   arguments and the result are never logged.
+   ``crossway_mcp_tool_call_duration_seconds{server}``, one ``mcp_tool_call`` log line, and,
+   when tracing is on, one client span ``tools/call <tool>`` under the current span (the
+   Responses API's MCP loop: the request's; a call on ``/mcp``: a trace of its own) with the
+   conventions' ``mcp.method.name``, ``gen_ai.operation.name`` ``execute_tool``,
+   ``gen_ai.tool.name`` and ``error.type``, and ``crossway.mcp.server``, ``crossway.mcp.result``,
+   ``crossway.key_alias``, ``crossway.team``. The arguments and the result are never logged nor
+   put on the span.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import mcp.types as types
@@ -31,6 +36,7 @@ from mcp.shared.exceptions import MCPError
 
 from proxy.core.canonical import Principal
 from proxy.core.metrics import Metrics
+from proxy.core.tracing import NO_TRACER, AttributeValue, Span, Tracer
 from proxy.governance.ledger.records import RecordIds, SpendRecord
 from proxy.governance.pricing import usd_to_nanos
 from proxy.mcp.faults import FORBIDDEN, RATE_LIMITED, UNAVAILABLE, McpFault
@@ -63,8 +69,10 @@ class ToolCalls:
         logger: Any,
         prices: Mapping[str, float],
         recent: deque[dict[str, Any]],
+        tracer: Callable[[], Tracer] = lambda: NO_TRACER,
     ) -> None:
         self._recent = recent
+        self._tracer = tracer
         self._prices = {name: usd_to_nanos(usd) or 0 for name, usd in prices.items() if usd}
         self._state = state
         self._store = state.store_for("limits")
@@ -88,15 +96,16 @@ class ToolCalls:
         :class:`McpFault` for a refusal, and the server's own :class:`MCPError`."""
         server = upstream.name
         started = time.perf_counter()
+        span = self._span(principal, server, tool)
         if not principal.allows_tool(server, tool):
-            self._finish(principal, server, tool, "denied", 403, "tool_not_allowed", started, None)
+            self._finish(principal, server, tool, "denied", 403, "tool_not_allowed", started, span)
             raise McpFault(
                 FORBIDDEN,
                 f"this API key may not call the tool {tool!r} of the MCP server {server!r}",
                 status=403,
                 reason="tool_not_allowed",
             )
-        admission = await self._admit(principal, server, tool, started)
+        admission = await self._admit(principal, server, tool, started, span)
         result: types.CallToolResult | None = None
         outcome, status = "error", 502
         code: str | None = "upstream_error"
@@ -124,10 +133,29 @@ class ToolCalls:
                 self._store.settle(admission, 0)
             size = None if result is None else len(result.model_dump_json(by_alias=True))
             self._metrics.mcp_tool_call_duration(server).observe(time.perf_counter() - started)
-            self._finish(principal, server, tool, outcome, status, code, started, size, request_id)
+            self._finish(
+                principal, server, tool, outcome, status, code, started, span, size, request_id
+            )
+
+    def _span(self, principal: Principal, server: str, tool: str) -> Span | None:
+        """The call's span when tracing is on (see the module docstring); None when off."""
+        tracer = self._tracer()
+        if not tracer.enabled:
+            return None
+        attributes: dict[str, AttributeValue] = {
+            "mcp.method.name": "tools/call",
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool[:_MAX_TEXT],
+            "crossway.mcp.server": server,
+        }
+        if principal.key_alias is not None:
+            attributes["crossway.key_alias"] = principal.key_alias
+        if principal.team is not None:
+            attributes["crossway.team"] = principal.team
+        return tracer.child_span(f"tools/call {tool[:_MAX_TEXT]}", attributes, client=True)
 
     async def _admit(
-        self, principal: Principal, server: str, tool: str, started: float
+        self, principal: Principal, server: str, tool: str, started: float, span: Span | None
     ) -> Admission | None:
         """Take from the principal's rpm buckets and hold a max_parallel slot; None when it has
         no such limits (or the store could not answer and the policy admits uncounted)."""
@@ -139,7 +167,9 @@ class ToolCalls:
         except StoreUnavailable:
             if self._closed:
                 self._state.degraded("limits", "closed")
-                self._finish(principal, server, tool, "limited", 503, "state_unavailable", started)
+                self._finish(
+                    principal, server, tool, "limited", 503, "state_unavailable", started, span
+                )
                 raise McpFault(
                     RATE_LIMITED,
                     "rate limits cannot be checked right now",
@@ -158,7 +188,7 @@ class ToolCalls:
             assert admission.refused is not None
             message = f"the rpm limit of {plan.limits[admission.refused]} is reached"
             retry_after = admission.retry_after
-        self._finish(principal, server, tool, "limited", 429, "rate_limit_exceeded", started)
+        self._finish(principal, server, tool, "limited", 429, "rate_limit_exceeded", started, span)
         raise McpFault(
             RATE_LIMITED, message, status=429, reason="rate_limit_exceeded", retry_after=retry_after
         )
@@ -194,10 +224,16 @@ class ToolCalls:
         status: int,
         code: str | None,
         started: float,
+        span: Span | None,
         size: int | None = None,
         request_id: str = "",
     ) -> None:
-        """Count, log and record one call."""
+        """Count, log and record one call, and end its span."""
+        if span is not None:
+            span.set("crossway.mcp.result", outcome)
+            if code is not None:
+                span.fail(code)
+            span.end()
         duration = time.perf_counter() - started
         self._metrics.mcp_tool_calls(server, outcome).inc()
         duration_ms = round(duration * 1000, 3)

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.core.metrics import Metrics
+from proxy.core.tracing import NO_TRACER, Tracer
 from proxy.mcp.calls import Ledger, ToolCalls
 from proxy.mcp.config import McpConfig
 from proxy.mcp.hub import McpHub
@@ -38,15 +39,17 @@ def add_mcp_gateway(
     logger: Callable[[], Any],
     request_id: Callable[[web.Request], str],
     wrap: Wrap,
+    tracer: Callable[[], Tracer] = lambda: NO_TRACER,
 ) -> McpToolLoop:
     """Add the MCP gateway to ``app`` (module docstring); the loop that runs the Responses
     API's MCP tools on it (:mod:`proxy.mcp.responses_loop`; one that refuses every MCP tool when
-    no server is configured). The hub is ``app[MCP_HUB]``."""
+    no server is configured). The hub is ``app[MCP_HUB]``; ``tracer`` gives the serving config's
+    tracer (each tool call's span)."""
     if not config.servers:
         return McpToolLoop(None, None)
     hub = McpHub(config, logger(), metrics)
     prices = {name: server.price_per_call for name, server in config.servers.items()}
-    calls = ToolCalls(state, ledger, metrics, logger(), prices, hub.recent)
+    calls = ToolCalls(state, ledger, metrics, logger(), prices, hub.recent, tracer)
     methods = Methods(calls, config.page_size, logger())
     routes = McpRoutes(hub, methods, authenticate, logger, request_id, __version__)
     routes.add_to(app, wrap)

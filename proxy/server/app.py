@@ -265,6 +265,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         logger=lambda: app[RUNTIME].snapshot.logger if RUNTIME in app else blueprint.logger,
         request_id=edges.request_id,
         wrap=edges.plain,
+        tracer=lambda: app[RUNTIME].snapshot.tracer,
     )
     if config.compat.litellm:
         add_litellm_routes(app, LiteLLMRoutes(lambda: app[RUNTIME].snapshot), edges.plain)

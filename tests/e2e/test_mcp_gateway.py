@@ -32,6 +32,7 @@ from proxy.server.app import create_app
 from tests.e2e.browser import browser
 from tests.e2e.conftest import start_site
 from tests.e2e.mcp_servers import Record, serve_http, tools_server
+from tests.e2e.otlp_receiver import CLIENT, SERVER, OtlpReceiver
 from tests.proxy.providers.fakes.anthropic import AnthropicFake
 from tests.proxy.providers.fakes.gemini import GeminiFake
 
@@ -75,6 +76,7 @@ class Served:
         self.sentinel = Sentinel()
         self.sentinel_url = ""
         self.github_url = ""
+        self.otlp = OtlpReceiver()
 
     def openai(self, key: str) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
@@ -132,6 +134,9 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
         sentinel = Sentinel()
         sentinel_runner, sentinel_url = await start_site(sentinel.app())
         stack.push_async_callback(sentinel_runner.cleanup)
+        otlp = OtlpReceiver()
+        otlp_runner, otlp_url = await start_site(otlp.app())
+        stack.push_async_callback(otlp_runner.cleanup)
         config = tmp / "gateway.yaml"
         config.write_text(
             textwrap.dedent(
@@ -152,6 +157,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
                   claude: [{{target: anth/text}}]
                   gem: [{{target: gem/text}}]
                 plugins: [{{auth: {{}}}}]
+                telemetry: {{traces: {{endpoint: "{otlp_url}"}}}}
                 mcp:
                   health_interval: 0.2
                   restart_backoff: 0.1
@@ -175,6 +181,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
         logs = io.StringIO()
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("GITHUB_MCP_TOKEN", TOKEN)
+            patch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # spans exported 50 ms after their end
             app = create_app(config, log_stream=logs)
         runner, url = await start_site(app)
         stack.push_async_callback(runner.cleanup)
@@ -183,6 +190,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
         gateway.fakes = {"anthropic": anthropic_fake, "gemini": gemini_fake}
         gateway.sentinel, gateway.sentinel_url = sentinel, sentinel_url
         gateway.github_url = github_url
+        gateway.otlp = otlp
         gateway.stoppers["flaky"] = lambda: _end(flaky_process)  # awaited by the test
         async with session(gateway, FULL) as client:
             await eventually(lambda: _all_up(client))
@@ -653,3 +661,56 @@ async def test_grants_set_over_the_admin_api_apply_at_once(served: Served) -> No
         assert refused.value.code == -32003
     team = await served.admin_send("POST", "/admin/teams", {"id": "tools", "mcp": {"github": "*"}})
     assert team["mcp"] == {"github": "*"}
+
+
+async def test_every_tool_call_is_a_span(served: Served) -> None:
+    async with session(served, NARROW) as client:
+        assert (
+            text_of(await client.call_tool("github__echo", {"text": "traced"})) == "github:traced"
+        )
+        with pytest.raises(MCPError):
+            await client.call_tool("github__add", {"a": 1, "b": 2})
+
+    def spans(tool: str) -> list[Any]:
+        return [span for span in served.otlp.spans if span.name == f"tools/call {tool}"]
+
+    async def both_exported() -> bool:
+        return bool(spans("echo")) and bool(spans("add"))
+
+    await eventually(both_exported)
+    served_call = next(s for s in spans("echo") if s.attributes["crossway.key_alias"] == "narrow")
+    assert served_call.kind == CLIENT
+    assert served_call.attributes["mcp.method.name"] == "tools/call"
+    assert served_call.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert served_call.attributes["gen_ai.tool.name"] == "echo"
+    assert served_call.attributes["crossway.mcp.server"] == "github"
+    assert served_call.attributes["crossway.mcp.result"] == "ok"
+    assert served_call.attributes["crossway.team"] == "support"
+    assert "error.type" not in served_call.attributes
+    refused = next(s for s in spans("add") if s.attributes["crossway.key_alias"] == "narrow")
+    assert refused.attributes["crossway.mcp.result"] == "denied"
+    assert refused.attributes["error.type"] == "tool_not_allowed"
+    assert TOKEN not in json.dumps([span.attributes for span in served.otlp.spans])
+
+
+async def test_a_responses_requests_tool_calls_are_spans_of_its_trace(served: Served) -> None:
+    mcp_tool = {
+        "type": "mcp",
+        "server_label": "github",
+        "allowed_tools": ["weather"],
+        "require_approval": "never",
+    }
+    raw = await served.openai(FULL).responses.with_raw_response.create(
+        model="claude", input="What is the weather?", tools=[mcp_tool]
+    )
+    trace_id = raw.headers["x-crossway-trace-id"]
+
+    async def called() -> bool:
+        return any(s.name == "tools/call weather" for s in served.otlp.trace(trace_id))
+
+    await eventually(called)
+    trace = served.otlp.trace(trace_id)
+    [request] = [span for span in trace if span.kind == SERVER]
+    [tool_call] = [span for span in trace if span.name == "tools/call weather"]
+    assert tool_call.parent_id == request.span_id  # between the model's rounds, in the request
+    assert tool_call.attributes["crossway.key_alias"] == "full"
