@@ -154,14 +154,12 @@ async def test_a_bad_count_request_is_an_anthropic_400(gateway: Gateway) -> None
     assert "messages" in answer.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("path", ["/v1/messages/batches", "/v1/messages/nothing/here"])
+@pytest.mark.parametrize("path", ["/v1/messages/nothing/here", "/v1/messages/batches/b/nothing"])
 async def test_unknown_anthropic_paths_are_anthropic_404s(gateway: Gateway, path: str) -> None:
     answer = await post(gateway.url, path, {"model": "mock/echo"})
     assert answer.status == 404
     validate_in(SPEC, "ErrorResponse", answer.json())
     assert answer.json()["error"]["type"] == "not_found_error"
-    with pytest.raises(anthropic.NotFoundError):
-        await gateway.anthropic().messages.batches.list()
 
 
 async def test_models_retrieve_in_the_openai_sdk(gateway: Gateway) -> None:
