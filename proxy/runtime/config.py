@@ -73,6 +73,9 @@ class CorsConfig(Struct, frozen=True, forbid_unknown_fields=True):
         "x-crossway-attempts",
         "x-crossway-fallback",
         "x-crossway-trace-id",
+        "x-crossway-cost-usd",
+        "x-crossway-overhead-ms",
+        "x-crossway-guardrails",
         "retry-after",
     )
     allow_credentials: bool = False
