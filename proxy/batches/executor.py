@@ -38,14 +38,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import msgspec
-
 from proxy.batches.batches_db import BatchStore, Held, Line, Result
 from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
-from proxy.batches.native import ENDED, PLAN_DECODER, NativeFailed, NativeRunner
+from proxy.batches.native import PLAN_DECODER, NativeRunner
 from proxy.batches.objects import ENCODER, MESSAGES, Batch, BatchError, BatchErrors
 from proxy.core.canonical import Principal
+from proxy.providers.base import BatchAPIError
 from proxy.runtime.config import BatchesConfig
 
 LEASE_SECONDS = 10.0
@@ -203,7 +202,7 @@ class BatchExecutor:
             await self._finish(batch, held.principal, cancel.is_set())
         except asyncio.CancelledError:
             raise
-        except NativeFailed as failure:
+        except BatchAPIError as failure:
             await self._native_failed(batch, failure)
         except Exception:
             self._logger().exception("batch_run_failed", batch_id=batch.id)
@@ -278,18 +277,21 @@ class BatchExecutor:
         if plan.upstream_id is None:
             if cancel.is_set():
                 return True
-            lines: list[Line] = []
-            while page := await store.pending(batch.id, lines[-1].number if lines else -1, PAGE):
-                lines += page
-            plan.upstream_id = await native.submit(plan, batch.endpoint, lines)
+            upstream_id, refused = await native.submit(
+                plan, batch.endpoint, await self._pending(batch.id)
+            )
+            await store.record(batch.id, refused)
+            if upstream_id is None:  # no line could be sent: each has its result
+                return True
+            plan.upstream_id = upstream_id
             await store.save_native(batch.id, ENCODER.encode(plan))
         while True:
             if cancel.is_set() and not plan.cancel_sent:
                 await native.cancel(plan)
                 plan.cancel_sent = True
                 await store.save_native(batch.id, ENCODER.encode(plan))
-            upstream = await native.status(plan)
-            if upstream.get("status") in ENDED:
+            upstream = await native.poll(plan)
+            if upstream.outcome is not None:
                 break
             if self._stopping:
                 await store.save(batch, lease=None)
@@ -300,50 +302,38 @@ class BatchExecutor:
             with contextlib.suppress(TimeoutError):  # a cancel asked meanwhile is sent at once
                 async with asyncio.timeout(self._config.poll_interval):
                     await cancel.wait()
-        if upstream.get("status") == "failed":
+        if upstream.outcome == "failed":
             batch.status, batch.failed_at = "failed", int(self._clock())
-            errors = upstream.get("errors") or {}
-            batch.errors = msgspec.convert(
-                {"data": errors.get("data") or [], "object": "list"}, BatchErrors, strict=False
-            )
+            errors = [BatchError(code, message) for code, message in upstream.errors]
+            batch.errors = BatchErrors(errors or [BatchError("native_batch_failed", "failed")])
             await store.save(batch, lease=None)
             return False
-        numbers = {custom_id: n for n, custom_id, _ in await self._all_lines(batch.id)}
-        results: list[Result] = []
-        for key, failed in (("output_file_id", False), ("error_file_id", True)):
-            file_id = upstream.get(key)
-            if not file_id:
-                continue
-            for raw in (await native.download(plan, str(file_id))).splitlines():
-                line = msgspec.json.decode(raw)
-                if not isinstance(line, dict) or line.get("custom_id") not in numbers:
-                    continue
-                number = numbers[line["custom_id"]]
-                response = line.get("response") or {}
-                bad = failed or bool(line.get("error")) or response.get("status_code", 200) >= 400
-                results.append(Result(number, raw, bad))
-                native.account(plan, batch.id, held.principal, line)
+        lines = await self._pending(batch.id)
+        results = await native.results(
+            plan, batch.endpoint, batch.id, held.principal, upstream, lines
+        )
         await store.record(batch.id, results)
-        if upstream.get("status") == "cancelled":
+        if upstream.outcome == "cancelled":
             cancel.set()
         return True
 
-    async def _native_failed(self, batch: Batch, failure: NativeFailed) -> None:
-        """A provider's batch API refused (a 4xx but 429): the batch is ``failed``, naming it;
-        anything else (unreachable, 429, 5xx) is logged and left to the lease: tried again."""
-        status = failure.status
-        if status is None or status == 429 or status >= 500:
+    async def _native_failed(self, batch: Batch, failure: BatchAPIError) -> None:
+        """A provider's batch API refused for good (a 4xx but 429, or an answer it cannot
+        read): the batch is ``failed``, naming it; anything else (unreachable, 429, 5xx) is
+        logged and left to the lease: tried again."""
+        if not failure.lasting:
             self._logger().warning("native_batch_retry", batch_id=batch.id, error=str(failure))
             return
         batch.status, batch.failed_at = "failed", int(self._clock())
         batch.errors = BatchErrors([BatchError("native_batch_failed", str(failure))])
         await self._store.save(batch, lease=None)
 
-    async def _all_lines(self, batch_id: str) -> list[tuple[int, str, bytes | None]]:
-        found: list[tuple[int, str, bytes | None]] = []
-        while page := await self._store.outcomes(batch_id, found[-1][0] if found else -1, PAGE):
-            found += page
-        return found
+    async def _pending(self, batch_id: str) -> list[Line]:
+        """Every line of ``batch_id`` without a result, in order."""
+        lines: list[Line] = []
+        while page := await self._store.pending(batch_id, lines[-1].number if lines else -1, PAGE):
+            lines += page
+        return lines
 
     async def _finish(self, batch: Batch, principal: Principal, cancelled: bool) -> None:
         """Write ``batch``'s output and error files and end it (module docstring)."""

@@ -104,8 +104,10 @@ class LineRunner:
                 body = dialect.encode_response(call, reply)
                 outcome.status = 200
                 if endpoint == MESSAGES:
-                    return Result(line.number, _result(line.custom_id, "message", body), False)
-                return Result(line.number, _output(rid, line.custom_id, 200, body), False)
+                    return Result(
+                        line.number, message_result(line.custom_id, "message", body), False
+                    )
+                return Result(line.number, output_line(rid, line.custom_id, 200, body), False)
             except GatewayError as refused:
                 failure: GatewayError = refused
             except Exception:
@@ -115,9 +117,9 @@ class LineRunner:
             outcome.failed(failure, status)
             body = dialect.encode_error(failure, rid)
             if endpoint == MESSAGES:
-                return Result(line.number, _result(line.custom_id, "error", body), True)
+                return Result(line.number, message_result(line.custom_id, "error", body), True)
             named = LineError(failure.code, failure.message)
-            return Result(line.number, _output(rid, line.custom_id, status, body, named), True)
+            return Result(line.number, output_line(rid, line.custom_id, status, body, named), True)
         except BaseException:
             outcome.status = CLIENT_CLOSED
             raise
@@ -132,7 +134,7 @@ def failed_line(custom_id: str, status: int, code: str, message: str) -> bytes:
     body: dict[str, Any] = {"error": {"message": message, "type": "invalid_request_error"}}
     body["error"].update(param=None, code=code)
     rid = request_id()
-    return _output(rid, custom_id, status, ENCODER.encode(body), LineError(code, message))
+    return output_line(rid, custom_id, status, ENCODER.encode(body), LineError(code, message))
 
 
 class _Message(msgspec.Struct):
@@ -150,14 +152,14 @@ class _Individual(msgspec.Struct):
     result: _Message | _Errored
 
 
-def _result(custom_id: str, kind: str, body: bytes) -> bytes:
+def message_result(custom_id: str, kind: str, body: bytes) -> bytes:
     """A message batch's result line: ``succeeded`` with the message, or ``errored``."""
     raw = msgspec.Raw(body)
     result = _Message("succeeded", raw) if kind == "message" else _Errored("errored", raw)
     return ENCODER.encode(_Individual(custom_id, result))
 
 
-def _output(
+def output_line(
     rid: str, custom_id: str, status: int, body: bytes, error: LineError | None = None
 ) -> bytes:
     response = LineResponse(status, rid, msgspec.Raw(body))

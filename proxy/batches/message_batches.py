@@ -30,6 +30,7 @@ from aiohttp import web
 
 from proxy.batches.batches_db import missing_batch
 from proxy.batches.executor import PAGE
+from proxy.batches.native import plan_of
 from proxy.batches.objects import (
     COMPLETION_WINDOW,
     ENCODER,
@@ -145,7 +146,9 @@ class MessageBatchRoutes:
             request_counts=RequestCounts(total=len(asked.requests)),
         )
         lines = [(item.custom_id, ENCODER.encode(item.params)) for item in asked.requests]
-        await self._batches.create(batch, principal, lines)
+        plan = plan_of(self._parts.snapshot(), MESSAGES, lines)
+        native = None if plan is None else ENCODER.encode(plan)
+        await self._batches.create(batch, principal, lines, native)
         self._executor.wake()
         return await self._answer(request, batch)
 

@@ -1,55 +1,74 @@
 """Native batches: a batch whose model is an alias with a ``batch: native`` deployment runs
-through that provider's own batch API (OpenAI's shape: ``/files`` and ``/batches`` under the
-provider's ``base_url``), at its discount, instead of line by line through the chain.
+through that provider's own batch API (:class:`~proxy.providers.base.BatchesNatively`: OpenAI's,
+Azure OpenAI's, Anthropic's Message Batches), at its discount, instead of line by line through
+the chain.
 
-:func:`plan_of` decides when a batch is created: every line must name the same alias, whose
-first ``native`` deployment is on an ``openai``-type provider; otherwise the batch is
-gateway-executed. The :class:`NativePlan` (provider, upstream model, the upstream batch's id
-once submitted — never a key) is stored with the batch, so that a restart resumes polling.
+:func:`plan_of` decides when a batch is created: every line must name the same alias, and its
+first ``native`` deployment whose provider has a batch API must take the batch's endpoint —
+as it is, or, for a chat batch, translated between OpenAI's chat completions and Anthropic's
+messages (:mod:`proxy.batches.wire`): so an OpenAI SDK's batch can run at Anthropic's batch
+price, and an Anthropic SDK's message batch at OpenAI's or Azure's. Otherwise the batch is
+gateway-executed. The :class:`NativePlan` (provider, upstream model, the wire endpoint, the
+upstream batch's id once submitted — never a key) is stored with the batch, so that a
+restart resumes polling.
 
-:class:`NativeRunner` uploads the lines (their ``model`` rewritten to the upstream model) as a
-JSONL file and creates the upstream batch, polls it, cancels it, and reads its output and error
-files back. Each result line is recorded in the ledger as one request of the batch — the
-deployment that served, the usage it reported, priced at the model's batch rate
+:class:`NativeRunner` submits the lines (each under the upstream id ``l<number>``, which every
+provider's custom-id rules accept, its body as the provider's endpoint takes it; a line that
+cannot be translated fails at once with the error its online request would have had), polls,
+cancels, and maps the results back into the client's lines: an OpenAI output line under the
+client's ``custom_id``, or a message batch's result. A request the provider never ran
+(cancelled, expired) gets no result, as a line the gateway did not run. An errored result's
+body has the snapshot's secrets redacted (an upstream may quote a key). Each result is
+recorded in the ledger as one request of the batch — the deployment that served, the usage it
+reported, priced at the model's batch rate
 (:meth:`~proxy.governance.pricing.ModelPrice.batch_nanos`) — through the snapshot's
 ``finished`` hooks. A native batch's lines are not reserved against budgets (their spend is
-recorded when the results come). An upstream that answers an error raises
-:class:`NativeFailed` with its status (its body is not kept: it may quote a key).
+recorded when the results come). A batch API that answers an error raises
+:class:`~proxy.providers.base.BatchAPIError` with its status (its body is not kept: it may
+quote a key).
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 import msgspec
 
-from proxy.batches.batches_db import Line
-from proxy.batches.objects import ENCODER
-from proxy.core.canonical import Call, Principal, Usage
+from proxy.batches.batches_db import Line, Result
+from proxy.batches.lines import DIALECTS, message_result, output_line, request_id
+from proxy.batches.objects import MESSAGES, LineError
+from proxy.batches.wire import CHAT, Answer, LineCodec, Passthrough, Translated
+from proxy.core.canonical import Call, Principal
+from proxy.core.errors import GatewayError
 from proxy.core.plugin import FinishedRequest
-from proxy.providers.openai.provider import OpenAIConfig
-from proxy.runtime.config import GatewayConfig
+from proxy.providers.base import (
+    BatchAPIError,
+    BatchesNatively,
+    Capabilities,
+    HttpRequest,
+    NativeBatchState,
+)
 from proxy.runtime.snapshot import Snapshot
 
-OPENAI_BASE = "https://api.openai.com/v1"
-UPSTREAM_TIMEOUT = 60.0
-ENDED = ("completed", "failed", "expired", "cancelled")
-"""An upstream batch's statuses that end it."""
+UPSTREAM_TIMEOUT = 600.0
+"""Seconds one call of a batch API may take (a result file can be large)."""
+CONNECT_TIMEOUT = 10.0
 
 
 class NativePlan(msgspec.Struct):
     """How a native batch runs: the ``provider`` and upstream ``model`` of the alias
-    ``alias``'s native deployment, and the upstream batch's id once submitted."""
+    ``alias``'s native deployment, the endpoint its lines take upstream (``wire``; None: the
+    batch's own), and the upstream batch's id once submitted."""
 
     provider: str
     model: str
     alias: str
     upstream_id: str | None = None
     cancel_sent: bool = False
+    wire: str | None = None
 
 
 PLAN_DECODER = msgspec.json.Decoder(NativePlan)
@@ -62,28 +81,43 @@ class _Model(msgspec.Struct):
 _MODEL = msgspec.json.Decoder(_Model)
 
 
-class NativeFailed(Exception):
-    """The provider's batch API answered an error (``status``) or could not be reached."""
-
-    def __init__(self, what: str, status: int | None) -> None:
-        super().__init__(f"{what}: upstream status {status}" if status else what)
-        self.status = status
+def wire_id(number: int) -> str:
+    """The upstream custom id of line ``number``."""
+    return f"l{number}"
 
 
-def plan_of(config: GatewayConfig, lines: list[tuple[str, bytes]]) -> NativePlan | None:
-    """The native plan of a batch of ``lines`` (module docstring), or None."""
-    models = {_MODEL.decode(body).model for _, body in lines}
+def _wire_of(endpoint: str, capabilities: Capabilities) -> str | None:
+    """The endpoint a batch of ``endpoint`` takes at a provider of ``capabilities`` (None: its
+    batch API cannot run it)."""
+    batcher = capabilities.batcher
+    if batcher is None:
+        return None
+    if endpoint in batcher.batch_endpoints:
+        return endpoint
+    if endpoint in CHAT and capabilities.http is not None:
+        return next((wire for wire in CHAT if wire in batcher.batch_endpoints), None)
+    return None
+
+
+def plan_of(snapshot: Snapshot, endpoint: str, lines: list[tuple[str, bytes]]) -> NativePlan | None:
+    """The native plan of a batch of ``lines`` for ``endpoint`` (module docstring), or None."""
+    try:
+        models = {_MODEL.decode(body).model for _, body in lines}
+    except msgspec.DecodeError:
+        return None
     if len(models) != 1:
         return None
     (alias,) = models
     if alias is None:
         return None
-    for deployment in config.models.get(alias, ()):
+    for deployment in snapshot.config.models.get(alias, ()):
         if deployment.batch != "native":
             continue
         provider, _, model = deployment.target.partition("/")
-        if isinstance(config.providers.get(provider), OpenAIConfig):
-            return NativePlan(provider, model, alias)
+        capabilities = snapshot.capabilities.get(provider)
+        wire = None if capabilities is None else _wire_of(endpoint, capabilities)
+        if wire is not None:
+            return NativePlan(provider, model, alias, wire=None if wire == endpoint else wire)
     return None
 
 
@@ -93,116 +127,137 @@ class NativeRunner:
     def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
         self._snapshot = snapshot
 
-    def _target(self, plan: NativePlan) -> tuple[str, dict[str, str]]:
-        provider = self._snapshot().config.providers.get(plan.provider)
-        if not isinstance(provider, OpenAIConfig):
-            raise NativeFailed(f"provider {plan.provider!r} is not configured any more", None)
-        headers = dict(provider.headers)
-        if provider.api_key:
-            headers["authorization"] = f"Bearer {provider.api_key}"
-        return (provider.base_url or OPENAI_BASE).rstrip("/"), headers
+    def _batcher(self, plan: NativePlan) -> tuple[BatchesNatively, Capabilities]:
+        capabilities = self._snapshot().capabilities.get(plan.provider)
+        if capabilities is None or capabilities.batcher is None:
+            message = f"provider {plan.provider!r} has no batch API any more"
+            raise BatchAPIError(message, None, lasting=True)
+        return capabilities.batcher, capabilities
 
-    async def _call(
-        self, plan: NativePlan, method: str, path: str, what: str, **kwargs: Any
-    ) -> bytes:
-        base, headers = self._target(plan)
-        timeout = aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT)
+    def _codec(self, plan: NativePlan, endpoint: str) -> LineCodec:
+        _, capabilities = self._batcher(plan)
+        http = capabilities.http
+        if plan.wire is None:
+            return Passthrough(endpoint, http, plan.model)
+        if http is None:
+            raise BatchAPIError(f"provider {plan.provider!r} is not reached over HTTP", None)
+        return Translated(DIALECTS[endpoint], http, plan.provider, plan.model)
+
+    async def _send(self, request: HttpRequest, what: str) -> bytes:
+        """See :data:`~proxy.providers.base.SendBatchRequest` (within :data:`UPSTREAM_TIMEOUT`)."""
+        timeout = aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT, connect=CONNECT_TIMEOUT)
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
-                session.request(method, base + path, headers=headers, **kwargs) as answer,
+                session.request(
+                    request.method,
+                    request.url,
+                    headers=request.headers,
+                    data=request.body if request.method == "POST" else None,
+                ) as answer,
             ):
                 body = await answer.read()
                 if answer.status >= 400:
-                    raise NativeFailed(what, answer.status)
+                    raise BatchAPIError(what, answer.status)
                 return body
-        except aiohttp.ClientError as exc:
-            raise NativeFailed(f"{what}: {type(exc).__name__}", None) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BatchAPIError(f"{what}: {type(exc).__name__}", None) from None
 
-    async def submit(self, plan: NativePlan, endpoint: str, lines: list[Line]) -> str:
-        """Upload ``lines`` and create the upstream batch; its id."""
-        content = b"".join(
-            ENCODER.encode(
-                {
-                    "custom_id": line.custom_id,
-                    "method": "POST",
-                    "url": endpoint,
-                    "body": {**msgspec.json.decode(line.body), "model": plan.model},
-                }
-            )
-            + b"\n"
-            for line in lines
-        )
-        form = aiohttp.FormData()
-        form.add_field("purpose", "batch")
-        form.add_field("file", content, filename="batch.jsonl", content_type="application/jsonl")
-        uploaded = msgspec.json.decode(
-            await self._call(plan, "POST", "/files", "uploading the batch file", data=form)
-        )
-        created = msgspec.json.decode(
-            await self._call(
-                plan,
-                "POST",
-                "/batches",
-                "creating the batch",
-                json={
-                    "input_file_id": uploaded["id"],
-                    "endpoint": endpoint,
-                    "completion_window": "24h",
-                },
-            )
-        )
-        return str(created["id"])
+    async def submit(
+        self, plan: NativePlan, endpoint: str, lines: Sequence[Line]
+    ) -> tuple[str | None, list[Result]]:
+        """Create the upstream batch of ``lines``: its id (None: no line could be sent) and
+        the results of the lines that could not (each failed as its online request would)."""
+        batcher, _ = self._batcher(plan)
+        codec = self._codec(plan, endpoint)
+        sent: list[tuple[str, dict[str, Any]]] = []
+        refused: list[Result] = []
+        for line in lines:
+            try:
+                sent.append((wire_id(line.number), codec.request(line.body)))
+            except GatewayError as failure:
+                dialect = DIALECTS[endpoint]
+                rid = request_id()
+                status = dialect.error_status(failure)
+                body = dialect.encode_error(failure, rid)
+                answer = Answer(status, body, None, (failure.code, failure.message))
+                refused.append(Result(line.number, _client_line(endpoint, line, rid, answer), True))
+        if not sent:
+            return None, refused
+        wire = plan.wire or endpoint
+        return await batcher.submit_batch(self._send, wire, plan.model, sent), refused
 
-    async def status(self, plan: NativePlan) -> dict[str, Any]:
-        """The upstream batch object."""
-        body = await self._call(plan, "GET", f"/batches/{plan.upstream_id}", "polling the batch")
-        found: dict[str, Any] = msgspec.json.decode(body)
-        return found
+    async def poll(self, plan: NativePlan) -> NativeBatchState:
+        """The upstream batch as it stands."""
+        assert plan.upstream_id is not None
+        batcher, _ = self._batcher(plan)
+        return await batcher.poll_batch(self._send, plan.upstream_id)
 
     async def cancel(self, plan: NativePlan) -> None:
         """Ask the provider to cancel the upstream batch."""
-        path = f"/batches/{plan.upstream_id}/cancel"
-        await self._call(plan, "POST", path, "cancelling the batch")
+        assert plan.upstream_id is not None
+        batcher, _ = self._batcher(plan)
+        await batcher.cancel_batch(self._send, plan.upstream_id)
 
-    async def download(self, plan: NativePlan, file_id: str) -> bytes:
-        """An upstream file's bytes (an output or error file)."""
-        return await self._call(plan, "GET", f"/files/{file_id}/content", "reading a result file")
+    async def results(
+        self,
+        plan: NativePlan,
+        endpoint: str,
+        batch_id: str,
+        principal: Principal,
+        state: NativeBatchState,
+        lines: Sequence[Line],
+    ) -> list[Result]:
+        """The client's results of the ended upstream batch (``state``) of ``lines`` (those
+        without a result), each recorded in the ledger (module docstring)."""
+        batcher, _ = self._batcher(plan)
+        codec = self._codec(plan, endpoint)
+        redactor = self._snapshot().redactor
+        waiting = {wire_id(line.number): line for line in lines}
+        waiting.update({line.custom_id: line for line in lines if line.custom_id not in waiting})
+        results: list[Result] = []
+        async for result in batcher.batch_results(self._send, state):
+            line = waiting.pop(result.custom_id, None)
+            if line is None or result.body is None:  # not ours, seen, or never ran
+                continue
+            answer = codec.answer(line.body, result)
+            if answer.error is not None:
+                clean = redactor.text(answer.body.decode("utf-8", "replace")).encode()
+                answer = answer._replace(body=clean)
+            rid = request_id()
+            failed = answer.error is not None
+            results.append(Result(line.number, _client_line(endpoint, line, rid, answer), failed))
+            self._account(plan, endpoint, batch_id, principal, rid, answer)
+        return results
 
-    def account(self, plan: NativePlan, batch_id: str, principal: Principal, line: Any) -> None:
-        """Record one result ``line`` (a decoded output-file line) in the ledger."""
+    def _account(
+        self,
+        plan: NativePlan,
+        endpoint: str,
+        batch_id: str,
+        principal: Principal,
+        rid: str,
+        answer: Answer,
+    ) -> None:
+        """Record one result in the ledger (its cost at the batch rate)."""
         snapshot = self._snapshot()
-        response = line.get("response") or {}
-        status = int(response.get("status_code") or 500)
-        given = response.get("body")
-        body: dict[str, Any] = given if isinstance(given, dict) else {}
-        usage = _usage(body.get("usage"))
-        call = Call(
-            str(response.get("request_id") or line.get("id") or uuid.uuid4().hex),
-            "openai",
-            plan.alias,
-            [],
-            principal=principal,
-        )
+        dialect = DIALECTS[endpoint].name
+        call = Call(rid, dialect, plan.alias, [], principal=principal)
         call.accounting.batch_id = batch_id
         price = snapshot.prices.price(plan.provider, plan.model)
-        if price is not None and usage is not None:
-            call.accounting.cost_nanos = price.batch_nanos(usage)
+        if price is not None and answer.usage is not None:
+            call.accounting.cost_nanos = price.batch_nanos(answer.usage)
             call.accounting.cost_source = "estimated"
-        failure = line.get("error")
-        error = failure.get("code") if isinstance(failure, dict) else None
-        if error is None and status >= 400:
-            error = (body.get("error") or {}).get("code") or "upstream_error"
         finished = FinishedRequest(
-            request_id=call.request_id,
-            dialect="openai",
+            request_id=rid,
+            dialect=dialect,
             call=call,
             principal=principal,
-            status=status,
+            status=answer.status,
             provider=plan.provider,
             upstream_model=plan.model,
-            usage=usage,
-            error_code=None if error is None else str(error)[:64],
+            usage=answer.usage,
+            error_code=None if answer.error is None else answer.error[0],
             duration=0.0,
             ended_at=time.time(),
             attempts=1,
@@ -211,22 +266,14 @@ class NativeRunner:
             try:
                 hook(finished)
             except Exception:
-                snapshot.logger.exception("finished_hook_failed", request_id=call.request_id)
+                snapshot.logger.exception("finished_hook_failed", request_id=rid)
 
 
-def _usage(raw: Any) -> Usage | None:
-    """An OpenAI usage object (chat completions', embeddings' or Responses') as a Usage."""
-    if not isinstance(raw, dict):
-        return None
-    prompt = int(raw.get("prompt_tokens", raw.get("input_tokens", 0)) or 0)
-    completion = int(raw.get("completion_tokens", raw.get("output_tokens", 0)) or 0)
-    details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details") or {}
-    cached = int(details.get("cached_tokens", 0) or 0) if isinstance(details, dict) else 0
-    out = raw.get("completion_tokens_details") or raw.get("output_tokens_details") or {}
-    reasoning = int(out.get("reasoning_tokens", 0) or 0) if isinstance(out, dict) else 0
-    return Usage(
-        input=max(prompt - cached, 0),
-        cache_read=cached,
-        output=max(completion - reasoning, 0),
-        reasoning=reasoning,
-    )
+def _client_line(endpoint: str, line: Line, rid: str, answer: Answer) -> bytes:
+    """The client's result line of ``line``: a message batch's result, or an OpenAI output
+    line under the client's ``custom_id``."""
+    if endpoint == MESSAGES:
+        kind = "error" if answer.error is not None else "message"
+        return message_result(line.custom_id, kind, answer.body)
+    error = None if answer.error is None else LineError(*answer.error)
+    return output_line(rid, line.custom_id, answer.status, answer.body, error)

@@ -247,7 +247,7 @@ class BatchRoutes:
             batch.errors, batch.request_counts = BatchErrors(errors), RequestCounts()
             lines = []
         else:
-            plan = plan_of(self._parts.snapshot().config, lines)
+            plan = plan_of(self._parts.snapshot(), asked.endpoint, lines)
             native = None if plan is None else ENCODER.encode(plan)
         await self._batches.create(batch, principal, lines, native)
         self._executor.wake()

@@ -16,6 +16,10 @@ module composes one). What differs:
   deployment's ``audio/…`` and ``images/…`` paths (OpenAI's wire format,
   :mod:`proxy.providers.openai.media`); Azure OpenAI has no moderations or rerank route, so
   those are a 400 naming the provider and the operation;
+- batches: Azure's batch API (a global-batch deployment) is OpenAI's at
+  ``{endpoint}/openai/files`` and ``{endpoint}/openai/batches`` (with ``api-version``), its
+  lines naming ``/chat/completions`` or ``/embeddings`` and the deployment as their model
+  (:mod:`proxy.providers.openai.batches`);
 - errors: a request refused by Azure's content filter (``code: content_filter``) is a
   :class:`~proxy.core.errors.ContentPolicyViolation`, as OpenAI's own policy errors are.
 """
@@ -30,7 +34,8 @@ import msgspec
 from proxy.core.canonical import Call, MediaOperation
 from proxy.core.errors import UpstreamError
 from proxy.core.reply import Chunk, Delta, Embeddings, MediaAnswer, Response
-from proxy.providers.base import HttpRequest, ProviderConfig, path_segment
+from proxy.providers.base import HoldsBatchAPI, HttpRequest, ProviderConfig, path_segment
+from proxy.providers.openai.batches import OpenAIBatchAPI
 from proxy.providers.openai.media import PATHS, build_media_at, parse_media
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
@@ -38,6 +43,8 @@ DEFAULT_API_VERSION = "2024-10-21"
 """The latest generally available data-plane inference version (it supports ``stream_options``)."""
 
 _EMPTY_DELTA = Delta()
+BATCH_LINE_URLS = {"/v1/chat/completions": "/chat/completions", "/v1/embeddings": "/embeddings"}
+"""The batch endpoints Azure's batch API takes, and how its lines and batches name them."""
 
 
 class AzureConfig(
@@ -68,7 +75,7 @@ class AzureConfig(
             raise ValueError("api_key or azure_ad_token is required")
 
 
-class AzureProvider:
+class AzureProvider(HoldsBatchAPI):
     """Pure translation for Azure OpenAI; see the module docstring."""
 
     media_operations: frozenset[MediaOperation] = frozenset(
@@ -97,6 +104,10 @@ class AzureProvider:
         self._embeddings_query = "/embeddings?api-version=" + quote(config.api_version, safe="")
         self._version = "?api-version=" + quote(config.api_version, safe="")
         self._headers = headers
+        root = config.endpoint.rstrip("/") + "/openai"
+        self.batch_api = OpenAIBatchAPI(
+            lambda path: root + path + self._version, headers, BATCH_LINE_URLS, self.deployment
+        )
 
     def deployment(self, model: str) -> str:
         """The Azure deployment that serves ``model``."""

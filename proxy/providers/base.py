@@ -11,7 +11,8 @@ counting tokens (:class:`CountsTokens` over HTTP, :class:`CountsTokensLocally` i
 embeddings (:class:`Embeds`, :class:`EmbedsLocally`), audio, images, moderations and rerank
 (:class:`ServesMedia`, :class:`ServesMediaLocally`), stream framing and parsing
 (:class:`DecodesStreams`, :class:`ParsesStreams`), verbatim frames (:class:`VouchesFrames`), the
-request fields it drops (:class:`DropsFields`) and the models it lists (:class:`ListsModels`).
+request fields it drops (:class:`DropsFields`), the models it lists (:class:`ListsModels`) and
+a batch API of its own (:class:`BatchesNatively`).
 What a provider offers is decided once, when its snapshot is built (:func:`capabilities_of`,
 a :class:`Capabilities` record of bound methods), never looked up per request.
 
@@ -21,7 +22,7 @@ Providers import only the canonical types, the errors and this module.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Literal, Protocol, TypeVar, runtime_checkable
 from urllib.parse import quote
 
 import msgspec
@@ -75,11 +76,12 @@ class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field=
 
 class HttpRequest(Struct):
     """An upstream request, ready to send: ``body`` is the encoded JSON (or, for a media call,
-    a multipart form, its boundary in ``headers``)."""
+    a multipart form, its boundary in ``headers``), sent with ``method``."""
 
     url: str
     headers: dict[str, str]
     body: bytes
+    method: str = "POST"
 
 
 @runtime_checkable
@@ -330,6 +332,127 @@ class ServesMediaLocally(Protocol):
         ...
 
 
+class BatchAPIError(Exception):
+    """A provider's batch API answered an error (``status``) or could not be reached (None).
+    ``lasting``: asking again cannot help (a 4xx but 429, or an answer that cannot be read)."""
+
+    def __init__(self, what: str, status: int | None, *, lasting: bool | None = None) -> None:
+        super().__init__(f"{what}: upstream status {status}" if status else what)
+        self.status = status
+        self.lasting = (
+            lasting if lasting is not None else status is not None and 400 <= status < 500
+        ) and status != 429
+
+
+SendBatchRequest = Callable[[HttpRequest, str], Awaitable[bytes]]
+"""Sends one request of a batch API flow (``what`` names the step in errors) and returns its
+2xx body; raises :class:`BatchAPIError` for any other answer or a failure to reach it."""
+
+
+class NativeBatchState(Struct, frozen=True):
+    """An upstream batch as last polled. ``outcome`` is None while it runs, then
+    ``completed``, ``failed`` (``errors``: its ``(code, message)`` pairs), ``cancelled`` or
+    ``expired``; ``results`` is what the provider needs to read the results of an ended one
+    (file ids, a results URL), opaque to everyone else."""
+
+    outcome: Literal["completed", "failed", "cancelled", "expired"] | None
+    errors: tuple[tuple[str, str], ...] = ()
+    results: tuple[str, ...] = ()
+
+
+class NativeResult(Struct, frozen=True):
+    """One request's result in an ended upstream batch: its ``custom_id`` (as submitted), the
+    HTTP ``status`` it had (200 when it succeeded), and ``body``: the provider's own answer
+    body — the response, or the error — as its online API would have sent it (None for a
+    request that never ran: ``outcome`` then says ``cancelled`` or ``expired``)."""
+
+    custom_id: str
+    status: int
+    body: bytes | None
+    outcome: Literal["succeeded", "errored", "cancelled", "expired"]
+
+
+@runtime_checkable
+class BatchesNatively(Protocol):
+    """An HTTP provider with a batch API of its own (OpenAI's Files and Batch APIs, Azure's,
+    Anthropic's Message Batches), at the vendor's batch discount.
+
+    ``batch_endpoints`` are the online endpoints whose requests its batches take, named as
+    OpenAI's batch API names them (``/v1/chat/completions``, ``/v1/embeddings``,
+    ``/v1/responses``; ``/v1/messages`` for Anthropic's); a request line is the body that
+    endpoint takes. A batch API flow is several dependent calls (upload, create, poll, read),
+    so the provider is handed the sending (``send``) rather than returning requests one at a
+    time; it still does no I/O of its own. Every method raises :class:`BatchAPIError` for an
+    answer it cannot use.
+    """
+
+    @property
+    def batch_endpoints(self) -> frozenset[str]:
+        """The batch endpoints it takes (see the class docstring)."""
+        ...
+
+    async def submit_batch(
+        self,
+        send: SendBatchRequest,
+        endpoint: str,
+        model: str,
+        lines: Sequence[tuple[str, dict[str, object]]],
+    ) -> str:
+        """Create an upstream batch of ``lines`` (``(custom_id, request body)``, for
+        ``endpoint``, each body's ``model`` set here to ``model``'s upstream name); its id."""
+        ...
+
+    async def poll_batch(self, send: SendBatchRequest, batch_id: str) -> NativeBatchState:
+        """The upstream batch ``batch_id`` as it stands."""
+        ...
+
+    async def cancel_batch(self, send: SendBatchRequest, batch_id: str) -> None:
+        """Ask the provider to cancel the upstream batch ``batch_id``."""
+        ...
+
+    def batch_results(
+        self, send: SendBatchRequest, state: NativeBatchState
+    ) -> AsyncIterator[NativeResult]:
+        """The results of an ended upstream batch, each once, in no particular order."""
+        ...
+
+
+class HoldsBatchAPI:
+    """Gives a provider the :class:`BatchesNatively` methods of the batch API it holds as
+    ``batch_api`` (the batch API is its own object; the provider offers it as a capability)."""
+
+    batch_api: BatchesNatively
+
+    @property
+    def batch_endpoints(self) -> frozenset[str]:
+        """See :class:`BatchesNatively`."""
+        return self.batch_api.batch_endpoints
+
+    async def submit_batch(
+        self,
+        send: SendBatchRequest,
+        endpoint: str,
+        model: str,
+        lines: Sequence[tuple[str, dict[str, object]]],
+    ) -> str:
+        """See :meth:`BatchesNatively.submit_batch`."""
+        return await self.batch_api.submit_batch(send, endpoint, model, lines)
+
+    async def poll_batch(self, send: SendBatchRequest, batch_id: str) -> NativeBatchState:
+        """See :meth:`BatchesNatively.poll_batch`."""
+        return await self.batch_api.poll_batch(send, batch_id)
+
+    async def cancel_batch(self, send: SendBatchRequest, batch_id: str) -> None:
+        """See :meth:`BatchesNatively.cancel_batch`."""
+        await self.batch_api.cancel_batch(send, batch_id)
+
+    def batch_results(
+        self, send: SendBatchRequest, state: NativeBatchState
+    ) -> AsyncIterator[NativeResult]:
+        """See :meth:`BatchesNatively.batch_results`."""
+        return self.batch_api.batch_results(send, state)
+
+
 @runtime_checkable
 class DropsFields(Protocol):
     """An HTTP provider that removes request fields its vendor rejects (named in a debug log)."""
@@ -375,6 +498,7 @@ class Capabilities(Struct, frozen=True):
     media_server: ServesMedia | None = None
     media: Callable[[Call, str], Awaitable[MediaAnswer]] | None = None
     media_operations: frozenset[MediaOperation] = frozenset()
+    batcher: BatchesNatively | None = None
 
     @property
     def embeds(self) -> bool:
@@ -407,6 +531,7 @@ def capabilities_of(provider: Provider) -> Capabilities:
         media_server=provider if isinstance(provider, ServesMedia) else None,
         media=provider.media if isinstance(provider, ServesMediaLocally) else None,
         media_operations=_media_operations(provider),
+        batcher=provider if isinstance(provider, BatchesNatively) else None,
     )
 
 

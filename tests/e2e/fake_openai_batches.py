@@ -9,7 +9,11 @@ completion tokens), quoting its last message; a line whose message contains ``re
 the error file with a 400. Every request's ``authorization`` header and every uploaded line is
 recorded, and ``chat_calls`` counts calls to ``/v1/chat/completions`` (which a native batch must
 never make). A request with the key :data:`REFUSED_KEY` gets a 401 naming it, as some upstreams
-echo keys."""
+echo keys.
+
+With ``root="/openai"`` it serves Azure OpenAI's spelling of the same APIs instead
+(``/openai/files``, ``/openai/batches``, …), each request's ``api-version`` recorded in
+``api_versions`` and its ``api-key`` header among the ``authorizations`` (as ``api-key …``)."""
 
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 class FakeBatchAPI:
     """State and handlers of the fake upstream."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: str = "/v1") -> None:
+        self.root = root
+        self.api_versions: set[str] = set()
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.lines: list[dict[str, Any]] = []
@@ -38,20 +44,28 @@ class FakeBatchAPI:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_post("/v1/files", self.upload)
-        app.router.add_get("/v1/files/{id}/content", self.content)
-        app.router.add_post("/v1/batches", self.create)
-        app.router.add_get("/v1/batches/{id}", self.retrieve)
-        app.router.add_post("/v1/batches/{id}/cancel", self.cancel)
-        app.router.add_post("/v1/chat/completions", self.chat)
+        root = self.root
+        app.router.add_post(f"{root}/files", self.upload)
+        app.router.add_get(f"{root}/files/{{id}}/content", self.content)
+        app.router.add_post(f"{root}/batches", self.create)
+        app.router.add_get(f"{root}/batches/{{id}}", self.retrieve)
+        app.router.add_post(f"{root}/batches/{{id}}/cancel", self.cancel)
+        app.router.add_post(f"{root}/chat/completions", self.chat)
         return app
 
     def _seen(self, request: web.Request) -> None:
-        self.authorizations.add(request.headers.get("authorization", ""))
+        if "api-key" in request.headers:
+            self.authorizations.add("api-key " + request.headers["api-key"])
+        else:
+            self.authorizations.add(request.headers.get("authorization", ""))
+        if "api-version" in request.query:
+            self.api_versions.add(request.query["api-version"])
 
     async def upload(self, request: web.Request) -> web.Response:
         self._seen(request)
-        if request.headers.get("authorization") == f"Bearer {REFUSED_KEY}":
+        if REFUSED_KEY in (
+            request.headers.get("authorization", "") + request.headers.get("api-key", "")
+        ):
             message = f"Incorrect API key provided: {REFUSED_KEY}"
             return web.json_response({"error": {"message": message}}, status=401)
         form = await request.post()
@@ -116,7 +130,7 @@ class FakeBatchAPI:
         for raw in self.files[batch["input_file_id"]].splitlines():
             line = json.loads(raw)
             self.lines.append(line)
-            text = line["body"]["messages"][-1]["content"]
+            text = text_of(line["body"]["messages"][-1]["content"])
             if "refuse" in text:
                 body = {
                     "error": {
@@ -168,3 +182,10 @@ class FakeBatchAPI:
             "completed": len(output),
             "failed": len(errors),
         }
+
+
+def text_of(content: str | list[dict[str, Any]]) -> str:
+    """A message's text, whether it is a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content)

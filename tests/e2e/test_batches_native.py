@@ -92,7 +92,7 @@ async def test_a_native_batch_is_submitted_polled_mapped_back_and_priced_at_the_
                 completion_window="24h",
             )
             batch = await finished(client, created.id)
-            assert batch.status == "completed"
+            assert batch.status == "completed", batch.errors
             counts = batch.request_counts
             assert counts is not None
             assert (counts.total, counts.completed, counts.failed) == (8, 7, 1)

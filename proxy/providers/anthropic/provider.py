@@ -54,6 +54,7 @@ from proxy.core.errors import (
     upstream_error_for_status,
 )
 from proxy.core.reply import Choice, Chunk, Response
+from proxy.providers.anthropic.batches import AnthropicBatchAPI
 from proxy.providers.anthropic.request import (
     CountRequest,
     Metadata,
@@ -74,6 +75,7 @@ from proxy.providers.anthropic.stream import (
     matched_stop,
 )
 from proxy.providers.base import (
+    HoldsBatchAPI,
     HttpRequest,
     ProviderConfig,
     encode_raw_fields,
@@ -139,8 +141,9 @@ _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope)
 _COUNT_DECODER = msgspec.json.Decoder(_TokenCount)
 
 
-class AnthropicProvider:
-    """Pure translation between canonical calls and the Anthropic Messages API."""
+class AnthropicProvider(HoldsBatchAPI):
+    """Pure translation between canonical calls and the Anthropic Messages API; its Message
+    Batches are :mod:`proxy.providers.anthropic.batches`'."""
 
     def __init__(self, name: str, config: AnthropicConfig) -> None:
         self.name = name
@@ -155,6 +158,7 @@ class AnthropicProvider:
             "anthropic-version": config.anthropic_version,
             "x-api-key": config.api_key or "",
         }
+        self.batch_api = AnthropicBatchAPI(config.base_url, self._headers)
 
     def build_request(self, call: Call, model: str) -> HttpRequest:
         """See :meth:`proxy.providers.base.HttpProvider.build_request`."""

@@ -38,6 +38,7 @@ from proxy.core.reply import (
     Response,
 )
 from proxy.providers.base import (
+    HoldsBatchAPI,
     HttpRequest,
     ProviderConfig,
     StreamEnd,
@@ -47,6 +48,7 @@ from proxy.providers.base import (
     retry_after_seconds,
     with_plugin_headers,
 )
+from proxy.providers.openai.batches import OpenAIBatchAPI
 from proxy.providers.openai.embeddings import build_openai_embeddings, parse_openai_embeddings
 from proxy.providers.openai.media import PATHS, build_media, parse_media
 from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
@@ -174,10 +176,15 @@ _CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"
 _POLICY_CODES = frozenset({"content_policy_violation", "content_filter"})
 
 
-class OpenAIProvider:
+BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/responses")
+"""The endpoints OpenAI's batch API takes (of those the gateway's batches take)."""
+
+
+class OpenAIProvider(HoldsBatchAPI):
     """Pure translation between canonical calls and an OpenAI-compatible chat API; its media
     routes (audio, images, moderations) and a Cohere-compatible ``{base_url}/rerank`` are
-    :mod:`proxy.providers.openai.media`'s."""
+    :mod:`proxy.providers.openai.media`'s, its batch API (``{base_url}/files``,
+    ``{base_url}/batches``) :mod:`proxy.providers.openai.batches`'."""
 
     media_operations: frozenset[MediaOperation] = frozenset(PATHS)
 
@@ -201,6 +208,9 @@ class OpenAIProvider:
         if config.api_key:
             headers["authorization"] = f"Bearer {config.api_key}"
         self._headers = headers
+        self.batch_api = OpenAIBatchAPI(
+            self._base_url.__add__, headers, {path: path for path in BATCH_ENDPOINTS}
+        )
 
     def build_request(self, call: Call, model: str) -> HttpRequest:
         """See :meth:`proxy.providers.base.HttpProvider.build_request`."""

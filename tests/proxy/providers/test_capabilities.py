@@ -12,6 +12,7 @@ import pytest
 
 from proxy.providers import PROVIDER_TYPES
 from proxy.providers.base import (
+    BatchesNatively,
     Capabilities,
     CountsTokens,
     CountsTokensLocally,
@@ -41,11 +42,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 CAPABILITIES: dict[str, tuple[type, set[type]]] = {
-    "openai": (HttpProvider, {Embeds, DropsFields, VouchesFrames, ServesMedia}),
+    "openai": (HttpProvider, {Embeds, DropsFields, VouchesFrames, ServesMedia, BatchesNatively}),
     "mock": (LocalProvider, {CountsTokensLocally, EmbedsLocally, ListsModels, ServesMediaLocally}),
-    "azure": (HttpProvider, {Embeds, ServesMedia}),
+    "azure": (HttpProvider, {Embeds, ServesMedia, BatchesNatively}),
     "bedrock": (HttpProvider, {Embeds, DecodesStreams, ParsesStreams}),
-    "anthropic": (HttpProvider, {CountsTokens, ParsesStreams}),
+    "anthropic": (HttpProvider, {CountsTokens, ParsesStreams, BatchesNatively}),
     "gemini": (HttpProvider, {Embeds, ParsesStreams}),
 }
 """Each provider type: its kind, and the optional capabilities it offers."""
@@ -62,6 +63,7 @@ OPTIONAL = (
     ListsModels,
     ServesMedia,
     ServesMediaLocally,
+    BatchesNatively,
 )
 
 FIELD: dict[type, str] = {
@@ -76,6 +78,7 @@ FIELD: dict[type, str] = {
     ListsModels: "listed_models",
     ServesMedia: "media_server",
     ServesMediaLocally: "media",
+    BatchesNatively: "batcher",
 }
 """The :class:`Capabilities` field that carries each capability."""
 
@@ -146,6 +149,7 @@ def test_a_capability_is_there_exactly_when_its_attributes_are(kind: str) -> Non
     assert (capabilities.dropped_fields is not None) == hasattr(provider, "dropped_fields")
     assert bool(capabilities.media_operations) == hasattr(provider, "media_operations")
     assert capabilities.listed_models == getattr(provider, "listed_models", ())
+    assert (capabilities.batcher is not None) == hasattr(provider, "submit_batch")
 
 
 def test_a_provider_without_optional_capabilities_has_none() -> None:

@@ -1,0 +1,81 @@
+"""proxy/batches/native.py: which batches run on a provider's own batch API, and on which of
+its endpoints — the batch's own, or the other chat wire — and which stay gateway-executed."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from proxy.batches.native import NativePlan, plan_of
+from proxy.core.metrics import Metrics
+from proxy.runtime.plugins import BUILTINS
+from proxy.runtime.snapshot import Loader, Snapshot
+
+CONFIG = """
+providers:
+  gpt: {type: openai, api_key: k}
+  az: {type: azure, endpoint: "http://az.test", api_key: k}
+  claude: {type: anthropic, api_key: k}
+  mock: {type: mock}
+models:
+  gpt-batch: [{target: gpt/gpt-x, batch: native}]
+  az-batch: [{target: az/gpt-y, batch: native}]
+  claude-batch: [{target: claude/claude-x, batch: native}]
+  mock-batch: [{target: mock/echo, batch: native}]
+  online: [{target: gpt/gpt-x}]
+  second: [{target: mock/echo, batch: native}, {target: claude/claude-z, batch: native}]
+plugins: []
+"""
+
+
+@pytest.fixture
+async def snapshot(tmp_path: Path) -> AsyncIterator[Snapshot]:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(CONFIG)
+    loader = Loader(path, BUILTINS, Metrics(), io.StringIO())
+    built = Snapshot(loader.load(), lambda provider, error: None)
+    yield built
+    await built.close()
+
+
+def lines(*models: str) -> list[tuple[str, bytes]]:
+    return [(f"c{n}", json.dumps({"model": model}).encode()) for n, model in enumerate(models)]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "model", "plan"),
+    [
+        ("/v1/chat/completions", "gpt-batch", NativePlan("gpt", "gpt-x", "gpt-batch")),
+        ("/v1/responses", "gpt-batch", NativePlan("gpt", "gpt-x", "gpt-batch")),
+        ("/v1/embeddings", "az-batch", NativePlan("az", "gpt-y", "az-batch")),
+        ("/v1/messages", "claude-batch", NativePlan("claude", "claude-x", "claude-batch")),
+        (
+            "/v1/chat/completions",
+            "claude-batch",
+            NativePlan("claude", "claude-x", "claude-batch", wire="/v1/messages"),
+        ),
+        (
+            "/v1/messages",
+            "az-batch",
+            NativePlan("az", "gpt-y", "az-batch", wire="/v1/chat/completions"),
+        ),
+        ("/v1/messages", "second", NativePlan("claude", "claude-z", "second")),
+        ("/v1/responses", "az-batch", None),  # Azure's batch API takes no Responses lines
+        ("/v1/embeddings", "claude-batch", None),  # nor Anthropic's embeddings
+        ("/v1/chat/completions", "mock-batch", None),  # the mock has no batch API
+        ("/v1/chat/completions", "online", None),  # no deployment asks for it
+    ],
+)
+def test_a_batch_runs_natively_where_a_native_deployment_takes_it(
+    snapshot: Snapshot, endpoint: str, model: str, plan: NativePlan | None
+) -> None:
+    assert plan_of(snapshot, endpoint, lines(model, model)) == plan
+
+
+def test_a_batch_of_several_models_or_none_is_gateway_executed(snapshot: Snapshot) -> None:
+    assert plan_of(snapshot, "/v1/chat/completions", lines("gpt-batch", "az-batch")) is None
+    assert plan_of(snapshot, "/v1/chat/completions", [("c0", b"{}")]) is None
