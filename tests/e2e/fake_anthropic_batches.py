@@ -2,7 +2,8 @@
 native-batch tests: ``POST /v1/messages/batches``, ``GET /v1/messages/batches/{id}``,
 ``POST /v1/messages/batches/{id}/cancel`` and ``GET /v1/messages/batches/{id}/results``. A batch
 is ``in_progress`` on its first poll and ``ended`` on the next; one whose requests say ``hold``
-stays ``in_progress`` until cancelled, then ends with every request ``canceled``.
+stays ``in_progress`` until cancelled (then it ends with every request ``canceled``) or until
+the test releases it (:meth:`FakeMessageBatches.release`).
 
 Each request is answered as a message with fixed usage (10 input tokens, 5 output tokens)
 quoting its last user text; one whose text contains ``refuse`` is ``errored`` with an
@@ -35,6 +36,7 @@ class FakeMessageBatches:
         self.cancelled: list[str] = []
         self.polls = 0
         self.message_calls = 0
+        self.holding = True
         self._ids = itertools.count(1)
 
     def app(self) -> web.Application:
@@ -81,10 +83,16 @@ class FakeMessageBatches:
         self.polls += 1
         batch_id = request.match_info["id"]
         batch = self.batches[batch_id]
-        held = any("hold" in json.dumps(r["params"]) for r in self.requests[batch_id])
+        held = self.holding and any(
+            "hold" in json.dumps(r["params"]) for r in self.requests[batch_id]
+        )
         if batch["processing_status"] == "in_progress" and self.polls > 1 and not held:
             self._end(batch)
         return web.json_response(batch)
+
+    def release(self) -> None:
+        """Let held batches end on their next poll."""
+        self.holding = False
 
     async def cancel(self, request: web.Request) -> web.Response:
         self._seen(request)

@@ -11,6 +11,8 @@ Azure's Files and Batch APIs (:mod:`tests.e2e.fake_openai_batches` under ``/open
   results back into chat completions; an Anthropic SDK message batch to an OpenAI alias the
   other way round. A refused request comes back in the client's error shape.
 - A message batch cancelled by its client is cancelled upstream.
+- A gateway stopped while it polls an upstream batch leaves it to the next process, which
+  resumes polling it (it is never submitted twice) and maps its results back.
 
 Every result is recorded in the ledger at the batch rate (half the model's price), no request
 goes through the online endpoints, and no provider key reaches a client or a log line."""
@@ -55,11 +57,8 @@ class Gateway(NamedTuple):
     logs: io.StringIO
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    azure, claude, gpt = FakeBatchAPI(root="/openai"), FakeMessageBatches(), FakeBatchAPI()
-    upstreams = [await start_site(fake.app()) for fake in (azure, claude, gpt)]
-    (_, azure_url), (_, claude_url), (_, openai_url) = upstreams
+def write_config(tmp_path: Path, azure_url: str, claude_url: str, openai_url: str) -> Path:
+    """The gateway's config: one native alias on each of the three upstreams."""
     config = tmp_path / "gateway.yaml"
     config.write_text(
         textwrap.dedent(
@@ -91,6 +90,15 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
             """
         )
     )
+    return config
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    azure, claude, gpt = FakeBatchAPI(root="/openai"), FakeMessageBatches(), FakeBatchAPI()
+    upstreams = [await start_site(fake.app()) for fake in (azure, claude, gpt)]
+    (_, azure_url), (_, claude_url), (_, openai_url) = upstreams
+    config = write_config(tmp_path, azure_url, claude_url, openai_url)
     logs = io.StringIO()
     runner, url = await start_site(create_app(config, log_stream=logs))
     try:
@@ -314,3 +322,35 @@ async def test_a_native_message_batch_cancelled_by_its_client_is_cancelled_upstr
     counts = batch.request_counts
     assert (counts.succeeded, counts.errored, counts.canceled) == (0, 0, 3)
     assert {r.result.type for r in results} == {"canceled"}
+
+
+async def test_a_native_batch_resumes_polling_after_a_restart_without_submitting_again(
+    tmp_path: Path,
+) -> None:
+    claude = FakeMessageBatches()
+    upstream_runner, claude_url = await start_site(claude.app())
+    nowhere = "http://127.0.0.1:9"
+    config = write_config(tmp_path, nowhere, claude_url, nowhere)
+    try:
+        runner, url = await start_site(create_app(config, log_stream=io.StringIO()))
+        try:
+            async with anthropic.AsyncAnthropic(base_url=url, api_key=KEY, max_retries=0) as client:
+                created = await client.messages.batches.create(
+                    requests=message_requests(3, "claude-cheap", word="hold")  # type: ignore[arg-type]
+                )
+                await until(lambda: claude.polls > 0, seconds=20, what="the upstream batch polled")
+        finally:
+            await runner.cleanup()  # a clean stop: the batch is released, its upstream id kept
+        claude.release()
+        runner, url = await start_site(create_app(config, log_stream=io.StringIO()))
+        try:
+            async with anthropic.AsyncAnthropic(base_url=url, api_key=KEY, max_retries=0) as client:
+                batch = await ended(client, created.id)
+                results = [r async for r in await client.messages.batches.results(created.id)]
+        finally:
+            await runner.cleanup()
+    finally:
+        await upstream_runner.cleanup()
+    assert len(claude.batches) == 1  # submitted once, polled by both processes
+    assert (batch.request_counts.succeeded, batch.request_counts.errored) == (2, 1)
+    assert [r.result.type for r in results] == ["succeeded", "succeeded", "errored"]
