@@ -11,7 +11,7 @@ that restarts resumes its batches once it is asked about one.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
@@ -33,6 +33,27 @@ ABANDONED_UPLOAD = 3600.0
 """Seconds after which an upload still incomplete at start-up is taken as abandoned."""
 
 
+@runtime_checkable
+class Closes(Protocol):
+    """Contents that hold a client to close when the app stops."""
+
+    async def close(self) -> None:
+        """Release the client."""
+        ...
+
+
+def _contents(config: BatchesConfig, database: Database) -> Contents:
+    """Where file contents go (``batches.storage``); the S3 client's module is imported only
+    when it is configured (aiobotocore takes a while to import)."""
+    if config.storage == "directory" and config.directory:
+        return DirectoryContents(config.directory)
+    if config.storage == "s3" and config.s3 is not None:
+        from proxy.batches.s3 import S3Contents  # see the docstring
+
+        return S3Contents(config.s3)
+    return DatabaseContents(database)
+
+
 class BatchesFeature:
     """See the module docstring."""
 
@@ -45,11 +66,8 @@ class BatchesFeature:
         read_body: Callable[[web.Request], Awaitable[bytes]],
         request_id: Callable[[web.Request], str],
     ) -> None:
-        contents: Contents = (
-            DirectoryContents(config.directory)
-            if config.storage == "directory" and config.directory
-            else DatabaseContents(database)
-        )
+        contents = _contents(config, database)
+        self._contents = contents
         self._database = database
         self._snapshot = snapshot
         self.files = FileStore(database, contents)
@@ -84,8 +102,13 @@ class BatchesFeature:
         async def stop(app: web.Application) -> None:
             await self.executor.stop(timeout)
 
+        async def close(app: web.Application) -> None:
+            if isinstance(self._contents, Closes):
+                await self._contents.close()
+
         app.on_startup.append(start)
         app.on_shutdown.append(stop)
+        app.on_cleanup.append(close)
 
     async def _sweep(self, logger: Any) -> None:
         """Remove the uploads a stopped process left incomplete (begun over

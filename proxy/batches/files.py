@@ -95,8 +95,9 @@ class FileStore:
             )
         try:
             size = await self.contents.write(file_id, pieces, limit)
-        except BaseException:
-            await self._forget(file_id)
+        except BaseException:  # the write removed what it wrote (the Contents contract)
+            async with self._database.connect() as connection:
+                await connection.execute(batch_files.delete().where(batch_files.c.id == file_id))
             raise
         async with self._database.connect() as connection:
             await connection.execute(

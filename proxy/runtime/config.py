@@ -139,6 +139,24 @@ class ResponsesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_bytes_per_owner: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
 
 
+class S3Config(Struct, frozen=True, forbid_unknown_fields=True):
+    """Where ``batches.storage: s3`` keeps file contents: objects ``{prefix}{file id}`` in
+    ``bucket``, at ``endpoint_url`` (absent: AWS S3 in ``region``). Without
+    ``access_key_id`` and ``secret_access_key`` (both or neither) the AWS SDK's own chain finds
+    credentials (environment, profile, instance role)."""
+
+    bucket: str
+    prefix: str = "crossway/files/"
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("set both access_key_id and secret_access_key, or neither")
+
+
 class BatchesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """Files and batches (``/v1/files``, ``/v1/batches``; :mod:`proxy.batches`, as the process
     started). ``storage`` is where file contents go: ``database`` (the gateway's database, in
@@ -149,8 +167,9 @@ class BatchesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     for batches to run (new ones, or those a stopped process left) every ``poll_interval``
     seconds."""
 
-    storage: Literal["database", "directory"] = "database"
+    storage: Literal["database", "directory", "s3"] = "database"
     directory: str | None = None
+    s3: S3Config | None = None
     max_file_bytes: Annotated[int, Meta(ge=1)] = 200 * 1024 * 1024
     max_lines: Annotated[int, Meta(ge=1)] = 50_000
     concurrency: Annotated[int, Meta(ge=1, le=1024)] = 16
@@ -160,6 +179,8 @@ class BatchesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if self.storage == "directory" and not self.directory:
             raise ValueError("storage: directory needs a directory")
+        if self.storage == "s3" and self.s3 is None:
+            raise ValueError("storage: s3 needs an s3 section (its bucket at least)")
 
 
 class CompatConfig(Struct, frozen=True, forbid_unknown_fields=True):
