@@ -33,7 +33,7 @@ from aiohttp import web
 from proxy.admin.guard import ADMIN, admin_route, json_errors, json_response
 from proxy.core.errors import BadRequest
 from proxy.core.moments import parse_moment
-from proxy.governance.ledger.records import SpendRecord
+from proxy.governance.ledger.records import SpendRecord, billed_media
 from proxy.governance.ledger.spend_db import GROUPS, SpendFilter, SpendRepository
 from proxy.governance.pricing import nanos_to_usd
 
@@ -200,6 +200,7 @@ def shown(record: SpendRecord) -> dict[str, Any]:
         "mcp_server": record.mcp_server,
         "mcp_tool": record.mcp_tool,
         "mcp_bytes": record.mcp_bytes,
+        "media_units": billed_media(record),
     }
 
 

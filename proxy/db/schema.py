@@ -139,6 +139,13 @@ spend = sa.Table(
     sa.Column("mcp_server", sa.String(128), nullable=True),
     sa.Column("mcp_tool", sa.String(256), nullable=True),
     sa.Column("mcp_bytes", sa.BigInteger, nullable=True),
+    # A media call's billed units (proxy.core.canonical.MediaUnits); null: none of that unit
+    sa.Column("audio_seconds", sa.Float, nullable=True),
+    sa.Column("characters", sa.BigInteger, nullable=True),
+    sa.Column("images", sa.Integer, nullable=True),
+    sa.Column("image_size", sa.String(32), nullable=True),
+    sa.Column("image_quality", sa.String(32), nullable=True),
+    sa.Column("search_units", sa.BigInteger, nullable=True),
     sa.Index("ix_spend_time", "time"),
     sa.Index("ix_spend_key_time", "key_id", "time"),
     sa.Index("ix_spend_team_time", "team", "time"),
