@@ -44,9 +44,9 @@ CAPABILITIES: dict[str, tuple[type, set[type]]] = {
     "openai": (HttpProvider, {Embeds, DropsFields, VouchesFrames, ServesMedia}),
     "mock": (LocalProvider, {CountsTokensLocally, EmbedsLocally, ListsModels, ServesMediaLocally}),
     "azure": (HttpProvider, {Embeds, ServesMedia}),
-    "bedrock": (HttpProvider, {Embeds, DecodesStreams, ParsesStreams}),
+    "bedrock": (HttpProvider, {Embeds, DecodesStreams, ParsesStreams, ServesMedia}),
     "anthropic": (HttpProvider, {CountsTokens, ParsesStreams}),
-    "gemini": (HttpProvider, {Embeds, ParsesStreams}),
+    "gemini": (HttpProvider, {Embeds, ParsesStreams, ServesMedia}),
 }
 """Each provider type: its kind, and the optional capabilities it offers."""
 
