@@ -157,7 +157,12 @@ spend = sa.Table(
 def _sum_columns() -> list[sa.Column[Any]]:
     names: tuple[str, ...] = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
     names += ("output_tokens", "reasoning_tokens", "cost_nanos", "saved_nanos")
-    return [sa.Column(name, sa.BigInteger, nullable=False) for name in names]
+    columns = [sa.Column(name, sa.BigInteger, nullable=False) for name in names]
+    # media units billed (spend.audio_seconds …), summed
+    columns.append(sa.Column("audio_seconds", sa.Float, nullable=False, server_default="0"))
+    for name in ("characters", "images", "search_units"):
+        columns.append(sa.Column(name, sa.BigInteger, nullable=False, server_default="0"))
+    return columns
 
 
 spend_by_day = sa.Table(

@@ -1,14 +1,14 @@
 """Media units in the ledger, end to end: a speech, a transcription, an image and a rerank go
 through the real server to the mock provider with the openai SDK (and a plain HTTP client for
 rerank), and their spend records carry what each was billed — characters, seconds, images of
-a size and quality, search units — on ``/admin/spend/logs`` and on LiteLLM's ``/spend/logs``."""
+a size and quality, search units — on ``/admin/spend/logs`` and on LiteLLM's ``/spend/logs``,
+and ``/admin/spend`` sums them per group."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import textwrap
-import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import pytest
 
 from proxy.server.app import create_app
 from tests.e2e.conftest import start_site
+from tests.e2e.test_media import wav
 
 MASTER = "master-key-" + "fedcba9876543210" * 2
 KEY = "sk-cw-units-" + "abcdefghij" * 4
@@ -54,17 +55,6 @@ async def gateway(tmp_path: Path) -> AsyncIterator[str]:
     runner, url = await start_site(create_app(config, log_stream=io.StringIO()))
     yield url
     await runner.cleanup()
-
-
-def wav(seconds: float, rate: int = 8000) -> bytes:
-    """A silent mono 16-bit WAV file of ``seconds``."""
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(b"\0\0" * int(seconds * rate))
-    return buffer.getvalue()
 
 
 async def records_of(url: str, path: str, count: int) -> list[dict[str, Any]]:
@@ -121,6 +111,26 @@ async def test_each_media_record_carries_the_units_it_was_billed(gateway: str) -
     rows = await records_of(gateway, "/spend/logs", 4)
     litellm = {row["metadata"]["dialect"]: row["metadata"]["media_units"] for row in rows}
     assert litellm == units
+
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            gateway + "/admin/spend?group_by=model", headers={"Authorization": f"Bearer {MASTER}"}
+        ) as answer,
+    ):
+        totals = await answer.json()
+    summed = {
+        row["model"]: (row["audio_seconds"], row["characters"], row["images"], row["search_units"])
+        for row in totals["data"]
+    }
+    assert summed == {
+        "tts": (0.0, 1234, 0, 0),
+        "whisper": (2.5, 0, 0, 0),
+        "painter": (0.0, 0, 2, 0),
+        "ranker": (0.0, 0, 0, 2),
+    }
+    total = totals["total"]
+    assert (total["audio_seconds"], total["characters"], total["images"]) == (2.5, 1234, 2)
 
 
 async def test_a_moderation_record_has_no_media_units(gateway: str) -> None:
