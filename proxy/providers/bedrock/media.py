@@ -18,14 +18,15 @@ answer ``{"results": [{"index", "relevanceScore"}]}`` becomes Cohere's ``{"id", 
 
 **Images** (``POST /v1/images/generations`` → ``/model/{model}/invoke``): ``{"taskType":
 "TEXT_IMAGE", "textToImageParams": {"text": prompt}, "imageGenerationConfig":
-{"numberOfImages": n, "width", "height", "quality"}}`` — ``size`` ``WxH`` gives the width and
-height, OpenAI's ``hd`` / ``high`` quality is ``premium`` and ``standard`` / ``medium`` /
-``low`` is ``standard``; ``negative_prompt`` (or ``negativeText``), ``seed``, ``cfg_scale`` (or
-``cfgScale``) and Nova Canvas's ``style`` are passed; OpenAI's other fields have no equivalent
-and are dropped. The images come back as bytes only (``response_format: url`` is a 400). The
-answer ``{"images": [base64, …], "error"}`` becomes OpenAI's ``ImagesResponse``; an ``error``
-in it is a 400 ``content_policy_violation`` (Amazon's image models report their content filters
-there). Usage: the images returned, of the size and quality the request named.
+{"numberOfImages": n, "width", "height", "quality"}}`` — ``n`` at most 5 (more is a 400),
+``size`` ``WxH`` gives the width and height, OpenAI's ``hd`` / ``high`` quality is ``premium``
+and ``standard`` / ``medium`` / ``low`` is ``standard``; ``negative_prompt`` (or
+``negativeText``), ``seed``, ``cfg_scale`` (or ``cfgScale``) and Nova Canvas's ``style`` are
+passed; OpenAI's other fields have no equivalent and are dropped. The images come back as bytes
+only (``response_format: url`` is a 400). The answer ``{"images": [base64, …], "error"}``
+becomes OpenAI's ``ImagesResponse``; an ``error`` in it is a 400 ``content_policy_violation``
+(Amazon's image models report their content filters there). Usage: the images returned, of the
+size and quality the request named.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ OPERATIONS: frozenset[MediaOperation] = frozenset({"rerank", "image_generation"}
 
 MAX_RERANK_DOCUMENTS = 1000
 """The most sources one Bedrock ``Rerank`` request takes."""
+
+MAX_IMAGES = 5
+"""The most images one ``InvokeModel`` of Amazon's image models makes (``numberOfImages``)."""
 
 DOCUMENTS_PER_QUERY = 100
 """Bedrock bills a rerank query per this many documents."""
@@ -176,7 +180,7 @@ def image_body(call: Call) -> bytes:
         )
     sections: dict[str, dict[str, Any]] = {
         "textToImageParams": {"text": fields["prompt"]},
-        "imageGenerationConfig": {"numberOfImages": fields.get("n") or 1},
+        "imageGenerationConfig": {"numberOfImages": _count(fields.get("n") or 1)},
     }
     config = sections["imageGenerationConfig"]
     size = fields.get("size")
@@ -191,6 +195,12 @@ def image_body(call: Call) -> bytes:
         if name in fields:
             sections[section][wire] = fields[name]
     return _ENCODER.encode({"taskType": "TEXT_IMAGE", **sections})
+
+
+def _count(count: int) -> int:
+    if count > MAX_IMAGES:
+        raise BadRequest(f"Amazon's image models make at most {MAX_IMAGES} images", param="n")
+    return count
 
 
 def _dimensions(size: str) -> tuple[int, int]:

@@ -1,30 +1,31 @@
 """Gemini's media: image generation through Imagen and speech through Gemini's TTS models,
 answered in OpenAI's shapes. Pure translation.
 
-**Images** (``POST /v1/images/generations`` → ``{base_url}/models/{model}:predict``): the body is
-``{"instances": [{"prompt"}], "parameters": {"sampleCount": n, "aspectRatio"}}``; OpenAI's
+**Images** (``POST /v1/images/generations`` → ``{base_url}/models/{model}:predict``): the body
+is ``{"instances": [{"prompt"}], "parameters": {"sampleCount": n, "aspectRatio"}}``; OpenAI's
 ``size`` (``WxH``) becomes the supported aspect ratio nearest to it (``1:1``, ``3:4``, ``4:3``,
 ``9:16``, ``16:9``; one more than 10% off any of them is a 400 naming ``size``); Imagen's own
 ``aspectRatio``, ``imageSize`` and ``personGeneration`` (or their snake_case names) are passed
-in ``parameters``; ``quality``, ``style`` and OpenAI's other fields have no equivalent and are
-dropped. Imagen answers images as bytes only: ``response_format: url`` is a 400. The answer
-``{"predictions": [{"bytesBase64Encoded", "mimeType"}]}`` becomes OpenAI's ``ImagesResponse``
-(``created``, ``data: [{"b64_json"}]``); predictions the safety filters removed
-(``raiFilteredReason``) are left out, and an answer whose every image was removed is a 400
-``content_policy_violation``. Usage: the images returned, of the size and quality the request
-named (:class:`~proxy.core.canonical.MediaUnits`), priced per image by the catalog.
+in ``parameters``; ``n`` is at most 4 (more is a 400); ``quality``, ``style`` and OpenAI's
+other fields have no equivalent and are dropped. Imagen answers images as bytes only:
+``response_format: url`` is a 400. The answer ``{"predictions": [{"bytesBase64Encoded",
+"mimeType"}]}`` becomes OpenAI's ``ImagesResponse`` (``created``, ``data: [{"b64_json"}]``);
+predictions the safety filters removed (``raiFilteredReason``) are left out, and an answer
+whose every image was removed is a 400 ``content_policy_violation``. Usage: the images
+returned, of the size and quality the request named
+(:class:`~proxy.core.canonical.MediaUnits`), priced per image by the catalog.
 
 **Speech** (``POST /v1/audio/speech`` → ``{base_url}/models/{model}:generateContent``): the
 ``input`` is the one user text (after ``instructions`` and a colon when given: Gemini's TTS
 models take their direction in the prompt, "Say cheerfully: …"); ``generationConfig`` asks for
-``responseModalities: ["AUDIO"]`` and ``speechConfig.voiceConfig.prebuiltVoiceConfig.voiceName``
-= ``voice`` (a Gemini voice such as ``Kore``; ``{"id": …}`` names one too). Gemini speaks raw
-16-bit mono PCM (24 kHz, per the part's ``mimeType`` ``audio/L16;…;rate=24000``): it is sent as
-a WAV file (``response_format`` absent or ``wav``) or as the raw PCM (``pcm``, which is
-OpenAI's own 24 kHz 16-bit format); ``mp3``, ``opus``, ``aac`` and ``flac`` would need an
-encoder and are a 400 naming ``response_format``, as are ``stream_format: sse`` and a ``speed``
-other than 1. Usage: the tokens Gemini reports (``usageMetadata``; text in, audio out), priced
-per token.
+``responseModalities: ["AUDIO"]`` and
+``speechConfig.voiceConfig.prebuiltVoiceConfig.voiceName`` = ``voice`` (a Gemini voice such as
+``Kore``; ``{"id": …}`` names one too). Gemini speaks raw 16-bit mono PCM (24 kHz, per the
+part's ``mimeType`` ``audio/L16;…;rate=24000``): it is sent as a WAV file (``response_format``
+absent or ``wav``) or as the raw PCM (``pcm``, which is OpenAI's own 24 kHz 16-bit format);
+``mp3``, ``opus``, ``aac`` and ``flac`` would need an encoder and are a 400 naming
+``response_format``, as are ``stream_format: sse`` and a ``speed`` other than 1. Usage: the
+tokens Gemini reports (``usageMetadata``; text in, audio out), priced per token.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ ASPECT_RATIOS: Mapping[str, float] = {
     "16:9": 16 / 9,
 }
 """Imagen's aspect ratios (width over height)."""
+
+MAX_IMAGES = 4
+"""The most images one Imagen request makes (``sampleCount``)."""
 
 _RATIO_TOLERANCE = 0.10
 _IMAGEN_PARAMETERS = {
@@ -107,7 +111,10 @@ def _imagen_body(fields: Mapping[str, Any]) -> dict[str, Any]:
             "Imagen answers images as bytes only: ask for response_format b64_json",
             param="response_format",
         )
-    parameters: dict[str, Any] = {"sampleCount": fields.get("n") or 1}
+    count = fields.get("n") or 1
+    if count > MAX_IMAGES:
+        raise BadRequest(f"Imagen makes at most {MAX_IMAGES} images a request", param="n")
+    parameters: dict[str, Any] = {"sampleCount": count}
     size = fields.get("size")
     if isinstance(size, str) and size != "auto":
         parameters["aspectRatio"] = aspect_ratio(size)

@@ -101,6 +101,7 @@ def test_image_request_is_an_invoke_of_the_model() -> None:
         ({"response_format": "url"}, "response_format"),
         ({"size": "huge"}, "size"),
         ({"quality": "ultra"}, "quality"),
+        ({"n": 6}, "n"),
     ],
 )
 def test_an_image_request_it_cannot_express_is_a_400(extra: dict, param: str) -> None:

@@ -41,6 +41,12 @@ def test_a_size_becomes_the_nearest_aspect_ratio(size: str, ratio: str) -> None:
     assert aspect_ratio(size) == ratio
 
 
+def test_more_images_than_imagen_makes_is_a_400_naming_n() -> None:
+    with pytest.raises(BadRequest) as refused:
+        GEMINI.build_media(call("image_generation", {"prompt": "p", "n": 5}), "imagen")
+    assert refused.value.param == "n"
+
+
 @pytest.mark.parametrize("size", ["1536x1024", "1000x200", "big", "0x10", "10x"])
 def test_a_size_no_ratio_is_near_is_a_400_naming_it(size: str) -> None:
     with pytest.raises(BadRequest) as refused:
