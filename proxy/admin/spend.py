@@ -2,7 +2,8 @@
 
 - ``GET /admin/spend?group_by=key|team|model|provider|user|day|batch[,…]&from=&to=[&team=&key_id=]``
   (master key) → ``{"data": [{<group fields>, requests, input_tokens, cache_read_tokens,
-  cache_write_tokens, output_tokens, reasoning_tokens, cost_usd, saved_usd}], "total": {…}}``,
+  cache_write_tokens, output_tokens, reasoning_tokens, cost_usd, saved_usd, audio_seconds,
+  characters, images, search_units}], "total": {…}}``,
   groups largest cost first; group fields are named ``key_id``, ``team``, ``model``,
   ``provider``, ``user``, ``day``, ``batch_id``. Without ``group_by``, ``data`` holds one row: the
   total.
@@ -16,7 +17,8 @@
 ``from`` (inclusive) and ``to`` (exclusive) are RFC 3339 times (``2026-12-01T00:00:00Z``) or
 UTC dates (``2026-12-01``) from 1970 to 9998 (:mod:`proxy.core.moments`; else a 400 naming them).
 Records are those of :class:`~proxy.governance.ledger.records.SpendRecord` with ``time`` in RFC 3339
-and money in USD (``cost_usd``, ``saved_usd``; null when unknown).
+and money in USD (``cost_usd``, ``saved_usd``; null when unknown), a media call's billed units
+as ``media_units`` (null for any other request).
 Before reading, this process's queued records are written (a response a client just got is
 counted); other instances' queues are at most ``interval`` (1 s) behind.
 """
@@ -33,7 +35,7 @@ from aiohttp import web
 from proxy.admin.guard import ADMIN, admin_route, json_errors, json_response
 from proxy.core.errors import BadRequest
 from proxy.core.moments import parse_moment
-from proxy.governance.ledger.records import SpendRecord
+from proxy.governance.ledger.records import SpendRecord, billed_media
 from proxy.governance.ledger.spend_db import GROUPS, SpendFilter, SpendRepository
 from proxy.governance.pricing import nanos_to_usd
 
@@ -200,6 +202,7 @@ def shown(record: SpendRecord) -> dict[str, Any]:
         "mcp_server": record.mcp_server,
         "mcp_tool": record.mcp_tool,
         "mcp_bytes": record.mcp_bytes,
+        "media_units": billed_media(record),
     }
 
 

@@ -139,6 +139,13 @@ spend = sa.Table(
     sa.Column("mcp_server", sa.String(128), nullable=True),
     sa.Column("mcp_tool", sa.String(256), nullable=True),
     sa.Column("mcp_bytes", sa.BigInteger, nullable=True),
+    # A media call's billed units (proxy.core.canonical.MediaUnits); null: none of that unit
+    sa.Column("audio_seconds", sa.Float, nullable=True),
+    sa.Column("characters", sa.BigInteger, nullable=True),
+    sa.Column("images", sa.Integer, nullable=True),
+    sa.Column("image_size", sa.String(32), nullable=True),
+    sa.Column("image_quality", sa.String(32), nullable=True),
+    sa.Column("search_units", sa.BigInteger, nullable=True),
     sa.Index("ix_spend_time", "time"),
     sa.Index("ix_spend_key_time", "key_id", "time"),
     sa.Index("ix_spend_team_time", "team", "time"),
@@ -150,7 +157,12 @@ spend = sa.Table(
 def _sum_columns() -> list[sa.Column[Any]]:
     names: tuple[str, ...] = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens")
     names += ("output_tokens", "reasoning_tokens", "cost_nanos", "saved_nanos")
-    return [sa.Column(name, sa.BigInteger, nullable=False) for name in names]
+    columns = [sa.Column(name, sa.BigInteger, nullable=False) for name in names]
+    # media units billed (spend.audio_seconds …), summed
+    columns.append(sa.Column("audio_seconds", sa.Float, nullable=False, server_default="0"))
+    for name in ("characters", "images", "search_units"):
+        columns.append(sa.Column(name, sa.BigInteger, nullable=False, server_default="0"))
+    return columns
 
 
 spend_by_day = sa.Table(

@@ -456,12 +456,10 @@ async def test_an_operation_a_provider_lacks_is_a_400_naming_both(gateway: Gatew
     assert error["code"] == "unsupported_operation"
     assert "'az'" in error["message"]
     assert "moderation" in error["message"]
-    status, _, body = await gateway.post(
-        "/v1/audio/speech", {"model": "gemini-tts", "voice": "x", "input": "hi"}
-    )
+    status, _, body = await gateway.post("/v1/moderations", {"model": "gemini-tts", "input": "hi"})
     assert status == 400
     assert "'gem'" in error_of(body)["message"]
-    assert "speech" in error_of(body)["message"]
+    assert "moderation" in error_of(body)["message"]
     assert gateway.upstream.requests == []
 
 

@@ -12,7 +12,8 @@ Master key (``Authorization: Bearer``; 401 otherwise, as LiteLLM answers):
 - ``GET /spend/logs[?api_key=&user_id=&request_id=&start_date=&end_date=]`` → a JSON list of
   LiteLLM spend-log rows (``request_id``, ``api_key`` = the key's id, ``spend``, tokens,
   ``startTime``/``endTime``, ``model``, ``model_group``, ``custom_llm_provider``, ``user``,
-  ``team_id``, ``cache_hit``, ``status``), newest first, at most 1000.
+  ``team_id``, ``cache_hit``, ``status``, ``metadata``: the key alias, the dialect and a media
+  call's ``media_units``), newest first, at most 1000.
 
 Any valid key (the master key sees everything): ``GET /key/info[?key=]`` → ``{"key", "info"}``
 for the caller's own key (without ``key=``, or naming itself by its value or id; ``key`` is
@@ -55,6 +56,7 @@ from proxy.governance.auth.tokens import (
     hash_key,
     key_from_headers,
 )
+from proxy.governance.ledger.records import SpendRecord, billed_media
 from proxy.governance.ledger.spend_db import SpendFilter, SpendRepository
 from proxy.governance.pricing import nanos_to_usd
 
@@ -200,7 +202,7 @@ async def spend_logs(request: web.Request) -> web.Response:
     return json_response(rows)
 
 
-def _spend_row(record: Any) -> dict[str, Any]:
+def _spend_row(record: SpendRecord) -> dict[str, Any]:
     end = record.time
     start = end - record.duration_ms / 1000
     tokens = record.input_tokens + record.cache_read_tokens + record.cache_write_tokens
@@ -219,10 +221,19 @@ def _spend_row(record: Any) -> dict[str, Any]:
         "custom_llm_provider": record.provider,
         "user": record.user,
         "team_id": record.team,
-        "metadata": {"key_alias": record.key_alias, "dialect": record.dialect},
+        "metadata": _metadata(record),
         "cache_hit": "True" if record.cache == "hit" else "False",
         "status": "success" if record.status < 400 else "failure",
     }
+
+
+def _metadata(record: SpendRecord) -> dict[str, Any]:
+    """A row's ``metadata``: the key's alias, the dialect and a media call's billed units."""
+    metadata: dict[str, Any] = {"key_alias": record.key_alias, "dialect": record.dialect}
+    units = billed_media(record)
+    if units is not None:
+        metadata["media_units"] = units
+    return metadata
 
 
 def _iso(timestamp: float) -> str:

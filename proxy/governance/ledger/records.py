@@ -17,10 +17,11 @@ from typing import Any
 
 import msgspec
 
-from proxy.core.canonical import Call, Usage
+from proxy.core.canonical import Call, MediaUnits, Usage
 from proxy.core.plugin import FinishedRequest
 
 _MAX_TEXT = 256  # stored strings (model names, users) are bounded, as in the access log
+_MAX_IMAGE_TEXT = 32  # an image's size or quality, as the client named it
 _NO_USAGE = Usage()
 _BIT_52 = 1 << 52
 _JSON = msgspec.json.Encoder()
@@ -39,6 +40,10 @@ class SpendRecord(msgspec.Struct, gc=False):
     JSON text, a list of ``{check, phase, verdict}`` (None: no check ran).
     An MCP tool call (``dialect`` ``mcp``) names its ``mcp_server`` and ``mcp_tool`` (``model``
     is ``server/tool``), and ``mcp_bytes`` is the size of the result it returned.
+    A media call (audio, images, rerank) records the units it was billed
+    (:class:`~proxy.core.canonical.MediaUnits`): ``audio_seconds`` transcribed or translated,
+    ``characters`` spoken, ``images`` made (of ``image_size`` / ``image_quality`` when known),
+    rerank ``search_units``; each is None when the call billed none of it.
     """
 
     id: str
@@ -72,6 +77,12 @@ class SpendRecord(msgspec.Struct, gc=False):
     mcp_server: str | None = None
     mcp_tool: str | None = None
     mcp_bytes: int | None = None
+    audio_seconds: float | None = None
+    characters: int | None = None
+    images: int | None = None
+    image_size: str | None = None
+    image_quality: str | None = None
+    search_units: int | None = None
 
 
 class RecordIds:
@@ -154,7 +165,7 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         upstream_model = upstream_model[:_MAX_TEXT]
     if usage is None:
         usage = _NO_USAGE
-    return SpendRecord(
+    record = SpendRecord(
         record_id,
         request.request_id,
         request.ended_at,
@@ -184,6 +195,34 @@ def spend_record(request: FinishedRequest, record_id: str) -> SpendRecord:
         batch,
         guardrails,
     )
+    if usage.media is not None:
+        with_media_units(record, usage.media)
+    return record
+
+
+def with_media_units(record: SpendRecord, units: MediaUnits) -> None:
+    """Set ``record``'s media unit fields from ``units`` (a unit billed none of stays None)."""
+    record.audio_seconds = units.audio_seconds or None
+    record.characters = units.characters or None
+    record.images = units.images or None
+    if units.images:
+        record.image_size = units.image_size[:_MAX_IMAGE_TEXT] or None
+        record.image_quality = units.image_quality[:_MAX_IMAGE_TEXT] or None
+    record.search_units = units.search_units or None
+
+
+def billed_media(record: SpendRecord) -> dict[str, float | int | str] | None:
+    """The media units ``record`` was billed, by name (only those it billed), or None for a
+    request that billed none (a chat, an embeddings call, a moderation)."""
+    units = {
+        "audio_seconds": record.audio_seconds,
+        "characters": record.characters,
+        "images": record.images,
+        "image_size": record.image_size,
+        "image_quality": record.image_quality,
+        "search_units": record.search_units,
+    }
+    return {name: value for name, value in units.items() if value is not None} or None
 
 
 def _ms(seconds: float) -> float:

@@ -42,7 +42,13 @@ SUMS = (
     "reasoning_tokens",
     "cost_nanos",
     "saved_nanos",
+    "audio_seconds",
+    "characters",
+    "images",
+    "search_units",
 )
+"""What each rollup row sums (a count, then column sums): whole numbers but for
+``audio_seconds`` (:func:`summed`)."""
 _DAY = timedelta(days=1)
 _BY_DAY = ("team", "model", "provider")
 _BY_KEY = ("key_id", "team")
@@ -230,15 +236,21 @@ def merge(rows: list[dict[str, Any]], group_by: Sequence[str]) -> list[dict[str,
         if found is None:
             merged[key] = {
                 **{label: row[label] for label in labels},
-                **{name: int(row[name] or 0) for name in SUMS},
+                **{name: summed(name, row[name]) for name in SUMS},
             }
         else:
             for name in SUMS:
-                found[name] += int(row[name] or 0)
+                found[name] += summed(name, row[name])
     return sorted(
         merged.values(),
         key=lambda r: (-r["cost_nanos"], *((r[label] is None, r[label] or "") for label in labels)),
     )
+
+
+def summed(name: str, value: Any) -> int | float:
+    """The sum ``name`` read back as a number (None is 0): ``audio_seconds`` a float, every
+    other a Python int (PostgreSQL answers sums of BIGINT as ``Decimal``)."""
+    return float(value or 0) if name == "audio_seconds" else int(value or 0)
 
 
 def _sum_columns() -> list[sa.Label[Any]]:

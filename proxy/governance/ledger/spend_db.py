@@ -35,7 +35,7 @@ from proxy.db import Database
 from proxy.db.schema import spend
 from proxy.governance.ledger.records import SpendRecord
 from proxy.governance.ledger.rollup import SUMS as _SUM_NAMES
-from proxy.governance.ledger.rollup import SpendRollup, merge
+from proxy.governance.ledger.rollup import SpendRollup, merge, summed
 
 Group = Literal["key", "team", "model", "provider", "user", "day", "batch"]
 BudgetScope = Literal["key", "team", "user"]
@@ -56,6 +56,7 @@ TOKEN_FIELDS = (
     "output_tokens",
     "reasoning_tokens",
 )
+_SUMMED = _SUM_NAMES[1:]  # the columns summed (after the count of requests)
 _COLUMN = {"user": "end_user"}  # record field -> column, where they differ
 _SCOPES = {"key": spend.c.key_id, "team": spend.c.team, "user": spend.c.end_user}
 _KEY_AND_TEAM: tuple[tuple[BudgetScope, sa.Column[Any]], ...] = (
@@ -182,7 +183,8 @@ class SpendRepository:
     async def totals(
         self, where: SpendFilter, group_by: Sequence[Group]
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """Sums per group (``requests``, the token buckets, ``cost_nanos``, ``saved_nanos``),
+        """Sums per group (``requests``, the token buckets, ``cost_nanos``, ``saved_nanos``, the
+        media units: ``audio_seconds``, ``characters``, ``images``, ``search_units``),
         largest cost first, and the sums of everything ``where`` covers."""
         await self._database.open()
         rollup = self._rollup
@@ -395,18 +397,14 @@ async def _grouped(
 
 def _sums() -> list[sa.Label[Any]]:
     columns = [sa.func.count().label("requests")]
-    columns += [
-        sa.func.coalesce(sa.func.sum(spend.c[name]), 0).label(name) for name in TOKEN_FIELDS
-    ]
-    columns.append(sa.func.coalesce(sa.func.sum(spend.c.cost_nanos), 0).label("cost_nanos"))
-    columns.append(sa.func.coalesce(sa.func.sum(spend.c.saved_nanos), 0).label("saved_nanos"))
+    columns += [sa.func.coalesce(sa.func.sum(spend.c[name]), 0).label(name) for name in _SUMMED]
     return columns
 
 
 def _numbers(row: dict[str, Any]) -> dict[str, Any]:
-    """Sums as Python ints (PostgreSQL returns ``Decimal`` for sums of BIGINT)."""
-    for name in ("requests", *TOKEN_FIELDS, "cost_nanos", "saved_nanos"):
-        row[name] = int(row[name] or 0)
+    """Sums as Python numbers (:func:`~proxy.governance.ledger.rollup.summed`)."""
+    for name in _SUM_NAMES:
+        row[name] = summed(name, row[name])
     return row
 
 

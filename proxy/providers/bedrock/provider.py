@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from proxy.core.canonical import Call, FunctionCall, Message, ToolCall
+from proxy.core.canonical import Call, FunctionCall, MediaOperation, Message, ToolCall
 from proxy.core.errors import (
     ContentPolicyViolation,
     ContextWindowExceeded,
@@ -47,7 +47,7 @@ from proxy.core.errors import (
     UpstreamRateLimited,
     upstream_error_for_status,
 )
-from proxy.core.reply import Choice, Chunk, Embeddings, Response
+from proxy.core.reply import Choice, Chunk, Embeddings, MediaAnswer, Response
 from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
@@ -56,6 +56,14 @@ from proxy.providers.base import (
     retry_after_seconds,
 )
 from proxy.providers.bedrock.embeddings import embedding_bodies, parse_embedding_bodies
+from proxy.providers.bedrock.media import (
+    OPERATIONS,
+    image_body,
+    model_arn,
+    parse_images,
+    parse_rerank,
+    rerank_body,
+)
 from proxy.providers.bedrock.request import converse_body
 from proxy.providers.bedrock.sigv4 import Credentials, sign_headers
 from proxy.providers.bedrock.stream import (
@@ -78,8 +86,9 @@ class BedrockConfig(ProviderConfig, tag="bedrock", frozen=True, forbid_unknown_f
     when the config names no access key, all three come from ``AWS_ACCESS_KEY_ID``,
     ``AWS_SECRET_ACCESS_KEY`` and ``AWS_SESSION_TOKEN``. Without a region and a complete key
     the provider is not ready. ``endpoint_url`` replaces
-    ``https://bedrock-runtime.{region}.amazonaws.com`` (a VPC endpoint, a test server).
-    ``headers`` are sent (and signed) with every request.
+    ``https://bedrock-runtime.{region}.amazonaws.com`` (a VPC endpoint, a test server), and
+    ``agent_endpoint_url`` replaces ``https://bedrock-agent-runtime.{region}.amazonaws.com``,
+    where rerank goes. ``headers`` are sent (and signed) with every request.
     """
 
     region: str | None = None
@@ -87,6 +96,7 @@ class BedrockConfig(ProviderConfig, tag="bedrock", frozen=True, forbid_unknown_f
     secret_access_key: str | None = None
     session_token: str | None = None
     endpoint_url: str | None = None
+    agent_endpoint_url: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
@@ -172,8 +182,11 @@ class BedrockProvider:
     """Pure translation for Bedrock Converse; see the module docstring.
 
     ``environ`` (default: the process environment) supplies what the config leaves out, read
-    once here; ``clock`` gives the signing time.
+    once here; ``clock`` gives the signing time. Rerank and image generation are served in
+    Cohere's and OpenAI's shapes (:mod:`.media`).
     """
+
+    media_operations: frozenset[MediaOperation] = OPERATIONS
 
     def __init__(
         self,
@@ -207,6 +220,8 @@ class BedrockProvider:
         self._clock = clock
         endpoint = config.endpoint_url or f"https://bedrock-runtime.{region}.amazonaws.com"
         self._base = endpoint.rstrip("/") + "/model/"
+        agent = config.agent_endpoint_url or f"https://bedrock-agent-runtime.{region}.amazonaws.com"
+        self._rerank_url = agent.rstrip("/") + "/rerank"
         self._headers = {"content-type": "application/json", **config.headers}
         self._own_names = _SIGNING_HEADERS | {name.lower() for name in self._headers}
 
@@ -228,6 +243,28 @@ class BedrockProvider:
     def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
         """The vectors of the ``InvokeModel`` answers (:mod:`.bedrock_embeddings`)."""
         return parse_embedding_bodies(self.name, bodies, call, model)
+
+    def build_media(self, call: Call, model: str) -> HttpRequest:
+        """A rerank (the agent runtime's ``Rerank``) or an image generation (``InvokeModel``)
+        call, signed (:mod:`.media`; see :meth:`proxy.providers.base.ServesMedia.build_media`)."""
+        media = call.media
+        assert media is not None  # a media call
+        if media.operation == "rerank":
+            return self._signed(
+                self._rerank_url, rerank_body(call, model_arn(model, self._region)), call
+            )
+        url = self._base + path_segment(model, safe=":") + "/invoke"
+        return self._signed(url, image_body(call), call)
+
+    def parse_media(
+        self, headers: Mapping[str, str], body: bytes, call: Call, model: str
+    ) -> MediaAnswer:
+        """Cohere's rerank answer or OpenAI's images from Bedrock's answer (:mod:`.media`)."""
+        media = call.media
+        assert media is not None  # a media call
+        if media.operation == "rerank":
+            return parse_rerank(self.name, body, call)
+        return parse_images(self.name, body, call)
 
     def _signed(self, url: str, body: bytes, call: Call) -> HttpRequest:
         """A POST of ``body`` to ``url``, SigV4-signed, with the plugins' headers."""

@@ -37,14 +37,14 @@ from collections.abc import Mapping
 import msgspec
 from msgspec import UNSET, Struct
 
-from proxy.core.canonical import Call, Message
+from proxy.core.canonical import Call, MediaOperation, Message
 from proxy.core.errors import (
     ContextWindowExceeded,
     UpstreamAuthError,
     UpstreamError,
     upstream_error_for_status,
 )
-from proxy.core.reply import Choice, Chunk, Embeddings, Response
+from proxy.core.reply import Choice, Chunk, Embeddings, MediaAnswer, Response
 from proxy.providers.base import (
     HttpRequest,
     ProviderConfig,
@@ -55,6 +55,7 @@ from proxy.providers.base import (
     with_plugin_headers,
 )
 from proxy.providers.gemini.embeddings import gemini_embeddings_body, parse_gemini_embeddings
+from proxy.providers.gemini.media import OPERATIONS, build_gemini_media, parse_gemini_media
 from proxy.providers.gemini.request import (
     Content,
     Request,
@@ -108,7 +109,10 @@ _ERROR_DECODER = msgspec.json.Decoder(_ErrorEnvelope | list[_ErrorEnvelope])
 
 
 class GeminiProvider:
-    """Pure translation between canonical calls and the Gemini ``generateContent`` API."""
+    """Pure translation between canonical calls and the Gemini ``generateContent`` API; image
+    generation (Imagen) and speech in OpenAI's shapes (:mod:`.media`)."""
+
+    media_operations: frozenset[MediaOperation] = OPERATIONS
 
     def __init__(self, name: str, config: GeminiConfig) -> None:
         self.name = name
@@ -153,6 +157,19 @@ class GeminiProvider:
     def parse_embeddings(self, bodies: list[bytes], call: Call, model: str) -> Embeddings:
         """The vectors of a ``batchEmbedContents`` answer (:mod:`.gemini_embeddings`)."""
         return parse_gemini_embeddings(self.name, bodies[0], call, model)
+
+    def build_media(self, call: Call, model: str) -> HttpRequest:
+        """An image generation (Imagen ``predict``) or a speech (``generateContent``) call
+        (:mod:`.media`; see :meth:`proxy.providers.base.ServesMedia.build_media`)."""
+        url, body = build_gemini_media(self._base, _model_path(model), call)
+        headers = with_plugin_headers(self._headers, call.upstream_headers)
+        return HttpRequest(url=url, headers=headers, body=body)
+
+    def parse_media(
+        self, headers: Mapping[str, str], body: bytes, call: Call, model: str
+    ) -> MediaAnswer:
+        """OpenAI's images or audio from Gemini's answer (:mod:`.media`)."""
+        return parse_gemini_media(self, body, call)
 
     def parse_response(self, body: bytes, model: str) -> Response:
         """See :meth:`proxy.providers.base.HttpProvider.parse_response`."""

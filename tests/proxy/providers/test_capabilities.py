@@ -45,9 +45,9 @@ CAPABILITIES: dict[str, tuple[type, set[type]]] = {
     "openai": (HttpProvider, {Embeds, DropsFields, VouchesFrames, ServesMedia, BatchesNatively}),
     "mock": (LocalProvider, {CountsTokensLocally, EmbedsLocally, ListsModels, ServesMediaLocally}),
     "azure": (HttpProvider, {Embeds, ServesMedia, BatchesNatively}),
-    "bedrock": (HttpProvider, {Embeds, DecodesStreams, ParsesStreams}),
+    "bedrock": (HttpProvider, {Embeds, DecodesStreams, ParsesStreams, ServesMedia}),
     "anthropic": (HttpProvider, {CountsTokens, ParsesStreams, BatchesNatively}),
-    "gemini": (HttpProvider, {Embeds, ParsesStreams}),
+    "gemini": (HttpProvider, {Embeds, ParsesStreams, ServesMedia}),
 }
 """Each provider type: its kind, and the optional capabilities it offers."""
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from proxy.core.canonical import Call, GatewayOptions, Message, Params, Principal
+from proxy.core.canonical import Call, GatewayOptions, MediaUnits, Message, Params, Principal, Usage
 from proxy.core.plugin import FinishedRequest
-from proxy.governance.ledger.records import spend_record
+from proxy.governance.ledger.records import billed_media, spend_record
 
 
 def finished(call: Call) -> FinishedRequest:
@@ -48,3 +48,39 @@ def test_the_end_user_is_the_one_the_request_names_else_the_keys(
     record = spend_record(finished(call), "id-1")
     assert record.user == recorded
     assert (record.key_id, record.model, record.duration_ms) == ("k", "alias", 1.5)
+
+
+@pytest.mark.parametrize(
+    ("units", "recorded"),
+    [
+        (MediaUnits(characters=42), {"characters": 42}),
+        (MediaUnits(audio_seconds=2.5), {"audio_seconds": 2.5}),
+        (
+            MediaUnits(images=2, image_size="1024x1024", image_quality="hd"),
+            {"images": 2, "image_size": "1024x1024", "image_quality": "hd"},
+        ),
+        (MediaUnits(images=1), {"images": 1}),
+        (MediaUnits(search_units=3), {"search_units": 3}),
+        (MediaUnits(image_size="1024x1024"), None),  # no image billed: its size is not kept
+        (MediaUnits(images=1, image_size="x" * 100), {"images": 1, "image_size": "x" * 32}),
+    ],
+)
+def test_a_media_call_records_the_units_it_was_billed(
+    units: MediaUnits, recorded: dict | None
+) -> None:
+    call = Call(request_id="r", dialect="openai_speech", model="tts", messages=[])
+    request = finished(call)
+    request.usage = Usage(media=units)
+    record = spend_record(request, "id-1")
+    assert billed_media(record) == recorded
+
+
+def test_a_request_without_media_units_records_none() -> None:
+    call = Call(request_id="r", dialect="openai", model="m", messages=[Message("user", "hi")])
+    request = finished(call)
+    request.usage = Usage(input=3, output=2)
+    record = spend_record(request, "id-1")
+    assert (record.audio_seconds, record.characters, record.images, record.search_units) == (
+        (None,) * 4
+    )
+    assert billed_media(record) is None

@@ -1,5 +1,6 @@
-"""The spend rollups: totals from daily sums equal the sums of the records, however grouped,
-filtered and ranged, including records that arrive for a day already rolled up."""
+"""The spend rollups: totals from daily sums (tokens, money and media units) equal the sums of
+the records, however grouped, filtered and ranged, including records that arrive for a day
+already rolled up."""
 
 from __future__ import annotations
 
@@ -50,6 +51,21 @@ def record(rng: random.Random, i: int, moment: datetime) -> SpendRecord:
         attempts=1,
         fallback=None,
         cache=None,
+        **media_units(rng),
+    )
+
+
+def media_units(rng: random.Random) -> dict[str, object]:
+    """A media call's units, one record in two (seconds in quarters: sums exact in any order)."""
+    return rng.choice(
+        [
+            {},
+            {"audio_seconds": rng.randrange(1, 400) / 4},
+            {"characters": rng.randrange(1, 4096)},
+            {"images": rng.randrange(1, 10), "image_size": "1024x1024"},
+            {"search_units": rng.randrange(1, 5)},
+            {},
+        ]
     )
 
 
@@ -133,3 +149,13 @@ async def test_a_range_from_long_before_the_ledger_rolls_up_only_the_ledgers_day
     await rolled.write([earlier])
     _, after = await rolled.totals(since_1970, [])
     assert after["requests"] == total["requests"] + 1
+
+
+async def test_media_units_are_summed(ledger):
+    rolled, plain, _, _ = ledger
+    _, total = await rolled.totals(SpendFilter(), [])
+    records, _ = await plain.logs(SpendFilter(), limit=1000)
+    assert total["images"] == sum(r.images or 0 for r in records) > 0
+    assert total["characters"] == sum(r.characters or 0 for r in records) > 0
+    assert total["search_units"] == sum(r.search_units or 0 for r in records) > 0
+    assert total["audio_seconds"] == sum(r.audio_seconds or 0 for r in records) > 0

@@ -87,6 +87,12 @@ async def test_a_batch_comes_back_field_for_field(repository: SpendRepository) -
             cost_source=None,
         )
     )
+    written.append(record(10, dialect="openai_speech", characters=4096))
+    written.append(record(11, dialect="openai_transcriptions", audio_seconds=12.345))
+    written.append(
+        record(12, dialect="openai_images", images=2, image_size="1024x1024", image_quality="hd")
+    )
+    written.append(record(13, dialect="rerank", search_units=3))
     await repository.write(written)
     stored, cursor = await repository.logs(SpendFilter(), limit=100)
     assert cursor is None
