@@ -20,7 +20,6 @@ through the same chain, answered in Anthropic's shapes. Every error is in Anthro
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -133,7 +132,7 @@ class MessageBatchRoutes:
                     param=f"requests.{index}.custom_id",
                 )
             seen.add(item.custom_id)
-        now = int(time.time())
+        now = self._batches.now()
         batch = Batch(
             id=new_batch_id("msgbatch_"),
             endpoint=MESSAGES,
@@ -229,7 +228,7 @@ class MessageBatchRoutes:
             shown.canceled = left
         else:
             shown.expired = left
-        ended_at = batch.completed_at or batch.cancelled_at or batch.failed_at
+        ended_at = batch.completed_at or batch.expired_at or batch.cancelled_at or batch.failed_at
         results = None
         if ended:
             origin = request.url.origin()

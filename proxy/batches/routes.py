@@ -1,9 +1,10 @@
 """The routes of files and batches, each scoped to the caller's key, every error in OpenAI's
 shape (the caller is authenticated before any body is read):
 
-- ``POST /v1/files`` (multipart: ``purpose`` then ``file``): stores the upload as it arrives
-  (never whole in memory) and answers its file object. Only ``purpose: batch`` is kept (a 400
-  names ``purpose`` otherwise). An upload past ``batches.max_file_bytes`` is a 413: refused on
+- ``POST /v1/files`` (multipart: ``purpose`` and ``expires_after[anchor]``,
+  ``expires_after[seconds]`` when given, then ``file``): stores the upload as it arrives (never
+  whole in memory) and answers its file object. Only ``purpose: batch`` is kept (a 400 names
+  ``purpose`` otherwise). An upload past ``batches.max_file_bytes`` is a 413: refused on
   its ``Content-Length`` before it is read when that says so, else as soon as the bound is
   passed, nothing kept.
 - ``GET /v1/files`` (``purpose``, ``limit`` 1 to 10,000, ``order`` ``desc`` by default,
@@ -22,7 +23,6 @@ logged 500 ``internal gateway error``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -32,7 +32,13 @@ from aiohttp import BodyPartReader, web
 from proxy.batches.batches_db import BatchStore, missing_batch
 from proxy.batches.contents import too_large
 from proxy.batches.executor import BatchExecutor
-from proxy.batches.files import FileStore, encode_file, is_id
+from proxy.batches.files import (
+    EXPIRES_AFTER_FIELDS,
+    FileStore,
+    encode_file,
+    expires_after_seconds,
+    is_id,
+)
 from proxy.batches.native import plan_of
 from proxy.batches.objects import (
     COMPLETION_WINDOW,
@@ -156,6 +162,7 @@ class BatchRoutes:
         """Read the multipart upload (``purpose``, then ``file``) and store its file."""
         reader = await request.multipart()
         purpose: str | None = None
+        expiry: dict[str, str] = {}
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
                 raise BadRequest("nested multipart bodies are not supported")
@@ -167,11 +174,18 @@ class BatchRoutes:
                         "for batches (purpose 'batch')",
                         param="purpose",
                     )
+            elif part.name in EXPIRES_AFTER_FIELDS:
+                expiry[part.name] = (await _small(part)).decode("utf-8", "replace").strip()
             elif part.name == "file":
                 if purpose is None:
                     raise BadRequest("send the purpose field before the file", param="purpose")
                 created = await self._files.create(
-                    principal, part.filename or "upload.jsonl", purpose, _pieces(part), limit
+                    principal,
+                    part.filename or "upload.jsonl",
+                    purpose,
+                    _pieces(part),
+                    limit,
+                    expires_after_seconds(expiry),
                 )
                 self._executor.wake()  # a gateway that had not used its database: look now
                 return _json(encode_file(created))
@@ -229,7 +243,7 @@ class BatchRoutes:
             raise BadRequest("the input file's purpose must be 'batch'", param="input_file_id")
         content = b"".join([part async for part in await self._files.read(source.id, principal)])
         lines, errors = read_lines(content, asked.endpoint, self._config.max_lines)
-        now = int(time.time())
+        now = self._batches.now()
         batch = Batch(
             id=new_batch_id(),
             endpoint=asked.endpoint,

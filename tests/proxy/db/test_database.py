@@ -79,7 +79,7 @@ async def test_a_new_file_is_private_in_wal_mode_and_migrated(tmp_path: Path):
             ).scalar()
             await connection.execute(sa.text("SELECT id FROM keys"))  # the table exists
         assert journal == "wal"
-        assert version == "0012"  # the newest migration
+        assert version == "0013"  # the newest migration
         for name in os.listdir(tmp_path / "data"):  # -wal, -shm, .lock: all private
             assert mode(tmp_path / "data" / name) == 0o600, name
     finally:
