@@ -13,6 +13,10 @@ through the same chain, answered in Anthropic's shapes. Every error is in Anthro
   otherwise), ``GET /v1/messages/batches/{id}/results`` (an ended batch's results as JSONL, in
   request order; a 400 before it ended).
 
+A batch whose ``expires_at`` (24 h after creation) passed before all its requests ran ends
+with them ``expired`` (``request_counts.expired``, ``{"type": "expired"}`` results); an ended
+batch is deleted ``batches.retention_days`` after it ended (:mod:`proxy.batches.retention`).
+
 ``results_url`` is absolute, built from the URL the client reached the gateway at (scheme and
 ``Host``), as the SDK follows it.
 """
