@@ -169,6 +169,16 @@ async def test_a_stop_lets_the_lines_in_flight_store_their_results(database: Dat
     assert (await store.claim(10, [])) is not None  # released: the next process resumes it
 
 
+async def run_to_end(database: Database, store: BatchStore, runner: Runner, clock: Clock) -> Batch:
+    """Run the batch with an executor reading ``clock`` until it ended; the batch."""
+    running = executor(database, runner, 4, clock)
+    running.start()
+    try:
+        return await ended(store)
+    finally:
+        await running.stop(1)
+
+
 async def read(database: Database, file_id: str | None) -> list[bytes]:
     assert file_id is not None
     files = FileStore(database, DatabaseContents(database), Clock(EXPIRES + 7200))
@@ -211,12 +221,7 @@ async def test_a_batch_claimed_after_its_expiry_ends_expired_at_once(database: D
     store = await create(database, 6)
     await store.record("batch_1", [Result(0, b"out-0", False)])  # ran before a long stop
     runner = Runner()
-    running = executor(database, runner, 4, Clock(EXPIRES + 3600))
-    running.start()
-    try:
-        batch = await ended(store)
-    finally:
-        await running.stop(1)
+    batch = await run_to_end(database, store, runner, Clock(EXPIRES + 3600))
     assert runner.ran == []
     assert batch.status == "expired"
     assert (batch.request_counts.completed, batch.request_counts.failed) == (1, 5)
@@ -235,12 +240,7 @@ async def test_an_expired_batch_resumed_mid_finalizing_still_ends_expired(
     await store.record("batch_1", [Result(0, b"out-0", False)])
     await store.save(batch, lease=None)  # the process stopped while it wrote the files
     runner = Runner()
-    running = executor(database, runner, 4, Clock(EXPIRES + 60))
-    running.start()
-    try:
-        ended_batch = await ended(store)
-    finally:
-        await running.stop(1)
+    ended_batch = await run_to_end(database, store, runner, Clock(EXPIRES + 60))
     assert runner.ran == []
     assert (ended_batch.status, ended_batch.expired_at) == ("expired", EXPIRES)
     assert_expired_lines(await read(database, ended_batch.error_file_id), ["c1", "c2", "c3"])
@@ -252,12 +252,7 @@ async def test_an_expired_message_batch_leaves_the_rest_without_results(
     store = await create(database, 5, endpoint=MESSAGES)
     await store.record("batch_1", [Result(0, b"out-0", False)])
     runner = Runner()
-    running = executor(database, runner, 4, Clock(EXPIRES))
-    running.start()
-    try:
-        batch = await ended(store)
-    finally:
-        await running.stop(1)
+    batch = await run_to_end(database, store, runner, Clock(EXPIRES))
     assert runner.ran == []
     assert batch.status == "expired"
     assert (batch.output_file_id, batch.error_file_id, batch.usage) == (None, None, None)
@@ -270,10 +265,5 @@ async def test_a_batch_that_ran_every_line_completes_even_past_its_expiry(
 ) -> None:
     store = await create(database, 3)
     await store.record("batch_1", [Result(n, f"out-{n}".encode(), False) for n in range(3)])
-    running = executor(database, Runner(), 4, Clock(EXPIRES + 1))
-    running.start()
-    try:
-        batch = await ended(store)
-    finally:
-        await running.stop(1)
+    batch = await run_to_end(database, store, Runner(), Clock(EXPIRES + 1))
     assert (batch.status, batch.expired_at) == ("completed", None)
