@@ -83,9 +83,12 @@ class BatchStore:
         principal: Principal,
         lines: Sequence[tuple[str, bytes]],
         native: bytes | None = None,
+        *,
+        output_expires_after: int | None = None,
     ) -> None:
-        """Store ``batch`` of ``principal`` with its input ``lines`` (``custom_id``, body) and
-        its encoded native plan (None: gateway-executed)."""
+        """Store ``batch`` of ``principal`` with its input ``lines`` (``custom_id``, body), its
+        encoded native plan (None: gateway-executed) and the seconds its output files are to be
+        kept (None: as ``batches.retention_days`` says)."""
         await self._database.open()
         async with self._database.connect() as connection:
             await connection.execute(
@@ -100,6 +103,7 @@ class BatchStore:
                     status=batch.status,
                     lease_until=None,
                     ended_at=_ended_at(batch),
+                    output_expires_after=output_expires_after,
                 )
             )
             for start in range(0, len(lines), INSERT_ROWS):
@@ -329,6 +333,14 @@ class BatchStore:
         async with self._database.connect() as connection:
             await connection.execute(batch_lines.delete().where(batch_lines.c.batch_id == batch_id))
             await connection.execute(batches.delete().where(_visible(batch_id, owner)))
+
+    async def output_expires_after(self, batch_id: str) -> int | None:
+        """The seconds ``batch_id``'s output files are to be kept, as its creator asked (None:
+        not asked)."""
+        query = sa.select(batches.c.output_expires_after).where(batches.c.id == batch_id)
+        async with self._database.connect() as connection:
+            seconds = (await connection.execute(query)).scalar()
+        return None if seconds is None else int(seconds)
 
     async def ended_before(self, age: float, limit: int) -> list[Batch]:
         """At most ``limit`` batches, of any owner, that ended more than ``age`` seconds ago,

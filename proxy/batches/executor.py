@@ -422,8 +422,9 @@ class BatchExecutor:
         tally: UsageTally | None = None,
     ) -> str:
         """Write the results of ``batch`` that failed (or did not) as one JSONL file of the
-        owner's, expiring after ``batches.retention_days``, each line added to ``tally`` when
-        given; its id."""
+        owner's, expiring after the batch's ``output_expires_after`` or
+        ``batches.retention_days``, the sooner, each line added to ``tally`` when given; its
+        id."""
         store = self._store
 
         async def pieces() -> AsyncIterator[bytes]:
@@ -437,7 +438,9 @@ class BatchExecutor:
 
         name = f"{batch.id}_{kind}.jsonl"
         days = self._config.retention_days
-        keep = None if days is None else round(days * DAY_SECONDS)
+        retained = None if days is None else round(days * DAY_SECONDS)
+        bounds = (await store.output_expires_after(batch.id), retained)
+        keep = min((seconds for seconds in bounds if seconds is not None), default=None)
         created = await self._files.create(
             principal, name, "batch_output", pieces(), sys.maxsize, expires_after=keep
         )

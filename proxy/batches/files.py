@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import sqlalchemy as sa
@@ -65,17 +66,33 @@ def expires_after_seconds(fields: dict[str, str]) -> int | None:
     if not fields:
         return None
     anchor, seconds = (fields.get(name) for name in EXPIRES_AFTER_FIELDS)
+    number = int(seconds) if seconds is not None and seconds.isdigit() else None
+    return _expiry("expires_after", anchor, number)
+
+
+def output_expires_after_seconds(policy: dict[str, Any] | None) -> int | None:
+    """The seconds after their creation a batch's output and error files expire, from its
+    ``output_expires_after`` (OpenAI's ``BatchFileExpirationAfter``; None: not given). A 400
+    naming ``output_expires_after`` as :func:`expires_after_seconds` says."""
+    if policy is None:
+        return None
+    seconds = policy.get("seconds")
+    number = seconds if isinstance(seconds, int) and not isinstance(seconds, bool) else None
+    return _expiry("output_expires_after", policy.get("anchor"), number)
+
+
+def _expiry(param: str, anchor: object, seconds: int | None) -> int:
     if anchor != "created_at":
-        raise BadRequest("expires_after[anchor] must be 'created_at'", param="expires_after")
-    if seconds is None or not seconds.isdigit():
-        raise BadRequest("expires_after[seconds] must be an integer", param="expires_after")
-    if not MIN_EXPIRES_AFTER <= int(seconds) <= MAX_EXPIRES_AFTER:
+        raise BadRequest(f"{param}[anchor] must be 'created_at'", param=param)
+    if seconds is None:
+        raise BadRequest(f"{param}[seconds] must be an integer", param=param)
+    if not MIN_EXPIRES_AFTER <= seconds <= MAX_EXPIRES_AFTER:
         message = (
-            f"expires_after[seconds] must be from {MIN_EXPIRES_AFTER} (an hour) to "
+            f"{param}[seconds] must be from {MIN_EXPIRES_AFTER} (an hour) to "
             f"{MAX_EXPIRES_AFTER} (30 days)"
         )
-        raise BadRequest(message, param="expires_after")
-    return int(seconds)
+        raise BadRequest(message, param=param)
+    return seconds
 
 
 def new_file_id() -> str:

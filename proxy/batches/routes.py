@@ -11,9 +11,10 @@ shape (the caller is authenticated before any body is read):
   ``after``), ``GET /v1/files/{file_id}``, ``DELETE /v1/files/{file_id}``,
   ``GET /v1/files/{file_id}/content`` (the bytes, streamed).
 - ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window: 24h``,
-  ``metadata``): reads the input file into lines (:mod:`proxy.batches.submit`; a file with
-  problems makes a ``failed`` batch listing them, as OpenAI's does) and answers the batch,
-  ``validating``; the executor runs it (:mod:`proxy.batches.executor`).
+  ``metadata``, ``output_expires_after``): reads the input file into lines
+  (:mod:`proxy.batches.submit`; a file with problems makes a ``failed`` batch listing them, as
+  OpenAI's does) and answers the batch, ``validating``; the executor runs it
+  (:mod:`proxy.batches.executor`).
 - ``GET /v1/batches`` (``after``, ``limit`` 1 to 100, newest first), ``GET /v1/batches/{id}``
   (a running batch's ``request_counts`` as they stand), ``POST /v1/batches/{id}/cancel``.
 
@@ -38,6 +39,7 @@ from proxy.batches.files import (
     encode_file,
     expires_after_seconds,
     is_id,
+    output_expires_after_seconds,
 )
 from proxy.batches.native import plan_of
 from proxy.batches.objects import (
@@ -238,6 +240,7 @@ class BatchRoutes:
             raise BadRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}", param="endpoint")
         if asked.completion_window != COMPLETION_WINDOW:
             raise BadRequest("completion_window must be '24h'", param="completion_window")
+        keep = output_expires_after_seconds(asked.output_expires_after)
         source = await self._files.get(asked.input_file_id, principal)
         if source.purpose != "batch":
             raise BadRequest("the input file's purpose must be 'batch'", param="input_file_id")
@@ -263,7 +266,7 @@ class BatchRoutes:
         else:
             plan = plan_of(self._parts.snapshot().config, lines)
             native = None if plan is None else ENCODER.encode(plan)
-        await self._batches.create(batch, principal, lines, native)
+        await self._batches.create(batch, principal, lines, native, output_expires_after=keep)
         self._executor.wake()
         return _json(ENCODER.encode(batch))
 

@@ -254,6 +254,7 @@ batches = sa.Table(
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("lease_until", UtcDateTime, nullable=True),  # held by the process running it
     sa.Column("ended_at", UtcDateTime, nullable=True),  # None: still to be taken to its end
+    sa.Column("output_expires_after", sa.Integer, nullable=True),  # seconds its files are kept
     sa.Index("ix_batches_owner", "owner", "seq"),
     sa.Index("ix_batches_status", "status"),
     sa.Index("ix_batches_ended", "ended_at"),

@@ -167,10 +167,13 @@ def chat_lines(count: int) -> bytes:
     )
 
 
-async def start_batch(client: openai.AsyncOpenAI, lines: int) -> str:
+async def start_batch(client: openai.AsyncOpenAI, lines: int, **more: Any) -> str:
     uploaded = await client.files.create(file=("in.jsonl", chat_lines(lines)), purpose="batch")
     created = await client.batches.create(
-        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        input_file_id=uploaded.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        **more,
     )
     return created.id
 
@@ -346,6 +349,16 @@ async def test_expired_files_and_old_batches_are_deleted_and_nothing_else(
         output = await client.files.retrieve(old.output_file_id)
         assert output.expires_at is not None
         assert output.expires_at - output.created_at == 30 * DAY  # batches.retention_days
+        with pytest.raises(openai.BadRequestError) as refused:
+            await start_batch(
+                client, 1, output_expires_after={"anchor": "created_at", "seconds": 5}
+            )
+        assert refused.value.body["param"] == "output_expires_after"
+        asked = {"anchor": "created_at", "seconds": 7200}
+        kept_briefly = await ended(client, await start_batch(client, 1, output_expires_after=asked))
+        assert kept_briefly.output_file_id is not None
+        brief_output = await client.files.retrieve(kept_briefly.output_file_id)
+        assert brief_output.expires_at == brief_output.created_at + 7200
         async with gateway.anthropic() as anthropic_client:
             message_batch = await anthropic_client.messages.batches.create(
                 requests=[  # type: ignore[list-item]
@@ -368,8 +381,12 @@ async def test_expired_files_and_old_batches_are_deleted_and_nothing_else(
             listed = [f.id for f in (await client.files.list()).data]
             assert brief.id not in listed
             assert old.input_file_id in listed  # no expires_after: kept until deleted
+            assert kept_briefly.output_file_id in listed  # two hours, not yet
 
-            recent = await ended(client, await start_batch(client, 1))  # ended an hour later
+            clock.ahead = 7201
+            with pytest.raises(openai.NotFoundError):
+                await client.files.content(kept_briefly.output_file_id)
+            recent = await ended(client, await start_batch(client, 1))  # ended two hours later
             assert recent.status == "completed"
             clock.ahead = 30 * DAY + 1800  # the first batches are past retention, not this one
             await swept(client, old.id)

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from proxy.batches.contents import DatabaseContents
-from proxy.batches.files import FileStore, expires_after_seconds
+from proxy.batches.files import FileStore, expires_after_seconds, output_expires_after_seconds
 from proxy.core.canonical import Principal
 from proxy.core.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.db import Database
@@ -146,3 +146,19 @@ def test_bad_expires_after_fields_are_a_400(fields: dict[str, str]) -> None:
     with pytest.raises(BadRequest) as refused:
         expires_after_seconds(fields)
     assert refused.value.param == "expires_after"
+
+
+def test_a_batchs_output_expires_after_is_read_or_a_400() -> None:
+    assert output_expires_after_seconds(None) is None
+    assert output_expires_after_seconds({"anchor": "created_at", "seconds": 7200}) == 7200
+    for bad in (
+        {"anchor": "created_at", "seconds": "7200"},
+        {"anchor": "created_at", "seconds": True},
+        {"anchor": "created_at", "seconds": 60},
+        {"anchor": "created_at"},
+        {"anchor": "now", "seconds": 7200},
+        {},
+    ):
+        with pytest.raises(BadRequest) as refused:
+            output_expires_after_seconds(bad)
+        assert refused.value.param == "output_expires_after"

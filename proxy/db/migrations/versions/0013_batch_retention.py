@@ -1,5 +1,6 @@
 """Batch retention and file expiry: when a file expires (``batch_files.expires_at``) and when a
-batch ended (``batches.ended_at``), each indexed for the sweep that deletes what is old."""
+batch ended (``batches.ended_at``), each indexed for the sweep that deletes what is old; how
+long a batch's output files are to be kept (``batches.output_expires_after``)."""
 
 from datetime import UTC, datetime
 
@@ -19,12 +20,14 @@ _STAMPS = ("completed_at", "expired_at", "cancelled_at", "failed_at")
 
 
 def upgrade() -> None:
-    """Add ``batch_files.expires_at`` and ``batches.ended_at`` with their indexes; the batches
-    that already ended get their ``ended_at`` from their stored object."""
+    """Add ``batch_files.expires_at`` and ``batches.ended_at`` with their indexes, and
+    ``batches.output_expires_after``; the batches that already ended get their ``ended_at`` from
+    their stored object."""
     op.add_column("batch_files", sa.Column("expires_at", UtcDateTime, nullable=True))
     op.create_index("ix_batch_files_expires", "batch_files", ["expires_at"])
     op.add_column("batches", sa.Column("ended_at", UtcDateTime, nullable=True))
     op.create_index("ix_batches_ended", "batches", ["ended_at"])
+    op.add_column("batches", sa.Column("output_expires_after", sa.Integer, nullable=True))
     table = sa.table(
         "batches",
         sa.column("id", sa.String),
@@ -45,7 +48,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Drop ``batches.ended_at``, ``batch_files.expires_at`` and their indexes."""
+    """Drop ``batches.output_expires_after``, ``batches.ended_at``, ``batch_files.expires_at``
+    and their indexes."""
+    op.drop_column("batches", "output_expires_after")
     op.drop_index("ix_batches_ended", "batches")
     op.drop_column("batches", "ended_at")
     op.drop_index("ix_batch_files_expires", "batch_files")
