@@ -1,7 +1,8 @@
 """Retention: the sweep deletes the batches that ended more than ``retention_days`` ago with their
 lines and files, and the files whose ``expires_at`` passed — and nothing else (a running batch, a
 recent one, an upload without ``expires_after``); sweepers running at once do not fail each
-other; with ``retention_days`` None batches are kept, expired files still go."""
+other (on SQLite and PostgreSQL); with ``retention_days`` None batches are kept, expired files
+still go."""
 
 from __future__ import annotations
 
@@ -102,15 +103,20 @@ async def no_ended_batch(parts: Parts) -> None:
             await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-async def parts(tmp_path: Path) -> AsyncIterator[Parts]:
-    database = Database(f"sqlite:///{tmp_path}/retention.db")
+@pytest.fixture(params=["sqlite"])
+async def parts(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Parts]:
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+    else:
+        url = f"sqlite:///{tmp_path}/retention.db"
+    database = Database(url)
     try:
         yield Parts(database)
     finally:
         await database.close()
 
 
+@pytest.mark.parametrize("parts", ["sqlite", "postgresql"], indirect=True)
 async def test_the_sweep_deletes_what_is_old_and_nothing_else(parts: Parts) -> None:
     kept_input = await parts.file()
     brief_input = await parts.file(expires_after=3600)
