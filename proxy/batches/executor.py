@@ -21,18 +21,19 @@ again later.
 
 No line of a batch starts once its ``expires_at`` passed (on the executor's ``clock``; a batch
 claimed after it runs none): the lines in flight end, and the batch ends ``expired``, each line
-without a result recorded as a failed ``batch_expired`` line (:func:`~proxy.batches.lines.
-expired_line`; a message batch's are left without one: its results name them ``expired``).
+without a result recorded as a failed ``batch_expired`` line
+(:func:`~proxy.batches.lines.expired_line`; a message batch's are left without one: its
+results name them ``expired``).
 
 When every line has a result (or a cancel was asked: the lines without one are left out; or it
 expired), the batch is ``finalizing`` (with its ``expired_at`` when it expired, so that a process
 that resumes it ends it alike): its output file (the lines that succeeded) and error file (those
 that failed), in line order, are written as the owner's files (``purpose: batch_output``,
-expiring ``batches.retention_days`` later; not for a message batch, whose results are read from
-its lines), then it is ``completed`` (or ``cancelled``, or ``expired``) with its
-``request_counts`` and the ``usage`` its output lines sum (:mod:`proxy.batches.usage`). A
-failure of the database while a
-batch runs is logged and leaves the batch to its lease: another pass resumes it. A native batch
+expiring after the batch's ``output_expires_after`` or ``batches.retention_days``, the sooner;
+not for a message batch, whose results are read from its lines), then it is ``completed`` (or
+``cancelled``, or ``expired``) with its ``request_counts`` and the ``usage`` its output lines
+sum (:mod:`proxy.batches.usage`). A failure of the database while a batch runs is logged and
+leaves the batch to its lease: another pass resumes it. A native batch
 (:mod:`proxy.batches.native`) is submitted to its provider instead, polled, and its results
 recorded; a provider that refuses it (a 4xx but 429) fails it, naming the refusal.
 """
