@@ -193,6 +193,17 @@ class FileStore:
             rows = list(await connection.execute(query))
         return [_object(row) for row in rows[:limit]], len(rows) > limit
 
+    async def expire(self, file: FileObject, seconds: int) -> FileObject:
+        """Make ``file`` expire ``seconds`` after its creation; the file as it then stands."""
+        expires = file.created_at + seconds
+        async with self._database.connect() as connection:
+            await connection.execute(
+                batch_files.update()
+                .where(batch_files.c.id == file.id)
+                .values(expires_at=datetime.fromtimestamp(expires, UTC))
+            )
+        return msgspec.structs.replace(file, expires_at=expires)
+
     async def read(self, file_id: str, owner: Principal) -> AsyncIterator[bytes]:
         """``owner``'s file's bytes (a 404 before the first when it has none such)."""
         await self.get(file_id, owner)

@@ -1,9 +1,10 @@
 """The routes of files and batches, each scoped to the caller's key, every error in OpenAI's
 shape (the caller is authenticated before any body is read):
 
-- ``POST /v1/files`` (multipart: ``purpose`` and ``expires_after[anchor]``,
-  ``expires_after[seconds]`` when given, then ``file``): stores the upload as it arrives (never
-  whole in memory) and answers its file object. Only ``purpose: batch`` is kept (a 400 names
+- ``POST /v1/files`` (multipart: ``purpose``, then ``file``; ``expires_after[anchor]`` and
+  ``expires_after[seconds]`` when given, before or after the file — a bad one after it removes
+  the file): stores the upload as it arrives (never whole in memory) and answers its file
+  object. Only ``purpose: batch`` is kept (a 400 names
   ``purpose`` otherwise). An upload past ``batches.max_file_bytes`` is a 413: refused on
   its ``Content-Length`` before it is read when that says so, else as soon as the bound is
   passed, nothing kept.
@@ -28,13 +29,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
 import msgspec
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, web
 
 from proxy.batches.batches_db import BatchStore, missing_batch
 from proxy.batches.contents import too_large
 from proxy.batches.executor import BatchExecutor
 from proxy.batches.files import (
     EXPIRES_AFTER_FIELDS,
+    FileObject,
     FileStore,
     encode_file,
     expires_after_seconds,
@@ -161,7 +163,8 @@ class BatchRoutes:
     async def _store_upload(
         self, request: web.Request, principal: Principal, limit: int
     ) -> web.Response:
-        """Read the multipart upload (``purpose``, then ``file``) and store its file."""
+        """Read the multipart upload (``purpose``, then ``file``) and store its file, expiring as
+        its ``expires_after`` fields say."""
         reader = await request.multipart()
         purpose: str | None = None
         expiry: dict[str, str] = {}
@@ -181,19 +184,41 @@ class BatchRoutes:
             elif part.name == "file":
                 if purpose is None:
                     raise BadRequest("send the purpose field before the file", param="purpose")
+                whole = len(expiry) == len(EXPIRES_AFTER_FIELDS)
                 created = await self._files.create(
                     principal,
                     part.filename or "upload.jsonl",
                     purpose,
                     _pieces(part),
                     limit,
-                    expires_after_seconds(expiry),
+                    expires_after_seconds(expiry) if whole else None,
                 )
+                try:
+                    created = await self._late_expiry(reader, expiry, created)
+                except BaseException:
+                    await self._files.remove(created.id)
+                    raise
                 self._executor.wake()  # a gateway that had not used its database: look now
                 return _json(encode_file(created))
             else:
                 await part.release()
         raise BadRequest("the upload has no file field", param="file")
+
+    async def _late_expiry(
+        self, reader: MultipartReader, fields: dict[str, str], created: FileObject
+    ) -> FileObject:
+        """Read the parts after the file: ``expires_after`` fields there (as OpenAI's own
+        example sends them) complete ``fields`` and apply to ``created``; others are skipped.
+        The file as it then stands; a 400 when the fields are not a valid ``expires_after``."""
+        late = False
+        while (part := await reader.next()) is not None:
+            if isinstance(part, BodyPartReader) and part.name in EXPIRES_AFTER_FIELDS:
+                fields[part.name] = (await _small(part)).decode("utf-8", "replace").strip()
+                late = True
+            else:
+                await part.release()
+        seconds = expires_after_seconds(fields) if late else None
+        return created if seconds is None else await self._files.expire(created, seconds)
 
     async def _list_files(self, request: web.Request, principal: Principal) -> web.Response:
         query = request.query

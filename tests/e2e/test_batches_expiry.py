@@ -7,7 +7,8 @@ OpenAI-compatible upstream on 127.0.0.1 that holds lines on demand), through the
   its ``usage`` the sum of the lines that ran; a message batch likewise ends with its unrun
   requests ``expired``;
 - a batch a restarted gateway claims after its window passed ends expired at once, running none;
-- an upload with ``expires_after`` says when it expires and is a 404 from then on; the sweep
+- an upload with ``expires_after`` (before the file, or after it as OpenAI's example sends it)
+  says when it expires and is a 404 from then on; the sweep
   deletes, ``retention_days`` after they ended, batches (OpenAI's and Anthropic's) with their
   output files, and nothing else.
 """
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -398,3 +400,36 @@ async def test_expired_files_and_old_batches_are_deleted_and_nothing_else(
             assert recent.output_file_id is not None
             assert len(await lines_of(client, recent.output_file_id)) == 1
             assert (await client.files.content(old.input_file_id)).content == chat_lines(2)
+
+
+async def upload_with_fields_after_the_file(url: str, fields: dict[str, str]) -> tuple[int, Any]:
+    """``POST /v1/files`` as OpenAI's curl example orders it: purpose, file, then ``fields``."""
+    form = aiohttp.FormData()
+    form.add_field("purpose", "batch")
+    form.add_field("file", chat_lines(1), filename="late.jsonl", content_type="application/jsonl")
+    for name, value in fields.items():
+        form.add_field(name, value)
+    headers = {"authorization": f"Bearer {KEY}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{url}/v1/files", data=form, headers=headers) as answer,
+    ):
+        return answer.status, await answer.json()
+
+
+async def test_expires_after_sent_after_the_file_applies_or_keeps_nothing(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    async with serving(tmp_path, upstream, Clock()) as gateway, gateway.openai() as client:
+        late = {"expires_after[anchor]": "created_at", "expires_after[seconds]": "7200"}
+        status, body = await upload_with_fields_after_the_file(gateway.url, late)
+        assert status == 200, body
+        validate_in(SPEC, "OpenAIFile", {k: v for k, v in body.items() if v is not None})
+        assert body["expires_at"] == body["created_at"] + 7200
+        assert (await client.files.retrieve(body["id"])).expires_at == body["expires_at"]
+        bad = {"expires_after[anchor]": "created_at", "expires_after[seconds]": "10"}
+        status, body = await upload_with_fields_after_the_file(gateway.url, bad)
+        assert (status, body["error"]["param"]) == (400, "expires_after")
+        assert [f.filename for f in (await client.files.list()).data] == ["late.jsonl"]
+        gateway.clock.ahead = 7200
+        assert (await client.files.list()).data == []
