@@ -7,8 +7,10 @@ lines without one, so a line whose result is stored never runs again. A batch be
 under a lease (``lease_until``) that its process renews; a batch still to be taken to its end
 (:data:`~proxy.batches.objects.RUNNABLE`) whose lease is absent or passed is free for any
 process to claim (:meth:`BatchStore.claim`: one conditional update, so two processes never
-both hold it). Each method is one transaction; the database is opened on first use, and one
-that cannot answer raises what its driver raises.
+both hold it). A batch written ended gets its ``ended_at``, by which the retention sweep finds
+it (:meth:`BatchStore.ended_before`, :meth:`BatchStore.purge`). Each method is one
+transaction; the database is opened on first use, and one that cannot answer raises what its
+driver raises.
 """
 
 from __future__ import annotations
@@ -71,15 +73,22 @@ class BatchStore:
         self._database = database
         self._clock = clock
 
+    def now(self) -> int:
+        """The time in epoch seconds, as this store reads it (its ``clock``)."""
+        return int(self._clock())
+
     async def create(
         self,
         batch: Batch,
         principal: Principal,
         lines: Sequence[tuple[str, bytes]],
         native: bytes | None = None,
+        *,
+        output_expires_after: int | None = None,
     ) -> None:
-        """Store ``batch`` of ``principal`` with its input ``lines`` (``custom_id``, body) and
-        its encoded native plan (None: gateway-executed)."""
+        """Store ``batch`` of ``principal`` with its input ``lines`` (``custom_id``, body), its
+        encoded native plan (None: gateway-executed) and the seconds its output files are to be
+        kept (None: as ``batches.retention_days`` says)."""
         await self._database.open()
         async with self._database.connect() as connection:
             await connection.execute(
@@ -93,6 +102,8 @@ class BatchStore:
                     native=native,
                     status=batch.status,
                     lease_until=None,
+                    ended_at=_ended_at(batch),
+                    output_expires_after=output_expires_after,
                 )
             )
             for start in range(0, len(lines), INSERT_ROWS):
@@ -155,7 +166,12 @@ class BatchStore:
             written = await connection.execute(
                 batches.update()
                 .where(where)
-                .values(body=ENCODER.encode(batch), status=batch.status, lease_until=until)
+                .values(
+                    body=ENCODER.encode(batch),
+                    status=batch.status,
+                    lease_until=until,
+                    ended_at=_ended_at(batch),
+                )
             )
         return bool(written.rowcount)
 
@@ -318,6 +334,35 @@ class BatchStore:
             await connection.execute(batch_lines.delete().where(batch_lines.c.batch_id == batch_id))
             await connection.execute(batches.delete().where(_visible(batch_id, owner)))
 
+    async def output_expires_after(self, batch_id: str) -> int | None:
+        """The seconds ``batch_id``'s output files are to be kept, as its creator asked (None:
+        not asked)."""
+        query = sa.select(batches.c.output_expires_after).where(batches.c.id == batch_id)
+        async with self._database.connect() as connection:
+            seconds = (await connection.execute(query)).scalar()
+        return None if seconds is None else int(seconds)
+
+    async def ended_before(self, age: float, limit: int) -> list[Batch]:
+        """At most ``limit`` batches, of any owner, that ended more than ``age`` seconds ago,
+        the longest ended first."""
+        await self._database.open()
+        query = (
+            sa.select(batches.c.body)
+            .where(batches.c.ended_at <= _at(self._clock() - age))
+            .order_by(batches.c.ended_at)
+            .limit(limit)
+        )
+        async with self._database.connect() as connection:
+            bodies = list((await connection.execute(query)).scalars())
+        return [BATCH_DECODER.decode(body) for body in bodies]
+
+    async def purge(self, batch_id: str) -> None:
+        """Delete batch ``batch_id`` and its lines, whoever owns it (one transaction; none
+        such: nothing happens)."""
+        async with self._database.connect() as connection:
+            await connection.execute(batch_lines.delete().where(batch_lines.c.batch_id == batch_id))
+            await connection.execute(batches.delete().where(batches.c.id == batch_id))
+
 
 def missing_batch(batch_id: str) -> NotFound:
     """The 404 of a batch the caller does not have."""
@@ -331,6 +376,14 @@ def _owned(owner: Principal) -> sa.ColumnElement[bool]:
 
 def _visible(batch_id: str, owner: Principal) -> sa.ColumnElement[bool]:
     return sa.and_(batches.c.id == batch_id, _owned(owner))
+
+
+def _ended_at(batch: Batch) -> datetime | None:
+    """When ``batch`` ended (None: it is still to be taken to its end)."""
+    if batch.status in RUNNABLE:
+        return None
+    ended = batch.completed_at or batch.expired_at or batch.cancelled_at or batch.failed_at
+    return _at(batch.created_at if ended is None else ended)
 
 
 def _at(seconds: float) -> datetime:

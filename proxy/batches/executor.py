@@ -19,12 +19,21 @@ to end and have their results stored, and the lease is released so that the next
 resumes at once; a line still running at the deadline is cancelled, stores no result and runs
 again later.
 
-When every line has a result (or a cancel was asked: the lines without one are left out), the
-batch is ``finalizing``: its output file (the lines that succeeded) and error file (those that
-failed), in line order, are written as the owner's files (``purpose: batch_output``; not for a
-message batch, whose results are read from its lines), then it is ``completed`` (or
-``cancelled``) with its ``request_counts``. A failure of the database while a
-batch runs is logged and leaves the batch to its lease: another pass resumes it. A native batch
+No line of a batch starts once its ``expires_at`` passed (on the executor's ``clock``; a batch
+claimed after it runs none): the lines in flight end, and the batch ends ``expired``, each line
+without a result recorded as a failed ``batch_expired`` line
+(:func:`~proxy.batches.lines.expired_line`; a message batch's are left without one: its
+results name them ``expired``).
+
+When every line has a result (or a cancel was asked: the lines without one are left out; or it
+expired), the batch is ``finalizing`` (with its ``expired_at`` when it expired, so that a process
+that resumes it ends it alike): its output file (the lines that succeeded) and error file (those
+that failed), in line order, are written as the owner's files (``purpose: batch_output``,
+expiring after the batch's ``output_expires_after`` or ``batches.retention_days``, the sooner;
+not for a message batch, whose results are read from its lines), then it is ``completed`` (or
+``cancelled``, or ``expired``) with its ``request_counts`` and the ``usage`` its output lines
+sum (:mod:`proxy.batches.usage`). A failure of the database while a batch runs is logged and
+leaves the batch to its lease: another pass resumes it. A native batch
 (:mod:`proxy.batches.native`) is submitted to its provider instead, polled, and its results
 recorded; a provider that refuses it (a 4xx but 429) fails it, naming the refusal.
 """
@@ -40,9 +49,17 @@ from typing import Any
 
 from proxy.batches.batches_db import BatchStore, Held, Line, Result
 from proxy.batches.files import FileStore
-from proxy.batches.lines import LineRunner
+from proxy.batches.lines import LineRunner, expired_line
 from proxy.batches.native import PLAN_DECODER, NativeRunner
-from proxy.batches.objects import ENCODER, MESSAGES, Batch, BatchError, BatchErrors
+from proxy.batches.objects import (
+    DAY_SECONDS,
+    ENCODER,
+    MESSAGES,
+    Batch,
+    BatchError,
+    BatchErrors,
+)
+from proxy.batches.usage import UsageTally
 from proxy.core.canonical import Principal
 from proxy.providers.base import BatchAPIError
 from proxy.runtime.config import BatchesConfig
@@ -238,15 +255,18 @@ class BatchExecutor:
             finally:
                 slots.release()
 
+        def halted() -> bool:
+            return cancel.is_set() or self._stopping or self._clock() >= batch.expires_at
+
         try:
             after = -1
-            while not (cancel.is_set() or self._stopping):
+            while not halted():
                 lines = await self._store.pending(batch.id, after, PAGE)
                 if not lines:
                     break
                 for line in lines:
                     await slots.acquire()
-                    if cancel.is_set() or self._stopping:
+                    if halted():
                         slots.release()
                         break
                     if spacing:
@@ -315,6 +335,8 @@ class BatchExecutor:
         await store.record(batch.id, results)
         if upstream.outcome == "cancelled":
             cancel.set()
+        elif upstream.outcome == "expired":  # the provider's window passed: so did ours
+            batch.expired_at = int(self._clock())
         return True
 
     async def _native_failed(self, batch: Batch, failure: BatchAPIError) -> None:
@@ -340,21 +362,32 @@ class BatchExecutor:
         if batch.status != "finalizing" or cancelled:
             now = int(self._clock())
             if not cancelled:
+                counts = await self._store.counts(batch.id)
+                if counts.completed + counts.failed < counts.total and now >= batch.expires_at:
+                    batch.expired_at = now
                 batch.status, batch.finalizing_at = "finalizing", now
                 cancelled = not await self._store.save(batch, lease=self._lease)
             if cancelled:  # asked (here, or found on writing finalizing)
                 batch.status, batch.cancelling_at = "cancelling", batch.cancelling_at or now
+                batch.expired_at = None
                 await self._store.save(batch, lease=self._lease)
-        counts = await self._store.counts(batch.id)
         files = batch.endpoint != MESSAGES  # a message batch's results are read from its lines
+        if files and batch.expired_at is not None:
+            await self._expire_rest(batch.id)
+        counts = await self._store.counts(batch.id)
+        tally = UsageTally()
         if files and counts.completed:
-            batch.output_file_id = await self._file(batch, principal, "output", failed=False)
+            batch.output_file_id = await self._file(batch, principal, "output", False, tally)
         if files and counts.failed:
-            batch.error_file_id = await self._file(batch, principal, "error", failed=True)
+            batch.error_file_id = await self._file(batch, principal, "error", True)
         batch.request_counts = counts
+        if files:
+            batch.usage = tally.usage
         now = int(self._clock())
         if cancelled:
             batch.status, batch.cancelled_at = "cancelled", now
+        elif batch.expired_at is not None:
+            batch.status = "expired"
         else:
             batch.status, batch.completed_at = "completed", now
         await self._store.save(batch, lease=None)
@@ -366,17 +399,42 @@ class BatchExecutor:
             failed=counts.failed,
         )
 
-    async def _file(self, batch: Batch, principal: Principal, kind: str, failed: bool) -> str:
+    async def _expire_rest(self, batch_id: str) -> None:
+        """Record each line of ``batch_id`` without a result as a failed ``batch_expired``
+        line."""
+        while lines := await self._store.pending(batch_id, -1, PAGE):
+            expired = [Result(line.number, expired_line(line.custom_id), True) for line in lines]
+            await self._store.record(batch_id, expired)
+
+    async def _file(
+        self,
+        batch: Batch,
+        principal: Principal,
+        kind: str,
+        failed: bool,
+        tally: UsageTally | None = None,
+    ) -> str:
         """Write the results of ``batch`` that failed (or did not) as one JSONL file of the
-        owner's; its id."""
+        owner's, expiring after the batch's ``output_expires_after`` or
+        ``batches.retention_days``, the sooner, each line added to ``tally`` when given; its
+        id."""
         store = self._store
 
         async def pieces() -> AsyncIterator[bytes]:
             after = -1
             while results := await store.results(batch.id, failed, after, PAGE):
+                if tally is not None:
+                    for result in results:
+                        tally.add(result.line)
                 yield b"".join(result.line + b"\n" for result in results)
                 after = results[-1].number
 
         name = f"{batch.id}_{kind}.jsonl"
-        created = await self._files.create(principal, name, "batch_output", pieces(), sys.maxsize)
+        days = self._config.retention_days
+        retained = None if days is None else round(days * DAY_SECONDS)
+        bounds = (await store.output_expires_after(batch.id), retained)
+        keep = min((seconds for seconds in bounds if seconds is not None), default=None)
+        created = await self._files.create(
+            principal, name, "batch_output", pieces(), sys.maxsize, expires_after=keep
+        )
         return created.id

@@ -3,13 +3,16 @@
 with the hooks the app runs at start and stop.
 
 At start the executor looks for batches to run when the gateway opened its database (it uses
-keys or a master key), and the uploads a stopped process left incomplete are removed; otherwise
-it looks from the first use of a file or batch route in the process — a gateway without keys
-that restarts resumes its batches once it is asked about one.
+keys or a master key); otherwise it looks from the first use of a file or batch route in the
+process — a gateway without keys that restarts resumes its batches once it is asked about one.
+The retention sweep (:mod:`proxy.batches.retention`) runs from start, once the database is open.
+Every part reads the time from one ``clock`` (epoch seconds; tests move it to see batches expire
+and retention pass without waiting days).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,15 +25,13 @@ from proxy.batches.files import FileStore
 from proxy.batches.lines import LineRunner
 from proxy.batches.message_batches import MessageBatchRoutes
 from proxy.batches.native import NativeRunner
+from proxy.batches.retention import Retention
 from proxy.batches.routes import BatchRoutes, RouteParts
 from proxy.core.metrics import Metrics
 from proxy.db import Database
 from proxy.http.app_keys import SERVER
 from proxy.runtime.config import BatchesConfig
 from proxy.runtime.snapshot import Snapshot
-
-ABANDONED_UPLOAD = 3600.0
-"""Seconds after which an upload still incomplete at start-up is taken as abandoned."""
 
 
 @runtime_checkable
@@ -65,13 +66,13 @@ class BatchesFeature:
         snapshot: Callable[[], Snapshot],
         read_body: Callable[[web.Request], Awaitable[bytes]],
         request_id: Callable[[web.Request], str],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         contents = _contents(config, database)
         self._contents = contents
         self._database = database
-        self._snapshot = snapshot
-        self.files = FileStore(database, contents)
-        self.batches = BatchStore(database)
+        self.files = FileStore(database, contents, clock)
+        self.batches = BatchStore(database, clock)
         self.executor = BatchExecutor(
             self.batches,
             self.files,
@@ -79,6 +80,16 @@ class BatchesFeature:
             NativeRunner(snapshot),
             config,
             lambda: snapshot().logger,
+            clock=clock,
+        )
+        self.retention = Retention(
+            self.batches,
+            self.files,
+            database,
+            retention_days=config.retention_days,
+            look_every=config.poll_interval,
+            logger=lambda: snapshot().logger,
+            clock=clock,
         )
         parts = RouteParts(
             config, self.files, self.batches, self.executor, snapshot, read_body, request_id
@@ -92,14 +103,14 @@ class BatchesFeature:
         self._routes.add_to(app, plain)
         self._message_routes.add_to(app, plain)
         timeout = app[SERVER].shutdown_timeout
-        snapshot = self._snapshot
 
         async def start(app: web.Application) -> None:
             if self._database.is_open:
                 self.executor.start()
-                await self._sweep(snapshot().logger)
+            self.retention.start()
 
         async def stop(app: web.Application) -> None:
+            await self.retention.stop()
             await self.executor.stop(timeout)
 
         async def close(app: web.Application) -> None:
@@ -109,14 +120,3 @@ class BatchesFeature:
         app.on_startup.append(start)
         app.on_shutdown.append(stop)
         app.on_cleanup.append(close)
-
-    async def _sweep(self, logger: Any) -> None:
-        """Remove the uploads a stopped process left incomplete (begun over
-        :data:`ABANDONED_UPLOAD` seconds ago); a database that cannot answer is logged."""
-        try:
-            swept = await self.files.sweep(ABANDONED_UPLOAD)
-        except Exception:
-            logger.exception("file_sweep_failed")
-            return
-        if swept:
-            logger.warning("incomplete_uploads_removed", count=swept)

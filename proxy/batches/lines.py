@@ -137,6 +137,17 @@ def failed_line(custom_id: str, status: int, code: str, message: str) -> bytes:
     return output_line(rid, custom_id, status, ENCODER.encode(body), LineError(code, message))
 
 
+EXPIRED = "batch_expired"
+EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
+
+
+def expired_line(custom_id: str) -> bytes:
+    """The error-file line of a line that had not run when its batch expired, as OpenAI writes
+    it: no ``response``, the ``error`` ``batch_expired``."""
+    rid = request_id()
+    return ENCODER.encode(OutputLine(rid, custom_id, None, LineError(EXPIRED, EXPIRED_MESSAGE)))
+
+
 class _Message(msgspec.Struct):
     type: str
     message: msgspec.Raw

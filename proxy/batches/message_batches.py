@@ -13,6 +13,10 @@ through the same chain, answered in Anthropic's shapes. Every error is in Anthro
   otherwise), ``GET /v1/messages/batches/{id}/results`` (an ended batch's results as JSONL, in
   request order; a 400 before it ended).
 
+A batch whose ``expires_at`` (24 h after creation) passed before all its requests ran ends
+with them ``expired`` (``request_counts.expired``, ``{"type": "expired"}`` results); an ended
+batch is deleted ``batches.retention_days`` after it ended (:mod:`proxy.batches.retention`).
+
 ``results_url`` is absolute, built from the URL the client reached the gateway at (scheme and
 ``Host``), as the SDK follows it.
 """
@@ -20,7 +24,6 @@ through the same chain, answered in Anthropic's shapes. Every error is in Anthro
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -134,7 +137,7 @@ class MessageBatchRoutes:
                     param=f"requests.{index}.custom_id",
                 )
             seen.add(item.custom_id)
-        now = int(time.time())
+        now = self._batches.now()
         batch = Batch(
             id=new_batch_id("msgbatch_"),
             endpoint=MESSAGES,
@@ -232,7 +235,7 @@ class MessageBatchRoutes:
             shown.canceled = left
         else:
             shown.expired = left
-        ended_at = batch.completed_at or batch.cancelled_at or batch.failed_at
+        ended_at = batch.completed_at or batch.expired_at or batch.cancelled_at or batch.failed_at
         results = None
         if ended:
             origin = request.url.origin()

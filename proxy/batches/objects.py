@@ -5,8 +5,10 @@ file holds (``BatchRequestInput``), and the output and error files' lines
 A batch's life: ``validating`` (created, its lines stored), ``in_progress`` (a process runs its
 lines), ``finalizing`` (its output and error files are written), then ``completed``; or
 ``cancelling`` (asked to stop) then ``cancelled``, with the files of the lines that ran; or
-``failed`` when its input file is not a valid batch file (``errors`` names each problem with its
-line; nothing runs).
+``expired`` when its ``expires_at`` passed before all its lines ran (those that did not run are
+``batch_expired`` lines of its error file); or ``failed`` when its input file is not a valid
+batch file (``errors`` names each problem with its line; nothing runs). An ended batch's
+``usage`` sums its lines' token usage (:mod:`proxy.batches.usage`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
 MESSAGES = "/v1/messages"
 """The endpoint of an Anthropic message batch's lines (:mod:`proxy.batches.message_batches`)."""
 COMPLETION_WINDOW = "24h"
-WINDOW_SECONDS = 24 * 3600
+DAY_SECONDS = 24 * 3600
+WINDOW_SECONDS = DAY_SECONDS
 ENCODER = msgspec.json.Encoder()
 
 
@@ -43,6 +46,24 @@ class RequestCounts(msgspec.Struct):
     total: int = 0
     completed: int = 0
     failed: int = 0
+
+
+class InputTokensDetails(msgspec.Struct):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(msgspec.Struct):
+    reasoning_tokens: int = 0
+
+
+class BatchUsage(msgspec.Struct):
+    """A batch's token usage (the ``usage`` of OpenAI's ``Batch``): its lines' usages summed."""
+
+    input_tokens: int = 0
+    input_tokens_details: InputTokensDetails = msgspec.field(default_factory=InputTokensDetails)
+    output_tokens: int = 0
+    output_tokens_details: OutputTokensDetails = msgspec.field(default_factory=OutputTokensDetails)
+    total_tokens: int = 0
 
 
 class BatchError(msgspec.Struct, omit_defaults=True):
@@ -82,6 +103,7 @@ class Batch(msgspec.Struct):
     cancelling_at: int | None = None
     cancelled_at: int | None = None
     metadata: dict[str, str] | None = None
+    usage: BatchUsage | None = None
 
 
 BATCH_DECODER = msgspec.json.Decoder(Batch)

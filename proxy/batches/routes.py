@@ -1,18 +1,21 @@
 """The routes of files and batches, each scoped to the caller's key, every error in OpenAI's
 shape (the caller is authenticated before any body is read):
 
-- ``POST /v1/files`` (multipart: ``purpose`` then ``file``): stores the upload as it arrives
-  (never whole in memory) and answers its file object. Only ``purpose: batch`` is kept (a 400
-  names ``purpose`` otherwise). An upload past ``batches.max_file_bytes`` is a 413: refused on
+- ``POST /v1/files`` (multipart: ``purpose``, then ``file``; ``expires_after[anchor]`` and
+  ``expires_after[seconds]`` when given, before or after the file — a bad one after it removes
+  the file): stores the upload as it arrives (never whole in memory) and answers its file
+  object. Only ``purpose: batch`` is kept (a 400 names
+  ``purpose`` otherwise). An upload past ``batches.max_file_bytes`` is a 413: refused on
   its ``Content-Length`` before it is read when that says so, else as soon as the bound is
   passed, nothing kept.
 - ``GET /v1/files`` (``purpose``, ``limit`` 1 to 10,000, ``order`` ``desc`` by default,
   ``after``), ``GET /v1/files/{file_id}``, ``DELETE /v1/files/{file_id}``,
   ``GET /v1/files/{file_id}/content`` (the bytes, streamed).
 - ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window: 24h``,
-  ``metadata``): reads the input file into lines (:mod:`proxy.batches.submit`; a file with
-  problems makes a ``failed`` batch listing them, as OpenAI's does) and answers the batch,
-  ``validating``; the executor runs it (:mod:`proxy.batches.executor`).
+  ``metadata``, ``output_expires_after``): reads the input file into lines
+  (:mod:`proxy.batches.submit`; a file with problems makes a ``failed`` batch listing them, as
+  OpenAI's does) and answers the batch, ``validating``; the executor runs it
+  (:mod:`proxy.batches.executor`).
 - ``GET /v1/batches`` (``after``, ``limit`` 1 to 100, newest first), ``GET /v1/batches/{id}``
   (a running batch's ``request_counts`` as they stand), ``POST /v1/batches/{id}/cancel``.
 
@@ -22,17 +25,24 @@ logged 500 ``internal gateway error``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
 import msgspec
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, web
 
 from proxy.batches.batches_db import BatchStore, missing_batch
 from proxy.batches.contents import too_large
 from proxy.batches.executor import BatchExecutor
-from proxy.batches.files import FileStore, encode_file, is_id
+from proxy.batches.files import (
+    EXPIRES_AFTER_FIELDS,
+    FileObject,
+    FileStore,
+    encode_file,
+    expires_after_seconds,
+    is_id,
+    output_expires_after_seconds,
+)
 from proxy.batches.native import plan_of
 from proxy.batches.objects import (
     COMPLETION_WINDOW,
@@ -153,9 +163,11 @@ class BatchRoutes:
     async def _store_upload(
         self, request: web.Request, principal: Principal, limit: int
     ) -> web.Response:
-        """Read the multipart upload (``purpose``, then ``file``) and store its file."""
+        """Read the multipart upload (``purpose``, then ``file``) and store its file, expiring as
+        its ``expires_after`` fields say."""
         reader = await request.multipart()
         purpose: str | None = None
+        expiry: dict[str, str] = {}
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
                 raise BadRequest("nested multipart bodies are not supported")
@@ -167,17 +179,46 @@ class BatchRoutes:
                         "for batches (purpose 'batch')",
                         param="purpose",
                     )
+            elif part.name in EXPIRES_AFTER_FIELDS:
+                expiry[part.name] = (await _small(part)).decode("utf-8", "replace").strip()
             elif part.name == "file":
                 if purpose is None:
                     raise BadRequest("send the purpose field before the file", param="purpose")
+                whole = len(expiry) == len(EXPIRES_AFTER_FIELDS)
                 created = await self._files.create(
-                    principal, part.filename or "upload.jsonl", purpose, _pieces(part), limit
+                    principal,
+                    part.filename or "upload.jsonl",
+                    purpose,
+                    _pieces(part),
+                    limit,
+                    expires_after_seconds(expiry) if whole else None,
                 )
+                try:
+                    created = await self._late_expiry(reader, expiry, created)
+                except BaseException:
+                    await self._files.remove(created.id)
+                    raise
                 self._executor.wake()  # a gateway that had not used its database: look now
                 return _json(encode_file(created))
             else:
                 await part.release()
         raise BadRequest("the upload has no file field", param="file")
+
+    async def _late_expiry(
+        self, reader: MultipartReader, fields: dict[str, str], created: FileObject
+    ) -> FileObject:
+        """Read the parts after the file: ``expires_after`` fields there (as OpenAI's own
+        example sends them) complete ``fields`` and apply to ``created``; others are skipped.
+        The file as it then stands; a 400 when the fields are not a valid ``expires_after``."""
+        late = False
+        while (part := await reader.next()) is not None:
+            if isinstance(part, BodyPartReader) and part.name in EXPIRES_AFTER_FIELDS:
+                fields[part.name] = (await _small(part)).decode("utf-8", "replace").strip()
+                late = True
+            else:
+                await part.release()
+        seconds = expires_after_seconds(fields) if late else None
+        return created if seconds is None else await self._files.expire(created, seconds)
 
     async def _list_files(self, request: web.Request, principal: Principal) -> web.Response:
         query = request.query
@@ -224,12 +265,13 @@ class BatchRoutes:
             raise BadRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}", param="endpoint")
         if asked.completion_window != COMPLETION_WINDOW:
             raise BadRequest("completion_window must be '24h'", param="completion_window")
+        keep = output_expires_after_seconds(asked.output_expires_after)
         source = await self._files.get(asked.input_file_id, principal)
         if source.purpose != "batch":
             raise BadRequest("the input file's purpose must be 'batch'", param="input_file_id")
         content = b"".join([part async for part in await self._files.read(source.id, principal)])
         lines, errors = read_lines(content, asked.endpoint, self._config.max_lines)
-        now = int(time.time())
+        now = self._batches.now()
         batch = Batch(
             id=new_batch_id(),
             endpoint=asked.endpoint,
@@ -249,7 +291,7 @@ class BatchRoutes:
         else:
             plan = plan_of(self._parts.snapshot(), asked.endpoint, lines)
             native = None if plan is None else ENCODER.encode(plan)
-        await self._batches.create(batch, principal, lines, native)
+        await self._batches.create(batch, principal, lines, native, output_expires_after=keep)
         self._executor.wake()
         return _json(ENCODER.encode(batch))
 

@@ -239,7 +239,9 @@ batch_files = sa.Table(
     sa.Column("bytes", sa.BigInteger, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("complete", sa.Boolean, nullable=False),  # False while its upload runs
+    sa.Column("expires_at", UtcDateTime, nullable=True),  # None: kept until deleted
     sa.Index("ix_batch_files_owner", "owner", "seq"),
+    sa.Index("ix_batch_files_expires", "expires_at"),
 )
 
 batch_file_parts = sa.Table(
@@ -263,8 +265,11 @@ batches = sa.Table(
     sa.Column("native", sa.LargeBinary, nullable=True),  # a provider's batch runs it (no key)
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("lease_until", UtcDateTime, nullable=True),  # held by the process running it
+    sa.Column("ended_at", UtcDateTime, nullable=True),  # None: still to be taken to its end
+    sa.Column("output_expires_after", sa.Integer, nullable=True),  # seconds its files are kept
     sa.Index("ix_batches_owner", "owner", "seq"),
     sa.Index("ix_batches_status", "status"),
+    sa.Index("ix_batches_ended", "ended_at"),
 )
 
 batch_lines = sa.Table(

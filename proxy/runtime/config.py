@@ -165,7 +165,8 @@ class BatchesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     batch holds at most ``max_lines`` requests. Each process runs a batch's lines
     ``concurrency`` at a time, at most ``rate`` a second (None: as fast as they end), and looks
     for batches to run (new ones, or those a stopped process left) every ``poll_interval``
-    seconds."""
+    seconds. An ended batch, its lines and the files it made are deleted ``retention_days``
+    after it ended (None: kept until deleted; :mod:`proxy.batches.retention`)."""
 
     storage: Literal["database", "directory", "s3"] = "database"
     directory: str | None = None
@@ -175,6 +176,7 @@ class BatchesConfig(Struct, frozen=True, forbid_unknown_fields=True):
     concurrency: Annotated[int, Meta(ge=1, le=1024)] = 16
     rate: Annotated[float, Meta(gt=0)] | None = None
     poll_interval: PositiveSeconds = 2.0
+    retention_days: Annotated[float, Meta(gt=0)] | None = 30.0
 
     def __post_init__(self) -> None:
         if self.storage == "directory" and not self.directory:

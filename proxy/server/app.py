@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,13 +72,16 @@ from proxy.stored.response_store import MemoryResponseStore, ResponseStore
 from proxy.stored.responses_db import DatabaseResponseStore
 
 
-def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Application:
+def create_app(
+    config_path: str | Path, *, log_stream: Any = None, clock: Callable[[], float] = time.time
+) -> web.Application:
     """The gateway application for the config file at ``config_path`` (re-read on SIGHUP).
 
-    Logs go to ``log_stream`` (stdout by default). Raises :class:`ConfigError` if the config or
-    a plugin's options are invalid. The ``metrics`` and ``database`` sections apply from the
-    first load on. The database is opened (created, migrated) at start-up when the config
-    demands keys or has a master key, else on first use.
+    Logs go to ``log_stream`` (stdout by default). Files and batches read the time from
+    ``clock`` (epoch seconds: their expiry and retention; tests move it). Raises
+    :class:`ConfigError` if the config or a plugin's options are invalid. The ``metrics`` and
+    ``database`` sections apply from the first load on. The database is opened (created,
+    migrated) at start-up when the config demands keys or has a master key, else on first use.
     """
     config = load_config(Path(config_path))
     try:
@@ -235,6 +239,7 @@ def create_app(config_path: str | Path, *, log_stream: Any = None) -> web.Applic
         lambda: app[RUNTIME].snapshot,
         lambda request: read_body(request, config.server),
         edges.request_id,
+        clock,
     ).add_to(app, edges.plain)
     count = "/v1/messages/count_tokens"
     app.router.add_post(count, edges.plain(count, side.count_tokens))

@@ -1,6 +1,8 @@
 """File records: a file is its owner's only, listed newest first with ``after``; an upload that
 fails keeps nothing; an upload a stopped process left incomplete is never listed, and the sweep
-removes it once it is old enough."""
+removes it once it is old enough; a file given ``expires_after`` says when it expires and is a
+404 from then on, named for the retention sweep; ``expires_after`` is OpenAI's (``created_at``,
+an hour to 30 days) or a 400."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from proxy.batches.contents import DatabaseContents
-from proxy.batches.files import FileStore
+from proxy.batches.files import FileStore, expires_after_seconds, output_expires_after_seconds
 from proxy.core.canonical import Principal
-from proxy.core.errors import NotFound, PayloadTooLarge
+from proxy.core.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.db import Database
 from proxy.db.schema import batch_files
 
@@ -92,3 +94,71 @@ async def test_the_sweep_removes_only_old_incomplete_uploads(database: Database)
     async with database.connect() as connection:
         left = set((await connection.execute(sa.select(batch_files.c.id))).scalars())
     assert left == {kept.id, "file-left-new"}
+
+
+async def test_a_file_with_expires_after_is_gone_once_it_expired(database: Database) -> None:
+    clock = Clock()
+    files = FileStore(database, DatabaseContents(database), clock)
+    brief = await files.create(OWNER, "a.jsonl", "batch", pieces(b"{}\n"), 100, 3600)
+    kept = await files.create(OWNER, "b.jsonl", "batch", pieces(b"{}\n"), 100)
+    assert (brief.expires_at, kept.expires_at) == (1_003_600, None)
+    assert (await files.get(brief.id, OWNER)).expires_at == 1_003_600
+    clock.now += 3599
+    assert await files.expired(10) == []
+    assert (await files.get(brief.id, OWNER)).id == brief.id
+    clock.now += 1
+    for gone in (files.get(brief.id, OWNER), files.read(brief.id, OWNER)):
+        with pytest.raises(NotFound):
+            await gone
+    found, _ = await files.page(OWNER, after=None, limit=10, purpose=None, desc=True)
+    assert [f.id for f in found] == [kept.id]
+    assert await files.expired(10) == [brief.id]
+    await files.remove(brief.id)
+    await files.remove(brief.id)  # a second sweeper finds nothing to do
+    assert await files.expired(10) == []
+    assert (await files.get(kept.id, OWNER)).id == kept.id
+
+
+@pytest.mark.parametrize(
+    ("fields", "seconds"),
+    [
+        ({}, None),
+        ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "3600"}, 3600),
+        ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "2592000"}, 2592000),
+    ],
+)
+def test_expires_after_fields_are_read(fields: dict[str, str], seconds: int | None) -> None:
+    assert expires_after_seconds(fields) == seconds
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"expires_after[anchor]": "last_active_at", "expires_after[seconds]": "3600"},
+        {"expires_after[seconds]": "3600"},
+        {"expires_after[anchor]": "created_at"},
+        {"expires_after[anchor]": "created_at", "expires_after[seconds]": "3599"},
+        {"expires_after[anchor]": "created_at", "expires_after[seconds]": "2592001"},
+        {"expires_after[anchor]": "created_at", "expires_after[seconds]": "-5"},
+    ],
+)
+def test_bad_expires_after_fields_are_a_400(fields: dict[str, str]) -> None:
+    with pytest.raises(BadRequest) as refused:
+        expires_after_seconds(fields)
+    assert refused.value.param == "expires_after"
+
+
+def test_a_batchs_output_expires_after_is_read_or_a_400() -> None:
+    assert output_expires_after_seconds(None) is None
+    assert output_expires_after_seconds({"anchor": "created_at", "seconds": 7200}) == 7200
+    for bad in (
+        {"anchor": "created_at", "seconds": "7200"},
+        {"anchor": "created_at", "seconds": True},
+        {"anchor": "created_at", "seconds": 60},
+        {"anchor": "created_at"},
+        {"anchor": "now", "seconds": 7200},
+        {},
+    ):
+        with pytest.raises(BadRequest) as refused:
+            output_expires_after_seconds(bad)
+        assert refused.value.param == "output_expires_after"
