@@ -6,10 +6,11 @@ whose lines say ``hold`` stays ``in_progress`` until cancelled.
 
 Each input line is answered as a chat completion with fixed usage (10 prompt tokens, 5
 completion tokens), quoting its last message; a line whose message contains ``refuse`` goes to
-the error file with a 400. Every request's ``authorization`` header and every uploaded line is
-recorded, and ``chat_calls`` counts calls to ``/v1/chat/completions`` (which a native batch must
-never make). A request with the key :data:`REFUSED_KEY` gets a 401 naming it, as some upstreams
-echo keys.
+the error file with a 400, and one whose message contains ``expire`` goes there as
+``batch_expired`` (not run), the batch then ending ``expired``. Every request's
+``authorization`` header and every uploaded line is recorded, and ``chat_calls`` counts calls
+to ``/v1/chat/completions`` (which a native batch must never make). A request with the key
+:data:`REFUSED_KEY` gets a 401 naming it, as some upstreams echo keys.
 
 With ``root="/openai"`` it serves Azure OpenAI's spelling of the same APIs instead
 (``/openai/files``, ``/openai/batches``, …), each request's ``api-version`` recorded in
@@ -131,6 +132,12 @@ class FakeBatchAPI:
             line = json.loads(raw)
             self.lines.append(line)
             text = text_of(line["body"]["messages"][-1]["content"])
+            if "expire" in text:  # not run before the window passed: the batch ends expired
+                expired = {"code": "batch_expired", "message": "not run in the window"}
+                errors.append(
+                    {"id": None, "custom_id": line["custom_id"], "response": None, "error": expired}
+                )
+                continue
             if "refuse" in text:
                 body = {
                     "error": {
@@ -176,7 +183,8 @@ class FakeBatchAPI:
                 file_id = f"file-up{next(self._ids)}"
                 self.files[file_id] = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
                 batch[key] = file_id
-        batch["status"] = "completed"
+        ran_out = any(e["response"] is None for e in errors)
+        batch["status"] = "expired" if ran_out else "completed"
         batch["request_counts"] = {
             "total": len(output) + len(errors),
             "completed": len(output),

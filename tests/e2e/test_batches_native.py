@@ -184,7 +184,7 @@ async def finished(client: openai.AsyncOpenAI, batch_id: str) -> Any:
         while True:
             batch = await client.batches.retrieve(batch_id)
             validate_in(SPEC, "Batch", batch.model_dump(mode="json", exclude_none=True))
-            if batch.status in ("completed", "failed", "cancelled"):
+            if batch.status in ("completed", "failed", "cancelled", "expired"):
                 return batch
             await asyncio.sleep(0.05)
 
@@ -207,3 +207,33 @@ async def spend_of(url: str, batch_id: str) -> dict[str, Any]:
             if rows and rows[0]["requests"] >= 8:
                 return rows[0]
             await asyncio.sleep(0.1)
+
+
+async def test_a_native_batch_the_provider_ended_expired_ends_expired(tmp_path: Path) -> None:
+    fake = FakeBatchAPI()
+    upstream_runner, upstream = await start_site(fake.app())
+    runner, url = await start_site(create_app(config(tmp_path, upstream), log_stream=io.StringIO()))
+    try:
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0) as client:
+            content = lines(4).replace(b"ask 2", b"expire 2")  # and line 3 is refused
+            uploaded = await client.files.create(file=("in.jsonl", content), purpose="batch")
+            created = await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+            batch = await finished(client, created.id)
+            assert batch.status == "expired"
+            output = await read(client, batch.output_file_id)
+            errors = await read(client, batch.error_file_id)
+    finally:
+        await runner.cleanup()
+        await upstream_runner.cleanup()
+    assert batch.expired_at is not None
+    assert [line["custom_id"] for line in output] == ["q0", "q1"]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+        ("q2", "batch_expired"),
+        ("q3", "refused"),
+    ]
+    assert batch.usage is not None
+    assert batch.usage.total_tokens == 30  # the two lines that ran
