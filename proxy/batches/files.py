@@ -49,7 +49,6 @@ class FileObject(msgspec.Struct, frozen=True):
     object: str = "file"
     status: str = "processed"
     expires_at: int | None = None
-    status_details: str | None = None
 
 
 def is_id(value: str) -> bool:
@@ -257,8 +256,12 @@ class FileStore:
 
 
 def encode_file(file: FileObject) -> bytes:
-    """The file object's JSON."""
-    return _ENCODER.encode(file)
+    """The file object's JSON; ``expires_at`` left out for a file that does not expire (OpenAI's
+    schema has it an integer, never null)."""
+    fields = msgspec.structs.asdict(file)
+    if fields["expires_at"] is None:
+        del fields["expires_at"]
+    return _ENCODER.encode(fields)
 
 
 def _owned(owner: Principal) -> sa.ColumnElement[bool]:

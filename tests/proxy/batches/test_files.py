@@ -10,15 +10,23 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 import sqlalchemy as sa
 
 from proxy.batches.contents import DatabaseContents
-from proxy.batches.files import FileStore, expires_after_seconds, output_expires_after_seconds
+from proxy.batches.files import (
+    FileObject,
+    FileStore,
+    encode_file,
+    expires_after_seconds,
+    output_expires_after_seconds,
+)
 from proxy.core.canonical import Principal
 from proxy.core.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.db import Database
 from proxy.db.schema import batch_files
+from tests.schemas import validate_in
 
 OWNER = Principal(key_id="key-1", team="team-a")
 OTHER = Principal(key_id="key-2")
@@ -162,3 +170,13 @@ def test_a_batchs_output_expires_after_is_read_or_a_400() -> None:
         with pytest.raises(BadRequest) as refused:
             output_expires_after_seconds(bad)
         assert refused.value.param == "output_expires_after"
+
+
+@pytest.mark.parametrize("expires_at", [None, 1_003_600])
+def test_a_file_object_is_openais_whether_or_not_it_expires(expires_at: int | None) -> None:
+    body = msgspec.json.decode(
+        encode_file(FileObject("file-1", 3, 1_000_000, "a.jsonl", "batch", expires_at=expires_at))
+    )
+    validate_in("openai-batches.openapi.json", "OpenAIFile", body)  # no null where none is allowed
+    assert ("expires_at" in body) == (expires_at is not None)
+    assert "status_details" not in body
