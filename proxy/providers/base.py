@@ -27,9 +27,9 @@ from urllib.parse import quote
 import msgspec
 from msgspec import Meta, Struct
 
-from proxy.core.canonical import Call, MediaOperation
+from proxy.core.canonical import Call, MediaOperation, Usage
 from proxy.core.errors import BadRequest, UpstreamError
-from proxy.core.reply import Chunk, Embeddings, MediaAnswer, RawFrames, Response
+from proxy.core.reply import Chunk, Embeddings, MediaAnswer, MediaStream, RawFrames, Response
 
 Seconds = Annotated[float, Meta(gt=0)]
 _Block = TypeVar("_Block")
@@ -318,14 +318,37 @@ class ServesMedia(Protocol):
         Raises :class:`UpstreamError` for a body it must read and cannot."""
         ...
 
+    def media_meter(self, headers: Mapping[str, str], call: Call, model: str) -> MediaMeter:
+        """What reads the usage of a streamed 2xx answer (``call.stream``) with ``headers``,
+        as its bytes are relayed to the client."""
+        ...
+
+
+class MediaMeter(Protocol):
+    """Reads what a streamed media answer billed while its bytes pass (they are relayed as
+    they came, never changed): :meth:`feed` each piece in order, then :meth:`usage` once at
+    the end. It holds at most one event (or, for a JSON or text answer, the body) at a time:
+    past ``max_event_bytes`` (``max_response_bytes``) :meth:`feed` raises
+    :class:`~proxy.core.errors.UpstreamResponseTooLarge`. What it cannot read is not an error
+    (the client has its bytes already): the usage falls back to what the request says."""
+
+    def feed(self, data: bytes) -> None:
+        """Read the next piece of the answer."""
+        ...
+
+    def usage(self) -> Usage | None:
+        """What the whole answer billed (None: neither it nor the request says)."""
+        ...
+
 
 @runtime_checkable
 class ServesMediaLocally(Protocol):
-    """A local provider that answers some media operations (``media_operations``) in-process."""
+    """A local provider that answers some media operations (``media_operations``) in-process;
+    a streamed call (``call.stream``) may be answered as a :class:`MediaStream`."""
 
     media_operations: frozenset[MediaOperation]
 
-    async def media(self, call: Call, model: str) -> MediaAnswer:
+    async def media(self, call: Call, model: str) -> MediaAnswer | MediaStream:
         """The answer of the media call ``call``."""
         ...
 
@@ -373,7 +396,7 @@ class Capabilities(Struct, frozen=True):
     dropped_fields: Callable[[Call, str], list[str]] | None = None
     listed_models: tuple[str, ...] = ()
     media_server: ServesMedia | None = None
-    media: Callable[[Call, str], Awaitable[MediaAnswer]] | None = None
+    media: Callable[[Call, str], Awaitable[MediaAnswer | MediaStream]] | None = None
     media_operations: frozenset[MediaOperation] = frozenset()
 
     @property

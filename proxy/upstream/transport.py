@@ -14,19 +14,20 @@ bounded pieces (:mod:`proxy.upstream.bodies`): a whole answer past the provider'
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import NoReturn
 
 import aiohttp
 
 from proxy.aiohttp_ext.upstream_connection import UpstreamConnector
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable, drop_tracebacks
-from proxy.core.reply import Chunk, RawFrames
+from proxy.core.reply import Chunk, MediaStream, RawFrames
 from proxy.core.sse import SSEDecoder
 from proxy.providers.base import (
     Capabilities,
     HttpProvider,
     HttpRequest,
+    MediaMeter,
     StreamDecoder,
     StreamEnd,
     StreamParser,
@@ -102,6 +103,12 @@ class HttpTransport:
         releases the connection when it ends or is closed (closing it early drops the
         connection, which cancels the generation upstream).
         """
+        response = await self._open(provider, request)
+        return _chunks(provider, self._capabilities[provider.name], response)
+
+    async def _open(self, provider: HttpProvider, request: HttpRequest) -> aiohttp.ClientResponse:
+        """POST ``request`` and return the 2xx answer, its body unread; a non-2xx answer is
+        read and raised as the provider's error."""
         try:
             response = await self._sessions[provider.name].post(
                 request.url, data=request.body, headers=request.headers
@@ -116,7 +123,25 @@ class HttpTransport:
             finally:
                 response.release()
             raise provider.parse_error(response.status, response.headers, body)
-        return _chunks(provider, self._capabilities[provider.name], response)
+        return response
+
+    async def open_media_stream(
+        self,
+        provider: HttpProvider,
+        request: HttpRequest,
+        meter: Callable[[Mapping[str, str]], MediaMeter],
+    ) -> MediaStream:
+        """POST ``request`` and return its answer as a :class:`~proxy.core.reply.MediaStream`:
+        the body's pieces as they arrive, each read by ``meter(headers)``'s meter on the way
+        (the last chunk carries its usage). Errors and closing as :meth:`open_stream`."""
+        response = await self._open(provider, request)
+        content_type = response.headers.get("content-type", "application/octet-stream")
+        try:
+            reading = meter(response.headers)
+        except BaseException:
+            response.release()
+            raise
+        return MediaStream(content_type, _media_pieces(provider, reading, response))
 
     async def close(self) -> None:
         """Close every session (in-flight calls on them fail)."""
@@ -187,6 +212,24 @@ async def _chunks(
                 last = parser.end()
                 yield [None] if last is None else [last, None]
                 return
+    except aiohttp.ClientError as exc:
+        _raise_network_error(exc, provider.name)
+    finally:
+        response.release()
+
+
+async def _media_pieces(
+    provider: HttpProvider, meter: MediaMeter, response: aiohttp.ClientResponse
+) -> AsyncIterator[list[Chunk | RawFrames | None]]:
+    """A media answer's body, one chunk per network read (:attr:`Chunk.media`: the bytes as
+    they came, read by ``meter`` first); at its end a last chunk with the meter's usage and
+    ``None``. Releases the connection when it ends or is closed (early: dropped)."""
+    try:
+        read = body_reader(response, provider.name)
+        while data := await read():
+            meter.feed(data)
+            yield [Chunk(id="", model="", choices=[], media=data)]
+        yield [Chunk(id="", model="", choices=[], media=b"", usage=meter.usage()), None]
     except aiohttp.ClientError as exc:
         _raise_network_error(exc, provider.name)
     finally:

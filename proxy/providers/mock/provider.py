@@ -58,6 +58,7 @@ from proxy.core.reply import (
     Embeddings,
     FunctionCallDelta,
     MediaAnswer,
+    MediaStream,
     Response,
     ToolCallDelta,
 )
@@ -170,7 +171,7 @@ class MockProvider:
             tokens = sum(len(text.split()) for text in texts)
         return Embeddings(vectors=vectors, model=model, usage=Usage(input=tokens))
 
-    async def media(self, call: Call, model: str) -> MediaAnswer:
+    async def media(self, call: Call, model: str) -> MediaAnswer | MediaStream:
         """The answer of a media call (:mod:`proxy.providers.mock.media`), under the fault
         models."""
         await self._act(model)

@@ -10,6 +10,16 @@ count of images (the ``data`` items are skipped, never decoded) and its ``size``
 when it names them; a rerank's ``meta.billed_units.search_units``. What the answer does not say
 comes from the request (:attr:`~proxy.core.canonical.MediaRequest.worst`): the characters
 spoken, the images asked for, the search units of its documents, a WAV file's seconds.
+
+A streamed call (``call.stream``: speech, whose audio is always relayed as it arrives, a
+transcription or an image request with ``stream``) is relayed piece by piece, and its usage is
+read on the way by a :class:`StreamMeter`: from an event stream, ``speech.audio.done``'s and
+``transcript.text.done``'s ``usage`` (tokens, or a transcript's seconds), and the images of the
+``image_generation.completed`` / ``image_edit.completed`` events (one each, at the size and
+quality the event names, with their tokens); partial images are not counted as images (OpenAI
+bills them as output tokens of the completed event). An answer that is not an event stream (an
+upstream that ignored ``stream``) is read as a whole answer is, at its end; audio bytes are
+not read at all (speech is billed by the characters of its input).
 """
 
 from __future__ import annotations
@@ -23,9 +33,10 @@ import msgspec
 from msgspec import Raw, Struct
 
 from proxy.core.canonical import Call, MediaOperation, MediaUnits, Usage
-from proxy.core.errors import UpstreamError
+from proxy.core.errors import UpstreamError, UpstreamResponseTooLarge
 from proxy.core.reply import MediaAnswer
-from proxy.providers.base import HttpRequest, malformed, with_plugin_headers
+from proxy.core.sse import SSEDecoder
+from proxy.providers.base import HttpRequest, ProviderConfig, malformed, with_plugin_headers
 
 PATHS: Mapping[MediaOperation, str] = {
     "speech": "/audio/speech",
@@ -208,5 +219,155 @@ def _last_cue_end(body: bytes) -> float | None:
     return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
+def stream_meter(
+    provider: str, config: ProviderConfig, headers: Mapping[str, str], call: Call
+) -> StreamMeter:
+    """The meter of the streamed answer with ``headers`` to ``call``, bounded by ``config``'s
+    ``max_event_bytes`` and ``max_response_bytes``."""
+    content_type = headers.get("content-type", "application/octet-stream")
+    return StreamMeter(
+        provider, content_type, call, config.max_event_bytes, config.max_response_bytes
+    )
+
+
 def _malformed(provider: str, operation: str, exc: Exception) -> UpstreamError:
     return malformed(provider, f"{operation.replace('_', ' ')} answer", exc)
+
+
+class _EventUsage(Struct):
+    type: str = "tokens"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float | None = None
+
+
+class _Event(Struct):
+    """What billing reads of one streamed media event (an image's ``b64_json`` is skipped)."""
+
+    type: str = ""
+    usage: _EventUsage | None = None
+    size: str | None = None
+    quality: str | None = None
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+_COMPLETED = frozenset({"image_generation.completed", "image_edit.completed"})
+_USAGE_EVENTS = frozenset({"speech.audio.done", "transcript.text.done"})
+
+
+class StreamMeter:
+    """The :class:`~proxy.providers.base.MediaMeter` of OpenAI's streamed media answers (see
+    the module docstring): ``content_type`` is the answer's, ``max_event`` bounds one event
+    held, ``max_body`` a whole JSON or text answer held."""
+
+    __slots__ = (
+        "_body",
+        "_call",
+        "_content_type",
+        "_events",
+        "_held",
+        "_images",
+        "_input",
+        "_max_body",
+        "_max_event",
+        "_output",
+        "_provider",
+        "_quality",
+        "_seconds",
+        "_size",
+        "_tokens",
+    )
+
+    def __init__(
+        self, provider: str, content_type: str, call: Call, max_event: int, max_body: int
+    ) -> None:
+        media = call.media
+        assert media is not None  # a media call
+        self._provider = provider
+        self._call = call
+        self._content_type = content_type
+        self._max_event = max_event
+        self._max_body = max_body
+        self._events = SSEDecoder() if content_type.startswith("text/event-stream") else None
+        whole = self._events is None and media.operation != "speech"
+        self._body: list[bytes] | None = [] if whole else None
+        self._held = 0
+        self._tokens = False  # a usage event came
+        self._input = self._output = self._images = 0
+        self._seconds: float | None = None
+        self._size = self._quality = ""
+
+    def feed(self, data: bytes) -> None:
+        """See :meth:`proxy.providers.base.MediaMeter.feed`."""
+        events = self._events
+        if events is not None:
+            for event in events.feed(data):
+                self._read(event.data)
+            if events.pending > self._max_event:
+                raise self._too_large("a stream event", self._max_event)
+        elif self._body is not None:
+            self._held += len(data)
+            if self._held > self._max_body:
+                raise self._too_large("an answer", self._max_body)
+            self._body.append(data)
+
+    def usage(self) -> Usage | None:
+        """See :meth:`proxy.providers.base.MediaMeter.usage`."""
+        media = self._call.media
+        assert media is not None
+        worst = media.worst
+        if self._body is not None:
+            try:
+                return media_usage(
+                    self._provider, self._content_type, b"".join(self._body), self._call
+                )
+            except UpstreamError:  # relayed already: the request's bound stands
+                pass
+        elif self._images:
+            units = worst or MediaUnits()
+            return Usage(
+                input=self._input,
+                output=self._output,
+                media=MediaUnits(
+                    images=self._images,
+                    image_size=self._size or units.image_size,
+                    image_quality=self._quality or units.image_quality,
+                ),
+            )
+        elif self._seconds is not None:
+            return Usage(media=MediaUnits(audio_seconds=self._seconds))
+        elif self._tokens:
+            spoken = worst if media.operation == "speech" else None
+            return Usage(input=self._input, output=self._output, media=spoken)
+        return None if worst is None else Usage(input=media.tokens, media=worst)
+
+    def _read(self, data: bytes) -> None:
+        """Take what billing needs from one event's JSON (one it cannot read is skipped)."""
+        try:
+            event = _EVENT.decode(data)
+        except msgspec.DecodeError:
+            return
+        usage = event.usage
+        if event.type in _COMPLETED:
+            self._images += 1
+            if event.size not in (None, "auto"):
+                self._size = str(event.size).lower()
+            if event.quality not in (None, "auto"):
+                self._quality = str(event.quality).lower()
+        elif event.type not in _USAGE_EVENTS or usage is None:
+            return
+        if usage is None:
+            return
+        if usage.type == "duration" and usage.seconds is not None:
+            self._seconds = usage.seconds
+            return
+        self._tokens = True
+        self._input += usage.input_tokens
+        self._output += usage.output_tokens
+
+    def _too_large(self, what: str, limit: int) -> UpstreamResponseTooLarge:
+        return UpstreamResponseTooLarge(
+            f"provider {self._provider!r} sent {what} larger than the {limit}-byte limit",
+            upstream_status=200,
+            provider=self._provider,
+        )
