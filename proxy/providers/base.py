@@ -336,6 +336,11 @@ class MediaMeter(Protocol):
         """Read the next piece of the answer."""
         ...
 
+    def bound(self) -> Usage | None:
+        """The most the answer bills, as the request says (None: not known): what a stream
+        that ends before its usage (the client went away) is charged."""
+        ...
+
     def usage(self) -> Usage | None:
         """What the whole answer billed (None: neither it nor the request says)."""
         ...

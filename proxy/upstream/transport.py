@@ -222,13 +222,16 @@ async def _media_pieces(
     provider: HttpProvider, meter: MediaMeter, response: aiohttp.ClientResponse
 ) -> AsyncIterator[list[Chunk | RawFrames | None]]:
     """A media answer's body, one chunk per network read (:attr:`Chunk.media`: the bytes as
-    they came, read by ``meter`` first); at its end a last chunk with the meter's usage and
-    ``None``. Releases the connection when it ends or is closed (early: dropped)."""
+    they came, read by ``meter`` first; the first with the meter's bound as a provisional
+    usage); at its end a last chunk with the meter's usage and ``None``. Releases the
+    connection when it ends or is closed (early: dropped)."""
     try:
         read = body_reader(response, provider.name)
+        provisional = meter.bound()  # on the first piece: what a stream left early is charged
         while data := await read():
             meter.feed(data)
-            yield [Chunk(id="", model="", choices=[], media=data)]
+            yield [Chunk(id="", model="", choices=[], media=data, usage=provisional)]
+            provisional = None
         yield [Chunk(id="", model="", choices=[], media=b"", usage=meter.usage()), None]
     except aiohttp.ClientError as exc:
         _raise_network_error(exc, provider.name)

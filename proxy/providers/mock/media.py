@@ -25,8 +25,9 @@ rerank              Cohere's shape: documents scored by the share of the query's
 ==================  ==========================================================================
 
 A streamed call (``call.stream``) is answered as a :class:`~proxy.core.reply.MediaStream`: each
-piece (an event, or a piece of audio) is one chunk, handed over one at a time, and the last
-chunk carries the usage; otherwise the pieces are joined into one answer.
+piece (an event, or a piece of audio) is one chunk, handed over one at a time, the first with
+the request's worst case as a provisional usage and the last with the usage; otherwise the
+pieces are joined into one answer.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import msgspec
 from proxy.core.audio import wav_seconds
 from proxy.core.canonical import Call, MediaOperation, MediaUnits, Usage
 from proxy.core.reply import Chunk, MediaAnswer, MediaStream
+from proxy.providers.openai.media import worst_usage
 
 OPERATIONS: frozenset[MediaOperation] = frozenset(get_args(MediaOperation))
 BYTES_PER_SECOND = 16_000
@@ -104,15 +106,20 @@ def media_answer(call: Call, model: str) -> MediaAnswer | MediaStream:
         case "rerank":
             answer = _rerank(call, model)
     if call.stream:
-        return MediaStream(answer.content_type, _streamed_pieces(answer, model))
+        provisional = worst_usage(call)
+        return MediaStream(answer.content_type, _streamed_pieces(answer, model, provisional))
     body = b"".join(answer.pieces)
     return MediaAnswer(body=body, content_type=answer.content_type, usage=answer.usage)
 
 
-async def _streamed_pieces(answer: _Answer, model: str) -> AsyncIterator[Chunk]:
-    """``answer``'s pieces, one chunk each, then a last chunk with its usage."""
+async def _streamed_pieces(
+    answer: _Answer, model: str, provisional: Usage | None
+) -> AsyncIterator[Chunk]:
+    """``answer``'s pieces, one chunk each (the first with the ``provisional`` usage, as a
+    provider's stream has), then a last chunk with its usage."""
     for piece in answer.pieces:
-        yield Chunk(id="", model=model, choices=[], media=piece)
+        yield Chunk(id="", model=model, choices=[], media=piece, usage=provisional)
+        provisional = None
     yield Chunk(id="", model=model, choices=[], media=b"", usage=answer.usage)
 
 
@@ -163,7 +170,7 @@ def _transcript(call: Call, operation: MediaOperation) -> _Answer:
             *({"type": "transcript.text.delta", "delta": word} for word in words),
             {"type": "transcript.text.done", "text": text, "usage": tokens},
         ]
-        return _event_stream(events, Usage(input=heard, output=len(words), media=usage.media))
+        return _event_stream(events, Usage(input=heard, output=len(words)))
     answer_format = media.fields.get("response_format", "json")
     if answer_format == "text":
         return _Answer([text.encode()], "text/plain", usage)

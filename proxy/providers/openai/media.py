@@ -19,7 +19,9 @@ read on the way by a :class:`StreamMeter`: from an event stream, ``speech.audio.
 quality the event names, with their tokens); partial images are not counted as images (OpenAI
 bills them as output tokens of the completed event). An answer that is not an event stream (an
 upstream that ignored ``stream``) is read as a whole answer is, at its end; audio bytes are
-not read at all (speech is billed by the characters of its input).
+not read at all (speech is billed by the characters of its input). The stream's first piece
+carries the request's worst case (:func:`worst_usage`) as a provisional usage, so that a stream
+the client leaves before its end is charged what it may have cost, as its budget reserved.
 """
 
 from __future__ import annotations
@@ -194,9 +196,7 @@ def media_usage(provider: str, content_type: str, body: bytes, call: Call) -> Us
                 pass
     except msgspec.DecodeError as exc:
         raise _malformed(provider, media.operation, exc) from None
-    if worst is None:
-        return None
-    return Usage(input=media.tokens, media=worst)
+    return worst_usage(call)
 
 
 def _transcript_usage(answer: _Transcript, worst: MediaUnits | None) -> Usage | None:
@@ -217,6 +217,14 @@ def _last_cue_end(body: bytes) -> float | None:
         return None
     hours, minutes, seconds, millis = (int(part) for part in ends[-1])
     return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def worst_usage(call: Call) -> Usage | None:
+    """The most the media ``call`` can bill, as its request says (None: not known)."""
+    media = call.media
+    assert media is not None
+    worst = media.worst
+    return None if worst is None else Usage(input=media.tokens, media=worst)
 
 
 def stream_meter(
@@ -311,6 +319,10 @@ class StreamMeter:
                 raise self._too_large("an answer", self._max_body)
             self._body.append(data)
 
+    def bound(self) -> Usage | None:
+        """See :meth:`proxy.providers.base.MediaMeter.bound`: the request's worst case."""
+        return worst_usage(self._call)
+
     def usage(self) -> Usage | None:
         """See :meth:`proxy.providers.base.MediaMeter.usage`."""
         media = self._call.media
@@ -339,7 +351,7 @@ class StreamMeter:
         elif self._tokens:
             spoken = worst if media.operation == "speech" else None
             return Usage(input=self._input, output=self._output, media=spoken)
-        return None if worst is None else Usage(input=media.tokens, media=worst)
+        return worst_usage(self._call)
 
     def _read(self, data: bytes) -> None:
         """Take what billing needs from one event's JSON (one it cannot read is skipped)."""

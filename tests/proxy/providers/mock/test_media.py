@@ -96,11 +96,18 @@ async def test_the_provider_serves_every_operation_under_its_faults() -> None:
     assert json.loads(answer.body)["model"] == "omni"
 
 
-async def _pieces(answer: MediaAnswer | MediaStream) -> tuple[list[bytes], Usage | None]:
-    """A streamed answer's pieces, in order, and the usage its last chunk carries."""
+async def _pieces(
+    answer: MediaAnswer | MediaStream, call: Call
+) -> tuple[list[bytes], Usage | None]:
+    """The streamed ``answer``'s pieces to ``call``, in order, and the usage its last chunk
+    carries."""
     assert isinstance(answer, MediaStream)
     chunks = [chunk async for chunk in answer.pieces]
-    assert all(chunk.usage is None for chunk in chunks[:-1])
+    # The first carries the request's worst case, what a stream left early is charged
+    media = call.media
+    assert media is not None
+    assert chunks[0].usage == (None if media.worst is None else Usage(media=media.worst))
+    assert all(chunk.usage is None for chunk in chunks[1:-1])
     assert chunks[-1].media == b""
     return [chunk.media or b"" for chunk in chunks[:-1]], chunks[-1].usage
 
@@ -115,10 +122,11 @@ async def test_streamed_speech_is_the_whole_answers_bytes_in_pieces() -> None:
     fields = {"input": "hello", "voice": "alloy"}
     whole = media_answer(_call("speech", fields), "tts")
     assert isinstance(whole, MediaAnswer)
-    streamed = media_answer(_call("speech", fields, stream=True), "tts")
+    call = _call("speech", fields, stream=True)
+    streamed = media_answer(call, "tts")
     assert isinstance(streamed, MediaStream)
     assert streamed.content_type == "audio/mpeg"
-    pieces, usage = await _pieces(streamed)
+    pieces, usage = await _pieces(streamed, call)
     assert len(pieces) == 2
     assert b"".join(pieces) == whole.body
     assert usage == Usage(media=MediaUnits(characters=5))
@@ -126,9 +134,10 @@ async def test_streamed_speech_is_the_whole_answers_bytes_in_pieces() -> None:
 
 async def test_speech_as_events_deltas_then_done_with_tokens() -> None:
     fields = {"input": "hello there", "voice": "alloy", "stream_format": "sse"}
-    answer = media_answer(_call("speech", fields, stream=True), "tts")
+    call = _call("speech", fields, stream=True)
+    answer = media_answer(call, "tts")
     assert answer.content_type == "text/event-stream"
-    pieces, usage = await _pieces(answer)
+    pieces, usage = await _pieces(answer, call)
     events = _events(pieces)
     assert [event["type"] for event in events] == [
         "speech.audio.delta",
@@ -144,7 +153,7 @@ async def test_speech_as_events_deltas_then_done_with_tokens() -> None:
 async def test_a_streamed_transcript_is_a_delta_a_word_then_done_with_tokens() -> None:
     audio = MediaFile("file", "a.wav", "audio/wav", b"x" * 100)
     call = _call("transcription", {"stream": "true"}, [audio], stream=True)
-    pieces, usage = await _pieces(media_answer(call, "whisper"))
+    pieces, usage = await _pieces(media_answer(call, "whisper"), call)
     events = _events(pieces)
     text = "mock transcript of a.wav (100 bytes)"
     assert [event["delta"] for event in events[:-1]] == text.split(" ")[:1] + [
@@ -162,7 +171,7 @@ async def test_a_streamed_transcript_is_a_delta_a_word_then_done_with_tokens() -
 async def test_streamed_images_send_their_partial_images_then_each_completed() -> None:
     fields = {"prompt": "p", "n": 2, "stream": True, "partial_images": 2}
     call = _call("image_generation", fields, worst=MediaUnits(images=2), stream=True)
-    pieces, usage = await _pieces(media_answer(call, "gpt-image-1"))
+    pieces, usage = await _pieces(media_answer(call, "gpt-image-1"), call)
     events = _events(pieces)
     partial, completed = "image_generation.partial_image", "image_generation.completed"
     assert [event["type"] for event in events] == [partial, partial, completed] * 2
@@ -176,6 +185,6 @@ async def test_streamed_images_send_their_partial_images_then_each_completed() -
 
 async def test_a_streamed_image_edit_names_its_events_for_edits() -> None:
     call = _call("image_edit", {"prompt": "p", "stream": "true"}, stream=True)
-    pieces, _ = await _pieces(media_answer(call, "gpt-image-1"))
+    pieces, _ = await _pieces(media_answer(call, "gpt-image-1"), call)
     [event] = _events(pieces)
     assert event["type"] == "image_edit.completed"
