@@ -2,9 +2,9 @@
 gateway, served by the mock and by a fake OpenAI upstream on 127.0.0.1 that holds its last
 piece back until the test lets it go — so each test sees the first piece reach the client while
 the upstream has not sent its last (no clock involved). Every event is checked against OpenAI's
-schema; each stream goes through auth, limits, budgets and the cost plugin, and its cost (from
-its final usage event) reaches the ledger; a client that leaves mid-stream ends the upstream
-call and is accounted 499."""
+schema; each stream goes through auth, guardrails, masking, limits, budgets, the cost plugin
+and the request logs unchanged, and its cost (from its final usage event) reaches the ledger; a
+client that leaves mid-stream ends the upstream call and is accounted 499."""
 
 from __future__ import annotations
 
@@ -64,10 +64,16 @@ def config_text(tmp_path: Path, upstream: str) -> str:
           up-transcriber: [{{target: up/gpt-4o-transcribe}}]
           up-painter: [{{target: up/gpt-image-1}}]
           up-dropping: [{{target: up/drop-transcribe}}]
+        guardrails:
+          no-secrets: {{type: secrets, on: both, action: block}}
         plugins:
           - auth: {{}}
+          - guardrails: {{default: [no-secrets]}}
+          - masking: {{entities: {{email: mask}}}}
           - limits: {{}}
           - cost: {{}}
+        telemetry:
+          request_logs: {{store: payloads}}
         """
     )
 
