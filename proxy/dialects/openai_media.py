@@ -31,8 +31,8 @@ sse`` its ``speech.audio.*`` events, relayed as they arrive), and transcriptions
 generations and image edits that ask for ``stream`` (``true``; a form's ``true``, ``True`` or
 ``1``). Their bytes are relayed as the upstream sends them (:attr:`~proxy.core.reply.Chunk.media`),
 with the upstream's content type; a failure after the first byte is, in an event stream, an
-``error`` event with OpenAI's error object (the openai SDK raises it), and in audio the end of
-the body (nothing can be said in-band).
+``error`` event with OpenAI's error object (the openai SDK raises it), and in audio a body cut
+short (audio has no in-band error: the connection is dropped before the body's end).
 """
 
 from __future__ import annotations
@@ -462,7 +462,7 @@ class MediaStreamEncoder:
     :attr:`~proxy.core.reply.Chunk.media` bytes as they came, nothing added at the end, no
     keep-alive frames (an audio body has none, and OpenAI's media events have no ping); a
     failure after the first byte is an ``error`` event in an event stream (``events``), and
-    nothing in audio."""
+    nothing in audio (whose answer the app then cuts short)."""
 
     __slots__ = ("_events",)
 
@@ -484,7 +484,8 @@ class MediaStreamEncoder:
         return b""
 
     def error(self, error: GatewayError) -> bytes:
-        """``data: {"type": "error", "error": {...}}`` in an event stream, else nothing."""
+        """``data: {"type": "error", "error": {...}}`` in an event stream, else nothing (see
+        :meth:`proxy.dialects.base.StreamEncoder.error`)."""
         if not self._events:
             return b""
         return encode_data_frame(b'{"type":"error",' + error_json(error)[1:])

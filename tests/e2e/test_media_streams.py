@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx2
 import openai
 import pytest
 
@@ -64,6 +65,7 @@ def config_text(tmp_path: Path, upstream: str) -> str:
           up-transcriber: [{{target: up/gpt-4o-transcribe}}]
           up-painter: [{{target: up/gpt-image-1}}]
           up-dropping: [{{target: up/drop-transcribe}}]
+          up-dropping-tts: [{{target: up/drop-tts}}]
         guardrails:
           no-secrets: {{type: secrets, on: both, action: block}}
         plugins:
@@ -200,6 +202,19 @@ async def test_speech_events_are_relayed_as_the_upstream_sends_them(gateway: Gat
     # tts-1 is priced per character; the tokens the done event reports cost nothing
     assert record["cost_usd"] == pytest.approx(len("stream it") * TTS_PER_CHARACTER)
     assert "crossway_time_to_first_token_seconds_count{" in await gateway.metrics()
+
+
+async def test_audio_that_fails_midway_is_cut_short_not_ended(gateway: Gateway) -> None:
+    async with gateway.client().audio.speech.with_streaming_response.create(
+        model="up-dropping-tts", voice="nova", input="cut me", extra_headers=request_id("cut")
+    ) as response:
+        pieces = response.iter_bytes()
+        first = await first_of(pieces)
+        with pytest.raises(httpx2.RemoteProtocolError):  # an incomplete body, not a whole file
+            await anext(pieces)
+    assert fake_audio("cut me").startswith(first)
+    record = await gateway.spend_log("cut")
+    assert record["status"] == 502
 
 
 async def test_speech_from_the_mock_streams_audio_and_events(gateway: Gateway) -> None:
