@@ -229,7 +229,8 @@ class Encoded(Struct, frozen=True):
 class Reply(Struct):
     """What the chain returns: a whole :class:`Response`, a stream of :class:`Chunk`, or, for
     an embeddings call (:attr:`Call.embedding`), :class:`Embeddings`; for a media call
-    (:attr:`Call.media`), :class:`MediaAnswer`.
+    (:attr:`Call.media`), :class:`MediaAnswer`, or, streamed, a stream whose chunks carry the
+    answer's bytes (:attr:`Chunk.media`) with its ``content-type`` in ``headers``.
 
     Exactly one of ``response``, ``stream``, ``embeddings`` and ``media`` is set: a plugin that
     wraps streams or rewrites responses leaves a reply with neither alone. A stream returned by the
