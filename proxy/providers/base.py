@@ -74,12 +74,14 @@ class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field=
 
 
 class HttpRequest(Struct):
-    """An upstream request, ready to send: ``body`` is the encoded JSON (or, for a media call,
-    a multipart form, its boundary in ``headers``)."""
+    """An upstream request, ready to send: ``body`` is the encoded JSON, or, for an upload (a
+    media call's multipart form, its boundary and ``content-length`` in ``headers``), the
+    body's pieces in order, sent one after another so that its files' bytes are never copied
+    into one body."""
 
     url: str
     headers: dict[str, str]
-    body: bytes
+    body: bytes | tuple[bytes, ...]
 
 
 @runtime_checkable

@@ -84,7 +84,7 @@ class HttpTransport:
         name = provider.name
         try:
             async with self._sessions[name].post(
-                request.url, data=request.body, headers=request.headers
+                request.url, data=_data(request.body), headers=request.headers
             ) as response:
                 if response.status >= 300:
                     body = await read_prefix(response, name, MAX_ERROR_BODY)
@@ -111,7 +111,7 @@ class HttpTransport:
         read and raised as the provider's error."""
         try:
             response = await self._sessions[provider.name].post(
-                request.url, data=request.body, headers=request.headers
+                request.url, data=_data(request.body), headers=request.headers
             )
         except aiohttp.ClientError as exc:
             _raise_network_error(exc, provider.name)
@@ -237,6 +237,17 @@ async def _media_pieces(
         _raise_network_error(exc, provider.name)
     finally:
         response.release()
+
+
+def _data(body: bytes | tuple[bytes, ...]) -> bytes | AsyncIterator[bytes]:
+    """What aiohttp sends for ``body``: bytes as they are, pieces one after another (their
+    length is in the request's ``content-length``, so they are not chunked)."""
+    return body if isinstance(body, bytes) else _pieces(body)
+
+
+async def _pieces(pieces: tuple[bytes, ...]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
 
 
 def _raise_network_error(exc: aiohttp.ClientError, provider: str) -> NoReturn:

@@ -361,6 +361,10 @@ async def test_image_edits_stream_from_an_upstream_and_from_the_mock(gateway: Ga
     sent = gateway.upstream.requests[-1]
     assert sent.fields["stream"] == "true"
     assert sent.files[0][:2] == ("image", "in.png")
+    # the form goes upstream in pieces, with its length (not chunked)
+    headers = {name.lower(): value for name, value in sent.headers.items()}
+    assert "transfer-encoding" not in headers
+    assert int(headers["content-length"]) > len(one_pixel_png())
 
 
 async def test_images_stream_from_the_mock(gateway: Gateway) -> None:

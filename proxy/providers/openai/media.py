@@ -3,7 +3,8 @@ provider that speaks them (OpenAI and the OpenAI-compatible servers, Azure with 
 
 Pure translation. A request goes to ``{base}/<path>`` (:data:`PATHS`): the client's fields with
 the upstream model, as JSON, or as a multipart form rebuilt with the client's files (a list
-field repeated, in order). An answer is passed on as it came, with its content type, and only
+field repeated, in order; the form is sent in pieces, its files' bytes as they were read, never
+copied into one body). An answer is passed on as it came, with its content type, and only
 what billing needs is read from it (:func:`media_usage`): a transcription's ``usage`` (tokens
 or seconds) or ``duration``, the last cue of an SRT or WebVTT transcript; an image answer's
 count of images (the ``data`` items are skipped, never decoded) and its ``size``/``quality``
@@ -114,11 +115,14 @@ def build_media_at(url: str, headers: Mapping[str, str], call: Call, model: str)
     for name in [name for name in sent if name.lower() == "content-type"]:
         del sent[name]
     sent["content-type"] = f"multipart/form-data; boundary={boundary}"
-    return HttpRequest(url=url, headers=sent, body=_form(boundary, model, call))
+    parts = _form(boundary, model, call)
+    sent["content-length"] = str(sum(len(part) for part in parts))
+    return HttpRequest(url=url, headers=sent, body=parts)
 
 
-def _form(boundary: str, model: str, call: Call) -> bytes:
-    """The multipart body of ``call``'s fields (the model first) and files."""
+def _form(boundary: str, model: str, call: Call) -> tuple[bytes, ...]:
+    """The multipart body of ``call``'s fields (the model first) and files, in pieces: each
+    file's bytes are one piece, as the client sent them (not copied)."""
     media = call.media
     assert media is not None
     mark = f"--{boundary}\r\n".encode()
@@ -140,7 +144,7 @@ def _form(boundary: str, model: str, call: Call) -> bytes:
         )
         parts.extend((mark, _utf8(head), file.data, b"\r\n"))
     parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts)
+    return tuple(parts)
 
 
 def _utf8(text: str) -> bytes:

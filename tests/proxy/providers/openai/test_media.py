@@ -72,7 +72,11 @@ def test_an_upload_is_rebuilt_as_a_form_with_its_files() -> None:
     content_type = request.headers["content-type"]
     assert content_type.startswith("multipart/form-data; boundary=crossway-")
     assert "application/json" not in request.headers.values()
-    assert _form(request.body, content_type) == [
+    assert isinstance(request.body, tuple)  # in pieces: the file's bytes are not copied
+    assert any(piece is audio.data for piece in request.body)
+    body = b"".join(request.body)
+    assert request.headers["content-length"] == str(len(body))
+    assert _form(body, content_type) == [
         ("model", None, b"whisper-1"),
         ("language", None, b"en"),
         ("include[]", None, b"logprobs"),
