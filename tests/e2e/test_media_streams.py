@@ -38,6 +38,7 @@ SPEC = "openai-media.openapi.json"
 MASTER = "master-key-" + "fedcba9876543210" * 2
 KEY = "sk-cw-streams-" + "abcdefghij" * 4
 BUDGETED = "sk-cw-streams-budget-" + "klmnopqrst" * 4
+SINGLE = "sk-cw-streams-single-" + "uvwxyzabcd" * 4
 TTS_PER_CHARACTER = 0.000015  # tts-1, the catalog's
 GPT_IMAGE_HIGH_SQUARE = 0.167  # gpt-image-1, high, 1024x1024
 TRANSCRIBE_PER_TOKEN = (6.00e-6, 10.00e-6)  # gpt-4o-transcribe, input and output
@@ -54,6 +55,7 @@ def config_text(tmp_path: Path, upstream: str) -> str:
           keys:
             - {{key: "{KEY}", alias: streams}}
             - {{key: "{BUDGETED}", alias: budgeted, budget: {{max_usd: 0.2, period: 1d}}}}
+            - {{key: "{SINGLE}", alias: single, max_parallel: 1}}
         providers:
           mock: {{type: mock}}
           up: {{type: openai, base_url: "{upstream}/v1", api_key: "{UPSTREAM_KEY}"}}
@@ -406,6 +408,23 @@ async def test_a_budget_reserves_a_streams_worst_case_and_charges_its_usage(
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["code"] == "budget_exceeded"
     assert len(gateway.upstream.requests) == 1
+
+
+async def test_a_stream_holds_its_parallel_slot_until_it_ends(gateway: Gateway) -> None:
+    client = gateway.client(SINGLE)
+    held = gateway.hold()
+    async with client.audio.speech.with_streaming_response.create(
+        model="up-tts", voice="nova", input="one at a time"
+    ) as response:
+        pieces = response.iter_bytes()
+        await first_of(pieces)
+        with pytest.raises(openai.RateLimitError):  # the stream still holds the one slot
+            await client.audio.speech.create(model="tts", voice="alloy", input="two")
+        held.set()
+        async for _ in pieces:
+            pass
+    answer = await client.audio.speech.create(model="tts", voice="alloy", input="two")
+    assert answer.content.startswith(b"crossway-mock-audio:")
 
 
 async def test_a_client_that_leaves_mid_stream_ends_the_upstream_call(gateway: Gateway) -> None:
