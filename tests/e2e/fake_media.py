@@ -22,11 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
+import io
 import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+
+from proxy.server.app import create_app
+from tests.e2e.conftest import start_site
 
 TRANSCRIPT_SECONDS = 7
 STREAMED_TOKENS = (40, 9)
@@ -242,6 +249,28 @@ class FakeMedia:
                 "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 3}},
             }
         )
+
+
+@contextlib.asynccontextmanager
+async def media_gateway(
+    tmp_path: Path, config_text: Callable[[Path, str], str]
+) -> AsyncIterator[tuple[str, FakeMedia, io.StringIO]]:
+    """A gateway serving ``config_text(tmp_path, upstream URL)`` in front of a fake media
+    upstream: the gateway's URL, the fake, and the gateway's log stream. A stream the fake
+    still holds is let go before both stop."""
+    fake = FakeMedia()
+    upstream_runner, upstream_url = await start_site(fake.app())
+    config = tmp_path / "gateway.yaml"
+    config.write_text(config_text(tmp_path, upstream_url))
+    logs = io.StringIO()
+    runner, url = await start_site(create_app(config, log_stream=logs))
+    try:
+        yield url, fake, logs
+    finally:
+        if fake.hold is not None:
+            fake.hold.set()
+        await runner.cleanup()
+        await upstream_runner.cleanup()
 
 
 def _frames(events: list[dict[str, Any]]) -> list[bytes]:

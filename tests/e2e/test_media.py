@@ -20,9 +20,14 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.server.app import create_app
-from tests.e2e.conftest import UPSTREAM_KEY, start_site
-from tests.e2e.fake_media import TRANSCRIPT_SECONDS, FakeMedia, fake_audio, fake_png
+from tests.e2e.conftest import UPSTREAM_KEY
+from tests.e2e.fake_media import (
+    TRANSCRIPT_SECONDS,
+    FakeMedia,
+    fake_audio,
+    fake_png,
+    media_gateway,
+)
 from tests.schemas import validate_in
 
 SPEC = "openai-media.openapi.json"
@@ -118,15 +123,8 @@ class Gateway:
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    fake = FakeMedia()
-    upstream_runner, upstream_url = await start_site(fake.app())
-    config = tmp_path / "gateway.yaml"
-    config.write_text(config_text(tmp_path, upstream_url))
-    logs = io.StringIO()
-    runner, url = await start_site(create_app(config, log_stream=logs))
-    yield Gateway(url, fake, logs)
-    await runner.cleanup()
-    await upstream_runner.cleanup()
+    async with media_gateway(tmp_path, config_text) as (url, fake, logs):
+        yield Gateway(url, fake, logs)
     assert UPSTREAM_KEY not in logs.getvalue()
     assert ALLOWED not in logs.getvalue()
 
