@@ -57,12 +57,13 @@ def config_text(tmp_path: Path, upstream: str) -> str:
             - {{key: "{BUDGETED}", alias: budgeted, budget: {{max_usd: 0.2, period: 1d}}}}
             - {{key: "{SINGLE}", alias: single, max_parallel: 1}}
         providers:
-          mock: {{type: mock}}
+          mock: {{type: mock, faults: true}}
           up: {{type: openai, base_url: "{upstream}/v1", api_key: "{UPSTREAM_KEY}"}}
         models:
           tts: [{{target: mock/tts-1}}]
           transcriber: [{{target: mock/gpt-4o-transcribe}}]
           painter: [{{target: mock/gpt-image-1}}]
+          cut-painter: [{{target: mock/cut-2}}]
           up-tts: [{{target: up/tts-1}}]
           up-transcriber: [{{target: up/gpt-4o-transcribe}}]
           up-painter: [{{target: up/gpt-image-1}}]
@@ -358,6 +359,23 @@ async def test_image_edits_stream_from_an_upstream_and_from_the_mock(gateway: Ga
     headers = {name.lower(): value for name, value in sent.headers.items()}
     assert "transfer-encoding" not in headers
     assert int(headers["content-length"]) > len(one_pixel_png())
+
+
+async def test_a_mock_stream_cut_midway_ends_with_an_error_event(gateway: Gateway) -> None:
+    stream = await gateway.client().images.generate(
+        model="cut-painter", prompt="sea", stream=True, partial_images=3
+    )
+    received: list[str] = []
+
+    async def read_all() -> None:
+        async for event in stream:
+            received.append(event.type)
+
+    with pytest.raises(openai.APIError) as failed:
+        await read_all()
+    assert received == ["image_generation.partial_image"] * 2
+    assert isinstance(failed.value.body, dict)
+    assert failed.value.body["code"] == "upstream_unavailable"
 
 
 async def test_images_stream_from_the_mock(gateway: Gateway) -> None:

@@ -7,6 +7,8 @@ import base64
 import json
 from typing import Any
 
+import pytest
+
 from proxy.core.canonical import (
     Call,
     MediaFile,
@@ -15,6 +17,7 @@ from proxy.core.canonical import (
     MediaUnits,
     Usage,
 )
+from proxy.core.errors import UpstreamUnavailable
 from proxy.core.reply import MediaAnswer, MediaStream
 from proxy.providers.mock.media import BYTES_PER_SECOND, media_answer
 from proxy.providers.mock.provider import MockConfig, MockProvider
@@ -188,3 +191,19 @@ async def test_a_streamed_image_edit_names_its_events_for_edits() -> None:
     pieces, _ = await _pieces(media_answer(call, "gpt-image-1"), call)
     [event] = _events(pieces)
     assert event["type"] == "image_edit.completed"
+
+
+async def test_a_streamed_answer_is_cut_after_n_pieces_by_a_cut_model() -> None:
+    provider = MockProvider("mock", MockConfig(faults=True))
+    call = _call("speech", {"input": "hello", "voice": "a", "stream_format": "sse"}, stream=True)
+    answer = await provider.media(call, "cut-1")
+    assert isinstance(answer, MediaStream)
+    pieces = answer.pieces
+    first = await anext(pieces)
+    assert first.media is not None
+    assert first.media.startswith(b"data: ")
+    with pytest.raises(UpstreamUnavailable):
+        await anext(pieces)
+    whole = _call("speech", {"input": "hello", "voice": "a"})
+    with pytest.raises(UpstreamUnavailable):
+        await provider.media(whole, "cut-1")
