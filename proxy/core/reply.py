@@ -12,8 +12,8 @@ This module imports nothing of the project but :mod:`proxy.core.canonical` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -141,6 +141,9 @@ class Chunk(Struct, omit_defaults=True):
     ``input_usage`` is the usage an upstream announced before its first delta (Anthropic's
     ``message_start``): the input buckets, and whatever output it counted by then. It only
     informs dialects that say it early too; ``usage`` on a later chunk still carries the totals.
+    ``media`` is a piece of a streamed media answer (:class:`MediaStream`: audio bytes, or an
+    event stream's bytes) as the upstream sent it, for the media dialects to relay unchanged; such
+    a chunk has no choices, and the last one of its stream carries the usage.
     """
 
     id: str
@@ -151,6 +154,7 @@ class Chunk(Struct, omit_defaults=True):
     system_fingerprint: str | UnsetType | None = UNSET
     raw: bytes | None = None
     input_usage: Usage | None = None
+    media: bytes | None = None
 
 
 class RawFrames:
@@ -203,6 +207,16 @@ class MediaAnswer(Struct):
     usage: Usage | None = None
 
 
+class MediaStream(NamedTuple):
+    """A media answer streamed as it arrives: ``pieces`` (chunks whose :attr:`Chunk.media` is
+    the upstream's bytes as they came, the last one with the usage it billed; single chunks, or
+    lists of them per network read ending with ``None`` once the body is complete) of
+    ``content_type`` (audio, or ``text/event-stream``)."""
+
+    content_type: str
+    pieces: AsyncIterator[Chunk] | AsyncIterator[list[Chunk | RawFrames | None]]
+
+
 class Encoded(Struct, frozen=True):
     """A whole answer's body made ahead for one dialect (a cache hit's stored answer): exactly
     what ``dialect``'s encoder makes of ``response``."""
@@ -215,7 +229,8 @@ class Encoded(Struct, frozen=True):
 class Reply(Struct):
     """What the chain returns: a whole :class:`Response`, a stream of :class:`Chunk`, or, for
     an embeddings call (:attr:`Call.embedding`), :class:`Embeddings`; for a media call
-    (:attr:`Call.media`), :class:`MediaAnswer`.
+    (:attr:`Call.media`), :class:`MediaAnswer`, or, streamed, a stream whose chunks carry the
+    answer's bytes (:attr:`Chunk.media`) with its ``content-type`` in ``headers``.
 
     Exactly one of ``response``, ``stream``, ``embeddings`` and ``media`` is set: a plugin that
     wraps streams or rewrites responses leaves a reply with neither alone. A stream returned by the

@@ -58,7 +58,9 @@ class StreamEncoder(Protocol):
         ...
 
     def error(self, error: GatewayError) -> bytes:
-        """The in-band error frame for a failure after the stream started (no end marker)."""
+        """The in-band error frame for a failure after the stream started (no end marker);
+        ``b""`` when the wire format has none (streamed audio), and then the app cuts the
+        answer (:mod:`proxy.http.sse_answer`)."""
         ...
 
 

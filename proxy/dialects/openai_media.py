@@ -25,6 +25,14 @@ as OpenAI does.
 
 The answer is the upstream's body as it came (:class:`~proxy.core.reply.MediaAnswer`: JSON,
 text, audio bytes, an event stream), with its content type. Errors are OpenAI's error JSON.
+
+Streamed answers (:attr:`Call.stream` set): speech always (its audio, or with ``stream_format:
+sse`` its ``speech.audio.*`` events, relayed as they arrive), and transcriptions, image
+generations and image edits that ask for ``stream`` (``true``; a form's ``true``, ``True`` or
+``1``). Their bytes are relayed as the upstream sends them (:attr:`~proxy.core.reply.Chunk.media`),
+with the upstream's content type; a failure after the first byte is, in an event stream, an
+``error`` event with OpenAI's error object (the openai SDK raises it), and in audio a body cut
+short (audio has no in-band error: the connection is dropped before the body's end).
 """
 
 from __future__ import annotations
@@ -47,10 +55,11 @@ from proxy.core.canonical import (
     Params,
     Timings,
 )
-from proxy.core.errors import BadRequest
-from proxy.core.reply import Reply
+from proxy.core.errors import BadRequest, GatewayError
+from proxy.core.reply import Chunk, Reply
+from proxy.core.sse import encode_data_frame
 from proxy.dialects.base import StreamEncoder, bad_request, invalid
-from proxy.dialects.openai_chat import NEVER_FORWARDED, OpenAIErrors
+from proxy.dialects.openai_chat import NEVER_FORWARDED, OpenAIErrors, error_json
 
 DOCUMENTS_PER_SEARCH_UNIT = 100
 """Cohere bills one search unit per query over up to this many documents."""
@@ -76,6 +85,8 @@ class _ImageGeneration(Struct):
     size: str | None = None
     quality: str | None = None
     response_format: Literal["url", "b64_json"] | None = None
+    stream: bool | None = None
+    partial_images: Annotated[int, Meta(ge=0, le=3)] | None = None
 
 
 class _Moderation(Struct):
@@ -120,9 +131,10 @@ class _MediaDialect(OpenAIErrors):
         return {} if media is None else {"content-type": media.content_type}
 
     def stream_encoder(self, call: Call, reply: Reply) -> StreamEncoder:
-        """Never used: a media answer is whole (an upstream event stream is relayed as one
-        body)."""
-        raise TypeError("media answers are never streamed as chunks")
+        """See :meth:`proxy.dialects.base.Dialect.stream_encoder`: the upstream's bytes as they
+        came (see the module docstring)."""
+        content_type = reply.headers.get("content-type", "")
+        return MediaStreamEncoder(events=content_type.startswith("text/event-stream"))
 
     def decode(
         self, body: bytes, headers: Mapping[str, str], request_id: str, start: float
@@ -141,14 +153,17 @@ class _MediaDialect(OpenAIErrors):
         files: list[MediaFile] | None = None,
         worst: MediaUnits | None = None,
         text: int = 0,
+        stream: bool = False,
     ) -> Call:
-        """The canonical media call (``text``: characters of text in the request)."""
+        """The canonical media call (``text``: characters of text in the request; ``stream``:
+        its answer is relayed as it arrives)."""
         user = fields.get("user")
         return Call(
             request_id=request_id,
             dialect=self.name,
             model=model,
             messages=[],
+            stream=stream,
             params=Params(user=user) if isinstance(user, str) else Params(),
             client_headers=headers,
             timings=Timings(start=start),
@@ -183,11 +198,12 @@ def _decode(decoder: msgspec.json.Decoder[_Request], body: bytes) -> _Request:
 
 class _Planned(NamedTuple):
     """What a JSON media request asks for: its ``model``, the most it can bill (None: not
-    known), and the characters of text in it."""
+    known), the characters of text in it, and whether its answer streams."""
 
     model: str
     worst: MediaUnits | None
     text: int = 0
+    stream: bool = False
 
 
 class _JsonDialect(_MediaDialect, Generic[_Request]):
@@ -210,16 +226,18 @@ class _JsonDialect(_MediaDialect, Generic[_Request]):
             start,
             worst=planned.worst,
             text=planned.text,
+            stream=planned.stream,
         )
 
 
 def _plan_speech(request: _Speech) -> _Planned:
-    return _Planned(request.model, MediaUnits(characters=len(request.input)))
+    """Speech always streams: its audio (or its events) relayed as they arrive."""
+    return _Planned(request.model, MediaUnits(characters=len(request.input)), stream=True)
 
 
 def _plan_images(request: _ImageGeneration) -> _Planned:
     worst = _images(request.n or 1, request.size, request.quality)
-    return _Planned(request.model, worst, len(request.prompt))
+    return _Planned(request.model, worst, len(request.prompt), bool(request.stream))
 
 
 def _plan_moderation(request: _Moderation) -> _Planned:
@@ -294,6 +312,7 @@ class _FormDialect(_MediaDialect):
         worst: MediaUnits | None = None,
         text: int = 0,
     ) -> Call:
+        """The call of ``form``; its answer streams when its ``stream`` field is true."""
         fields: dict[str, Any] = {
             key: value
             for key, value in form.fields.items()
@@ -302,8 +321,17 @@ class _FormDialect(_MediaDialect):
         model = _text(form, "model", default_model)
         if model is None:
             raise BadRequest("Invalid request: missing required field `model`", param="model")
+        stream = _flag(form, "stream")
         return self._call(
-            model, fields, headers, request_id, start, files=form.files, worst=worst, text=text
+            model,
+            fields,
+            headers,
+            request_id,
+            start,
+            files=form.files,
+            worst=worst,
+            text=text,
+            stream=stream,
         )
 
 
@@ -387,6 +415,17 @@ class ImageEditDialect(_FormDialect):
         )
 
 
+def _flag(form: MultipartForm, name: str) -> bool:
+    """Whether the form's field ``name`` is true (``true``, ``True`` or ``1``: what the openai
+    SDKs send); absent or ``false`` is False, anything else a 400 naming it."""
+    value = _text(form, name, None)
+    if value is None or value.lower() in ("false", "0"):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise invalid("expected true or false", name)
+
+
 def _text(form: MultipartForm, name: str, default: str | None) -> str | None:
     """The text field ``name`` of ``form`` (its last value when repeated), else ``default``."""
     value = form.fields.get(name)
@@ -416,3 +455,37 @@ def media_dialects() -> tuple[_MediaDialect, ...]:
         ModerationDialect(),
         RerankDialect(),
     )
+
+
+class MediaStreamEncoder:
+    """A streamed media answer's :class:`~proxy.dialects.base.StreamEncoder`: each chunk's
+    :attr:`~proxy.core.reply.Chunk.media` bytes as they came, nothing added at the end, no
+    keep-alive frames (an audio body has none, and OpenAI's media events have no ping); a
+    failure after the first byte is an ``error`` event in an event stream (``events``), and
+    nothing in audio (whose answer the app then cuts short)."""
+
+    __slots__ = ("_events",)
+
+    keepalive = None
+
+    def __init__(self, *, events: bool) -> None:
+        self._events = events
+
+    def ping(self) -> bytes:
+        """Never sent (no ``keepalive``)."""
+        return b""
+
+    def chunk(self, chunk: Chunk) -> bytes:
+        """The upstream's bytes of ``chunk``."""
+        return chunk.media or b""
+
+    def end(self) -> bytes:
+        """Nothing: the upstream's own last event (or byte) was the end."""
+        return b""
+
+    def error(self, error: GatewayError) -> bytes:
+        """``data: {"type": "error", "error": {...}}`` in an event stream, else nothing (see
+        :meth:`proxy.dialects.base.StreamEncoder.error`)."""
+        if not self._events:
+            return b""
+        return encode_data_frame(b'{"type":"error",' + error_json(error)[1:])

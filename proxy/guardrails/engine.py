@@ -16,7 +16,8 @@ texts read again after a webhook modified them:
 - **output, streamed** — see :mod:`proxy.guardrails.stream`: checks with a ``finder`` run in
   windows as the text streams; the others hold the stream (``stream: hold``, the default: read
   whole first, then the same as a whole answer, retry included) or run at its end
-  (``stream: end``: no retry, and a ``modify`` cannot be applied, so it blocks).
+  (``stream: end``: no retry, and a ``modify`` cannot be applied, so it blocks). Embeddings
+  and media answers (audio, images, a media stream's bytes) have no output phase.
 
 A check that fails (a webhook's timeout, a moderation endpoint's error, a garbage answer) is
 decided by its ``on_error`` (``allow`` or ``block``; checks without one fail closed).
@@ -80,7 +81,7 @@ class Guardrails:
         except GuardrailBlocked:
             run.report()
             raise
-        if not outputs or call.embedding is not None:
+        if not outputs or call.embedding is not None or call.media is not None:
             reply = await next(call)
             run.report()
             return run.headed(reply)

@@ -22,7 +22,7 @@ import msgspec
 
 from proxy.core.canonical import Call, MediaRequest
 from proxy.core.errors import GatewayError
-from proxy.core.reply import MediaAnswer
+from proxy.core.reply import MediaAnswer, MediaStream
 from proxy.guardrails.clients import Clients
 from proxy.guardrails.config import CheckConfig, ModerationCheck, Phase
 from proxy.guardrails.texts import TextSet
@@ -63,7 +63,7 @@ class Moderation:
     _threshold: float
     _categories: tuple[str, ...] | None
     _clients: Clients
-    _local: Callable[[Call, str], Awaitable[MediaAnswer]] | None
+    _local: Callable[[Call, str], Awaitable[MediaAnswer | MediaStream]] | None
     _remote: tuple[ServesMedia, HttpProvider | None] | None
 
     def __init__(
@@ -121,7 +121,9 @@ class Moderation:
     async def _moderate(self, asked: Call) -> bytes | None:
         """The provider's answer to ``asked``; None for an error status."""
         if self._local is not None:
-            return (await self._local(asked, self._model)).body
+            answer = await self._local(asked, self._model)
+            assert isinstance(answer, MediaAnswer)  # a moderation is never streamed
+            return answer.body
         assert self._remote is not None  # one of the two, by construction
         server, http = self._remote
         assert http is not None  # a media server is an HTTP provider

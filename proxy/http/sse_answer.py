@@ -16,7 +16,10 @@ by a ping.
 
 Failures: the headers have gone out before the first item, so a failure while the stream is
 read (a :class:`~proxy.core.errors.GatewayError`) is an in-band error frame in the dialect's shape,
-and no end marker follows; the outcome gets the error and its status. A client that went away
+and no end marker follows; the outcome gets the error and its status. An encoder whose wire
+format has no in-band error (a streamed audio body: its ``error`` is empty) gets its answer cut
+instead: the connection is dropped before the chunked encoding's end, so that the client does
+not take what it got for the whole answer. A client that went away
 (a write reset) counts as :data:`~proxy.http.answer.CLIENT_CLOSED` and nothing more is written. A
 stream still running when a stop's deadline passes (:mod:`proxy.http.drain`) ends with the in-band
 error frame of :func:`~proxy.http.drain.shutting_down` (503 ``server_shutting_down``). In every case
@@ -75,6 +78,7 @@ async def stream_answer(
     next_batch = source.next_batch if pinger is None else pinger.next_batch
     relay = encoder.relay if relays_frames(encoder) else None
     pending: list[bytes] = []
+    cut = False
     try:
         await response.prepare(request)
         while batch := await next_batch(relay is not None):
@@ -96,10 +100,12 @@ async def stream_answer(
         pending.append(encoder.end())
     except GatewayError as error:
         _failed(error, encoder, pending, outcome)
+        cut = not pending[-1]  # the wire format has no in-band error (audio)
     except asyncio.CancelledError:
         if not drain.claim():  # the client went away
             raise
         _failed(shutting_down(), encoder, pending, outcome)
+        cut = not pending[-1]
     except ConnectionResetError:
         outcome.status = CLIENT_CLOSED
         return response
@@ -108,6 +114,8 @@ async def stream_answer(
             await pinger.close()
         if is_closable(stream):  # a plugin's plain iterator has nothing to close
             await stream.aclose()
+    if cut:
+        return await _cut(request, response, pending)
     try:
         if timings.first_token is None:
             timings.first_token = time.perf_counter() - timings.start
@@ -148,6 +156,24 @@ async def _stream_at_once(
     if timings.first_token is None:
         timings.first_token = time.perf_counter() - timings.start
     return WholeResponse(b"".join(pending), headers)
+
+
+async def _cut(
+    request: web.Request, response: web.StreamResponse, pending: list[bytes]
+) -> web.StreamResponse:
+    """End a failed answer whose wire format cannot say so (audio): what is pending is written,
+    then the connection is dropped before the chunked encoding's end, so that the client sees
+    a body cut short rather than a complete one."""
+    try:
+        data = b"".join(pending)
+        if data:
+            await response.write(data)
+    except ConnectionResetError:
+        return response
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+    return response
 
 
 def _failed(

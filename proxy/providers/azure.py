@@ -36,7 +36,13 @@ from proxy.core.errors import UpstreamError
 from proxy.core.reply import Chunk, Delta, Embeddings, MediaAnswer, Response
 from proxy.providers.base import HoldsBatchAPI, HttpRequest, ProviderConfig, path_segment
 from proxy.providers.openai.batches import OpenAIBatchAPI
-from proxy.providers.openai.media import PATHS, build_media_at, parse_media
+from proxy.providers.openai.media import (
+    PATHS,
+    StreamMeter,
+    build_media_at,
+    parse_media,
+    stream_meter,
+)
 from proxy.providers.openai.provider import OpenAIConfig, OpenAIProvider
 
 DEFAULT_API_VERSION = "2024-10-21"
@@ -148,6 +154,10 @@ class AzureProvider(HoldsBatchAPI):
     ) -> MediaAnswer:
         """A media answer, passed on as it came (OpenAI's wire format)."""
         return parse_media(self.name, headers, body, call)
+
+    def media_meter(self, headers: Mapping[str, str], call: Call, model: str) -> StreamMeter:
+        """What reads a streamed media answer's usage (OpenAI's wire format)."""
+        return stream_meter(self.name, self.config, headers, call)
 
     def parse_event(self, event: str, data: bytes) -> Chunk | None:
         """See :meth:`proxy.providers.base.HttpProvider.parse_event`; annotations give None."""

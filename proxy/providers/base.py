@@ -28,9 +28,9 @@ from urllib.parse import quote
 import msgspec
 from msgspec import Meta, Struct
 
-from proxy.core.canonical import Call, MediaOperation
+from proxy.core.canonical import Call, MediaOperation, Usage
 from proxy.core.errors import BadRequest, UpstreamError
-from proxy.core.reply import Chunk, Embeddings, MediaAnswer, RawFrames, Response
+from proxy.core.reply import Chunk, Embeddings, MediaAnswer, MediaStream, RawFrames, Response
 
 Seconds = Annotated[float, Meta(gt=0)]
 _Block = TypeVar("_Block")
@@ -75,12 +75,14 @@ class ProviderConfig(Struct, frozen=True, forbid_unknown_fields=True, tag_field=
 
 
 class HttpRequest(Struct):
-    """An upstream request, ready to send: ``body`` is the encoded JSON (or, for a media call,
-    a multipart form, its boundary in ``headers``), sent with ``method``."""
+    """An upstream request, ready to send: ``body`` is the encoded JSON, or, for an upload (a
+    media call's multipart form, its boundary and ``content-length`` in ``headers``), the
+    body's pieces in order, sent one after another so that its files' bytes are never copied
+    into one body; it is sent with ``method``."""
 
     url: str
     headers: dict[str, str]
-    body: bytes
+    body: bytes | tuple[bytes, ...]
     method: str = "POST"
 
 
@@ -320,14 +322,42 @@ class ServesMedia(Protocol):
         Raises :class:`UpstreamError` for a body it must read and cannot."""
         ...
 
+    def media_meter(self, headers: Mapping[str, str], call: Call, model: str) -> MediaMeter:
+        """What reads the usage of a streamed 2xx answer (``call.stream``) with ``headers``,
+        as its bytes are relayed to the client."""
+        ...
+
+
+class MediaMeter(Protocol):
+    """Reads what a streamed media answer billed while its bytes pass (they are relayed as
+    they came, never changed): :meth:`feed` each piece in order, then :meth:`usage` once at
+    the end. It holds at most one event (or, for a JSON or text answer, the body) at a time:
+    past ``max_event_bytes`` (``max_response_bytes``) :meth:`feed` raises
+    :class:`~proxy.core.errors.UpstreamResponseTooLarge`. What it cannot read is not an error
+    (the client has its bytes already): the usage falls back to what the request says."""
+
+    def feed(self, data: bytes) -> None:
+        """Read the next piece of the answer."""
+        ...
+
+    def bound(self) -> Usage | None:
+        """The most the answer bills, as the request says (None: not known): what a stream
+        that ends before its usage (the client went away) is charged."""
+        ...
+
+    def usage(self) -> Usage | None:
+        """What the whole answer billed (None: neither it nor the request says)."""
+        ...
+
 
 @runtime_checkable
 class ServesMediaLocally(Protocol):
-    """A local provider that answers some media operations (``media_operations``) in-process."""
+    """A local provider that answers some media operations (``media_operations``) in-process;
+    a streamed call (``call.stream``) may be answered as a :class:`MediaStream`."""
 
     media_operations: frozenset[MediaOperation]
 
-    async def media(self, call: Call, model: str) -> MediaAnswer:
+    async def media(self, call: Call, model: str) -> MediaAnswer | MediaStream:
         """The answer of the media call ``call``."""
         ...
 
@@ -496,7 +526,7 @@ class Capabilities(Struct, frozen=True):
     dropped_fields: Callable[[Call, str], list[str]] | None = None
     listed_models: tuple[str, ...] = ()
     media_server: ServesMedia | None = None
-    media: Callable[[Call, str], Awaitable[MediaAnswer]] | None = None
+    media: Callable[[Call, str], Awaitable[MediaAnswer | MediaStream]] | None = None
     media_operations: frozenset[MediaOperation] = frozenset()
     batcher: BatchesNatively | None = None
 

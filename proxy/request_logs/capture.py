@@ -9,7 +9,8 @@ wrote (``output: scan``; :class:`Scrubs`) scrubs the kept answer the same way, s
 client got redacted is redacted in the log too. Of a stream, the link keeps the items handed out
 (references; bytes counted against ``max_payload_bytes``, items past it not kept and the
 answer marked truncated) and the finished hook folds them into one answer
-(:func:`~proxy.cache.assemble.assemble`, partial: a stream cut short keeps what was sent).
+(:func:`~proxy.cache.assemble.assemble`, partial: a stream cut short keeps what was sent). A
+media stream (audio, image events) is not kept, as a whole media answer is not.
 
 :class:`RequestCapture` is both the link (``__call__``) and the ``finished`` hook that builds
 the record (:mod:`proxy.request_logs.records`) and hands it to the process's
@@ -104,7 +105,7 @@ class RequestCapture:
         reply = await next(call)
         if reply.response is not None:
             captured.response = reply.response
-        elif reply.stream is not None:
+        elif reply.stream is not None and call.media is None:  # a media stream's is bytes
             reply.stream = RecordingStream(reply.stream, captured, self._limit)
         elif reply.embeddings is not None:
             captured.embeddings = reply.embeddings

@@ -8,8 +8,9 @@ provider's embedding translation (:class:`~proxy.providers.base.Embeds`, or a lo
 without one answers 400 ``embeddings_not_supported`` before anything is sent. A media call
 (``Call.media``: audio, images, moderations, rerank) goes to the provider's media translation
 (:class:`~proxy.providers.base.ServesMedia`, or :class:`~proxy.providers.base.ServesMediaLocally`)
-and comes back as ``Reply.media``; a provider that does not serve the operation answers 400
-``unsupported_operation`` naming both, before anything is sent. What each
+and comes back as ``Reply.media``, or, streamed (``call.stream``), as ``Reply.stream`` with the
+answer's own ``content-type`` in ``Reply.headers``; a provider that does not serve the
+operation answers 400 ``unsupported_operation`` naming both, before anything is sent. What each
 provider offers is read from its :class:`~proxy.providers.base.Capabilities`, decided once when
 the upstream is built. Streams come back *primed* (their
 first chunk has arrived), so every failure before the first byte is an exception from this
@@ -36,7 +37,15 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from proxy.core.canonical import Call, Deployment, Usage
 from proxy.core.errors import BadRequest, GatewayError, NoReadyDeployment
 from proxy.core.redact import Redactor, sanitise_error
-from proxy.core.reply import Chunk, Embeddings, MediaAnswer, RawFrames, Reply, Response
+from proxy.core.reply import (
+    Chunk,
+    Embeddings,
+    MediaAnswer,
+    MediaStream,
+    RawFrames,
+    Reply,
+    Response,
+)
 from proxy.core.tracing import NO_SPAN, NO_TRACER, AttributeValue, Span, Tracer
 from proxy.providers.base import (
     Capabilities,
@@ -119,10 +128,10 @@ class Upstream:
         else:
             span, call_started = NO_SPAN, 0.0
         clocks = UpstreamClocks(provider.config.timeouts)
-        result: Response | UpstreamStream | Embeddings | MediaAnswer
+        result: Response | UpstreamStream | Embeddings | MediaAnswer | tuple[str, UpstreamStream]
         try:
             if media is not None:
-                result = await self._media(provider, capabilities, call, deployment, clocks)
+                result = await self._media(provider, capabilities, call, deployment, clocks, span)
             elif call.embedding is not None:
                 result = await self._embed(provider, capabilities, call, deployment, clocks)
             elif capabilities.local is not None:
@@ -162,9 +171,15 @@ class Upstream:
             if traced:
                 span.end()
             return Reply(provider=deployment.provider, model=deployment.model, media=result)
+        headers: dict[str, str] = {}
+        if isinstance(result, tuple):  # a streamed media answer: its type is its own
+            content_type, result = result
+            headers["content-type"] = content_type
         if traced:  # primed: its first chunk has arrived; the span ends with the stream
             self._streaming_attempt(span, result, time.perf_counter() - call_started)
-        return Reply(provider=deployment.provider, model=deployment.model, stream=result)
+        return Reply(
+            provider=deployment.provider, model=deployment.model, stream=result, headers=headers
+        )
 
     def _open_attempt(self, call: Call, deployment: Deployment) -> Span:
         """The attempt's span (see the module docstring), with what the call asks for and, on
@@ -303,25 +318,40 @@ class Upstream:
         call: Call,
         deployment: Deployment,
         clocks: UpstreamClocks,
-    ) -> MediaAnswer:
-        """The answer of a media call: in-process, or from the provider's one request."""
+        span: Span,
+    ) -> MediaAnswer | tuple[str, UpstreamStream]:
+        """The answer of a media call: in-process, or from the provider's one request; a
+        streamed one (``call.stream``) as its content type and its primed stream, whose chunks
+        carry the answer's bytes as they came (:attr:`~proxy.core.reply.Chunk.media`)."""
         started = time.perf_counter()
         server, http = capabilities.media_server, capabilities.http
+        answer: MediaAnswer | MediaStream
         try:
             with clocks:
                 if capabilities.media is not None:
-                    return await capabilities.media(call, deployment.model)
-                assert server is not None  # the caller checked the operation
-                assert http is not None  # a media server is reached over HTTP
-                request = server.build_media(call, deployment.model)
-                status, headers, body = await self._transport.request(http, request)
+                    answer = await capabilities.media(call, deployment.model)
+                else:
+                    assert server is not None  # the caller checked the operation
+                    assert http is not None  # a media server is reached over HTTP
+                    request = server.build_media(call, deployment.model)
+                    if call.stream:
+                        model = deployment.model
+                        answer = await self._transport.open_media_stream(
+                            http, request, lambda headers: server.media_meter(headers, call, model)
+                        )
+                    else:
+                        status, headers, body = await self._transport.request(http, request)
+                        if status >= 300:
+                            raise http.parse_error(status, headers, body)
+                        answer = server.parse_media(headers, body, call, deployment.model)
         except TimeoutError:
             raise clocks.expired(provider.name) from None
         finally:
             call.timings.upstream_wait += time.perf_counter() - started
-        if status >= 300:
-            raise http.parse_error(status, headers, body)
-        return server.parse_media(headers, body, call, deployment.model)
+        if isinstance(answer, MediaAnswer):
+            return answer
+        stream = await self._primed(answer.pieces, clocks, call, deployment, span)
+        return answer.content_type, stream
 
     async def _local(
         self,

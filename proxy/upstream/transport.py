@@ -14,19 +14,20 @@ bounded pieces (:mod:`proxy.upstream.bodies`): a whole answer past the provider'
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import NoReturn
 
 import aiohttp
 
 from proxy.aiohttp_ext.upstream_connection import UpstreamConnector
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable, drop_tracebacks
-from proxy.core.reply import Chunk, RawFrames
+from proxy.core.reply import Chunk, MediaStream, RawFrames
 from proxy.core.sse import SSEDecoder
 from proxy.providers.base import (
     Capabilities,
     HttpProvider,
     HttpRequest,
+    MediaMeter,
     StreamDecoder,
     StreamEnd,
     StreamParser,
@@ -83,7 +84,7 @@ class HttpTransport:
         name = provider.name
         try:
             async with self._sessions[name].post(
-                request.url, data=request.body, headers=request.headers
+                request.url, data=_data(request.body), headers=request.headers
             ) as response:
                 if response.status >= 300:
                     body = await read_prefix(response, name, MAX_ERROR_BODY)
@@ -102,9 +103,15 @@ class HttpTransport:
         releases the connection when it ends or is closed (closing it early drops the
         connection, which cancels the generation upstream).
         """
+        response = await self._open(provider, request)
+        return _chunks(provider, self._capabilities[provider.name], response)
+
+    async def _open(self, provider: HttpProvider, request: HttpRequest) -> aiohttp.ClientResponse:
+        """POST ``request`` and return the 2xx answer, its body unread; a non-2xx answer is
+        read and raised as the provider's error."""
         try:
             response = await self._sessions[provider.name].post(
-                request.url, data=request.body, headers=request.headers
+                request.url, data=_data(request.body), headers=request.headers
             )
         except aiohttp.ClientError as exc:
             _raise_network_error(exc, provider.name)
@@ -116,7 +123,25 @@ class HttpTransport:
             finally:
                 response.release()
             raise provider.parse_error(response.status, response.headers, body)
-        return _chunks(provider, self._capabilities[provider.name], response)
+        return response
+
+    async def open_media_stream(
+        self,
+        provider: HttpProvider,
+        request: HttpRequest,
+        meter: Callable[[Mapping[str, str]], MediaMeter],
+    ) -> MediaStream:
+        """POST ``request`` and return its answer as a :class:`~proxy.core.reply.MediaStream`:
+        the body's pieces as they arrive, each read by ``meter(headers)``'s meter on the way
+        (the last chunk carries its usage). Errors and closing as :meth:`open_stream`."""
+        response = await self._open(provider, request)
+        content_type = response.headers.get("content-type", "application/octet-stream")
+        try:
+            reading = meter(response.headers)
+        except BaseException:
+            response.release()
+            raise
+        return MediaStream(content_type, _media_pieces(provider, reading, response))
 
     async def close(self) -> None:
         """Close every session (in-flight calls on them fail)."""
@@ -191,6 +216,38 @@ async def _chunks(
         _raise_network_error(exc, provider.name)
     finally:
         response.release()
+
+
+async def _media_pieces(
+    provider: HttpProvider, meter: MediaMeter, response: aiohttp.ClientResponse
+) -> AsyncIterator[list[Chunk | RawFrames | None]]:
+    """A media answer's body, one chunk per network read (:attr:`Chunk.media`: the bytes as
+    they came, read by ``meter`` first; the first with the meter's bound as a provisional
+    usage); at its end a last chunk with the meter's usage and ``None``. Releases the
+    connection when it ends or is closed (early: dropped)."""
+    try:
+        read = body_reader(response, provider.name)
+        provisional = meter.bound()  # on the first piece: what a stream left early is charged
+        while data := await read():
+            meter.feed(data)
+            yield [Chunk(id="", model="", choices=[], media=data, usage=provisional)]
+            provisional = None
+        yield [Chunk(id="", model="", choices=[], media=b"", usage=meter.usage()), None]
+    except aiohttp.ClientError as exc:
+        _raise_network_error(exc, provider.name)
+    finally:
+        response.release()
+
+
+def _data(body: bytes | tuple[bytes, ...]) -> bytes | AsyncIterator[bytes]:
+    """What aiohttp sends for ``body``: bytes as they are, pieces one after another (their
+    length is in the request's ``content-length``, so they are not chunked)."""
+    return body if isinstance(body, bytes) else _pieces(body)
+
+
+async def _pieces(pieces: tuple[bytes, ...]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
 
 
 def _raise_network_error(exc: aiohttp.ClientError, provider: str) -> NoReturn:

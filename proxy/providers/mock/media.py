@@ -4,22 +4,30 @@
 operation           answer
 ==================  ==========================================================================
 speech              ``crossway-mock-audio:<format>:`` and a SHA-256 of the voice and the text,
-                    typed as the format asks (``audio/mpeg`` for mp3 …); ``stream_format:
-                    sse``: a ``speech.audio.delta`` and a ``speech.audio.done`` event
+                    typed as the format asks (``audio/mpeg`` for mp3 …), in two pieces;
+                    ``stream_format: sse``: two ``speech.audio.delta`` events (the same two
+                    pieces) and a ``speech.audio.done`` event with token usage
 transcription,      ``mock transcript of <file name> (<bytes> bytes)`` in the format asked
 translation         (``json`` with ``usage.seconds``, ``verbose_json`` with ``duration``, ``text``,
                     ``srt``, ``vtt``; ``stream``: ``transcript.text.delta`` events, one a
-                    word, and ``transcript.text.done``); the audio's length is a WAV file's
-                    own, else one second per 16,000 bytes
+                    word, and ``transcript.text.done`` with token usage: ten input tokens a
+                    second, one output token a word); the audio's length is a WAV file's own,
+                    else one second per 16,000 bytes
 image generation,   ``n`` one-pixel PNG images whose colour is a hash of the prompt (and, for an
 image edit          edit, of the images given), as ``b64_json`` or as ``data:`` URLs (``url``);
-                    ``stream``: one ``image_generation.completed`` (``image_edit.completed``)
-                    event per image
+                    ``stream``: per image, ``partial_images`` ``image_generation.partial_image``
+                    events (``image_edit.partial_image``: the same pixel), then one
+                    ``image_generation.completed`` (``image_edit.completed``)
 moderation          one result per input: a category is flagged when its name is a word of the
                     input (``violence``, ``hate`` …), every score 0.9 if flagged, else 0.001
 rerank              Cohere's shape: documents scored by the share of the query's words they
                     hold, best first, ``top_n`` of them; one search unit per 100 documents
 ==================  ==========================================================================
+
+A streamed call (``call.stream``) is answered as a :class:`~proxy.core.reply.MediaStream`: each
+piece (an event, or a piece of audio) is one chunk, handed over one at a time, the first with
+the request's worst case as a provisional usage and the last with the usage; otherwise the
+pieces are joined into one answer.
 """
 
 from __future__ import annotations
@@ -31,13 +39,15 @@ import re
 import struct
 import time
 import zlib
-from typing import Any, get_args
+from collections.abc import AsyncIterator
+from typing import Any, NamedTuple, get_args
 
 import msgspec
 
 from proxy.core.audio import wav_seconds
 from proxy.core.canonical import Call, MediaOperation, MediaUnits, Usage
-from proxy.core.reply import MediaAnswer
+from proxy.core.reply import Chunk, MediaAnswer, MediaStream
+from proxy.providers.openai.media import worst_usage
 
 OPERATIONS: frozenset[MediaOperation] = frozenset(get_args(MediaOperation))
 BYTES_PER_SECOND = 16_000
@@ -71,45 +81,73 @@ _JSON = "application/json"
 _ENCODER = msgspec.json.Encoder()
 
 
-def media_answer(call: Call, model: str) -> MediaAnswer:
+class _Answer(NamedTuple):
+    """An answer in the pieces a stream hands over one at a time (joined when whole)."""
+
+    pieces: list[bytes]
+    content_type: str
+    usage: Usage | None
+
+
+def media_answer(call: Call, model: str) -> MediaAnswer | MediaStream:
     """The mock's answer to the media ``call`` to ``model`` (see the module docstring)."""
     media = call.media
     assert media is not None  # a media call
     fields = media.fields
     match media.operation:
         case "speech":
-            return _speech(fields)
+            answer = _speech(fields)
         case "transcription" | "translation":
-            return _transcript(call, media.operation)
+            answer = _transcript(call, media.operation)
         case "image_generation" | "image_edit":
-            return _images(call)
+            answer = _images(call)
         case "moderation":
-            return _moderation(call, model)
+            answer = _moderation(call, model)
         case "rerank":
-            return _rerank(call, model)
+            answer = _rerank(call, model)
+    if call.stream:
+        provisional = worst_usage(call)
+        return MediaStream(answer.content_type, _streamed_pieces(answer, model, provisional))
+    body = b"".join(answer.pieces)
+    return MediaAnswer(body=body, content_type=answer.content_type, usage=answer.usage)
 
 
-def _speech(fields: dict[str, Any]) -> MediaAnswer:
+async def _streamed_pieces(
+    answer: _Answer, model: str, provisional: Usage | None
+) -> AsyncIterator[Chunk]:
+    """``answer``'s pieces, one chunk each (the first with the ``provisional`` usage, as a
+    provider's stream has), then a last chunk with its usage."""
+    for piece in answer.pieces:
+        yield Chunk(id="", model=model, choices=[], media=piece, usage=provisional)
+        provisional = None
+    yield Chunk(id="", model=model, choices=[], media=b"", usage=answer.usage)
+
+
+def _speech(fields: dict[str, Any]) -> _Answer:
     text = str(fields.get("input", ""))
     audio_format = str(fields.get("response_format", "mp3"))
     digest = hashlib.sha256(f"{fields.get('voice')}\n{text}".encode()).digest()
     audio = f"crossway-mock-audio:{audio_format}:".encode() + digest
-    usage = Usage(media=MediaUnits(characters=len(text)))
+    halves = [audio[: len(audio) // 2], audio[len(audio) // 2 :]]
     if fields.get("stream_format") != "sse":
         kind = _AUDIO_TYPES.get(audio_format, "application/octet-stream")
-        return MediaAnswer(body=audio, content_type=kind, usage=usage)
+        return _Answer(halves, kind, Usage(media=MediaUnits(characters=len(text))))
     tokens = -(-len(text) // 4)
     events: list[dict[str, Any]] = [
-        {"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()},
+        *(
+            {"type": "speech.audio.delta", "audio": base64.b64encode(half).decode()}
+            for half in halves
+        ),
         {
             "type": "speech.audio.done",
             "usage": {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens},
         },
     ]
+    usage = Usage(input=tokens, media=MediaUnits(characters=len(text)))
     return _event_stream(events, usage)
 
 
-def _transcript(call: Call, operation: MediaOperation) -> MediaAnswer:
+def _transcript(call: Call, operation: MediaOperation) -> _Answer:
     media = call.media
     assert media is not None
     audio = next(file for file in media.files if file.field == "file")
@@ -119,19 +157,28 @@ def _transcript(call: Call, operation: MediaOperation) -> MediaAnswer:
     text = f"mock transcript of {audio.filename} ({len(audio.data)} bytes)"
     usage = Usage(media=MediaUnits(audio_seconds=seconds))
     if _streamed(media.fields):
-        events = [
-            *({"type": "transcript.text.delta", "delta": word} for word in _words(text)),
-            {"type": "transcript.text.done", "text": text},
+        words = _words(text)
+        heard = math.ceil(seconds * 10)
+        tokens: dict[str, Any] = {
+            "type": "tokens",
+            "input_tokens": heard,
+            "input_token_details": {"text_tokens": 0, "audio_tokens": heard},
+            "output_tokens": len(words),
+            "total_tokens": heard + len(words),
+        }
+        events: list[dict[str, Any]] = [
+            *({"type": "transcript.text.delta", "delta": word} for word in words),
+            {"type": "transcript.text.done", "text": text, "usage": tokens},
         ]
-        return _event_stream(events, usage)
+        return _event_stream(events, Usage(input=heard, output=len(words)))
     answer_format = media.fields.get("response_format", "json")
     if answer_format == "text":
-        return MediaAnswer(body=text.encode(), content_type="text/plain", usage=usage)
+        return _Answer([text.encode()], "text/plain", usage)
     if answer_format in ("srt", "vtt"):
         separator = "," if answer_format == "srt" else "."
         cue = f"{_clock(0.0, separator)} --> {_clock(seconds, separator)}\n{text}\n"
         body = f"1\n{cue}" if answer_format == "srt" else f"WEBVTT\n\n{cue}"
-        return MediaAnswer(body=body.encode(), content_type="text/plain", usage=usage)
+        return _Answer([body.encode()], "text/plain", usage)
     answer: dict[str, Any] = {"text": text}
     if answer_format == "verbose_json":
         answer = {
@@ -143,7 +190,7 @@ def _transcript(call: Call, operation: MediaOperation) -> MediaAnswer:
         }
     elif operation == "transcription":
         answer["usage"] = {"type": "duration", "seconds": math.ceil(seconds)}
-    return MediaAnswer(body=_ENCODER.encode(answer), content_type=_JSON, usage=usage)
+    return _Answer([_ENCODER.encode(answer)], _JSON, usage)
 
 
 def _clock(seconds: float, separator: str) -> str:
@@ -153,7 +200,7 @@ def _clock(seconds: float, separator: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{rest // 1000:02d}{separator}{rest % 1000:03d}"
 
 
-def _images(call: Call) -> MediaAnswer:
+def _images(call: Call) -> _Answer:
     media = call.media
     assert media is not None
     fields = media.fields
@@ -174,23 +221,40 @@ def _images(call: Call) -> MediaAnswer:
     )
     if _streamed(fields):
         kind = "image_edit" if media.operation == "image_edit" else "image_generation"
-        return _event_stream([_completed(kind, item) for item in data], usage)
+        partials = int(fields.get("partial_images") or 0)
+        events: list[dict[str, Any]] = []
+        for item in data:
+            image = item.get("b64_json") or item["url"].partition(",")[2]
+            events.extend(_partial(kind, image, index) for index in range(partials))
+            events.append(_completed(kind, image))
+        return _event_stream(events, usage)
     body = _ENCODER.encode({"created": int(time.time()), "data": data})
-    return MediaAnswer(body=body, content_type=_JSON, usage=usage)
+    return _Answer([body], _JSON, usage)
 
 
-def _completed(kind: str, item: dict[str, str]) -> dict[str, Any]:
-    """The ``<kind>.completed`` event of one image (a GPT image model's stream)."""
-    image = item.get("b64_json") or item["url"].partition(",")[2]
-    tokens = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+def _image_event(kind: str, image: str) -> dict[str, Any]:
+    """What every event of one image of a GPT image model's stream says."""
     return {
-        "type": f"{kind}.completed",
+        "type": kind,
         "b64_json": image,
         "created_at": int(time.time()),
         "size": "auto",
         "quality": "auto",
         "background": "auto",
         "output_format": "png",
+    }
+
+
+def _partial(kind: str, image: str, index: int) -> dict[str, Any]:
+    """The ``<kind>.partial_image`` event number ``index`` of one image."""
+    return {**_image_event(f"{kind}.partial_image", image), "partial_image_index": index}
+
+
+def _completed(kind: str, image: str) -> dict[str, Any]:
+    """The ``<kind>.completed`` event of one image."""
+    tokens = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    return {
+        **_image_event(f"{kind}.completed", image),
         "usage": {**tokens, "input_tokens_details": {"text_tokens": 0, "image_tokens": 0}},
     }
 
@@ -207,9 +271,9 @@ def _words(text: str) -> list[str]:
     return [words[0], *(f" {word}" for word in words[1:])]
 
 
-def _event_stream(events: list[dict[str, Any]], usage: Usage) -> MediaAnswer:
-    body = b"".join(b"data: " + _ENCODER.encode(event) + b"\n\n" for event in events)
-    return MediaAnswer(body=body, content_type="text/event-stream", usage=usage)
+def _event_stream(events: list[dict[str, Any]], usage: Usage) -> _Answer:
+    frames = [b"data: " + _ENCODER.encode(event) + b"\n\n" for event in events]
+    return _Answer(frames, "text/event-stream", usage)
 
 
 def _pixel(rgb: bytes) -> bytes:
@@ -226,7 +290,7 @@ def _pixel(rgb: bytes) -> bytes:
     )
 
 
-def _moderation(call: Call, model: str) -> MediaAnswer:
+def _moderation(call: Call, model: str) -> _Answer:
     media = call.media
     assert media is not None
     given = media.fields.get("input", "")
@@ -251,11 +315,10 @@ def _moderation(call: Call, model: str) -> MediaAnswer:
             }
         )
     answer = {"id": f"modr-mock-{call.request_id[:32]}", "model": model, "results": results}
-    usage = Usage(input=media.tokens)
-    return MediaAnswer(body=_ENCODER.encode(answer), content_type=_JSON, usage=usage)
+    return _Answer([_ENCODER.encode(answer)], _JSON, Usage(input=media.tokens))
 
 
-def _rerank(call: Call, model: str) -> MediaAnswer:
+def _rerank(call: Call, model: str) -> _Answer:
     media = call.media
     assert media is not None
     fields = media.fields
@@ -281,5 +344,4 @@ def _rerank(call: Call, model: str) -> MediaAnswer:
         "results": results,
         "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": units}},
     }
-    usage = Usage(media=MediaUnits(search_units=units))
-    return MediaAnswer(body=_ENCODER.encode(answer), content_type=_JSON, usage=usage)
+    return _Answer([_ENCODER.encode(answer)], _JSON, Usage(media=MediaUnits(search_units=units)))

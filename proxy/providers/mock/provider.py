@@ -58,6 +58,7 @@ from proxy.core.reply import (
     Embeddings,
     FunctionCallDelta,
     MediaAnswer,
+    MediaStream,
     Response,
     ToolCallDelta,
 )
@@ -170,11 +171,30 @@ class MockProvider:
             tokens = sum(len(text.split()) for text in texts)
         return Embeddings(vectors=vectors, model=model, usage=Usage(input=tokens))
 
-    async def media(self, call: Call, model: str) -> MediaAnswer:
+    async def media(self, call: Call, model: str) -> MediaAnswer | MediaStream:
         """The answer of a media call (:mod:`proxy.providers.mock.media`), under the fault
-        models."""
-        await self._act(model)
-        return media_answer(call, model)
+        models (a streamed one also under ``cut-<n>`` and ``stall-<n>``, counted in pieces;
+        ``cut-<n>`` fails a whole one at once, as for chat)."""
+        plan = await self._act(model)
+        if not call.stream and plan.cut_after is not None:
+            raise UpstreamUnavailable("mock upstream dropped the connection", provider=self.name)
+        answer = media_answer(call, model)
+        if isinstance(answer, MediaStream) and (
+            plan.cut_after is not None or plan.stall_after is not None
+        ):
+            return MediaStream(answer.content_type, self._faulty(answer.pieces, plan))
+        return answer
+
+    async def _faulty(self, pieces: AsyncIterator[Any], plan: _Plan) -> AsyncIterator[Any]:
+        """``pieces`` cut (``cut-<n>``) or stalled (``stall-<n>``) after ``n`` of them."""
+        sent = 0
+        async for piece in pieces:
+            if plan.cut_after is not None and sent >= plan.cut_after:
+                raise UpstreamUnavailable("mock upstream cut the stream", provider=self.name)
+            if plan.stall_after is not None and sent >= plan.stall_after:
+                await asyncio.Event().wait()
+            yield piece
+            sent += 1
 
     async def _act(self, model: str) -> _Plan:
         """Wait, hang or fail as ``model``'s fault plan says; the plan."""

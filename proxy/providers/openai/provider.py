@@ -50,7 +50,7 @@ from proxy.providers.base import (
 )
 from proxy.providers.openai.batches import OpenAIBatchAPI
 from proxy.providers.openai.embeddings import build_openai_embeddings, parse_openai_embeddings
-from proxy.providers.openai.media import PATHS, build_media, parse_media
+from proxy.providers.openai.media import PATHS, StreamMeter, build_media, parse_media, stream_meter
 from proxy.providers.presets import PRESETS, PresetName, adapt, rejected_fields
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -258,6 +258,10 @@ class OpenAIProvider(HoldsBatchAPI):
     ) -> MediaAnswer:
         """A media answer, passed on as it came (:mod:`.media`)."""
         return parse_media(self.name, headers, body, call)
+
+    def media_meter(self, headers: Mapping[str, str], call: Call, model: str) -> StreamMeter:
+        """What reads a streamed media answer's usage (:func:`.media.stream_meter`)."""
+        return stream_meter(self.name, self.config, headers, call)
 
     def dropped_fields(self, call: Call, model: str) -> list[str]:
         """The fields of ``call`` that this vendor's preset removes for ``model`` (for logs)."""

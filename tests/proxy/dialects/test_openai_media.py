@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from proxy.core.canonical import MediaFile, MediaUnits, MultipartForm, Usage
-from proxy.core.errors import BadRequest
-from proxy.core.reply import MediaAnswer, Reply
+from proxy.core.errors import BadRequest, UpstreamUnavailable
+from proxy.core.reply import Chunk, MediaAnswer, Reply
 from proxy.dialects import other_dialects
 from proxy.dialects.base import DecodesForms
 from proxy.dialects.openai_media import (
@@ -178,3 +178,60 @@ def test_the_answer_is_the_body_as_it_came_with_its_type() -> None:
     assert dialect.encode_response(call, reply) == b"\xff\xfbaudio"
     assert dialect.response_headers(call, reply) == {"content-type": "audio/mpeg"}
     assert reply.whole_usage() is answer.usage
+
+
+# -- streamed answers ------------------------------------------------------------------------
+
+
+def _form(**fields: str) -> MultipartForm:
+    audio = MediaFile("file", "a.mp3", "audio/mpeg", b"mp3")
+    return MultipartForm(fields={"model": "m", **fields}, files=[audio])
+
+
+def test_speech_always_streams() -> None:
+    for extra in ({}, {"stream_format": "sse"}, {"stream_format": "audio"}):
+        body = _json({"model": "t", "input": "x", "voice": "a", **extra})
+        assert SpeechDialect().decode(body, {}, "r1", 0.0).stream
+
+
+def test_images_stream_when_asked_with_up_to_three_partial_images() -> None:
+    dialect = ImageGenerationDialect()
+    assert not dialect.decode(_json({"prompt": "p"}), {}, "r1", 0.0).stream
+    call = dialect.decode(_json({"prompt": "p", "stream": True, "partial_images": 3}), {}, "r", 0)
+    assert call.stream
+    assert call.media is not None
+    assert call.media.fields["partial_images"] == 3
+    with pytest.raises(BadRequest) as refused:
+        dialect.decode(_json({"prompt": "p", "stream": True, "partial_images": 4}), {}, "r", 0)
+    assert refused.value.param == "partial_images"
+
+
+@pytest.mark.parametrize(
+    ("value", "streams"), [("true", True), ("True", True), ("1", True), ("false", False)]
+)
+def test_a_forms_stream_field_is_a_boolean(value: str, streams: bool) -> None:
+    assert TranscriptionDialect().decode_form(_form(stream=value), {}, "r1", 0.0).stream is streams
+    assert not TranscriptionDialect().decode_form(_form(), {}, "r1", 0.0).stream
+
+
+def test_a_forms_stream_field_that_is_not_a_boolean_is_a_400() -> None:
+    with pytest.raises(BadRequest) as refused:
+        TranscriptionDialect().decode_form(_form(stream="maybe"), {}, "r1", 0.0)
+    assert refused.value.param == "stream"
+
+
+def test_a_streamed_answer_is_relayed_as_it_came() -> None:
+    dialect = TranscriptionDialect()
+    call = dialect.decode_form(_form(stream="true"), {}, "r1", 0.0)
+    events = Reply(provider="p", model="m", headers={"content-type": "text/event-stream"})
+    encoder = dialect.stream_encoder(call, events)
+    assert encoder.keepalive is None
+    frame = b'data: {"type":"transcript.text.delta","delta":"hi"}\n\n'
+    assert encoder.chunk(Chunk(id="", model="m", choices=[], media=frame)) == frame
+    assert encoder.chunk(Chunk(id="", model="m", choices=[], media=b"", usage=Usage())) == b""
+    assert encoder.end() == b""
+    error = json.loads(encoder.error(UpstreamUnavailable("gone", provider="p"))[6:])
+    assert error["type"] == "error"
+    assert error["error"]["code"] == "upstream_unavailable"
+    audio = Reply(provider="p", model="m", headers={"content-type": "audio/mpeg"})
+    assert dialect.stream_encoder(call, audio).error(UpstreamUnavailable("gone")) == b""

@@ -221,4 +221,4 @@ def test_media_goes_to_the_deployments_audio_and_image_paths() -> None:
     )
     assert request.headers["api-key"] == KEY
     assert request.headers["content-type"].startswith("multipart/form-data; boundary=")
-    assert b'name="model"\r\n\r\nwhisper-prod\r\n' in request.body
+    assert b'name="model"\r\n\r\nwhisper-prod\r\n' in b"".join(request.body)

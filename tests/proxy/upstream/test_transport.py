@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aioresponses import aioresponses
 
-from proxy.core.canonical import Call, Message
+from proxy.core.canonical import Call, MediaRequest, MediaUnits, Message, Usage
 from proxy.core.errors import (
     ContextWindowExceeded,
     UpstreamError,
@@ -463,3 +463,50 @@ async def test_a_refused_connection_leaves_none_of_the_calls_frames_in_cyclic_ga
             gc.enable()
             await transport.close()
     assert frames == []
+
+
+# -- media streams ---------------------------------------------------------------------------
+
+SPEECH_URL = f"{BASE}/audio/speech"
+
+
+def speech_call() -> Call:
+    media = MediaRequest("speech", {"input": "hello", "voice": "a"}, worst=MediaUnits(characters=5))
+    return Call(request_id="r", dialect="openai_speech", model="t", messages=[], media=media)
+
+
+async def test_a_media_stream_relays_its_bytes_with_the_usage_around_them(
+    transport, provider, upstream
+):
+    events = b'data: {"type":"speech.audio.delta","audio":"QUJD"}\n\n' + (
+        b'data: {"type":"speech.audio.done","usage":{"input_tokens":2,"output_tokens":9}}\n\n'
+    )
+    upstream.post(SPEECH_URL, status=200, body=events, content_type="text/event-stream")
+    call = speech_call()
+    request = provider.build_media(call, "tts-1")
+    opened = await transport.open_media_stream(
+        provider, request, lambda headers: provider.media_meter(headers, call, "tts-1")
+    )
+    assert opened.content_type == "text/event-stream"
+    batches = [batch async for batch in opened.pieces]
+    chunks = [item for batch in batches for item in batch if item is not None]
+    assert batches[-1][-1] is None  # complete
+    assert b"".join(chunk.media or b"" for chunk in chunks) == events
+    # the first carries the request's bound, the last what the answer billed
+    assert chunks[0].usage == Usage(media=MediaUnits(characters=5))
+    assert chunks[-1].usage == Usage(input=2, output=9, media=MediaUnits(characters=5))
+
+
+async def test_a_media_stream_refused_upstream_is_the_providers_error(
+    transport, provider, upstream
+):
+    upstream.post(SPEECH_URL, status=400, payload={"error": {"message": "no such voice"}})
+    call = speech_call()
+    with pytest.raises(UpstreamError) as refused:
+        await transport.open_media_stream(
+            provider,
+            provider.build_media(call, "tts-1"),
+            lambda headers: provider.media_meter(headers, call, "tts-1"),
+        )
+    assert refused.value.status == 400
+    assert "no such voice" in refused.value.message
