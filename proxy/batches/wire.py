@@ -128,7 +128,8 @@ class Translated:
     def request(self, body: bytes) -> dict[str, Any]:
         """See :meth:`LineCodec.request`."""
         built = self._http.build_request(self._call(body), self._model)
-        decoded: dict[str, Any] = msgspec.json.decode(built.body)
+        sent = built.body if isinstance(built.body, bytes) else b"".join(built.body)
+        decoded: dict[str, Any] = msgspec.json.decode(sent)
         return decoded
 
     def answer(self, body: bytes, result: NativeResult) -> Answer:
