@@ -9,10 +9,10 @@ the same clocks (:class:`Timeouts`) and the same stream priming.
 Beyond its kind's methods a provider may offer optional capabilities, one small protocol each:
 counting tokens (:class:`CountsTokens` over HTTP, :class:`CountsTokensLocally` in-process),
 embeddings (:class:`Embeds`, :class:`EmbedsLocally`), audio, images, moderations and rerank
-(:class:`ServesMedia`, :class:`ServesMediaLocally`), stream framing and parsing
-(:class:`DecodesStreams`, :class:`ParsesStreams`), verbatim frames (:class:`VouchesFrames`), the
-request fields it drops (:class:`DropsFields`), the models it lists (:class:`ListsModels`) and
-a batch API of its own (:class:`BatchesNatively`).
+(:class:`ServesMedia`, :class:`ServesMediaLocally`; streamed, :class:`StreamsMedia`), stream
+framing and parsing (:class:`DecodesStreams`, :class:`ParsesStreams`), verbatim frames
+(:class:`VouchesFrames`), the request fields it drops (:class:`DropsFields`), the models it
+lists (:class:`ListsModels`) and a batch API of its own (:class:`BatchesNatively`).
 What a provider offers is decided once, when its snapshot is built (:func:`capabilities_of`,
 a :class:`Capabilities` record of bound methods), never looked up per request.
 
@@ -322,6 +322,15 @@ class ServesMedia(Protocol):
         Raises :class:`UpstreamError` for a body it must read and cannot."""
         ...
 
+
+@runtime_checkable
+class StreamsMedia(Protocol):
+    """A media provider whose upstream streams its answers (speech's audio or events,
+    transcriptions' and images' events), relayed to the client as they come. A streamed call
+    (``call.stream``) to a media provider without it is answered whole: speech's audio (the
+    same bytes, only later); any other streamed operation is refused with a 400 before it is
+    sent."""
+
     def media_meter(self, headers: Mapping[str, str], call: Call, model: str) -> MediaMeter:
         """What reads the usage of a streamed 2xx answer (``call.stream``) with ``headers``,
         as its bytes are relayed to the client."""
@@ -526,6 +535,7 @@ class Capabilities(Struct, frozen=True):
     dropped_fields: Callable[[Call, str], list[str]] | None = None
     listed_models: tuple[str, ...] = ()
     media_server: ServesMedia | None = None
+    media_meter: Callable[[Mapping[str, str], Call, str], MediaMeter] | None = None
     media: Callable[[Call, str], Awaitable[MediaAnswer | MediaStream]] | None = None
     media_operations: frozenset[MediaOperation] = frozenset()
     batcher: BatchesNatively | None = None
@@ -559,6 +569,7 @@ def capabilities_of(provider: Provider) -> Capabilities:
         dropped_fields=provider.dropped_fields if isinstance(provider, DropsFields) else None,
         listed_models=provider.listed_models if isinstance(provider, ListsModels) else (),
         media_server=provider if isinstance(provider, ServesMedia) else None,
+        media_meter=provider.media_meter if isinstance(provider, StreamsMedia) else None,
         media=provider.media if isinstance(provider, ServesMediaLocally) else None,
         media_operations=_media_operations(provider),
         batcher=provider if isinstance(provider, BatchesNatively) else None,

@@ -121,6 +121,13 @@ class Upstream:
                 code="unsupported_operation",
                 param="model",
             )
+        if (
+            media is not None
+            and call.stream
+            and capabilities.media_meter is None
+            and capabilities.media is None  # a local provider streams what it can itself
+        ):
+            refuse_whole_stream(deployment.provider, call)
         # With tracing off each of these checks is all the attempt pays (no extra frame)
         traced = self._traced
         if traced:
@@ -322,7 +329,10 @@ class Upstream:
     ) -> MediaAnswer | tuple[str, UpstreamStream]:
         """The answer of a media call: in-process, or from the provider's one request; a
         streamed one (``call.stream``) as its content type and its primed stream, whose chunks
-        carry the answer's bytes as they came (:attr:`~proxy.core.reply.Chunk.media`)."""
+        carry the answer's bytes as they came (:attr:`~proxy.core.reply.Chunk.media`). A
+        provider whose upstream does not stream media (no
+        :class:`~proxy.providers.base.StreamsMedia`) answers speech's audio whole and refuses
+        any other streamed call (:func:`refuse_whole_stream`)."""
         started = time.perf_counter()
         server, http = capabilities.media_server, capabilities.http
         answer: MediaAnswer | MediaStream
@@ -333,11 +343,12 @@ class Upstream:
                 else:
                     assert server is not None  # the caller checked the operation
                     assert http is not None  # a media server is reached over HTTP
+                    meter = capabilities.media_meter
                     request = server.build_media(call, deployment.model)
-                    if call.stream:
+                    if call.stream and meter is not None:
                         model = deployment.model
                         answer = await self._transport.open_media_stream(
-                            http, request, lambda headers: server.media_meter(headers, call, model)
+                            http, request, lambda headers: meter(headers, call, model)
                         )
                     else:
                         status, headers, body = await self._transport.request(http, request)
@@ -452,3 +463,18 @@ def _failing_span(on_error: ErrorHook, span: Span) -> ErrorHook:
         span.fail(error.code)
 
     return failed
+
+
+def refuse_whole_stream(provider: str, call: Call) -> None:
+    """Raise a 400 for a streamed media ``call`` that ``provider`` can only answer whole,
+    unless it is speech's audio (the same bytes, sent whole)."""
+    media = call.media
+    assert media is not None  # a media call
+    if media.operation == "speech" and media.fields.get("stream_format", "audio") == "audio":
+        return
+    param = "stream_format" if media.operation == "speech" else "stream"
+    raise BadRequest(
+        f"provider {provider!r} answers {media.operation} whole: it cannot stream it",
+        param=param,
+        code="unsupported_operation",
+    )

@@ -318,3 +318,18 @@ async def test_an_operation_the_provider_lacks_is_a_400_naming_both(gateway: Gat
     assert refused.value.code == "unsupported_operation"
     assert "'aws'" in str(refused.value.message)
     assert gateway.upstream.requests == []
+
+
+async def test_a_stream_neither_upstream_can_send_is_a_400_before_sending(
+    gateway: Gateway,
+) -> None:
+    # Imagen and Amazon's image models answer whole: a streamed image is refused, not faked.
+    for model in ("imagen", "canvas"):
+        refused = await gateway.post(
+            "/v1/images/generations",
+            {"model": model, "prompt": "x", "stream": True, "partial_images": 1},
+        )
+        assert refused.status_code == 400
+        error = refused.json()["error"]
+        assert (error["code"], error["param"]) == ("unsupported_operation", "stream")
+    assert gateway.upstream.requests == []

@@ -28,6 +28,7 @@ from proxy.providers.base import (
     Provider,
     ServesMedia,
     ServesMediaLocally,
+    StreamsMedia,
     VouchesFrames,
     capabilities_of,
 )
@@ -42,9 +43,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 CAPABILITIES: dict[str, tuple[type, set[type]]] = {
-    "openai": (HttpProvider, {Embeds, DropsFields, VouchesFrames, ServesMedia, BatchesNatively}),
+    "openai": (
+        HttpProvider,
+        {Embeds, DropsFields, VouchesFrames, ServesMedia, StreamsMedia, BatchesNatively},
+    ),
     "mock": (LocalProvider, {CountsTokensLocally, EmbedsLocally, ListsModels, ServesMediaLocally}),
-    "azure": (HttpProvider, {Embeds, ServesMedia, BatchesNatively}),
+    "azure": (HttpProvider, {Embeds, ServesMedia, StreamsMedia, BatchesNatively}),
     "bedrock": (HttpProvider, {Embeds, DecodesStreams, ParsesStreams, ServesMedia}),
     "anthropic": (HttpProvider, {CountsTokens, ParsesStreams, BatchesNatively}),
     "gemini": (HttpProvider, {Embeds, ParsesStreams, ServesMedia}),
@@ -63,6 +67,7 @@ OPTIONAL = (
     ListsModels,
     ServesMedia,
     ServesMediaLocally,
+    StreamsMedia,
     BatchesNatively,
 )
 
@@ -78,6 +83,7 @@ FIELD: dict[type, str] = {
     ListsModels: "listed_models",
     ServesMedia: "media_server",
     ServesMediaLocally: "media",
+    StreamsMedia: "media_meter",
     BatchesNatively: "batcher",
 }
 """The :class:`Capabilities` field that carries each capability."""
@@ -150,6 +156,7 @@ def test_a_capability_is_there_exactly_when_its_attributes_are(kind: str) -> Non
     assert bool(capabilities.media_operations) == hasattr(provider, "media_operations")
     assert capabilities.listed_models == getattr(provider, "listed_models", ())
     assert (capabilities.batcher is not None) == hasattr(provider, "submit_batch")
+    assert (capabilities.media_meter is not None) == hasattr(provider, "media_meter")
 
 
 def test_a_provider_without_optional_capabilities_has_none() -> None:
