@@ -223,7 +223,7 @@ class NativeRunner:
             answer = codec.answer(line.body, result)
             if answer.error is not None:
                 clean = redactor.text(answer.body.decode("utf-8", "replace")).encode()
-                answer = answer._replace(body=clean)
+                answer = Answer(answer.status, clean, answer.usage, answer.error)
             rid = request_id()
             failed = answer.error is not None
             results.append(Result(line.number, _client_line(endpoint, line, rid, answer), failed))
