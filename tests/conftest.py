@@ -6,10 +6,6 @@ as green (a run that skipped the schema validation of every dialect once exited 
 Tests that are not meant to run in ``make test`` are not collected (or are deselected), rather
 than skipped.
 
-Each process saves its coverage data when its tests are done (:func:`pytest_sessionfinish`),
-not only at its exit: pytest-xdist kills a worker that has not exited 10 s after the run, which
-a worker stopping its engines on a loaded machine can miss, and a killed worker's data was lost.
-
 Nor does a test time anything: hypothesis runs without its per-example deadline and without
 its "input generation is slow" health check, both of which fail a correct test on a loaded
 machine (timing belongs in ``bench/``).
@@ -19,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 
-import coverage
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -56,11 +51,3 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, o
     outcome = yield
     _as_failure(outcome.get_result())  # type: ignore[attr-defined]
 
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish() -> None:
-    """Stop and save this process's coverage data, if it is measured (module docstring)."""
-    measuring = coverage.Coverage.current()
-    if measuring is not None:
-        measuring.stop()
-        measuring.save()

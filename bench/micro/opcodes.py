@@ -34,6 +34,7 @@ class OpcodeCount:
     def __init__(self) -> None:
         self.total = 0
         self.by_function: Counter[str] = Counter()
+        self._previous: Any = None
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "opcode":
@@ -47,11 +48,14 @@ class OpcodeCount:
         return self._local
 
     def __enter__(self) -> OpcodeCount:
+        self._previous = sys.gettrace()
         sys.settrace(self._global)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sys.settrace(None)
+        # The trace function it replaced comes back: a coverage measurement in the same
+        # process (the suite's) would otherwise stop for good, here.
+        sys.settrace(self._previous)
 
 
 async def count_chain(chain: Chain, stream: bool, requests: int) -> OpcodeCount:

@@ -333,3 +333,18 @@ def test_ledger_writes_every_record_into_sqlite(capsys) -> None:
     assert printed.startswith("ledger into SQLite, 1 rounds of 200 records: median ")
     assert "records/s" in printed
     assert printed.rstrip().endswith("journaled 0")  # none fell back to the journal
+
+
+def test_the_opcode_count_gives_back_the_trace_function_it_replaced() -> None:
+    # The suite's coverage measurement is such a trace function: it must go on afterwards.
+    def tracer(frame: object, event: str, arg: object) -> None:
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        with OpcodeCount():
+            pass
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(previous)
