@@ -50,4 +50,3 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, object, None
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, object, None]:
     outcome = yield
     _as_failure(outcome.get_result())  # type: ignore[attr-defined]
-
