@@ -48,9 +48,11 @@ def too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"the file is larger than this gateway's bound of {limit} bytes")
 
 
-async def _parts(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
-    """``pieces`` regrouped into parts of :data:`PART_BYTES` (the last shorter); a 413 as soon
-    as more than ``limit`` bytes came."""
+async def in_parts(
+    pieces: AsyncIterator[bytes], limit: int, part_bytes: int = PART_BYTES
+) -> AsyncIterator[bytes]:
+    """``pieces`` regrouped into parts of ``part_bytes`` (the last shorter; one empty part for
+    no bytes); a 413 as soon as more than ``limit`` bytes came."""
     size = 0
     held = bytearray()
     async for piece in pieces:
@@ -58,9 +60,9 @@ async def _parts(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[byte
         if size > limit:
             raise too_large(limit)
         held += piece
-        while len(held) >= PART_BYTES:
-            yield bytes(held[:PART_BYTES])
-            del held[:PART_BYTES]
+        while len(held) >= part_bytes:
+            yield bytes(held[:part_bytes])
+            del held[:part_bytes]
     if held or size == 0:
         yield bytes(held)
 
@@ -77,7 +79,7 @@ class DatabaseContents:
         size = 0
         try:
             number = 0
-            async for part in _parts(pieces, limit):
+            async for part in in_parts(pieces, limit):
                 async with self._database.connect() as connection:
                     await connection.execute(
                         batch_file_parts.insert().values(file_id=file_id, part=number, data=part)
@@ -133,7 +135,7 @@ class DirectoryContents:
         sink: BinaryIO = await asyncio.to_thread(partial.open, "wb")
         size = 0
         try:
-            async for part in _parts(pieces, limit):
+            async for part in in_parts(pieces, limit):
                 await asyncio.to_thread(sink.write, part)
                 size += len(part)
             await asyncio.to_thread(sink.close)

@@ -23,7 +23,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from proxy.batches.contents import too_large
+from proxy.batches.contents import in_parts
 from proxy.core.errors import GatewayError
 from proxy.runtime.config import S3Config
 
@@ -77,51 +77,39 @@ class S3Contents:
         """See :meth:`~proxy.batches.contents.Contents.write`."""
         s3, bucket, key = await self._s3(), self._config.bucket, self._key(file_id)
         size = 0
-        held = bytearray()
         upload_id: str | None = None
-        parts: list[dict[str, Any]] = []
+        sent: list[dict[str, Any]] = []
+
+        async def send(part: bytes) -> None:  # one part of the multipart upload
+            answer = await _call(
+                "write",
+                s3.upload_part(
+                    Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=len(sent) + 1, Body=part
+                ),
+            )
+            sent.append({"PartNumber": len(sent) + 1, "ETag": answer["ETag"]})
+
         try:
-            async for piece in pieces:
-                size += len(piece)
-                if size > limit:
-                    raise too_large(limit)
-                held += piece
-                while len(held) >= PART_BYTES:
+            held: bytes | None = None  # a part is sent once the next one shows it is not the last
+            async for part in in_parts(pieces, limit, PART_BYTES):
+                size += len(part)
+                if held is not None:
                     if upload_id is None:
                         started = await _call(
                             "write", s3.create_multipart_upload(Bucket=bucket, Key=key)
                         )
                         upload_id = started["UploadId"]
-                    part = bytes(held[:PART_BYTES])
-                    del held[:PART_BYTES]
-                    number = len(parts) + 1
-                    sent = await _call(
-                        "write",
-                        s3.upload_part(
-                            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=part
-                        ),
-                    )
-                    parts.append({"PartNumber": number, "ETag": sent["ETag"]})
-            if upload_id is None:
-                await _call("write", s3.put_object(Bucket=bucket, Key=key, Body=bytes(held)))
+                    await send(held)
+                held = part
+            if upload_id is None:  # one part at most: one put
+                await _call("write", s3.put_object(Bucket=bucket, Key=key, Body=held or b""))
                 return size
             if held:
-                number = len(parts) + 1
-                sent = await _call(
-                    "write",
-                    s3.upload_part(
-                        Bucket=bucket,
-                        Key=key,
-                        UploadId=upload_id,
-                        PartNumber=number,
-                        Body=bytes(held),
-                    ),
-                )
-                parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+                await send(held)
             await _call(
                 "write",
                 s3.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": sent}
                 ),
             )
             return size
