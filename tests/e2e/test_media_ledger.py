@@ -111,6 +111,12 @@ async def test_each_media_record_carries_the_units_it_was_billed(gateway: str) -
     rows = await records_of(gateway, "/spend/logs", 4)
     litellm = {row["metadata"]["dialect"]: row["metadata"]["media_units"] for row in rows}
     assert litellm == units
+    assert {row["metadata"]["dialect"]: row["call_type"] for row in rows} == {
+        "openai_speech": "aspeech",  # LiteLLM's CallTypes
+        "openai_transcriptions": "atranscription",
+        "openai_images": "aimage_generation",
+        "rerank": "arerank",
+    }
 
     async with (
         aiohttp.ClientSession() as session,

@@ -202,13 +202,30 @@ async def spend_logs(request: web.Request) -> web.Response:
     return json_response(rows)
 
 
+CALL_TYPES = {
+    "openai_completions": "atext_completion",
+    "openai_embeddings": "aembedding",
+    "anthropic": "anthropic_messages",
+    "responses": "aresponses",
+    "openai_speech": "aspeech",
+    "openai_transcriptions": "atranscription",
+    "openai_translations": "atranscription",
+    "openai_images": "aimage_generation",
+    "openai_image_edits": "aimage_edit",
+    "openai_moderations": "amoderation",
+    "rerank": "arerank",
+}
+"""LiteLLM's ``call_type`` of a record's dialect (its ``CallTypes``); any other (chat in any
+dialect) is ``acompletion``."""
+
+
 def _spend_row(record: SpendRecord) -> dict[str, Any]:
     end = record.time
     start = end - record.duration_ms / 1000
     tokens = record.input_tokens + record.cache_read_tokens + record.cache_write_tokens
     return {
         "request_id": record.request_id,
-        "call_type": "acompletion",
+        "call_type": CALL_TYPES.get(record.dialect, "acompletion"),
         "api_key": record.key_id,
         "spend": 0.0 if record.cost_nanos is None else nanos_to_usd(record.cost_nanos),
         "total_tokens": tokens + record.output_tokens,
