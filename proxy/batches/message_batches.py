@@ -149,7 +149,7 @@ class MessageBatchRoutes:
             request_counts=RequestCounts(total=len(asked.requests)),
         )
         lines = [(item.custom_id, ENCODER.encode(item.params)) for item in asked.requests]
-        plan = plan_of(self._parts.snapshot(), MESSAGES, lines)
+        plan = plan_of(self._parts.snapshot(), MESSAGES, lines, principal)
         native = None if plan is None else ENCODER.encode(plan)
         await self._batches.create(batch, principal, lines, native)
         self._executor.wake()

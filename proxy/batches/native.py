@@ -3,14 +3,17 @@ through that provider's own batch API (:class:`~proxy.providers.base.BatchesNati
 Azure OpenAI's, Anthropic's Message Batches), at its discount, instead of line by line through
 the chain.
 
-:func:`plan_of` decides when a batch is created: every line must name the same alias, and its
-first ``native`` deployment whose provider has a batch API must take the batch's endpoint —
-as it is, or, for a chat batch, translated between OpenAI's chat completions and Anthropic's
-messages (:mod:`proxy.batches.wire`): so an OpenAI SDK's batch can run at Anthropic's batch
-price, and an Anthropic SDK's message batch at OpenAI's or Azure's. Otherwise the batch is
-gateway-executed. The :class:`NativePlan` (provider, upstream model, the wire endpoint, the
-upstream batch's id once submitted — never a key) is stored with the batch, so that a
-restart resumes polling.
+:func:`plan_of` decides when a batch is created: every line must name the same alias, one its
+creator may use, and its first ``native`` deployment whose provider has a batch API must take
+the batch's endpoint — as it is, or, for a chat batch, translated between OpenAI's chat
+completions and Anthropic's messages (:mod:`proxy.batches.wire`): so an OpenAI SDK's batch can
+run at Anthropic's batch price, and an Anthropic SDK's message batch at OpenAI's or Azure's.
+Otherwise the batch is gateway-executed — and so it is, too, when its creator has a budget or
+guardrails of its own (:func:`governed`): a native batch's lines pass no plugin, and its spend
+is known only when its results come back, so neither a budget's bound nor a key's checks could
+hold for it. The :class:`NativePlan` (provider, upstream model, the wire endpoint, the upstream
+batch's id once submitted — never a key) is stored with the batch, so that a restart resumes
+polling.
 
 :class:`NativeRunner` submits the lines (each under the upstream id ``l<number>``, which every
 provider's custom-id rules accept, its body as the provider's endpoint takes it; a line that
@@ -22,8 +25,7 @@ body has the snapshot's secrets redacted (an upstream may quote a key). Each res
 recorded in the ledger as one request of the batch — the deployment that served, the usage it
 reported, priced at the model's batch rate
 (:meth:`~proxy.governance.pricing.ModelPrice.batch_nanos`) — through the snapshot's
-``finished`` hooks. A native batch's lines are not reserved against budgets (their spend is
-recorded when the results come). A batch API that answers an error raises
+``finished`` hooks. A batch API that answers an error raises
 :class:`~proxy.providers.base.BatchAPIError` with its status (its body is not kept: it may
 quote a key).
 """
@@ -99,8 +101,11 @@ def _wire_of(endpoint: str, capabilities: Capabilities) -> str | None:
     return None
 
 
-def plan_of(snapshot: Snapshot, endpoint: str, lines: list[tuple[str, bytes]]) -> NativePlan | None:
-    """The native plan of a batch of ``lines`` for ``endpoint`` (module docstring), or None."""
+def plan_of(
+    snapshot: Snapshot, endpoint: str, lines: list[tuple[str, bytes]], principal: Principal
+) -> NativePlan | None:
+    """The native plan of a batch of ``lines`` for ``endpoint`` created by ``principal``
+    (module docstring), or None."""
     try:
         models = {_MODEL.decode(body).model for _, body in lines}
     except msgspec.DecodeError:
@@ -108,7 +113,7 @@ def plan_of(snapshot: Snapshot, endpoint: str, lines: list[tuple[str, bytes]]) -
     if len(models) != 1:
         return None
     (alias,) = models
-    if alias is None:
+    if alias is None or not principal.allows(alias) or governed(principal):
         return None
     for deployment in snapshot.config.models.get(alias, ()):
         if deployment.batch != "native":
@@ -119,6 +124,14 @@ def plan_of(snapshot: Snapshot, endpoint: str, lines: list[tuple[str, bytes]]) -
         if wire is not None:
             return NativePlan(provider, model, alias, wire=None if wire == endpoint else wire)
     return None
+
+
+def governed(principal: Principal) -> bool:
+    """Whether ``principal`` has a budget (its own, its team's, its end users') or guardrails of
+    its own: what only the chain applies, line by line, so its batches are gateway-executed."""
+    return bool(
+        principal.budget or principal.team_budget or principal.user_budget or principal.guardrails
+    )
 
 
 class NativeRunner:

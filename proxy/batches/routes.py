@@ -289,7 +289,7 @@ class BatchRoutes:
             batch.errors, batch.request_counts = BatchErrors(errors), RequestCounts()
             lines = []
         else:
-            plan = plan_of(self._parts.snapshot(), asked.endpoint, lines)
+            plan = plan_of(self._parts.snapshot(), asked.endpoint, lines, principal)
             native = None if plan is None else ENCODER.encode(plan)
         await self._batches.create(batch, principal, lines, native, output_expires_after=keep)
         self._executor.wake()

@@ -28,6 +28,7 @@ SPEC = "openai-batches.openapi.json"
 MASTER = "master-key-native-" + "0123456789" * 3
 KEY = "sk-cw-native-batch-" + "abcdefghij" * 4
 UPSTREAM_KEY = "prov-native-upstream-key-0123456789"
+BUDGETED = "sk-cw-native-budget-" + "abcdefghij" * 4
 LINE_NANOS = (10 * 1_000 + 5 * 2_000) // 2  # 10 input at $1/M, 5 output at $2/M, halved
 
 
@@ -41,7 +42,9 @@ def config(tmp_path: Path, upstream: str) -> Path:
             batches: {{poll_interval: 0.1}}
             auth:
               master_key: "{MASTER}"
-              keys: [{{key: "{KEY}", alias: native}}]
+              keys:
+                - {{key: "{KEY}", alias: native}}
+                - {{key: "{BUDGETED}", alias: budgeted, budget: {{max_usd: 5}}}}
             providers:
               up: {{type: openai, base_url: "{upstream}/v1", api_key: "{UPSTREAM_KEY}"}}
               denied: {{type: openai, base_url: "{upstream}/v1", api_key: "{REFUSED_KEY}"}}
@@ -237,3 +240,31 @@ async def test_a_native_batch_the_provider_ended_expired_ends_expired(tmp_path: 
     ]
     assert batch.usage is not None
     assert batch.usage.total_tokens == 30  # the two lines that ran
+
+
+async def test_a_batch_of_a_key_with_a_budget_runs_through_the_chain_not_natively(
+    tmp_path: Path,
+) -> None:
+    # A native batch's spend is known only when its results come back: only lines run one by
+    # one through the chain keep a budget's bound, so such a key's batches never go native.
+    fake = FakeBatchAPI()
+    upstream_runner, upstream = await start_site(fake.app())
+    runner, url = await start_site(create_app(config(tmp_path, upstream), log_stream=io.StringIO()))
+    try:
+        async with openai.AsyncOpenAI(
+            base_url=f"{url}/v1", api_key=BUDGETED, max_retries=0
+        ) as client:
+            uploaded = await client.files.create(file=("in.jsonl", lines(2)), purpose="batch")
+            created = await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+            batch = await finished(client, created.id)
+    finally:
+        await runner.cleanup()
+        await upstream_runner.cleanup()
+    assert fake.batches == {}  # nothing submitted to the batch API
+    assert fake.chat_calls == 2  # each line went to the online endpoint, through the chain
+    assert batch.request_counts is not None
+    assert batch.request_counts.failed == 2  # (which the fake refuses)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.batches.native import NativePlan, plan_of
+from proxy.core.canonical import ANONYMOUS, Budget, Principal
 from proxy.core.metrics import Metrics
 from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import Loader, Snapshot
@@ -73,9 +74,28 @@ def lines(*models: str) -> list[tuple[str, bytes]]:
 def test_a_batch_runs_natively_where_a_native_deployment_takes_it(
     snapshot: Snapshot, endpoint: str, model: str, plan: NativePlan | None
 ) -> None:
-    assert plan_of(snapshot, endpoint, lines(model, model)) == plan
+    assert plan_of(snapshot, endpoint, lines(model, model), ANONYMOUS) == plan
 
 
 def test_a_batch_of_several_models_or_none_is_gateway_executed(snapshot: Snapshot) -> None:
-    assert plan_of(snapshot, "/v1/chat/completions", lines("gpt-batch", "az-batch")) is None
-    assert plan_of(snapshot, "/v1/chat/completions", [("c0", b"{}")]) is None
+    chat = "/v1/chat/completions"
+    assert plan_of(snapshot, chat, lines("gpt-batch", "az-batch"), ANONYMOUS) is None
+    assert plan_of(snapshot, chat, [("c0", b"{}")], ANONYMOUS) is None
+
+
+@pytest.mark.parametrize(
+    ("principal", "native"),
+    [
+        (Principal(key_id="k", models=frozenset({"gpt-batch"})), True),
+        (Principal(key_id="k", models=frozenset({"az-batch"})), False),  # not its model
+        (Principal(key_id="k", budget=Budget(max_usd=5)), False),  # only lines bound a budget
+        (Principal(key_id="k", team="t", team_budget=Budget(max_usd=5)), False),
+        (Principal(key_id="k", user_budget=Budget(max_usd=5)), False),
+        (Principal(key_id="k", guardrails=("no-secrets",)), False),  # only the chain runs them
+    ],
+)
+def test_only_a_creator_free_of_budgets_and_guardrails_and_allowed_the_model_runs_natively(
+    snapshot: Snapshot, principal: Principal, native: bool
+) -> None:
+    plan = plan_of(snapshot, "/v1/chat/completions", lines("gpt-batch"), principal)
+    assert (plan is not None) == native
