@@ -329,10 +329,15 @@ class BatchExecutor:
             await store.save(batch, lease=None)
             return False
         lines = await self._pending(batch.id)
-        results = await native.results(
+        page: list[Result] = []  # stored a page at a time: a result file is never held whole
+        async for result in native.results(
             plan, batch.endpoint, batch.id, held.principal, upstream, lines
-        )
-        await store.record(batch.id, results)
+        ):
+            page.append(result)
+            if len(page) >= PAGE:
+                await store.record(batch.id, page)
+                page = []
+        await store.record(batch.id, page)
         if upstream.outcome == "cancelled":
             cancel.set()
         elif upstream.outcome == "expired":  # the provider's window passed: so did ours

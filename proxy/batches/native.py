@@ -18,12 +18,14 @@ polling.
 :class:`NativeRunner` submits the lines (each under the upstream id ``l<number>``, which every
 provider's custom-id rules accept, its body as the provider's endpoint takes it; a line that
 cannot be translated fails at once with the error its online request would have had), polls,
-cancels, and maps the results back into the client's lines: an OpenAI output line under the
-client's ``custom_id``, or a message batch's result. A request the provider never ran
-(cancelled, expired) gets no result, as a line the gateway did not run. An errored result's
-body has the snapshot's secrets redacted (an upstream may quote a key). Each result is
-recorded in the ledger as one request of the batch — the deployment that served, the usage it
-reported, priced at the model's batch rate
+cancels, and maps the results back — read line by line as they arrive, each line within the
+provider's ``max_response_bytes``, never a whole result file — into the client's lines: an
+OpenAI output line under the client's ``custom_id``, or a message batch's result. A request the
+provider never ran gets no result of its own (upstream ``cancelled``: left out, as a line the
+gateway did not run; upstream ``expired``: the executor records it ``batch_expired``). An
+errored result's body has the snapshot's secrets redacted (an upstream may quote a key).
+Each result is recorded in the ledger as one request of the batch — the deployment that served,
+the usage it reported, priced at the model's batch rate
 (:meth:`~proxy.governance.pricing.ModelPrice.batch_nanos`) — through the snapshot's
 ``finished`` hooks. A batch API that answers an error raises
 :class:`~proxy.providers.base.BatchAPIError` with its status (its body is not kept: it may
@@ -33,7 +35,7 @@ quote a key).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -52,12 +54,17 @@ from proxy.providers.base import (
     Capabilities,
     HttpRequest,
     NativeBatchState,
+    ReadBatchLines,
 )
 from proxy.runtime.snapshot import Snapshot
 
-UPSTREAM_TIMEOUT = 600.0
+UPSTREAM_TIMEOUT = 3600.0
 """Seconds one call of a batch API may take (a result file can be large)."""
 CONNECT_TIMEOUT = 10.0
+READ_BYTES = 1024 * 1024
+"""The most bytes of a result file read at once."""
+DEFAULT_LINE_BYTES = 32 * 1024 * 1024
+"""The bound of a result line for a provider no longer configured (its default)."""
 
 
 class NativePlan(msgspec.Struct):
@@ -176,6 +183,40 @@ class NativeRunner:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BatchAPIError(f"{what}: {type(exc).__name__}", None) from None
 
+    def _reader(self, plan: NativePlan) -> ReadBatchLines:
+        """A :data:`~proxy.providers.base.ReadBatchLines` whose lines are bounded by the
+        provider's ``max_response_bytes`` (one line is one request's answer)."""
+        provider = self._snapshot().config.providers.get(plan.provider)
+        bound = DEFAULT_LINE_BYTES if provider is None else provider.max_response_bytes
+
+        async def read(request: HttpRequest, what: str) -> AsyncIterator[bytes]:
+            def within(line: bytes) -> bytes:
+                if len(line) > bound:
+                    message = f"{what}: a line is larger than {bound} bytes"
+                    raise BatchAPIError(message, None, lasting=True)
+                return line
+
+            timeout = aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT, connect=CONNECT_TIMEOUT)
+            try:
+                async with (
+                    aiohttp.ClientSession(timeout=timeout) as session,
+                    session.request(request.method, request.url, headers=request.headers) as answer,
+                ):
+                    if answer.status >= 400:
+                        raise BatchAPIError(what, answer.status)
+                    held = b""  # the line still open
+                    async for piece in answer.content.iter_chunked(READ_BYTES):
+                        *whole, held = (held + piece).split(b"\n")
+                        for line in whole:
+                            yield within(line)
+                        within(held)
+                    if held:
+                        yield held
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise BatchAPIError(f"{what}: {type(exc).__name__}", None) from None
+
+        return read
+
     async def submit(
         self, plan: NativePlan, endpoint: str, lines: Sequence[Line]
     ) -> tuple[str | None, list[Result]]:
@@ -220,28 +261,30 @@ class NativeRunner:
         principal: Principal,
         state: NativeBatchState,
         lines: Sequence[Line],
-    ) -> list[Result]:
+    ) -> AsyncIterator[Result]:
         """The client's results of the ended upstream batch (``state``) of ``lines`` (those
-        without a result), each recorded in the ledger (module docstring)."""
+        without a result), as they are read, each recorded in the ledger (module docstring).
+        A line gets one result at most."""
         batcher, _ = self._batcher(plan)
         codec = self._codec(plan, endpoint)
         redactor = self._snapshot().redactor
         waiting = {wire_id(line.number): line for line in lines}
+        # (a batch submitted before lines went up as l<number> has the client's ids)
         waiting.update({line.custom_id: line for line in lines if line.custom_id not in waiting})
-        results: list[Result] = []
-        async for result in batcher.batch_results(self._send, state):
-            line = waiting.pop(result.custom_id, None)
-            if line is None or result.body is None:  # not ours, seen, or never ran
-                continue
+        done: set[int] = set()
+        async for result in batcher.batch_results(self._reader(plan), state):
+            line = waiting.get(result.custom_id)
+            if line is None or line.number in done or result.body is None:
+                continue  # not ours, seen, or never ran
+            done.add(line.number)
             answer = codec.answer(line.body, result)
             if answer.error is not None:
                 clean = redactor.text(answer.body.decode("utf-8", "replace")).encode()
                 answer = Answer(answer.status, clean, answer.usage, answer.error)
             rid = request_id()
             failed = answer.error is not None
-            results.append(Result(line.number, _client_line(endpoint, line, rid, answer), failed))
             self._account(plan, endpoint, batch_id, principal, rid, answer)
-        return results
+            yield Result(line.number, _client_line(endpoint, line, rid, answer), failed)
 
     def _account(
         self,

@@ -387,6 +387,11 @@ SendBatchRequest = Callable[[HttpRequest, str], Awaitable[bytes]]
 """Sends one request of a batch API flow (``what`` names the step in errors) and returns its
 2xx body; raises :class:`BatchAPIError` for any other answer or a failure to reach it."""
 
+ReadBatchLines = Callable[[HttpRequest, str], AsyncIterator[bytes]]
+"""Sends one request of a batch API flow and yields its 2xx body's lines (without their ends) as
+they arrive, so that a result file is never held whole; raises :class:`BatchAPIError` as
+:data:`SendBatchRequest` does, and for a line past the provider's ``max_response_bytes``."""
+
 
 class NativeBatchState(Struct, frozen=True):
     """An upstream batch as last polled. ``outcome`` is None while it runs, then
@@ -450,9 +455,10 @@ class BatchesNatively(Protocol):
         ...
 
     def batch_results(
-        self, send: SendBatchRequest, state: NativeBatchState
+        self, read: ReadBatchLines, state: NativeBatchState
     ) -> AsyncIterator[NativeResult]:
-        """The results of an ended upstream batch, each once, in no particular order."""
+        """The results of an ended upstream batch, each once, in no particular order, read
+        line by line as they arrive."""
         ...
 
 
@@ -486,10 +492,10 @@ class HoldsBatchAPI:
         await self.batch_api.cancel_batch(send, batch_id)
 
     def batch_results(
-        self, send: SendBatchRequest, state: NativeBatchState
+        self, read: ReadBatchLines, state: NativeBatchState
     ) -> AsyncIterator[NativeResult]:
         """See :meth:`BatchesNatively.batch_results`."""
-        return self.batch_api.batch_results(send, state)
+        return self.batch_api.batch_results(read, state)
 
 
 @runtime_checkable

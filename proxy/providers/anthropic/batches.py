@@ -23,6 +23,7 @@ from proxy.providers.base import (
     HttpRequest,
     NativeBatchState,
     NativeResult,
+    ReadBatchLines,
     SendBatchRequest,
 )
 
@@ -138,13 +139,13 @@ class AnthropicBatchAPI:
         await send(self._request(f"/{batch_id}/cancel"), "cancelling the message batch")
 
     async def batch_results(
-        self, send: SendBatchRequest, state: NativeBatchState
+        self, read: ReadBatchLines, state: NativeBatchState
     ) -> AsyncIterator[NativeResult]:
         """See :meth:`~proxy.providers.base.BatchesNatively.batch_results`."""
         what = "reading the message batch's results"
         for batch_id in state.results:
-            body = await send(self._request(f"/{batch_id}/results", method="GET"), what)
-            for raw in body.splitlines():
+            request = self._request(f"/{batch_id}/results", method="GET")
+            async for raw in read(request, what):
                 if not raw.strip():
                     continue
                 try:

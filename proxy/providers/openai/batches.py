@@ -26,6 +26,7 @@ from proxy.providers.base import (
     HttpRequest,
     NativeBatchState,
     NativeResult,
+    ReadBatchLines,
     SendBatchRequest,
 )
 
@@ -186,13 +187,13 @@ class OpenAIBatchAPI:
         await send(self._request(f"/batches/{batch_id}/cancel"), "cancelling the batch")
 
     async def batch_results(
-        self, send: SendBatchRequest, state: NativeBatchState
+        self, read: ReadBatchLines, state: NativeBatchState
     ) -> AsyncIterator[NativeResult]:
         """See :meth:`~proxy.providers.base.BatchesNatively.batch_results`."""
         what = "reading a result file"
         for file_id in state.results:
-            body = await send(self._request(f"/files/{file_id}/content", method="GET"), what)
-            for raw in body.splitlines():
+            request = self._request(f"/files/{file_id}/content", method="GET")
+            async for raw in read(request, what):
                 if raw.strip():
                     yield _result(_decoded(_LINE, raw, what))
 

@@ -9,10 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from pytest_aiohttp import AiohttpServer
 
-from proxy.batches.native import NativePlan, plan_of
+from proxy.batches.native import NativePlan, NativeRunner, plan_of
 from proxy.core.canonical import ANONYMOUS, Budget, Principal
 from proxy.core.metrics import Metrics
+from proxy.providers.base import BatchAPIError, HttpRequest
 from proxy.runtime.plugins import BUILTINS
 from proxy.runtime.snapshot import Loader, Snapshot
 
@@ -22,6 +25,7 @@ providers:
   az: {type: azure, endpoint: "http://az.test", api_key: k}
   claude: {type: anthropic, api_key: k}
   mock: {type: mock}
+  small: {type: openai, api_key: k, max_response_bytes: 1024}
 models:
   gpt-batch: [{target: gpt/gpt-x, batch: native}]
   az-batch: [{target: az/gpt-y, batch: native}]
@@ -99,3 +103,34 @@ def test_only_a_creator_free_of_budgets_and_guardrails_and_allowed_the_model_run
 ) -> None:
     plan = plan_of(snapshot, "/v1/chat/completions", lines("gpt-batch"), principal)
     assert (plan is not None) == native
+
+
+async def test_a_result_file_is_read_line_by_line_within_the_providers_bound(
+    snapshot: Snapshot, aiohttp_server: AiohttpServer
+) -> None:
+    lines_sent = [b'{"n": %d}' % n for n in range(3)]
+
+    async def results(request: web.Request) -> web.StreamResponse:
+        answer = web.StreamResponse()
+        await answer.prepare(request)
+        body = b"\n".join(lines_sent) + b"\n" + b"x" * 2000 + b"\n"
+        for start in range(0, len(body), 5):  # lines cut across pieces
+            await answer.write(body[start : start + 5])
+        return answer
+
+    app = web.Application()
+    app.router.add_get("/results", results)
+    server = await aiohttp_server(app)
+    read = NativeRunner(lambda: snapshot)._reader(NativePlan("small", "m", "a"))
+    request = HttpRequest(str(server.make_url("/results")), {}, b"", "GET")
+    got: list[bytes] = []
+
+    async def read_all() -> None:
+        async for line in read(request, "reading"):
+            got.append(line)
+
+    with pytest.raises(BatchAPIError) as refused:
+        await read_all()
+    assert got == lines_sent  # then a line past max_response_bytes (1024)
+    assert refused.value.lasting
+    assert "1024" in str(refused.value)

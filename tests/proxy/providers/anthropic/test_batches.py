@@ -81,7 +81,7 @@ async def test_results_are_read_at_the_base_url_and_each_kind_maps_to_a_result()
     body = b"\n".join(json.dumps(line).encode() for line in lines)
     send = Recorder({"/msgbatch_1/results": body})
     state = NativeBatchState("completed", results=("msgbatch_1",))
-    got = [r async for r in provider().batch_results(send, state)]
+    got = [r async for r in provider().batch_results(send.read, state)]
     ((request),) = send.sent
     assert request.url == "http://claude.test/v1/messages/batches/msgbatch_1/results"
     assert got[0] == NativeResult("l0", 200, b'{"id": "m"}', "succeeded")

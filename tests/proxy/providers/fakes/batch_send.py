@@ -1,13 +1,17 @@
 """A recording ``send`` for the providers' batch APIs
-(:data:`~proxy.providers.base.SendBatchRequest`)."""
+(:data:`~proxy.providers.base.SendBatchRequest`), and its line reader
+(:data:`~proxy.providers.base.ReadBatchLines`)."""
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
 
 from proxy.providers.base import BatchAPIError, HttpRequest
 
 
 class Recorder:
-    """A ``send`` that answers from ``answers`` (path suffix → body) and records requests."""
+    """A ``send`` that answers from ``answers`` (path suffix → body) and records requests;
+    :meth:`read` answers the same, line by line."""
 
     def __init__(self, answers: dict[str, bytes]) -> None:
         self.answers = answers
@@ -20,3 +24,8 @@ class Recorder:
             if path.endswith(suffix):
                 return body
         raise BatchAPIError(what, 404)
+
+    async def read(self, request: HttpRequest, what: str) -> AsyncIterator[bytes]:
+        """The answer's lines, without their ends."""
+        for line in (await self(request, what)).split(b"\n"):
+            yield line

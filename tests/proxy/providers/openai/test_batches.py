@@ -149,7 +149,7 @@ async def test_result_files_become_results_whatever_happened_to_each_line() -> N
     )
     send = Recorder({"/file-out/content": output + b"\n\n", "/file-err/content": errors})
     state = NativeBatchState("completed", results=("file-out", "file-err"))
-    got = [r async for r in openai_provider().batch_results(send, state)]
+    got = [r async for r in openai_provider().batch_results(send.read, state)]
     assert got[:4] == [
         NativeResult("l0", 200, b'{"ok": true}', "succeeded"),
         NativeResult("l1", 400, b'{"error": {}}', "errored"),
