@@ -34,6 +34,7 @@ quote a key).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -163,25 +164,32 @@ class NativeRunner:
             raise BatchAPIError(f"provider {plan.provider!r} is not reached over HTTP", None)
         return Translated(DIALECTS[endpoint], http, plan.provider, plan.model)
 
-    async def _send(self, request: HttpRequest, what: str) -> bytes:
-        """See :data:`~proxy.providers.base.SendBatchRequest` (within :data:`UPSTREAM_TIMEOUT`)."""
+    @contextlib.asynccontextmanager
+    async def _exchange(
+        self, request: HttpRequest, what: str
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The provider's 2xx answer to ``request`` (within :data:`UPSTREAM_TIMEOUT`); a
+        :class:`BatchAPIError` naming ``what`` for any other answer, or a failure to reach it
+        or to read it."""
         timeout = aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT, connect=CONNECT_TIMEOUT)
+        body = request.body if request.method == "POST" else None
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
                 session.request(
-                    request.method,
-                    request.url,
-                    headers=request.headers,
-                    data=request.body if request.method == "POST" else None,
+                    request.method, request.url, headers=request.headers, data=body
                 ) as answer,
             ):
-                body = await answer.read()
                 if answer.status >= 400:
                     raise BatchAPIError(what, answer.status)
-                return body
+                yield answer
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BatchAPIError(f"{what}: {type(exc).__name__}", None) from None
+
+    async def _send(self, request: HttpRequest, what: str) -> bytes:
+        """See :data:`~proxy.providers.base.SendBatchRequest`."""
+        async with self._exchange(request, what) as answer:
+            return await answer.read()
 
     def _reader(self, plan: NativePlan) -> ReadBatchLines:
         """A :data:`~proxy.providers.base.ReadBatchLines` whose lines are bounded by the
@@ -189,31 +197,22 @@ class NativeRunner:
         provider = self._snapshot().config.providers.get(plan.provider)
         bound = DEFAULT_LINE_BYTES if provider is None else provider.max_response_bytes
 
-        async def read(request: HttpRequest, what: str) -> AsyncIterator[bytes]:
-            def within(line: bytes) -> bytes:
-                if len(line) > bound:
-                    message = f"{what}: a line is larger than {bound} bytes"
-                    raise BatchAPIError(message, None, lasting=True)
-                return line
+        def within(line: bytes, what: str) -> bytes:
+            if len(line) > bound:
+                message = f"{what}: a line is larger than {bound} bytes"
+                raise BatchAPIError(message, None, lasting=True)
+            return line
 
-            timeout = aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT, connect=CONNECT_TIMEOUT)
-            try:
-                async with (
-                    aiohttp.ClientSession(timeout=timeout) as session,
-                    session.request(request.method, request.url, headers=request.headers) as answer,
-                ):
-                    if answer.status >= 400:
-                        raise BatchAPIError(what, answer.status)
-                    held = b""  # the line still open
-                    async for piece in answer.content.iter_chunked(READ_BYTES):
-                        *whole, held = (held + piece).split(b"\n")
-                        for line in whole:
-                            yield within(line)
-                        within(held)
-                    if held:
-                        yield held
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise BatchAPIError(f"{what}: {type(exc).__name__}", None) from None
+        async def read(request: HttpRequest, what: str) -> AsyncIterator[bytes]:
+            async with self._exchange(request, what) as answer:
+                held = b""  # the line still open
+                async for piece in answer.content.iter_chunked(READ_BYTES):
+                    *whole, held = (held + piece).split(b"\n")
+                    for line in whole:
+                        yield within(line, what)
+                    within(held, what)
+                if held:
+                    yield held
 
         return read
 

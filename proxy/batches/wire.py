@@ -8,7 +8,7 @@ answered (:class:`Answer`: status, body, usage, and for a failure its error code
 - :class:`Passthrough`: the provider takes the batch's own endpoint (an OpenAI batch to OpenAI
   or Azure, a message batch to Anthropic): bodies go as they are and answers come back as the
   provider wrote them. Usage is read from the answer (the provider's own parse for chat
-  answers, OpenAI's ``usage`` object otherwise).
+  answers, OpenAI's ``usage`` object otherwise: :class:`~proxy.batches.usage.WireUsage`).
 - :class:`Translated`: a chat batch whose provider takes the other chat wire (OpenAI's chat
   completions to Anthropic, Anthropic's messages to OpenAI or Azure): a line is decoded by the
   client's dialect into a canonical call and built by the provider, as an online request
@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
+from proxy.batches.usage import WireUsage
 from proxy.core.canonical import Call, Usage
 from proxy.core.errors import GatewayError, UpstreamError
 from proxy.core.reply import Reply
@@ -61,7 +62,7 @@ class LineCodec(Protocol):
 
 
 class _Usage(msgspec.Struct):
-    usage: dict[str, Any] | None = None
+    usage: WireUsage | None = None
 
 
 class _ErrorDetail(msgspec.Struct):
@@ -105,9 +106,10 @@ class Passthrough:
             except UpstreamError:
                 return None
         try:
-            return openai_usage(_USAGE.decode(answer).usage)
+            found = _USAGE.decode(answer).usage
         except msgspec.DecodeError:
             return None
+        return None if found is None else found.canonical()
 
 
 class Translated:
@@ -146,24 +148,6 @@ class Translated:
             status = dialect.error_status(failure)
             encoded = dialect.encode_error(failure, call.request_id)
             return Answer(status, encoded, None, (failure.code, failure.message))
-
-
-def openai_usage(raw: Any) -> Usage | None:
-    """An OpenAI usage object (chat completions', embeddings' or Responses') as a Usage."""
-    if not isinstance(raw, dict):
-        return None
-    prompt = int(raw.get("prompt_tokens", raw.get("input_tokens", 0)) or 0)
-    completion = int(raw.get("completion_tokens", raw.get("output_tokens", 0)) or 0)
-    details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details") or {}
-    cached = int(details.get("cached_tokens", 0) or 0) if isinstance(details, dict) else 0
-    out = raw.get("completion_tokens_details") or raw.get("output_tokens_details") or {}
-    reasoning = int(out.get("reasoning_tokens", 0) or 0) if isinstance(out, dict) else 0
-    return Usage(
-        input=max(prompt - cached, 0),
-        cache_read=cached,
-        output=max(completion - reasoning, 0),
-        reasoning=reasoning,
-    )
 
 
 def _error_of(answer: bytes) -> tuple[str, str]:

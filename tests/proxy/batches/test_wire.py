@@ -10,7 +10,8 @@ import json
 import msgspec
 import pytest
 
-from proxy.batches.wire import Passthrough, Translated, openai_usage
+from proxy.batches.usage import WireUsage
+from proxy.batches.wire import Passthrough, Translated
 from proxy.core.canonical import Usage
 from proxy.core.errors import GatewayError
 from proxy.dialects.anthropic import AnthropicDialect
@@ -149,5 +150,5 @@ def test_openai_usage_separates_cached_and_reasoning_tokens() -> None:
         "prompt_tokens_details": {"cached_tokens": 4},
         "completion_tokens_details": {"reasoning_tokens": 3},
     }
-    assert openai_usage(raw) == Usage(input=6, output=5, cache_read=4, reasoning=3)
-    assert openai_usage(None) is None
+    usage = msgspec.convert(raw, WireUsage)
+    assert usage.canonical() == Usage(input=6, output=5, cache_read=4, reasoning=3)
